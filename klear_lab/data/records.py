@@ -1,0 +1,47 @@
+"""The record schema shared by the embedded task world and real data.
+
+One ``Record`` is one prompt with its reference answer and, for SFT data, one teacher
+response. Real data (verl-style RL parquet/jsonl, messages-style SFT data) is mapped onto the
+same fields by ``klear_lab.data.sources.file``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Record:
+    """One prompt (+ optional teacher response) of a task.
+
+    Attributes:
+        uid: stable id, unique within a source (``source/index``).
+        source: name of the source that produced the record (``arith_r1``, a file's data_source...).
+        task: verifier family: ``math`` (boxed answers) or ``code`` (python function + tests).
+        prompt: the user turn as plain text (chat messages are flattened to their user content).
+        answer: reference answer (math: the boxed value as a string; code: the function name).
+        difficulty: integer level, 1 = easiest.
+        response: teacher response in the reasoning format (``<think>...</think> answer``), if any.
+        response_correct: whether the teacher response is correct, if known.
+        tests: hidden test cases for code tasks (each ``{"input": [...], "output": ...}``).
+        meta: anything else carried through untouched.
+    """
+
+    uid: str
+    source: str
+    task: str
+    prompt: str
+    answer: str
+    difficulty: int = 1
+    response: str | None = None
+    response_correct: bool | None = None
+    tests: tuple[dict[str, Any], ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid, "source": self.source, "task": self.task, "prompt": self.prompt,
+            "answer": self.answer, "difficulty": self.difficulty, "response": self.response,
+            "response_correct": self.response_correct, "tests": list(self.tests), "meta": self.meta,
+        }
