@@ -1,0 +1,190 @@
+"""Compose an experiment config in one fixed order and validate it before any work.
+
+Order (later wins): schema defaults -> the ``base:`` chain -> the experiment file -> CLI
+dotlist overrides -> sweep trial parameters. A layer that sets a component to a different
+``name`` (or writes ``rl.clip=gppo``) drops the previous component's parameters, so stale
+knobs never leak into a new variant. Every leaf remembers which layer set it, so errors name
+the file (or ``command line``) the bad key came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from klear_lab.config.schema import ExperimentConfig
+from klear_lab.config.validate import expand_and_validate
+from klear_lab.errors import ConfigError
+from klear_lab.plugins import load_entry_point_plugins, load_plugins
+
+Layer = tuple[str, dict[str, Any]]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads ``2e-3`` as a float (YAML 1.1 would read it as a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    """Read one YAML mapping; errors name the file (and line for syntax errors)."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
+    """The ``base:`` chain of ``path`` (base first), each as (file label, body)."""
+    path = path.resolve()
+    if path in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path))
+        raise ConfigError(f"{path}: circular base chain: {chain}")
+    body = load_yaml(path)
+    bases = body.pop("base", None) or []
+    layers: list[Layer] = []
+    for base in [bases] if isinstance(bases, str) else bases:
+        base_path = (path.parent / base) if not Path(base).is_absolute() else Path(base)
+        if not base_path.suffix:
+            base_path = base_path.with_suffix(".yaml")
+        if not base_path.is_file():
+            raise ConfigError(f"{path}: base {base!r} not found (looked for {base_path})")
+        layers += file_layers(base_path, (*_seen, path))
+    _absolutize_plugins(body, path.parent)
+    return [*layers, (_label(path), body)]
+
+
+def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
+    """Hydra-style ``key=value`` overrides (values parsed as YAML)."""
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"{label}: override {item!r} must look like key=value")
+    try:
+        return label, OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{label}: cannot parse overrides {overrides}: {exc}") from None
+
+
+def merge_layers(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merge layers over schema defaults; return (config, provenance of each leaf path)."""
+    config = _plain(dataclasses.asdict(ExperimentConfig()))
+    provenance: dict[str, str] = {}
+    for label, body in layers:
+        _merge(config, body, label, "", provenance)
+    return config, provenance
+
+
+def compose(experiment: str | Path | None, overrides: list[str] | None = None,
+            extra_layers: list[Layer] | None = None) -> dict[str, Any]:
+    """Compose, load plugins, validate and expand: the fully resolved config as a plain dict."""
+    layers = file_layers(Path(experiment)) if experiment else []
+    if overrides:
+        layers.append(dotlist_layer(overrides))
+    layers += extra_layers or []
+    config, provenance = merge_layers(layers)
+    load_entry_point_plugins()
+    load_plugins(config.get("plugins") or [], provenance.get("plugins", "config"))
+    config = _resolve_interpolations(config)
+    expand_and_validate(config, provenance)
+    if experiment and not config["run"].get("experiment"):
+        config["run"]["experiment"] = _label(Path(experiment).resolve())
+    return config
+
+
+def component_paths(schema: type = ExperimentConfig, prefix: str = "") -> set[str]:
+    """Dotted paths of the single-component nodes in the schema (``rl.clip``, ``data.mix``...)."""
+    out: set[str] = set()
+    for f in dataclasses.fields(schema):
+        if "axis" in f.metadata and not f.metadata.get("many"):
+            out.add(prefix + f.name)
+        elif dataclasses.is_dataclass(f.default_factory) if callable(f.default_factory) else False:
+            out |= component_paths(f.default_factory, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+    return out
+
+
+def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, str]) -> None:
+    for key, value in src.items():
+        key = str(key)
+        path = f"{prefix}{key}"
+        old = dst.get(key)
+        if path in _COMPONENT_PATHS:
+            if isinstance(value, str):
+                value = {"name": value}  # component shorthand: rl.clip=gppo
+            if isinstance(old, dict) and isinstance(value, dict) and value.get("name", old.get("name")) \
+                    != old.get("name"):
+                old = dst[key] = {}  # switching component: drop the previous one's params
+        if isinstance(old, dict) and isinstance(value, dict):
+            _merge(old, value, label, f"{path}.", provenance)
+        else:
+            dst[key] = value
+            provenance[path] = label
+            _mark_children(value, path, label, provenance)
+
+
+_COMPONENT_PATHS = component_paths()
+
+
+def _mark_children(value: Any, path: str, label: str, provenance: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            provenance[f"{path}.{k}"] = label
+            _mark_children(v, f"{path}.{k}", label, provenance)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            provenance[f"{path}.{i}"] = label
+            _mark_children(v, f"{path}.{i}", label, provenance)
+
+
+def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return OmegaConf.to_container(OmegaConf.create(config), resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot resolve interpolation: {exc}") from None
+
+
+def _absolutize_plugins(body: dict[str, Any], base_dir: Path) -> None:
+    plugins = body.get("plugins")
+    if isinstance(plugins, list):
+        body["plugins"] = [
+            str((base_dir / p).resolve()) if isinstance(p, str) and p.endswith(".py")
+            and not Path(p).is_absolute() else p
+            for p in plugins
+        ]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _label(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

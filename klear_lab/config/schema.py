@@ -1,0 +1,145 @@
+"""The experiment schema: every key, its type and its default.
+
+Component nodes (``component(axis, name)``) hold ``{name: ..., **params}``; their allowed keys
+and defaults come from the registered dataclass, so they are checked and expanded after the
+name is final. Layers compose over these defaults (see ``compose.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def component(axis: str, name: str, **params: Any) -> Any:
+    """A field holding one component node of ``axis``."""
+    return field(default_factory=lambda: {"name": name, **params}, metadata={"axis": axis})
+
+
+def components(axis: str, *nodes: dict[str, Any]) -> Any:
+    """A field holding a list of component nodes of ``axis``."""
+    return field(default_factory=lambda: [dict(n) for n in nodes], metadata={"axis": axis, "many": True})
+
+
+@dataclass
+class RunSection:
+    name: str = "run"
+    """Run name prefix; the run id adds a timestamp. Used as W&B job name."""
+    kind: str = "sft"
+    """Stage: ``sft`` or ``rl``."""
+    seed: int = 0
+    experiment: str = ""
+    """The experiment file this config was composed from (filled in by ``compose``)."""
+    out_dir: str = "runs"
+    """Parent folder of run directories."""
+    group: str | None = None
+    """W&B group (default: experiment name); sweeps set the sweep name."""
+    job_type: str | None = None
+    """W&B job_type (default: the stage, or the sweep arm)."""
+    tags: list[str] = field(default_factory=list)
+    notes: str = ""
+
+
+@dataclass
+class ModelSection:
+    name_or_path: str | None = None
+    """Local HF causal-LM directory, hub id (online only), or a klear-lab run directory."""
+    tiny: dict = component("model", "qwen2", size="2m")
+    """Architecture built from config when ``name_or_path`` is null."""
+    tokenizer_vocab: int = 512
+    """Vocabulary size of the locally trained tokenizer (tiny models only)."""
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataSection:
+    sources: list = components("source", {"name": "arith_r1"})
+    mix: dict = component("data_mix", "all")
+    filter: dict = component("difficulty_filter", "none")
+    eval_sources: list = components("source", {"name": "arith", "levels": [1], "level_weights": [1.0],
+                                               "n_prompts": 200})
+    """Held-out sets (their ``eval`` split) scored by greedy decoding with the task's verifier."""
+    max_length: int = 512
+    """Longest SFT sequence (prompt + response) in tokens; longer records are dropped and counted."""
+    pack: bool = True
+    """Best-fit-decreasing packing with per-sequence position ids."""
+
+
+@dataclass
+class OptimSection:
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    """Cosine floor (the paper's SFT: 8e-5 -> 4e-5)."""
+    warmup_steps: int = 30
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    grad_clip: float = 1.0
+
+
+@dataclass
+class SFTSection:
+    epochs: float = 1.0
+    max_steps: int = -1
+    """Optimizer steps; -1 = derived from epochs."""
+    tokens_per_micro_batch: int = 2048
+    """Packed rows of ``data.max_length`` per micro-batch = this // max_length."""
+    grad_accum: int = 1
+    loss: str = "token-mean"
+    """``token-mean`` over all response tokens of the optimizer batch."""
+
+
+@dataclass
+class EvalSection:
+    every_n_steps: int = 0
+    """Validation interval in optimizer steps; 0 = at the end only."""
+    max_new_tokens: int = 160
+    batch_size: int = 100
+    reward: dict = component("reward", "math_verify")
+    code_reward: dict = component("reward", "code")
+
+
+@dataclass
+class TrainerSection:
+    accelerator: str = "auto"
+    devices: Any = 1
+    strategy: str = "auto"
+    """Passed to Lightning: ``ddp``, ``fsdp``, ``deepspeed_stage_2``... on GPUs."""
+    precision: str = "32-true"
+    num_threads: int = 0
+    """torch threads; 0 = cores // parallel workers (KLEAR_PARALLEL_WORKERS)."""
+    log_every_n_steps: int = 5
+    checkpoint: bool = True
+    compile: bool = False
+
+
+@dataclass
+class WandbSection:
+    enabled: bool = True
+    mode: str = "offline"
+    """``offline`` (default: no account; ``wandb sync`` later), ``online`` or ``disabled``."""
+    project: str = "klear-lab"
+    entity: str | None = None
+    log_samples: int = 8
+    """Sample generations logged as a W&B table at each evaluation."""
+
+
+@dataclass
+class TrackingSection:
+    wandb: WandbSection = field(default_factory=WandbSection)
+    csv: bool = True
+
+
+@dataclass
+class ExperimentConfig:
+    plugins: list[str] = field(default_factory=list)
+    """Modules or ``.py`` files imported before the run is built (they register components)."""
+    run: RunSection = field(default_factory=RunSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    sft: SFTSection = field(default_factory=SFTSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    tracking: TrackingSection = field(default_factory=TrackingSection)

@@ -1,0 +1,165 @@
+"""Check a merged config against the schema and the registries; fill in component defaults.
+
+Errors name the key path, the layer (file or command line) that set it, what was expected and
+what was given, with a did-you-mean for misspelt keys and the registered names for unknown
+components. Components are instantiated once here, so value checks in their ``__post_init__``
+(an epsilon out of range, say) fail before any model or data is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Union
+
+from klear_lab.config.schema import ExperimentConfig
+from klear_lab.errors import ConfigError
+from klear_lab.registry import REGISTRIES
+
+
+def expand_and_validate(config: dict[str, Any], provenance: dict[str, str]) -> None:
+    """Validate ``config`` in place against ``ExperimentConfig``; expand component defaults."""
+    _check_section(config, ExperimentConfig, "", provenance)
+
+
+def _where(path: str, provenance: dict[str, str]) -> str:
+    probe = path
+    while probe:
+        if probe in provenance:
+            return provenance[probe]
+        probe = probe.rpartition(".")[0]
+    return "schema defaults"
+
+
+def _unknown(path: str, key: str, allowed: list[str], provenance: dict[str, str], what: str = "key") -> ConfigError:
+    full = f"{path}{key}"
+    hint = difflib.get_close_matches(key, allowed, n=1)
+    did = f" (did you mean {path + hint[0]!r}?)" if hint else ""
+    return ConfigError(f"{_where(full, provenance)}: unknown {what} {full!r}{did}; "
+                       f"allowed under {path.rstrip('.') or 'top level'}: {', '.join(sorted(allowed))}")
+
+
+def _check_section(node: Any, schema: type, path: str, provenance: dict[str, str]) -> None:
+    if not isinstance(node, dict):
+        raise ConfigError(f"{_where(path.rstrip('.'), provenance)}: {path.rstrip('.')} must be a mapping, "
+                          f"got {type(node).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema)
+    for key in node:
+        if key not in fields:
+            raise _unknown(path, str(key), list(fields), provenance)
+    for name, f in fields.items():
+        key_path = f"{path}{name}"
+        tp = hints[name]
+        if "axis" in f.metadata:
+            if f.metadata.get("many"):
+                if not isinstance(node[name], list):
+                    raise _type_error(key_path, "list of components", node[name], provenance)
+                for i, item in enumerate(node[name]):
+                    node[name][i] = _check_component(item, f.metadata["axis"], f"{key_path}.{i}", provenance)
+            else:
+                node[name] = _check_component(node[name], f.metadata["axis"], key_path, provenance)
+        elif dataclasses.is_dataclass(tp):
+            _check_section(node[name], tp, f"{key_path}.", provenance)
+        else:
+            node[name] = _check_value(node[name], tp, key_path, provenance)
+
+
+def _check_component(node: Any, axis: str, path: str, provenance: dict[str, str]) -> dict[str, Any]:
+    registry = REGISTRIES[axis]
+    if isinstance(node, str):
+        node = {"name": node}
+    if not isinstance(node, dict) or not isinstance(node.get("name"), str):
+        raise ConfigError(f"{_where(path, provenance)}: {path} must be a {axis} component "
+                          f"{{name: ..., params...}}; registered: {', '.join(registry.names())}")
+    try:
+        registry.get(node["name"])
+    except ConfigError as exc:
+        raise ConfigError(f"{_where(path + '.name', provenance)}: {path}.name: {exc}") from None
+    types_ = registry.field_types(node["name"])
+    for key in node:
+        if key != "name" and key not in types_:
+            raise _unknown(f"{path}.", str(key), ["name", *types_], provenance,
+                           what=f"parameter of {axis} {node['name']!r}")
+    expanded = {"name": node["name"]}
+    for key, default in registry.params(node["name"]).items():
+        value = node.get(key, default)
+        expanded[key] = _check_value(value, types_[key], f"{path}.{key}", provenance)
+    try:
+        registry.build(_as_args(expanded, types_))
+    except ConfigError as exc:
+        raise ConfigError(f"{_where(path, provenance)}: {path}: {exc}") from None
+    return expanded
+
+
+def _as_args(node: dict[str, Any], types_: dict[str, Any]) -> dict[str, Any]:
+    """Lists become tuples where the dataclass wants tuples (frozen dataclasses stay hashable)."""
+    return {k: tuple(v) if isinstance(v, list) and _origin(types_.get(k)) is tuple else v
+            for k, v in node.items()}
+
+
+def component_args(node: dict[str, Any], axis: str) -> dict[str, Any]:
+    """Arguments for ``REGISTRIES[axis].build`` from a validated node."""
+    return _as_args(node, REGISTRIES[axis].field_types(node["name"]))
+
+
+def _origin(tp: Any) -> Any:
+    return typing.get_origin(tp) or tp
+
+
+def _type_error(path: str, expected: str, value: Any, provenance: dict[str, str]) -> ConfigError:
+    return ConfigError(f"{_where(path, provenance)}: {path}: expected {expected}, "
+                       f"got {type(value).__name__} ({value!r})")
+
+
+def _check_value(value: Any, tp: Any, path: str, provenance: dict[str, str]) -> Any:
+    """Return ``value`` (ints widened to float where a float is wanted) or raise a type error."""
+    ok, coerced = _matches(value, tp)
+    if not ok:
+        raise _type_error(path, _type_name(tp), value, provenance)
+    return coerced
+
+
+def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True, value
+    if origin in (Union, types.UnionType):
+        for arm in args:
+            ok, coerced = _matches(value, arm)
+            if ok:
+                return True, coerced
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if tp is float:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)), (
+            float(value) if isinstance(value, (int, float)) else value)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp in (str, bool):
+        return isinstance(value, tp), value
+    if origin in (list, tuple) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        inner = args[0] if args else Any
+        out = []
+        for item in value:
+            ok, coerced = _matches(item, inner)
+            if not ok:
+                return False, value
+            out.append(coerced)
+        return True, out
+    if origin is dict or tp is dict:
+        return isinstance(value, dict), value
+    return isinstance(value, tp) if isinstance(tp, type) else True, value
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))

@@ -1,0 +1,62 @@
+"""``band``: keep a difficulty band, optionally a pass-rate band and only correct responses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from klear_lab.data.records import Record
+from klear_lab.registry import DIFFICULTY_FILTER
+
+
+@DIFFICULTY_FILTER.register("band")
+@dataclass(frozen=True)
+class BandFilter:
+    """Keep records with ``min_level <= difficulty <= max_level`` (paper Table 2, correctness × difficulty).
+
+    Each Table 2 arm is one config, e.g. with the embedded levels 1-3:
+    easy/True ``{name: band, max_level: 1, correct_only: true}``, easy/Mixed ``{max_level: 1}``,
+    hard/True ``{min_level: 3, correct_only: true}``, hard/Mixed ``{min_level: 3}``.
+
+    ``min_pass_rate``/``max_pass_rate`` (inclusive) additionally bound ``meta["pass_rate"]``, a
+    model-annotated difficulty like the paper's; when either is set, records without a pass
+    rate are dropped. ``correct_only`` drops records whose ``response_correct`` is False
+    (None = unknown is kept). ``max_level`` None = no upper bound.
+    """
+
+    min_level: int = 1
+    max_level: int | None = None
+    min_pass_rate: float | None = None
+    max_pass_rate: float | None = None
+    correct_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_level < 1:
+            raise ValueError(f"min_level must be >= 1, got {self.min_level}")
+        if self.max_level is not None and self.max_level < self.min_level:
+            raise ValueError(f"max_level must be >= min_level ({self.min_level}), got {self.max_level}")
+        for name in ("min_pass_rate", "max_pass_rate"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        lo, hi = self.min_pass_rate, self.max_pass_rate
+        if lo is not None and hi is not None and hi < lo:
+            raise ValueError(f"max_pass_rate must be >= min_pass_rate ({lo}), got {hi}")
+
+    def keep(self, record: Record) -> bool:
+        """Whether ``record`` falls in the band."""
+        max_level = record.difficulty if self.max_level is None else self.max_level
+        if not self.min_level <= record.difficulty <= max_level:
+            return False
+        if self.correct_only and record.response_correct is False:
+            return False
+        if self.min_pass_rate is None and self.max_pass_rate is None:
+            return True
+        rate = record.meta.get("pass_rate")
+        if rate is None:
+            return False
+        lo = 0.0 if self.min_pass_rate is None else self.min_pass_rate
+        hi = 1.0 if self.max_pass_rate is None else self.max_pass_rate
+        return lo <= rate <= hi
+
+    def __call__(self, records: list[Record]) -> list[Record]:
+        return [r for r in records if self.keep(r)]

@@ -1,0 +1,59 @@
+"""Shared pieces of the data mixes: the call contract, budget splitting and seeded sampling.
+
+A mix is a registered frozen dataclass with two methods:
+
+* ``plan(sizes, ranks) -> {source: count}``: pure, how many records each source contributes
+  (the caller logs ``data/mix_share/<source>`` from it via ``share_metrics``);
+* ``__call__(pools, ranks, seed) -> list[Record]``: draws that plan from the pools, shuffled.
+
+Sampling is without replacement whenever a pool holds at least its count. A pool smaller than
+its count is repeated whole as often as it fits and the rest is drawn without replacement, so
+its records appear at most ``ceil(count / len(pool))`` times (the budget is always met exactly).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from klear_lab.data.records import Record
+
+
+def draw(pools: Mapping[str, list[Record]], counts: Mapping[str, int], seed: int) -> list[Record]:
+    """``counts[name]`` records from each pool, deterministic in ``seed``, shuffled together."""
+    out: list[Record] = []
+    for name in sorted(counts):
+        out.extend(take(pools[name], counts[name], random.Random(f"mix/{seed}/{name}"), name))
+    random.Random(f"mix/{seed}/shuffle").shuffle(out)
+    return out
+
+
+def take(pool: list[Record], n: int, rng: random.Random, name: str = "pool") -> list[Record]:
+    """``n`` records of ``pool``: without replacement if it is large enough, else whole repeats + rest."""
+    if n <= 0:
+        return []
+    if not pool:
+        raise ValueError(f"source {name!r} has no records but its share is {n}")
+    repeats, rest = divmod(n, len(pool))
+    return list(pool) * repeats + rng.sample(pool, rest)
+
+
+def split_evenly(budget: int, names: list[str]) -> dict[str, int]:
+    """``budget`` split evenly over ``names``; the remainder goes one each to the first names."""
+    if not names:
+        raise ValueError("no sources to mix")
+    share, extra = divmod(budget, len(names))
+    return {name: share + (i < extra) for i, name in enumerate(names)}
+
+
+def by_rank(names: list[str], ranks: Mapping[str, int]) -> list[str]:
+    """``names`` best first (quality_rank 1 = best; ties broken by name). Raises on a missing rank."""
+    if missing := sorted(set(names) - set(ranks)):
+        raise ValueError(f"no quality_rank for sources {missing}")
+    return sorted(names, key=lambda name: (ranks[name], name))
+
+
+def share_metrics(counts: Mapping[str, int]) -> dict[str, float]:
+    """``{"data/mix_share/<source>": fraction}`` of a plan, for logging."""
+    total = sum(counts.values()) or 1
+    return {f"data/mix_share/{name}": n / total for name, n in sorted(counts.items())}

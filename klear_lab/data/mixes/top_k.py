@@ -1,0 +1,40 @@
+"""``top_k``: the K best sources by quality rank under a fixed total budget."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from klear_lab.data.mixes.base import by_rank, draw, split_evenly
+from klear_lab.data.records import Record
+from klear_lab.registry import DATA_MIX
+
+
+@DATA_MIX.register("top_k")
+@dataclass(frozen=True)
+class TopKMix:
+    """The ``k`` best sources (quality_rank 1 = best), ``budget`` records split evenly over them.
+
+    Paper Tables 4-5 (math / code SFT, Top1...Top10): the total stays at 31,600 examples
+    whatever K, so adding lower-quality sources dilutes the best ones. ``k`` 0 or None keeps
+    all sources. See ``mixes.base`` for sampling when a pool is smaller than its share.
+    """
+
+    k: int | None = 1
+    budget: int = 31600
+
+    def __post_init__(self) -> None:
+        if self.k is not None and self.k < 0:
+            raise ValueError(f"k must be >= 0 (0 or None = all sources), got {self.k}")
+        if self.budget < 1:
+            raise ValueError(f"budget must be >= 1, got {self.budget}")
+
+    def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
+        """Per-source counts: the top ``k`` sources by rank share ``budget`` evenly (best first)."""
+        ranked = by_rank(list(sizes), ranks)
+        if self.k and self.k > len(ranked):
+            raise ValueError(f"k={self.k} but only {len(ranked)} sources are configured: {ranked}")
+        return split_evenly(self.budget, ranked[: self.k or None])
+
+    def __call__(self, pools: dict[str, list[Record]], ranks: dict[str, int], seed: int) -> list[Record]:
+        return draw(pools, self.plan({k: len(v) for k, v in pools.items()}, ranks), seed)

@@ -1,0 +1,79 @@
+"""Embedded program-synthesis sources: one generator, several named teachers of controlled quality."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from klear_lab.data.records import Record
+from klear_lab.data.sources.base import SPLITS, is_heldout
+from klear_lab.registry import SOURCE
+from klear_lab.world import programs
+
+STYLES = ("full", "terse", "noisy")
+
+
+@SOURCE.register("code")
+@dataclass(frozen=True)
+class CodeSource:
+    """Write ``f`` from examples, graded by hidden tests (embedded task world, paper Tables 3 and 5).
+
+    ``Record.answer`` is the reference solution's source, ``Record.tests`` the hidden tests.
+    Quality is controlled by ``teacher_error`` (share of responses that write a subtly wrong
+    ``f`` failing some hidden tests) and ``style`` (``full`` reasoning with example checks,
+    ``terse``, ``noisy``). ``levels``/``level_weights`` set the difficulty mix (see
+    ``world.programs``); ``n_tests`` hidden tests per task (verl samples at most 16).
+    """
+
+    n_prompts: int = 2000
+    responses_per_prompt: int = 1
+    levels: tuple[int, ...] = (1, 2, 3)
+    level_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
+    teacher_error: float = 0.0
+    style: str = "full"
+    quality_rank: int = 1
+    seed_offset: int = 0
+    n_tests: int = 12
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
+        if not 0.0 <= self.teacher_error <= 1.0:
+            raise ValueError(f"teacher_error must be in [0, 1], got {self.teacher_error}")
+        if len(self.levels) != len(self.level_weights):
+            raise ValueError("levels and level_weights must have the same length")
+        for level in self.levels:
+            if level not in programs.LEVELS:
+                raise ValueError(f"levels must be among {programs.LEVELS}, got {level}")
+        for field in ("n_prompts", "responses_per_prompt", "n_tests"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+
+    @property
+    def name(self) -> str:
+        return type(self).registered_name
+
+    def records(self, seed: int, split: str) -> list[Record]:
+        """``n_prompts`` distinct prompts of ``split`` (one response each on eval); deterministic per seed."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        rng = random.Random(f"{self.name}/{split}/{seed + self.seed_offset}")
+        out: list[Record] = []
+        seen: set[str] = set()
+        while len(seen) < self.n_prompts:
+            level = rng.choices(self.levels, weights=self.level_weights)[0]
+            task = programs.make_task(rng, level, self.n_tests)
+            prompt = programs.prompt_text(task)
+            if prompt in seen or is_heldout(prompt) != (split == "eval"):
+                continue
+            seen.add(prompt)
+            for j in range(self.responses_per_prompt if split == "train" else 1):
+                wrong = rng.random() < self.teacher_error
+                response, correct = programs.solve(task, style=self.style, wrong=wrong, rng=rng)
+                out.append(Record(
+                    uid=f"{self.name}/{split}/{len(seen) - 1}/{j}", source=self.name, task="code",
+                    prompt=prompt, answer=programs.source(task.family, task.family.ref), difficulty=level,
+                    response=response, response_correct=correct, tests=task.tests,
+                    meta={"family": task.family.name},
+                ))
+        return out

@@ -1,0 +1,249 @@
+"""Real data from a file, a saved ``datasets`` directory or a hub id, mapped onto ``Record``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from klear_lab.data.records import Record
+from klear_lab.data.sources.base import SPLITS
+from klear_lab.errors import DataError
+from klear_lab.registry import SOURCE
+
+FORMATS = ("auto", "verl", "messages", "records")
+TASKS = ("auto", "math", "code")
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+# Record field -> column (dotted paths reach into nested objects) for each layout; ``fields`` overrides.
+COLUMNS: dict[str, dict[str, str]] = {
+    "verl": {"prompt": "prompt", "answer": "reward_model.ground_truth", "source": "data_source",
+             "task": "ability", "difficulty": "difficulty", "uid": "uid"},
+    "messages": {"messages": "messages", "answer": "answer", "source": "source", "task": "task",
+                 "difficulty": "difficulty", "response_correct": "response_correct", "uid": "uid"},
+    "records": {k: k for k in ("uid", "source", "task", "prompt", "answer", "difficulty", "response",
+                               "response_correct", "tests", "meta")},
+}
+_MISSING = object()
+
+
+@SOURCE.register("file")
+@dataclass(frozen=True)
+class FileSource:
+    """Records read from real data: verl RL parquet/jsonl, messages-style SFT data, or plain records.
+
+    Serves the paper's real-data runs (§6: MathSub-30K / CodeSub-15K in verl layout; SFT data as
+    chat messages). ``path`` is a ``.jsonl``/``.json``/``.parquet`` file, a directory written by
+    ``datasets.save_to_disk``, or (when ``HF_HUB_OFFLINE`` is unset) a hub id. The ``eval`` split
+    reads ``eval_path`` (none: no eval records). ``format`` ``auto`` picks ``messages`` if rows
+    have ``messages``, ``verl`` if they have ``reward_model``, else ``records``. ``fields`` maps
+    record fields to columns (``{prompt: question, answer: solution}``). ``task`` ``auto`` reads
+    verl ``ability``/``data_source`` (``code`` if it contains "code"), else ``math``. Code ground
+    truth is the JSON test spec, kept verbatim in ``answer``; its ``inputs``/``outputs`` pairs also
+    fill ``tests``. Loading is all-or-nothing; the seed is unused (file order is kept).
+    """
+
+    path: str = ""
+    eval_path: str | None = None
+    format: str = "auto"
+    fields: dict[str, str] = field(default_factory=dict)
+    task: str = "auto"
+    quality_rank: int = 1
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
+        known = set().union(*COLUMNS.values())
+        if unknown := sorted(set(self.fields) - known):
+            raise ValueError(f"fields has unknown record fields {unknown}; known: {sorted(known)}")
+
+    def records(self, seed: int, split: str) -> list[Record]:
+        """All rows of the split's file as records (first ``limit`` rows if set)."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        path = self.path if split == "train" else self.eval_path
+        if split == "train" and not path:
+            raise DataError("source 'file': no path set")
+        if not path:
+            return []
+        rows = read_rows(path)[: self.limit]
+        fmt = self.format if self.format != "auto" else detect_format(rows)
+        columns = {**COLUMNS[fmt], **self.fields}
+        label = Path(path).stem or path
+        return [_to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
+
+
+def detect_format(rows: list[tuple[int, Any]]) -> str:
+    first = rows[0][1] if rows and isinstance(rows[0][1], dict) else {}
+    return "messages" if "messages" in first else "verl" if "reward_model" in first else "records"
+
+
+def read_rows(path: str) -> list[tuple[int, Any]]:
+    """(1-based row number, row) pairs; JSON lines count physical lines. Raises DataError."""
+    p = Path(path)
+    if p.is_dir():
+        return list(enumerate(_load_hf(path, from_disk=True), 1))
+    if p.is_file():
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                return list(enumerate(pq.read_table(p).to_pylist(), 1))
+            except Exception as exc:  # noqa: BLE001 - any pyarrow failure is a bad file
+                raise DataError(f"{path}: cannot read parquet: {exc}") from exc
+        return _read_json(p)
+    if not _HUB_ID.match(path) or p.suffix:
+        raise DataError(f"data file not found: {path}")
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise DataError(f"data file not found: {path} (HF_HUB_OFFLINE is set: no hub download)")
+    return list(enumerate(_load_hf(path, from_disk=False), 1))
+
+
+def _read_json(p: Path) -> list[tuple[int, Any]]:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{p}: not UTF-8 text (use .jsonl, .json or .parquet)") from exc
+    if p.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            return list(enumerate(json.loads(text), 1))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{p}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{p}: row {n}: invalid JSON ({exc.msg})") from exc
+    return rows
+
+
+def _load_hf(path: str, *, from_disk: bool) -> list[Any]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(path) if from_disk else datasets.load_dataset(path, split="train")
+    except Exception as exc:  # noqa: BLE001 - any loader failure is a data problem
+        raise DataError(f"{path}: cannot load dataset: {exc}") from exc
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds and len(ds) != 1:
+            raise DataError(f"{path}: dataset has splits {sorted(ds)}; point path at one split")
+        ds = ds["train"] if "train" in ds else next(iter(ds.values()))
+    return ds.to_list()
+
+
+def _get(row: dict[str, Any], column: str) -> Any:
+    value: Any = row
+    for key in column.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
+class _Row:
+    """Typed field access to one row, raising DataError naming file, row and column."""
+
+    def __init__(self, row: Any, n: int, columns: dict[str, str], path: str) -> None:
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: row {n}: expected an object, got {type(row).__name__}")
+        self.row, self.n, self.columns, self.path = row, n, columns, path
+
+    def fail(self, key: str, why: str) -> DataError:
+        return DataError(f"{self.path}: row {self.n}: field {self.columns.get(key, key)!r}: {why}")
+
+    def get(self, key: str, types: tuple[type, ...], default: Any = _MISSING) -> Any:
+        value = _get(self.row, self.columns[key]) if key in self.columns else _MISSING
+        if value is _MISSING or (value is None and default is not _MISSING):
+            if default is _MISSING:
+                raise self.fail(key, "missing")
+            return default
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = "/".join(t.__name__ for t in types)
+            raise self.fail(key, f"expected {names}, got {type(value).__name__}")
+        return value
+
+
+def _to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, label: str,
+               task: str) -> Record:
+    r = _Row(row, n, columns, path)
+    source = r.get("source", (str,), label)
+    kind = task if task != "auto" else _task_of(r, source)
+    base = {"uid": str(r.get("uid", (str, int), f"{label}/{n}")), "source": source, "task": kind,
+            "difficulty": r.get("difficulty", (int,), 1)}
+    if fmt == "verl":
+        fields = _verl_fields(r, kind)
+    elif fmt == "messages":
+        fields = _messages_fields(r)
+    else:
+        fields = _records_fields(r)
+    used = {c.split(".")[0] for c in columns.values()}
+    meta = {k: v for k, v in row.items() if k not in used} | fields.pop("meta", {})
+    return Record(**base, **fields, meta=meta)
+
+
+def _task_of(r: _Row, source: str) -> str:
+    ability = r.get("task", (str,), "")
+    return "code" if ability == "code" or (ability != "math" and "code" in source) else "math"
+
+
+def _answer(r: _Row) -> str:
+    return str(r.get("answer", (str, int, float)))
+
+
+def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
+    prompt = r.get("prompt", (str, list))
+    if not isinstance(prompt, str):
+        prompt = _last_turn(r, "prompt", prompt, "user")
+    out: dict[str, Any] = {"prompt": prompt}
+    if kind != "code":
+        return {**out, "answer": _answer(r)}
+    spec = r.get("answer", (str, dict))
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise r.fail("answer", f"code ground truth is not JSON ({exc.msg})") from exc
+    if not isinstance(spec, dict):
+        raise r.fail("answer", f"code ground truth must be a JSON object, got {type(spec).__name__}")
+    ins, outs = spec.get("inputs"), spec.get("outputs")  # stdin/stdout specs; others stay in answer
+    pairs = zip(ins, outs, strict=False) if isinstance(ins, list) and isinstance(outs, list) else ()
+    tests = tuple({"input": i, "output": o} for i, o in pairs)
+    return {**out, "answer": json.dumps(spec), "tests": tests}
+
+
+def _messages_fields(r: _Row) -> dict[str, Any]:
+    messages = r.get("messages", (list,))
+    turns = [m for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    if len(turns) != len(messages):
+        raise r.fail("messages", "every turn must be an object with a string 'content'")
+    last_bot = max((i for i, m in enumerate(turns) if m.get("role") == "assistant"), default=len(turns))
+    prompt = _last_turn(r, "messages", turns[:last_bot], "user")
+    response = turns[last_bot]["content"] if last_bot < len(turns) else None
+    answer = str(r.get("answer", (str, int, float), ""))
+    return {"prompt": prompt, "answer": answer, "response": response,
+            "response_correct": r.get("response_correct", (bool,), None)}
+
+
+def _last_turn(r: _Row, key: str, turns: list[Any], role: str) -> str:
+    for m in reversed(turns):
+        if isinstance(m, dict) and m.get("role") == role and isinstance(m.get("content"), str):
+            return m["content"]
+    raise r.fail(key, f"no {role} turn with string content")
+
+
+def _records_fields(r: _Row) -> dict[str, Any]:
+    tests = r.get("tests", (list,), [])
+    if not all(isinstance(t, dict) for t in tests):
+        raise r.fail("tests", "every test must be an object")
+    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r), "tests": tuple(tests),
+            "response": r.get("response", (str,), None), "meta": dict(r.get("meta", (dict,), {})),
+            "response_correct": r.get("response_correct", (bool,), None)}

@@ -1,0 +1,116 @@
+"""``code`` reward: a python function graded by hidden tests in a bubblewrap sandbox (paper §3.2)."""
+
+from __future__ import annotations
+
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from klear_lab.data.records import Record
+from klear_lab.errors import DataError
+from klear_lab.registry import REWARD
+from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
+from klear_lab.rewards.function_tests import TestRun, run_function_tests
+from klear_lab.rewards.sandbox import require_bwrap
+
+MODES = ("soft", "hard", "affine")
+HARD_PASS, HARD_FAIL = 1.0, -1.0
+_CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(answer: str) -> str | None:
+    """Return the last fenced ``python`` (or ``py``) block of ``answer``; None if there is none."""
+    blocks = _CODE_BLOCK.findall(answer)
+    return blocks[-1] if blocks else None
+
+
+@REWARD.register("code")
+@dataclass(frozen=True)
+class CodeExecReward:
+    """Test-based code reward of Klear-Reasoner (arXiv 2508.07629, §3.2; official ``code_r1_compute``).
+
+    Checks in order: no ``</think>`` → ``missing_think_close`` (−0.5); no ``<think>`` →
+    ``missing_think_open`` (−2.0); no fenced ``python`` block after the last ``</think>`` →
+    ``no_code`` (−1). Otherwise the block must define ``func_name`` (``f``), which is called on
+    at most ``max_tests`` (16, as the official code) of ``Record.tests``, drawn with
+    ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in
+    one sandbox process with a ``timeout_s`` wall clock (official default 35 s). Scores by
+    ``mode``, with p the pass rate:
+
+    - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
+    - ``hard`` (Fig. 3 baseline, "positive only if all tests pass"): +1 if p == 1 else −1.
+    - ``affine`` (official code: mean of ±1 per test): 2p − 1 ∈ [−1, 1].
+
+    ``acc`` is True iff every drawn test passed (then the score is 1 in all modes). Up to
+    ``workers`` completions run in parallel, each in its own sandbox.
+    """
+
+    mode: str = "soft"
+    no_code: float = -1.0
+    missing_think_close: float = -0.5
+    missing_think_open: float = -2.0
+    max_tests: int = 16
+    timeout_s: float = 35.0
+    workers: int = 4
+    seed: int = 0
+    func_name: str = "f"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in ("max_tests", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if not self.func_name.isidentifier():
+            raise ValueError(f"func_name must be a Python identifier, got {self.func_name!r}")
+
+    def __call__(self, completions: list[str], records: list[Record]) -> list[RewardOutput]:
+        """Score each completion against its record's hidden tests (``record.tests``)."""
+        check_batch(completions, records)
+        outs: list[RewardOutput | None] = [None] * len(completions)
+        jobs: dict[int, tuple[str, list[dict[str, Any]]]] = {}
+        for i, (text, record) in enumerate(zip(completions, records, strict=True)):
+            outs[i] = think_tag_penalty(text, self.missing_think_close, self.missing_think_open)
+            code = extract_code(answer_part(text)) if outs[i] is None else None
+            if outs[i] is None and code is None:
+                outs[i] = RewardOutput(self.no_code, False, False, "no code block")
+            elif outs[i] is None:
+                jobs[i] = (code, self.draw_tests(record))  # type: ignore[assignment]
+        if jobs:
+            require_bwrap()  # fail once, before any thread starts
+            with ThreadPoolExecutor(min(self.workers, len(jobs)), thread_name_prefix="klear-code") as ex:
+                runs = ex.map(lambda job: self._run(*job), jobs.values())
+                for i, run in zip(jobs, runs, strict=True):
+                    outs[i] = self.score_run(run)
+        return outs  # type: ignore[return-value]
+
+    def draw_tests(self, record: Record) -> list[dict[str, Any]]:
+        """At most ``max_tests`` of the record's tests, the same subset on every call."""
+        if not record.tests:
+            raise DataError(f"code record {record.uid!r} has no tests (Record.tests is empty)")
+        tests = list(record.tests)
+        if len(tests) <= self.max_tests:
+            return tests
+        return random.Random(f"{self.seed}/{record.uid}").sample(tests, self.max_tests)
+
+    def score_run(self, run: TestRun) -> RewardOutput:
+        """Map per-test verdicts to the reward of ``mode``."""
+        rate = sum(run.passed) / len(run.passed)
+        all_pass = rate == 1.0
+        if self.mode == "soft":
+            score = rate
+        elif self.mode == "hard":
+            score = HARD_PASS if all_pass else HARD_FAIL
+        else:
+            score = 2.0 * rate - 1.0
+        info = f"{sum(run.passed)}/{len(run.passed)} passed"
+        if run.info:
+            info += f"; {run.status}: {run.info}"
+        return RewardOutput(score, all_pass, True, info[:200])
+
+    def _run(self, code: str, tests: list[dict[str, Any]]) -> TestRun:
+        return run_function_tests(code, self.func_name, tests, timeout_s=self.timeout_s)

@@ -1,0 +1,124 @@
+"""Run a candidate function against ``{"input": [...], "output": ...}`` tests in ONE sandbox process.
+
+The trusted harness (fed on stdin with the candidate and the tests embedded as JSON) defines the
+candidate in a fresh namespace, calls ``func(*input)`` per test and streams one JSON line per
+test with the *returned value*; the host compares values, so an object with a forged ``__eq__``
+cannot pass. Lines are written as each test finishes: a timeout keeps the tests done so far.
+Limitation: candidate code shares the harness process, so a program written to attack this
+harness could still forge result lines; the sandbox protects the host, not the score.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from klear_lab.rewards.sandbox import SandboxLimits, run_python
+
+_HARNESS = """import json, os
+_P = json.loads({payload!r})
+_out = os.fdopen(os.dup(1), "w")
+_null = os.open(os.devnull, os.O_WRONLY); os.dup2(_null, 1); os.dup2(_null, 2)
+def _emit(rec):
+    try:
+        line = json.dumps(rec, default=lambda o: {{"__repr__": repr(o)[:200]}})
+    except Exception as e:
+        line = json.dumps({{"i": rec.get("i"), "err": "unserializable: " + type(e).__name__}})
+    _out.write(line + "\\n"); _out.flush()
+try:
+    _ns = {{"__name__": "solution"}}
+    exec(compile(_P["code"], "solution.py", "exec"), _ns)
+    _fn = _ns[_P["func"]]
+except BaseException as e:
+    _emit({{"load_error": type(e).__name__ + ": " + str(e)[:200]}}); os._exit(0)
+for _i, _t in enumerate(_P["tests"]):
+    try:
+        _emit({{"i": _i, "out": _fn(*_t["input"])}})
+    except BaseException as e:
+        _emit({{"i": _i, "err": type(e).__name__ + ": " + str(e)[:200]}})
+"""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """Per-test verdicts of one candidate.
+
+    Attributes:
+        passed: one bool per test, in order (tests not reached count as failed).
+        status: ``ok``, ``timeout``, ``load_error`` (no such function, syntax error...) or
+            ``crash`` (the process died before reporting every test).
+        info: a short reason (first error, timeout).
+        wall_s: seconds the sandbox ran.
+    """
+
+    __test__ = False  # not a pytest class
+
+    passed: tuple[bool, ...]
+    status: str
+    info: str
+    wall_s: float
+
+
+def outputs_match(got: Any, expected: Any) -> bool:
+    """JSON-value equality: floats within 1e-6 (relative), bools distinct from ints, tuples as lists."""
+    if isinstance(got, bool) or isinstance(expected, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
+        if isinstance(got, float) or isinstance(expected, float):
+            return math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
+        return got == expected
+    if isinstance(got, list) and isinstance(expected, (list, tuple)):
+        return len(got) == len(expected) and all(map(outputs_match, got, expected))
+    if isinstance(got, dict) and isinstance(expected, dict):
+        return got.keys() == {str(k) for k in expected} and all(
+            outputs_match(got[str(k)], v) for k, v in expected.items())
+    return type(got) is type(expected) and got == expected
+
+
+def run_function_tests(
+    code: str, func: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
+    limits: SandboxLimits | None = None,
+) -> TestRun:
+    """Define ``code`` in the sandbox and check ``func(*test["input"]) == test["output"]`` per test.
+
+    Args:
+        code: candidate program (defines ``func``).
+        func: name of the function under test.
+        tests: test cases; ``input`` is the positional-argument list.
+        timeout_s: wall-clock limit for the whole run (all tests).
+        limits: sandbox resource limits.
+
+    Raises:
+        RuntimeError: bwrap is missing or the sandbox failed to start.
+    """
+    payload = json.dumps({"code": code, "func": func, "tests": [dict(t) for t in tests]})
+    res = run_python(_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
+    passed, info, reported = [False] * len(tests), "", 0
+    for rec in map(_parse, res.stdout.splitlines()):
+        if "load_error" in rec:
+            return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
+        i = rec.get("i")
+        if not (isinstance(i, int) and 0 <= i < len(tests)):
+            continue
+        reported += 1
+        if "out" in rec:
+            passed[i] = outputs_match(rec["out"], tests[i]["output"])
+        elif not info:
+            info = str(rec.get("err", ""))
+    status = "ok"
+    if res.timed_out:
+        status, info = "timeout", f"timed out after {timeout_s:g} s"
+    elif reported < len(tests):
+        status, info = "crash", f"exit {res.returncode} after {reported}/{len(tests)} tests"
+    return TestRun(tuple(passed), status, info[:200], res.wall_s)
+
+
+def _parse(line: str) -> dict[str, Any]:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return {}
+    return rec if isinstance(rec, dict) else {}

@@ -1,0 +1,211 @@
+"""Run untrusted Python in a bubblewrap sandbox (registers nothing).
+
+Each run is one ``bwrap`` process: all namespaces unshared (no network: only a down loopback),
+``--die-with-parent``, ``--new-session``, an empty root with read-only binds of ``/usr`` (and
+the ``/lib*``, ``/bin`` links) and of the interpreter prefix ``sys.base_prefix`` only, a private
+tmpfs ``/tmp``, a cleared environment (``PATH`` and ``LANG`` only), a seccomp filter that
+forbids new processes, and rlimits (CPU, address space, file size, open files, processes) set
+by a trusted prelude before the program runs. The project, ``$HOME``, the virtualenv and every
+variable of the caller's environment stay invisible. A wall-clock timeout kills the whole
+process group (the pid namespace takes every sandboxed process down with it).
+
+There is no unisolated fallback: without ``bwrap`` every call raises RuntimeError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from klear_lab.rewards.seccomp import no_fork_filter
+
+INSTALL_HINT = "apt-get install -y bubblewrap"
+MARKER = "klear-sandbox"  # last argv entry of every sandboxed interpreter (to find leaks)
+_BOOT_TAG = "\x00klear-sandbox-up\n"
+_BOOT = f"""import os, resource, sys
+for spec in sys.argv[1].split(","):
+    name, value = spec.split("=")
+    resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+sys.stdout.write({_BOOT_TAG!r}); sys.stdout.flush()
+src = sys.stdin.read()
+null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
+sys.argv = ["main.py"]
+del os, resource, spec, name, value, null
+exec(compile(src, "main.py", "exec"), {{"__name__": "__main__"}})
+"""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits inside the sandbox (official Klear code: Firejail, as 1024m, fsize 8m, nproc 32).
+
+    Attributes:
+        cpu_s: CPU seconds (RLIMIT_CPU); None = the wall-clock timeout, rounded up.
+        memory_mb: address space (RLIMIT_AS).
+        fsize_mb: largest file written (RLIMIT_FSIZE), stdout and stderr included.
+        nofile: open files (RLIMIT_NOFILE).
+        nproc: processes of the user (RLIMIT_NPROC; not enforced for root, the seccomp filter is).
+        tmpfs_mb: size of the private ``/tmp``.
+    """
+
+    cpu_s: int | None = None
+    memory_mb: int = 1024
+    fsize_mb: int = 8
+    nofile: int = 32
+    nproc: int = 32
+    tmpfs_mb: int = 64
+
+    def rlimit_spec(self, timeout_s: float) -> str:
+        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up."""
+        cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(timeout_s))
+        mib = 1 << 20
+        return (f"RLIMIT_CPU={cpu},RLIMIT_AS={self.memory_mb * mib},RLIMIT_FSIZE={self.fsize_mb * mib},"
+                f"RLIMIT_NOFILE={self.nofile},RLIMIT_NPROC={self.nproc}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one sandboxed run left: exit code (negative = killed by that signal), output, timing."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    wall_s: float
+
+
+def require_bwrap() -> str:
+    """Path of ``bwrap``; RuntimeError (with the install command) if it is missing."""
+    path = shutil.which("bwrap", path=_search_path())
+    if path is None:
+        raise RuntimeError(
+            "bubblewrap (bwrap) is required to run untrusted code and was not found on PATH; "
+            f"install it with `{INSTALL_HINT}` (scripts/bootstrap.sh does). Refusing to run unisolated."
+        )
+    return path
+
+
+def _search_path() -> str:
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin"])
+
+
+def _python() -> tuple[str, str]:
+    """(interpreter path, prefix to bind): the base interpreter, never the virtualenv."""
+    prefix = os.path.realpath(sys.base_prefix)
+    exe = getattr(sys, "_base_executable", "") or sys.executable
+    exe = os.path.realpath(exe)
+    if not exe.startswith(prefix + os.sep):
+        exe = os.path.join(prefix, "bin", f"python{sys.version_info.major}.{sys.version_info.minor}")
+    return exe, prefix
+
+
+def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    if not prefix.startswith("/usr/"):
+        args += ["--ro-bind", prefix, prefix]
+    return [*args, "--proc", "/proc", "--dev", "/dev",
+            "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+
+
+def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None) -> list[str]:
+    """Build the full command line: bwrap options, the interpreter and the limit-setting prelude."""
+    exe, prefix = _python()
+    argv = [require_bwrap(), "--unshare-all", "--die-with-parent", "--new-session",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+            *_mounts(prefix, limits.tmpfs_mb)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    return [*argv, exe, "-I", "-B", "-c", _BOOT, limits.rlimit_spec(timeout_s), MARKER]
+
+
+def run_python(
+    source: str, *, timeout_s: float = 10.0, limits: SandboxLimits | None = None
+) -> SandboxResult:
+    """Run ``source`` as ``__main__`` in the sandbox (stdin is empty).
+
+    Args:
+        source: Python program text (fed on stdin to the prelude, never written on the host).
+        timeout_s: wall-clock limit; on expiry the process group is killed.
+        limits: resource limits; defaults to ``SandboxLimits()``.
+
+    Returns:
+        The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
+
+    Raises:
+        RuntimeError: bwrap is missing, or the sandbox itself failed to start.
+    """
+    limits = limits or SandboxLimits()
+    bpf = no_fork_filter()
+    read_fd = _pipe_with(bpf) if bpf is not None else None
+    alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone
+    fds = (alive_w,) if read_fd is None else (alive_w, read_fd)
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                bwrap_argv(limits, timeout_s, read_fd), stdin=subprocess.PIPE, stdout=out, stderr=err,
+                pass_fds=fds, start_new_session=True,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+        timed_out = _communicate(proc, source.encode(), timeout_s)
+        _wait_eof(alive_r, deadline_s=5.0)
+        stdout, stderr = _read(out, limits.fsize_mb), _read(err, limits.fsize_mb)
+    if not stdout.startswith(_BOOT_TAG) and not timed_out:
+        raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): {stderr[-500:]}")
+    return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
+                         time.monotonic() - start)
+
+
+def _pipe_with(data: bytes) -> int:
+    """Return a pipe whose read end yields ``data`` then EOF (the filter is far below the pipe buffer)."""
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return r
+
+
+def _communicate(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float) -> bool:
+    """Feed stdin and wait; on timeout kill the process group. Returns whether it timed out."""
+    try:
+        proc.communicate(data, timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        return True
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _wait_eof(fd: int, deadline_s: float) -> None:
+    """Drain ``fd`` until EOF (all holders exited) or ``deadline_s``; then close it."""
+    end = time.monotonic() + deadline_s
+    try:
+        while (left := end - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+            if not os.read(fd, 4096):
+                break
+    finally:
+        os.close(fd)
+
+
+def _read(f: Any, cap_mb: int) -> str:
+    f.seek(0)
+    return f.read(cap_mb << 20).decode("utf-8", "replace")

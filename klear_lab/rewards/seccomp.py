@@ -1,0 +1,64 @@
+"""A tiny seccomp-BPF filter that forbids creating processes (registers nothing).
+
+``RLIMIT_NPROC`` is not enforced for uid 0, and CI runs as root, so the sandbox stops fork bombs
+with a filter instead: ``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with EPERM
+(threads still work); ``clone3``, whose flags a classic BPF filter cannot read, fails with ENOSYS,
+so glibc falls back to ``clone``. bubblewrap installs the program (``--seccomp FD``) right
+before it executes the sandboxed interpreter.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+
+# BPF opcodes (linux/filter.h) and seccomp constants (linux/seccomp.h, linux/audit.h)
+_LD_W_ABS, _JEQ_K, _JSET_K, _JGE_K, _RET_K = 0x20, 0x15, 0x45, 0x35, 0x06
+_RET_ALLOW, _RET_ERRNO, _RET_KILL = 0x7FFF0000, 0x00050000, 0x80000000
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0 low word (little-endian)
+_CLONE_THREAD = 0x00010000
+_X32_BIT = 0x40000000
+
+# machine -> (audit arch, clone, clone3, [fork, vfork])
+_ARCHES: dict[str, tuple[int, int, int, tuple[int, ...]]] = {
+    "x86_64": (0xC000003E, 56, 435, (57, 58)),
+    "aarch64": (0xC00000B7, 220, 435, ()),
+}
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def no_fork_filter(machine: str | None = None) -> bytes | None:
+    """Return the compiled filter for this machine, or None where the architecture is not supported.
+
+    Args:
+        machine: ``platform.machine()`` value; defaults to the running machine.
+    """
+    spec = _ARCHES.get(machine or platform.machine())
+    if spec is None:
+        return None
+    arch, clone, clone3, forks = spec
+    deny, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
+    prog = [
+        _insn(_LD_W_ABS, _OFF_ARCH),
+        _insn(_JEQ_K, arch, jt=1),
+        _insn(_RET_K, _RET_KILL),  # foreign ABI (e.g. i386 int 0x80): kill
+        _insn(_LD_W_ABS, _OFF_NR),
+        _insn(_JGE_K, _X32_BIT, jf=1),
+        _insn(_RET_K, _RET_KILL),  # x32 syscalls
+        _insn(_JEQ_K, clone3, jf=1),
+        _insn(_RET_K, enosys),
+    ]
+    for nr in forks:
+        prog += [_insn(_JEQ_K, nr, jf=1), _insn(_RET_K, deny)]
+    prog += [
+        _insn(_JEQ_K, clone, jf=3),
+        _insn(_LD_W_ABS, _OFF_ARG0),
+        _insn(_JSET_K, _CLONE_THREAD, jt=1),
+        _insn(_RET_K, deny),
+        _insn(_RET_K, _RET_ALLOW),
+    ]
+    return b"".join(prog)

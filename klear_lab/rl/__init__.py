@@ -1,0 +1,1 @@
+"""RL math: clip variants, loss aggregation, advantages, group filters, KL, overlong shaping."""

@@ -1,0 +1,1 @@
+"""Group advantage estimators (registry ``ADVANTAGE``), one per module; shared checks in ``base``."""

@@ -1,0 +1,1 @@
+"""Token-loss aggregation modes (registry ``AGGREGATION``), one per module."""

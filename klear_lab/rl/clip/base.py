@@ -1,0 +1,159 @@
+"""Shared pieces of the clip variants: output type, ratio, PPO surrogate, dual clip, metrics.
+
+Conventions: ``loss`` is what is MINIMISED (the negated surrogate objective), per token, already
+multiplied by the mask. Metrics are detached 0-d tensors, masked over valid tokens:
+
+- ``clipfrac_low`` / ``clipfrac_high``: share of tokens whose lower / upper bound is active
+  (for PPO-style variants: ratio < 1 - eps_low with adv < 0 / ratio > 1 + eps_high with adv > 0,
+  i.e. verl's ``pg_clipfrac`` split by side); ``clipfrac``: either side.
+- ``clipfrac_dual``: share of tokens hit by the dual clip (adv < 0, ratio > c); 0 when off.
+- ``ratio_mean`` / ``ratio_min`` / ``ratio_max``: importance ratio pi / pi_old.
+- ``approx_kl``: mean of 0.5 * (logp - old_logp)^2 (the k2 estimator, always >= 0; verl's
+  ``ppo_kl`` reports k1 = mean(old_logp - logp) instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+# verl clamps the token log-ratio to +-20 before exp (compute_policy_loss_vanilla)
+LOG_RATIO_CLAMP = 20.0
+
+METRIC_KEYS = (
+    "clipfrac_low",
+    "clipfrac_high",
+    "clipfrac",
+    "clipfrac_dual",
+    "ratio_mean",
+    "ratio_min",
+    "ratio_max",
+    "approx_kl",
+)
+
+
+@dataclass(frozen=True)
+class ClipOutput:
+    """Result of a clip variant.
+
+    Attributes:
+        loss: Per-token loss to minimise, zero at padding. Shape: [N, T].
+        metrics: Detached scalar metrics, keys :data:`METRIC_KEYS`.
+    """
+
+    loss: Tensor
+    metrics: dict[str, Tensor]
+
+
+def check_eps(name: str, value: float, upper: float | None = 1.0) -> None:
+    """Raise ``ValueError`` unless ``0 < value < upper`` (``upper=None``: only ``value > 0``)."""
+    if value <= 0 or (upper is not None and value >= upper):
+        bound = f"(0, {upper})" if upper is not None else "(0, inf)"
+        raise ValueError(f"{name} must be in {bound}, got {value}")
+
+
+def check_dual_clip(c: float | None) -> None:
+    """Dual-clip constant must be > 1 (Ye et al. 2020; verl asserts the same)."""
+    if c is not None and not c > 1.0:
+        raise ValueError(f"dual_clip_c must be > 1 when set, got {c}")
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over ``mask`` (0 when the mask is empty). Shapes equal; returns 0-d."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def expand_adv(adv: Tensor, like: Tensor) -> Tensor:
+    """Broadcast per-sequence advantages [N] (or [N, T]) to the token grid [N, T]."""
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1)
+    return adv.expand_as(like)
+
+
+def token_ratio(logp: Tensor, old_logp: Tensor) -> Tensor:
+    """Ratio pi / pi_old per token from log-probs, log-ratio clamped to +-20. Shape: [N, T]."""
+    return torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def ppo_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, ...]:
+    """Per-token clipped PPO loss ``max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))``.
+
+    Args:
+        ratio: Importance ratio. Shape: [N, T].
+        adv: Advantages on the token grid. Shape: [N, T].
+        eps_low: Lower clip distance from 1.
+        eps_high: Upper clip distance from 1.
+
+    Returns:
+        (loss [N, T], low_hit [N, T] bool, high_hit [N, T] bool); a hit token has zero gradient.
+    """
+    loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+    low_hit = (ratio < 1.0 - eps_low) & (adv < 0)
+    high_hit = (ratio > 1.0 + eps_high) & (adv > 0)
+    return loss, low_hit, high_hit
+
+
+def apply_dual_clip(loss: Tensor, ratio: Tensor, adv: Tensor, c: float | None) -> tuple[Tensor, Tensor]:
+    """Dual clip (arXiv 1912.09729): for adv < 0 and ratio > c the loss is the constant ``-c * adv``.
+
+    Equals verl's ``min(max(...), -c A)`` for adv < 0; the replaced tokens get ZERO gradient.
+
+    Returns:
+        (loss [N, T], dual_hit [N, T] bool).
+    """
+    if c is None:
+        return loss, torch.zeros_like(ratio, dtype=torch.bool)
+    hit = (adv < 0) & (ratio > c)
+    return torch.where(hit, -adv * c, loss), hit
+
+
+@torch.no_grad()
+def clip_metrics(
+    ratio: Tensor, mask: Tensor, low: Tensor, high: Tensor, dual: Tensor | None, approx_kl: Tensor
+) -> dict[str, Tensor]:
+    """Masked clip statistics over the units of ``mask`` (tokens [N, T] or sequences [N]).
+
+    Args:
+        ratio: Ratios on the same grid as ``mask``.
+        mask: 1.0 for valid units.
+        low: Lower bound active. Same shape, bool.
+        high: Upper bound active. Same shape, bool.
+        dual: Dual clip active (or None). Same shape, bool.
+        approx_kl: Precomputed scalar (see :func:`approx_kl`).
+
+    Returns:
+        Dict with keys :data:`METRIC_KEYS`, detached 0-d tensors.
+    """
+    ratio, mask = ratio.detach(), mask.to(ratio.dtype)
+    valid = mask > 0
+    inf = torch.tensor(float("inf"), dtype=ratio.dtype, device=ratio.device)
+    rmin = torch.where(valid, ratio, inf).amin()
+    rmax = torch.where(valid, ratio, -inf).amax()
+    one = torch.ones_like(rmin)
+    dual = torch.zeros_like(low) if dual is None else dual
+    return {
+        "clipfrac_low": masked_mean(low.to(mask.dtype), mask),
+        "clipfrac_high": masked_mean(high.to(mask.dtype), mask),
+        "clipfrac": masked_mean((low | high).to(mask.dtype), mask),
+        "clipfrac_dual": masked_mean(dual.to(mask.dtype), mask),
+        "ratio_mean": masked_mean(ratio, mask),
+        "ratio_min": torch.where(torch.isfinite(rmin), rmin, one),  # 1.0 when nothing is valid
+        "ratio_max": torch.where(torch.isfinite(rmax), rmax, one),
+        "approx_kl": approx_kl.detach(),
+    }
+
+
+@torch.no_grad()
+def approx_kl(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    """k2 estimate ``mean(0.5 * (logp - old_logp)^2)`` over valid tokens. Returns 0-d."""
+    return masked_mean(0.5 * (logp.detach() - old_logp) ** 2, mask)
+
+
+def token_clip_output(
+    loss: Tensor, ratio: Tensor, mask: Tensor, hits: tuple[Tensor, ...], kl: Tensor
+) -> ClipOutput:
+    """Mask a token-level loss and attach metrics; ``hits`` = (low, high, dual)."""
+    low, high, dual = hits
+    return ClipOutput(loss=loss * mask, metrics=clip_metrics(ratio, mask, low, high, dual, kl))

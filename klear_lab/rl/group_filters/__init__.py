@@ -1,0 +1,1 @@
+"""Online group filters (registry ``GROUP_FILTER``), one per module."""

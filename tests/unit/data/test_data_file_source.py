@@ -1,0 +1,188 @@
+"""The ``file`` source: verl / messages / records layouts in jsonl, json, parquet and datasets dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from klear_lab.data.sources.file import FileSource
+from klear_lab.errors import ConfigError, DataError
+from klear_lab.registry import SOURCE
+
+VERL = [
+    {"data_source": "math_longcot_math_verify", "ability": "math",
+     "prompt": [{"role": "user", "content": "What is 2+3?"}],
+     "reward_model": {"ground_truth": "5", "style": "rule"}, "__index_level_0__": 7},
+    {"data_source": "coder1_longcot", "ability": "code",
+     "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": "Echo the input."}],
+     "reward_model": {"ground_truth": json.dumps({"inputs": ["1\n", "2\n"], "outputs": ["1", "2"]}),
+                      "style": "rule"}, "__index_level_0__": 8},
+]
+MESSAGES = [
+    {"messages": [{"role": "user", "content": "Compute 1+1."},
+                  {"role": "assistant", "content": "<think>1+1=2</think>\\boxed{2}"}], "answer": "2"},
+    {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Compute 2+2."},
+                  {"role": "assistant", "content": "<think>4</think>\\boxed{4}"}], "answer": 4},
+]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _write(tmp_path, rows, kind):
+    if kind == "jsonl":
+        return str(_jsonl(tmp_path / "data.jsonl", rows))
+    if kind == "json":
+        (tmp_path / "data.json").write_text(json.dumps(rows))
+        return str(tmp_path / "data.json")
+    import datasets
+
+    ds = datasets.Dataset.from_list(rows)
+    if kind == "parquet":
+        ds.to_parquet(str(tmp_path / "data.parquet"))
+        return str(tmp_path / "data.parquet")
+    ds.save_to_disk(str(tmp_path / "ds"))
+    return str(tmp_path / "ds")
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "hf_dir"])
+def test_verl_round_trip(tmp_path, kind):
+    math, code = FileSource(path=_write(tmp_path, VERL, kind)).records(0, "train")
+    assert (math.task, math.prompt, math.answer, math.source) == ("math", "What is 2+3?", "5",
+                                                                  "math_longcot_math_verify")
+    assert math.meta["__index_level_0__"] == 7 and math.response is None
+    assert (code.task, code.prompt, code.source) == ("code", "Echo the input.", "coder1_longcot")
+    assert json.loads(code.answer)["outputs"] == ["1", "2"]
+    assert code.tests == ({"input": "1\n", "output": "1"}, {"input": "2\n", "output": "2"})
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet", "hf_dir"])
+def test_messages_round_trip(tmp_path, kind):
+    rows = [{**r, "answer": str(r["answer"])} for r in MESSAGES]  # arrow needs one type per column
+    a, b = FileSource(path=_write(tmp_path, rows, kind), format="messages").records(0, "train")
+    assert (a.prompt, a.response, a.answer) == ("Compute 1+1.", "<think>1+1=2</think>\\boxed{2}", "2")
+    assert (b.prompt, b.answer, b.task) == ("Compute 2+2.", "4", "math")
+    assert a.uid != b.uid
+
+
+def test_records_with_field_mapping_and_meta(tmp_path):
+    rows = [{"question": "Q1", "solution": 3, "level": 2, "pass_rate": 0.25}]
+    path = str(_jsonl(tmp_path / "mine.jsonl", rows))
+    src = FileSource(path=path, fields={"prompt": "question", "answer": "solution", "difficulty": "level"},
+                     task="math", quality_rank=3)
+    (r,) = src.records(0, "train")
+    assert (r.prompt, r.answer, r.difficulty, r.source, r.meta) == ("Q1", "3", 2, "mine", {"pass_rate": 0.25})
+    assert src.quality_rank == 3
+
+
+def test_eval_path_limit_and_auto_detect(tmp_path):
+    train = str(_jsonl(tmp_path / "train.jsonl", MESSAGES * 3))
+    held = str(_jsonl(tmp_path / "eval.jsonl", VERL))
+    assert FileSource(path=train).records(0, "eval") == []
+    src = FileSource(path=train, eval_path=held, limit=4)
+    assert len(src.records(0, "train")) == 4 and src.records(0, "train")[0].response
+    assert [r.task for r in src.records(0, "eval")] == ["math", "code"]
+
+
+def test_missing_file_names_path(tmp_path):
+    with pytest.raises(DataError, match="nope.jsonl"):
+        FileSource(path=str(tmp_path / "nope.jsonl")).records(0, "train")
+    with pytest.raises(DataError, match="no path"):
+        FileSource().records(0, "train")
+
+
+def test_hub_id_offline_is_a_data_error():
+    with pytest.raises(DataError, match="someone/some-dataset"):
+        FileSource(path="someone/some-dataset").records(0, "train")
+
+
+def _bad(row: dict, where: tuple) -> dict:
+    """A copy of ``row`` with the nested key path ``where`` set (or deleted if its last value is ...)."""
+    out = json.loads(json.dumps(row))
+    target = out
+    for key in where[:-2]:
+        target = target[key]
+    if where[-1] is ...:
+        del target[where[-2]]
+    else:
+        target[where[-2]] = where[-1]
+    return out
+
+
+@pytest.mark.parametrize(("rows", "fmt", "field"), [
+    ([VERL[0], _bad(VERL[0], ("prompt", ...))], "auto", "'prompt'"),
+    ([VERL[0], _bad(VERL[0], ("prompt", 5))], "auto", "'prompt'"),
+    ([VERL[0], _bad(VERL[0], ("prompt", [{"role": "system", "content": "x"}]))], "auto", "'prompt'"),
+    ([VERL[0], _bad(VERL[0], ("reward_model", "ground_truth", ...))], "auto", "'reward_model.ground_truth'"),
+    ([VERL[0], _bad(VERL[1], ("reward_model", "ground_truth", "not json"))], "auto",
+     "'reward_model.ground_truth'"),
+    ([VERL[0], _bad(VERL[0], ("data_source", 3))], "auto", "'data_source'"),
+    ([MESSAGES[0], _bad(MESSAGES[0], ("messages", "hi"))], "messages", "'messages'"),
+    ([MESSAGES[0], _bad(MESSAGES[0], ("messages", [{"role": "assistant", "content": "x"}]))], "messages",
+     "'messages'"),
+    ([MESSAGES[0], _bad(MESSAGES[0], ("answer", [1]))], "messages", "'answer'"),
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "difficulty": "hard"}], "records",
+     "'difficulty'"),
+    ([{"prompt": "p", "answer": "a"}, {"answer": "a"}], "records", "'prompt'"),
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "response_correct": "yes"}], "records",
+     "'response_correct'"),
+])
+def test_bad_row_names_file_row_and_field(tmp_path, rows, fmt, field):
+    path = _jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(DataError) as err:
+        FileSource(path=str(path), format=fmt).records(0, "train")
+    assert str(path) in str(err.value) and "row 2" in str(err.value) and field in str(err.value)
+
+
+def test_bad_json_line_and_non_object_row(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(VERL[0]) + "\n\n{not json\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl: row 3: invalid JSON"):
+        FileSource(path=str(path)).records(0, "train")
+    path.write_text(json.dumps(VERL[0]) + "\n[1, 2]\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl: row 2: expected an object"):
+        FileSource(path=str(path), format="verl").records(0, "train")
+
+
+def test_bad_parquet_row_is_numbered(tmp_path):
+    rows = [{"prompt": "p", "answer": "a"}, {"prompt": None, "answer": "b"}]
+    path = _write(tmp_path, rows, "parquet")
+    with pytest.raises(DataError, match=r"data\.parquet: row 2: field 'prompt'"):
+        FileSource(path=path).records(0, "train")
+
+
+@pytest.mark.parametrize(("field", "value"), [("format", "csv"), ("task", "chem"), ("limit", 0),
+                                              ("fields", {"question": "prompt"})])
+def test_validation_names_field(field, value):
+    with pytest.raises(ConfigError, match=field):
+        SOURCE.build({"name": "file", "path": "x.jsonl", field: value})
+
+
+def test_hub_id_online_uses_load_dataset(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load(path, split):
+        calls.append((path, split))
+        return datasets.Dataset.from_list(VERL[:1])
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    (r,) = FileSource(path="Suu/KlearReasoner-MathSub-30K").records(0, "train")
+    assert calls == [("Suu/KlearReasoner-MathSub-30K", "train")] and r.answer == "5"
+
+
+def test_dataset_dict_dir_uses_train_split(tmp_path):
+    import datasets
+
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(VERL[:1]),
+                               "test": datasets.Dataset.from_list(VERL[:1] * 2)})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    assert len(FileSource(path=str(tmp_path / "dd")).records(0, "train")) == 1

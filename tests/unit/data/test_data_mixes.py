@@ -1,0 +1,97 @@
+"""Data mixes: ``all``, ``top_k`` (paper Tables 4-5) and ``weighted``."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from klear_lab.data.mixes.base import share_metrics
+from klear_lab.data.records import Record
+from klear_lab.errors import ConfigError
+from klear_lab.registry import DATA_MIX
+
+RANKS = {"best": 1, "good": 2, "ok": 3, "bad": 4}
+
+
+def _pools(size: int = 100) -> dict[str, list[Record]]:
+    return {name: [Record(f"{name}/{i}", name, "math", f"p{i}", "1") for i in range(size)] for name in RANKS}
+
+
+def _mix(spec: dict, pools=None, seed: int = 0) -> list[Record]:
+    return DATA_MIX.build(spec)(pools or _pools(), RANKS, seed)
+
+
+def test_registered_and_build_from_defaults():
+    assert {"all", "top_k", "weighted"} <= set(DATA_MIX.names())
+    for name in ("all", "top_k", "weighted"):
+        DATA_MIX.build({"name": name})
+
+
+def test_all_is_the_shuffled_union():
+    out = _mix({"name": "all"})
+    assert sorted(r.uid for r in out) == sorted(r.uid for p in _pools().values() for r in p)
+    assert out == _mix({"name": "all"}) and out != _mix({"name": "all"}, seed=1)
+
+
+@pytest.mark.parametrize(("k", "sources"), [(1, {"best"}), (2, {"best", "good"}), (0, set(RANKS)),
+                                            (None, set(RANKS))])
+def test_top_k_picks_best_ranks_within_budget(k, sources):
+    out = _mix({"name": "top_k", "k": k, "budget": 120}, _pools(200))
+    counts = Counter(r.source for r in out)
+    assert len(out) == 120 and set(counts) == sources
+    assert max(counts.values()) - min(counts.values()) <= 1  # even split
+    assert len({r.uid for r in out}) == 120  # pools are large enough: no repeats
+
+
+def test_top_k_plan_is_pure_and_remainder_goes_to_best():
+    mix = DATA_MIX.build({"name": "top_k", "k": 3, "budget": 31600})
+    assert mix.plan({"ok": 9, "best": 9, "good": 9, "bad": 9}, RANKS) == {"best": 10534, "good": 10533,
+                                                                          "ok": 10533}
+    assert share_metrics({"best": 3, "good": 1}) == {"data/mix_share/best": 0.75, "data/mix_share/good": 0.25}
+
+
+def test_deterministic_per_seed_and_shuffled():
+    spec = {"name": "top_k", "k": 2, "budget": 50}
+    assert _mix(spec, seed=5) == _mix(spec, seed=5)
+    assert _mix(spec, seed=5) != _mix(spec, seed=6)
+    assert [r.source for r in _mix(spec)] != sorted(r.source for r in _mix(spec))
+
+
+def test_small_pool_is_repeated_evenly():
+    pools = {**_pools(), "best": _pools(7)["best"]}
+    out = _mix({"name": "top_k", "k": 2, "budget": 40}, pools)
+    counts = Counter(r.uid for r in out if r.source == "best")
+    assert sum(counts.values()) == 20 and len(counts) == 7
+    assert max(counts.values()) <= math.ceil(20 / 7)
+
+
+def test_top_k_errors():
+    with pytest.raises(ValueError, match="k=5"):
+        _mix({"name": "top_k", "k": 5})
+    with pytest.raises(ValueError, match="quality_rank"):
+        DATA_MIX.build({"name": "top_k"})({"x": []}, {}, 0)
+    with pytest.raises(ValueError, match="'best' has no records"):
+        _mix({"name": "top_k"}, {**_pools(), "best": []})
+    with pytest.raises(ConfigError, match="budget"):
+        DATA_MIX.build({"name": "top_k", "budget": 0})
+
+
+def test_weighted_ratios():
+    out = _mix({"name": "weighted", "weights": {"best": 3, "bad": 1}, "budget": 100})
+    assert Counter(r.source for r in out) == {"best": 75, "bad": 25}
+    mix = DATA_MIX.build({"name": "weighted", "weights": {"best": 1, "good": 1, "ok": 1}, "budget": 100})
+    counts = mix.plan(dict.fromkeys(RANKS, 10), RANKS)
+    assert sum(counts.values()) == 100 and sorted(counts.values()) == [33, 33, 34]
+    assert Counter(r.source for r in _mix({"name": "weighted", "budget": 8})) == dict.fromkeys(RANKS, 2)
+
+
+def test_weighted_errors():
+    with pytest.raises(ValueError, match=r"\['nope', 'zzz'\]"):
+        _mix({"name": "weighted", "weights": {"best": 1, "nope": 1, "zzz": 2}})
+    with pytest.raises(ConfigError, match="weights"):
+        DATA_MIX.build({"name": "weighted", "weights": {"best": -1}})

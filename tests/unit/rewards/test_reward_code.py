@@ -1,0 +1,74 @@
+"""code reward: soft/hard/affine values (paper §3.2), format checks, test sampling, no fallback."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from klear_lab.data.records import Record
+from klear_lab.errors import DataError
+from klear_lab.registry import REWARD
+from klear_lab.rewards import sandbox
+from klear_lab.rewards.code_exec import CodeExecReward, extract_code
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+# f(x) = 2x; the candidate below is wrong for x > 2, so it passes 2 of 4 tests
+TESTS = tuple({"input": [x], "output": 2 * x} for x in (1, 2, 3, 4))
+RECORD = Record(uid="c/0", source="t", task="code", prompt="write f", answer="def f(x): return 2 * x", tests=TESTS)
+PARTIAL = "<think>double it</think>\n```python\ndef f(x):\n    return 2 * x if x <= 2 else x\n```"
+CORRECT = "<think>double it</think>\n```python\ndef f(x):\n    return 2 * x\n```"
+
+
+@pytest.mark.parametrize(("mode", "partial", "correct"), [("soft", 0.5, 1.0), ("hard", -1.0, 1.0), ("affine", 0.0, 1.0)])
+def test_mode_values(mode, partial, correct):
+    out_partial, out_correct = CodeExecReward(mode=mode, workers=2)([PARTIAL, CORRECT], [RECORD, RECORD])
+    assert (out_partial.score, out_partial.acc, out_partial.info) == (partial, False, "2/4 passed")
+    assert (out_correct.score, out_correct.acc) == (correct, True)
+
+
+@pytest.mark.parametrize(("completion", "score", "info"), [
+    ("<think>x ```python\ndef f(x): return 2*x\n```", -0.5, "no </think>"),
+    ("x</think>```python\ndef f(x): return 2*x\n```", -2.0, "no <think>"),
+    ("<think>```python\ndef f(x): return 2*x\n```</think> the answer is 2x", -1.0, "no code block"),
+])
+def test_format_checks_come_first(completion, score, info):
+    (out,) = CodeExecReward()([completion], [RECORD])
+    assert (out.score, out.acc, out.format_ok, out.info) == (score, False, False, info)
+
+
+def test_draw_tests_is_seeded_and_capped():
+    rec = Record(uid="c/1", source="t", task="code", prompt="p", answer="",
+                 tests=tuple({"input": [i], "output": i} for i in range(40)))
+    r = CodeExecReward(max_tests=16)
+    drawn = r.draw_tests(rec)
+    assert len(drawn) == 16 and drawn == r.draw_tests(rec)
+    assert drawn != CodeExecReward(max_tests=16, seed=1).draw_tests(rec)
+    with pytest.raises(DataError, match="c/2"):
+        r.draw_tests(Record(uid="c/2", source="t", task="code", prompt="p", answer=""))
+
+
+def test_extract_code_takes_last_python_block():
+    assert extract_code("```python\na = 1\n```\ntext\n```py\nb = 2\n```") == "b = 2\n"
+    assert extract_code("```\nplain\n```") is None
+
+
+def test_registry_defaults_and_validation():
+    r = REWARD.build({"name": "code"})
+    assert (r.mode, r.no_code, r.max_tests, r.timeout_s, r.func_name) == ("soft", -1.0, 16, 35.0, "f")
+    for field, value in [("mode", "binary"), ("max_tests", 0), ("timeout_s", -1.0), ("func_name", "f()")]:
+        with pytest.raises(ValueError, match=field):
+            CodeExecReward(**{field: value})
+
+
+def test_missing_bwrap_raises_instead_of_running_unisolated(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "_search_path", lambda: str(tmp_path))
+    with pytest.raises(RuntimeError, match="bubblewrap"):
+        CodeExecReward()([CORRECT], [RECORD])

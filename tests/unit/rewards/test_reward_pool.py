@@ -1,0 +1,92 @@
+"""ScoringPool: per-item timeout with kill-and-replace, errors, crashes, no leaked processes."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+
+import pytest
+
+from klear_lab.rewards.pool import ScoringPool
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def slow_echo(item):
+    """Test-only scoring function: ``hang`` sleeps, ``boom`` raises, ``die`` kills the worker."""
+    if item == "hang":
+        time.sleep(60)
+    if item == "boom":
+        raise ValueError("boom")
+    if item == "die":
+        os._exit(3)
+    return item.upper()
+
+
+def loaded_modules(_item):
+    """What a real math worker has imported after one item."""
+    from klear_lab.rewards.math_check import equivalent_item
+
+    equivalent_item(("\\boxed{1}", "1", 5.0))
+    return {"torch": "torch" in sys.modules, "math_verify": "math_verify" in sys.modules}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_timeout_kills_and_replaces_the_worker():
+    start = time.monotonic()
+    with ScoringPool(slow_echo, workers=2, timeout_s=0.5) as pool:
+        res = pool.map(["a", "hang", "b", "c"])
+        first_pids = pool.pids
+        again = pool.map(["d", "e"])  # the pool recovered
+        all_pids = set(first_pids) | set(pool.pids)
+    assert [r.status for r in res] == ["ok", "timeout", "ok", "ok"]
+    assert [r.value for r in res] == ["A", None, "B", "C"]
+    assert [r.value for r in again] == ["D", "E"]
+    assert time.monotonic() - start < 3.0
+    assert not any(_alive(pid) for pid in all_pids)
+
+
+def test_error_and_crash_are_reported_per_item():
+    with ScoringPool(slow_echo, workers=1, timeout_s=5.0) as pool:
+        res = pool.map(["boom", "die", "ok"])
+        pids = pool.pids
+    assert (res[0].status, res[0].error) == ("error", "ValueError: boom")
+    assert res[1].status == "error" and "worker died" in res[1].error
+    assert (res[2].status, res[2].value) == ("ok", "OK")
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_closed_pool_refuses_and_copies_start_fresh():
+    pool = ScoringPool(slow_echo, workers=1)
+    assert pool.map([]) == [] and pool.pids == []  # lazy: nothing started
+    clone = pickle.loads(pickle.dumps(pool))
+    assert (clone.fn, clone.workers, clone.timeout_s) == (slow_echo, 1, 5.0)
+    pool.close()
+    pool.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.map(["a"])
+
+
+def test_workers_are_torch_free():
+    with ScoringPool(loaded_modules, workers=1, timeout_s=30.0) as pool:
+        (res,) = pool.map([None])
+    assert res.status == "ok", res.error
+    assert res.value == {"torch": False, "math_verify": True}
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"workers": 0}, "workers"), ({"timeout_s": 0}, "timeout_s")])
+def test_bad_values_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        ScoringPool(slow_echo, **kwargs)

@@ -1,0 +1,115 @@
+"""bubblewrap sandbox: no secrets, no host files, no network, no forks, timeouts kill, no fallback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+from klear_lab.rewards import sandbox
+from klear_lab.rewards.function_tests import outputs_match, run_function_tests
+from klear_lab.rewards.sandbox import MARKER, run_python
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_parent_environment_is_invisible(monkeypatch):
+    monkeypatch.setenv("KLEAR_SECRET", "hunter2")
+    res = run_python("import os; print(sorted(os.environ)); print(os.environ.get('KLEAR_SECRET'))")
+    names, secret = res.stdout.splitlines()
+    assert secret == "None" and "hunter2" not in res.stdout
+    assert set(eval(names)) <= {"PATH", "LANG", "PWD"}
+
+
+def test_host_files_are_invisible(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    paths = [str(secret), __file__, sys.prefix, os.path.expanduser("~/.bashrc")]
+    res = run_python(f"import os\nfor p in {paths!r}:\n    print(os.path.exists(p))")
+    assert res.stdout.split() == ["False"] * len(paths)
+    home = run_python(f"import os; print(os.listdir({os.path.expanduser('~')!r}))").stdout
+    base = os.path.realpath(sys.base_prefix)
+    assert home.strip() in ("[]", repr([base.split(os.sep)[2]]) if base.startswith("/root/") else "[]")
+
+
+def test_no_network_to_host_loopback():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        res = run_python(
+            "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused')" % port)
+        assert res.stdout.strip() == "refused"
+        with pytest.raises(BlockingIOError):
+            server.accept()
+
+
+def test_no_new_processes_but_threads_work():
+    res = run_python(
+        "import os, subprocess, threading\nt = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "for f in (os.fork, lambda: subprocess.run(['true'])):\n"
+        "    try:\n        f(); print('spawned')\n    except OSError as e:\n        print(e.errno)")
+    assert res.stdout.split() == ["thread", "1", "1"]  # EPERM
+
+
+def test_infinite_loop_is_killed_without_leaks():
+    start = time.monotonic()
+    res = run_python("while True:\n    pass", timeout_s=1.0)
+    assert res.timed_out and res.returncode < 0
+    assert time.monotonic() - start < 3.0
+    assert not _sandboxed_pids()
+
+
+def test_memory_limit():
+    res = run_python("x = bytearray(2 << 30)")
+    assert res.returncode == 1 and "MemoryError" in res.stderr
+
+
+def test_correct_solution_passes_and_wrong_outputs_fail():
+    tests = [{"input": [2, 3], "output": 5}, {"input": [[1], [2]], "output": [1, 2]}, {"input": [0.1, 0.2], "output": 0.3}]
+    run = run_function_tests("def f(a, b):\n    return a + b\n", "f", tests, timeout_s=10)
+    assert (run.passed, run.status) == ((True, True, True), "ok")
+    forged = "class A:\n    def __eq__(self, o): return True\ndef f(a, b):\n    print('noise'); return A()\n"
+    assert run_function_tests(forged, "f", tests, timeout_s=10).passed == (False, False, False)
+
+
+def test_missing_function_and_timeout_mid_tests():
+    assert run_function_tests("def g(): pass", "f", [{"input": [], "output": 1}], timeout_s=10).status == "load_error"
+    code = "def f(x):\n    while x == 2:\n        pass\n    return x\n"
+    tests = [{"input": [1], "output": 1}, {"input": [2], "output": 2}, {"input": [3], "output": 3}]
+    run = run_function_tests(code, "f", tests, timeout_s=1.0)
+    assert (run.passed, run.status) == ((True, False, False), "timeout")
+
+
+def test_outputs_match():
+    assert outputs_match([1, [2.0000001]], (1, [2]))
+    assert not outputs_match(1, True) and not outputs_match("1", 1) and not outputs_match([1], [1, 2])
+    assert outputs_match({"a": 1}, {"a": 1}) and not outputs_match({"a": 1}, {"b": 1})
+
+
+def test_refuses_to_run_without_bwrap(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "_search_path", lambda: str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"bwrap.*apt-get install -y bubblewrap"):
+        run_python("print(1)")
+
+
+def _sandboxed_pids() -> list[int]:
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if MARKER.encode() in f.read().split(b"\0"):
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids

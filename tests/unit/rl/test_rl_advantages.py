@@ -1,0 +1,64 @@
+"""Advantage estimators on a hand-computed [2, 4] example."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klear_lab.registry import ADVANTAGE
+from klear_lab.rl.advantages.dr_grpo import DrGRPOAdvantage
+from klear_lab.rl.advantages.grpo import GRPOAdvantage
+from klear_lab.rl.advantages.rloo import RLOOAdvantage
+
+REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
+
+
+def close(actual, expected, atol=1e-9):
+    torch.testing.assert_close(actual, torch.tensor(expected, dtype=torch.float64), atol=atol, rtol=0)
+
+
+def test_grpo():
+    # row 1: mean 0.5, unbiased std sqrt(1/3) -> +-0.5 / 0.57735 = +-0.866025
+    # row 2: mean 0.75, unbiased std sqrt(0.75/3) = 0.5 -> [0.5, 0.5, 0.5, -1.5]
+    a = 0.5 / ((1 / 3) ** 0.5 + 1e-6)
+    b = 1 / (0.5 + 1e-6)
+    close(GRPOAdvantage()(REWARDS), [[a, -a, -a, a], [0.25 * b, 0.25 * b, 0.25 * b, -0.75 * b]])
+    close(
+        GRPOAdvantage()(REWARDS),
+        [[0.866025, -0.866025, -0.866025, 0.866025], [0.5, 0.5, 0.5, -1.5]],
+        atol=1e-5,
+    )
+
+
+def test_dr_grpo():
+    close(DrGRPOAdvantage()(REWARDS), [[0.5, -0.5, -0.5, 0.5], [0.25, 0.25, 0.25, -0.75]])
+
+
+def test_rloo_equals_leave_one_out_mean():
+    # row 2, first: 1 - mean(1, 1, 0) = 1/3; last: 0 - mean(1, 1, 1) = -1
+    close(RLOOAdvantage()(REWARDS), [[2 / 3, -2 / 3, -2 / 3, 2 / 3], [1 / 3, 1 / 3, 1 / 3, -1.0]])
+    torch.manual_seed(0)
+    r = torch.randn(3, 5, dtype=torch.float64)
+    loo = torch.stack([torch.cat([r[:, :i], r[:, i + 1 :]], dim=1).mean(dim=1) for i in range(5)], dim=1)
+    close(RLOOAdvantage()(r), (r - loo).tolist())
+
+
+def test_equal_rewards_give_zero():
+    flat = torch.full((1, 4), 0.7, dtype=torch.float64)
+    for name in ADVANTAGE.names():
+        close(ADVANTAGE.build({"name": name})(flat), [[0.0] * 4])
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+def test_group_size_checks(name):
+    cls = ADVANTAGE.get(name)
+    assert cls.min_group_size == 2
+    with pytest.raises(ValueError, match="group size"):
+        cls()(torch.ones(3, 1))
+    with pytest.raises(ValueError, match=r"\[B, G\]"):
+        cls()(torch.ones(4))
+
+
+def test_grpo_eps_validation():
+    with pytest.raises(ValueError, match="eps"):
+        GRPOAdvantage(eps=0.0)

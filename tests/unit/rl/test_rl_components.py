@@ -1,0 +1,57 @@
+"""Every RL component builds from its defaults through the registry and returns the contract shapes."""
+
+from __future__ import annotations
+
+import torch
+
+from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER
+from klear_lab.rl.clip.base import METRIC_KEYS, ClipOutput
+from klear_lab.rl.types import AggContext
+
+
+def test_registered_names():
+    assert set(CLIP.names()) >= {"ppo", "clip_higher", "gppo", "cispo", "cispo_upper", "gspo", "reinforce"}
+    assert set(AGGREGATION.names()) >= {
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+    }
+    assert set(ADVANTAGE.names()) >= {"grpo", "dr_grpo", "rloo"}
+    assert set(GROUP_FILTER.names()) >= {"none", "zero_variance"}
+
+
+def test_clip_contract_for_every_variant():
+    torch.manual_seed(0)
+    logp = (-torch.rand(4, 5)).requires_grad_()
+    old = logp.detach() + 0.1 * torch.randn(4, 5)
+    adv = torch.tensor([1.0, -1.0, 0.5, 0.0])
+    mask = torch.ones(4, 5)
+    mask[1, 3:] = 0.0
+    for name in CLIP.names():
+        clip = CLIP.build({"name": name})
+        assert isinstance(clip.seq_level, bool)
+        out = clip(logp, old, adv, mask)
+        assert isinstance(out, ClipOutput)
+        assert out.loss.shape == (4, 5)
+        assert set(out.metrics) == set(METRIC_KEYS), name
+        assert all(v.dim() == 0 and not v.requires_grad for v in out.metrics.values())
+        assert torch.all(out.loss[1, 3:] == 0), name
+        grad = torch.autograd.grad(out.loss.sum(), logp)[0]
+        assert torch.all(grad[1, 3:] == 0), name
+        assert torch.isfinite(grad).all(), name
+
+
+def test_other_axes_build_from_defaults():
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0]])
+    for name in ADVANTAGE.names():
+        assert ADVANTAGE.build({"name": name})(rewards).shape == (1, 4)
+    for name in GROUP_FILTER.names():
+        keep = GROUP_FILTER.build({"name": name})(rewards, rewards == 1.0)
+        assert keep.shape == (1,)
+        assert keep.dtype == torch.bool
+    mask = torch.ones(2, 3)
+    for name in AGGREGATION.names():
+        assert (
+            AGGREGATION.build({"name": name})(torch.ones(2, 3), mask, AggContext.from_mask(mask)).dim() == 0
+        )
