@@ -136,6 +136,8 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
             if isinstance(old, dict) and isinstance(value, dict) and value.get("name", old.get("name")) \
                     != old.get("name"):
                 old = dst[key] = {}  # switching component: drop the previous one's params
+        if isinstance(old, list) and isinstance(value, dict) and all(str(k).isdigit() for k in value):
+            value = _merge_into_list(old, value, label, path, provenance)  # data.sources.0.n=5
         if isinstance(old, dict) and isinstance(value, dict):
             _merge(old, value, label, f"{path}.", provenance)
         else:
@@ -145,6 +147,21 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
 
 
 _COMPONENT_PATHS = component_paths()
+
+
+def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: dict[str, str]) -> list:
+    out = [dict(v) if isinstance(v, dict) else v for v in old]
+    for key, item in value.items():
+        i = int(key)
+        if i >= len(out):
+            raise ConfigError(f"{label}: {path}.{i}: index out of range (the list has {len(out)} items)")
+        if isinstance(out[i], dict) and isinstance(item, dict):
+            wrapper = {"item": out[i]}
+            _merge(wrapper, {"item": item}, label, f"{path}.{i}.", provenance)
+            out[i] = wrapper["item"]
+        else:
+            out[i] = item
+    return out
 
 
 def _mark_children(value: Any, path: str, label: str, provenance: dict[str, str]) -> None:

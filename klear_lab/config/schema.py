@@ -61,6 +61,8 @@ class DataSection:
     eval_sources: list = components("source", {"name": "arith", "levels": [1], "level_weights": [1.0],
                                                "n_prompts": 200})
     """Held-out sets (their ``eval`` split) scored by greedy decoding with the task's verifier."""
+    world_seed: int = 0
+    """Seed of the embedded task world (fixed across run seeds, so replicates share data)."""
     max_length: int = 512
     """Longest SFT sequence (prompt + response) in tokens; longer records are dropped and counted."""
     pack: bool = True

@@ -39,7 +39,7 @@ class RewardFn(Protocol):
     """A reward: completions and their records in, one ``RewardOutput`` per completion out."""
 
     def __call__(self, completions: list[str], records: list[Record]) -> list[RewardOutput]:
-        """Return one output per completion, in order (``records[i]`` is the reference of ``completions[i]``)."""
+        """Return one output per completion; ``records[i]`` holds the reference of ``completions[i]``."""
         ...
 
 

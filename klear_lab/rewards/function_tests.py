@@ -1,11 +1,12 @@
 """Run a candidate function against ``{"input": [...], "output": ...}`` tests in ONE sandbox process.
 
-The trusted harness (fed on stdin with the candidate and the tests embedded as JSON) defines the
-candidate in a fresh namespace, calls ``func(*input)`` per test and streams one JSON line per
-test with the *returned value*; the host compares values, so an object with a forged ``__eq__``
-cannot pass. Lines are written as each test finishes: a timeout keeps the tests done so far.
-Limitation: candidate code shares the harness process, so a program written to attack this
-harness could still forge result lines; the sandbox protects the host, not the score.
+The trusted harness (fed on stdin with the candidate and the test *inputs* embedded as JSON)
+defines the candidate in a fresh namespace, calls ``func(*input)`` per test and streams one JSON
+line per test with the returned value. Expected outputs never enter the sandbox and the host does
+the comparison, so a candidate cannot read the answers (e.g. through ``sys._getframe``), and an
+object with a forged ``__eq__`` cannot pass. A line the candidate forges on the harness' output
+can only claim values it could have returned; a test with two result lines fails. Lines are
+written as each test finishes: a timeout keeps the tests done so far.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ try:
     _fn = _ns[_P["func"]]
 except BaseException as e:
     _emit({{"load_error": type(e).__name__ + ": " + str(e)[:200]}}); os._exit(0)
-for _i, _t in enumerate(_P["tests"]):
+for _i, _args in enumerate(_P["inputs"]):
     try:
-        _emit({{"i": _i, "out": _fn(*_t["input"])}})
+        _emit({{"i": _i, "out": _fn(*_args)}})
     except BaseException as e:
         _emit({{"i": _i, "err": type(e).__name__ + ": " + str(e)[:200]}})
 """
@@ -94,21 +95,20 @@ def run_function_tests(
     Raises:
         RuntimeError: bwrap is missing or the sandbox failed to start.
     """
-    payload = json.dumps({"code": code, "func": func, "tests": [dict(t) for t in tests]})
+    payload = json.dumps({"code": code, "func": func, "inputs": [list(t["input"]) for t in tests]})
     res = run_python(_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
-    passed, info, reported = [False] * len(tests), "", 0
+    passed, info, seen = [False] * len(tests), "", set()
     for rec in map(_parse, res.stdout.splitlines()):
         if "load_error" in rec:
             return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
         i = rec.get("i")
         if not (isinstance(i, int) and 0 <= i < len(tests)):
             continue
-        reported += 1
-        if "out" in rec:
-            passed[i] = outputs_match(rec["out"], tests[i]["output"])
-        elif not info:
-            info = str(rec.get("err", ""))
-    status = "ok"
+        passed[i] = i not in seen and "out" in rec and outputs_match(rec["out"], tests[i]["output"])
+        seen.add(i)
+        if "err" in rec and not info:
+            info = str(rec["err"])
+    reported, status = len(seen), "ok"
     if res.timed_out:
         status, info = "timeout", f"timed out after {timeout_s:g} s"
     elif reported < len(tests):

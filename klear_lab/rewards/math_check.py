@@ -42,6 +42,11 @@ def equivalent(answer: str, ground_truth: str, timeout_s: float | None) -> bool:
     return bool(gold) and bool(verify(gold, pred, timeout_seconds=limit))
 
 
+def warm_up() -> None:
+    """Import math-verify (and sympy) ahead of the first item; a pool worker initializer."""
+    import math_verify  # noqa: F401
+
+
 def equivalent_item(item: tuple[str, str, float | None]) -> bool:
     """Pool entry point: ``equivalent(*item)`` (module-level so that it pickles by reference)."""
     return equivalent(*item)

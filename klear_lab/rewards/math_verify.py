@@ -9,7 +9,7 @@ from typing import Any
 from klear_lab.data.records import Record
 from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
-from klear_lab.rewards.math_check import equivalent, equivalent_item, exact_match
+from klear_lab.rewards.math_check import equivalent, equivalent_item, exact_match, warm_up
 from klear_lab.rewards.pool import PoolResult, ScoringPool
 
 
@@ -89,7 +89,8 @@ class MathVerifyReward:
     def _get_pool(self) -> ScoringPool:
         pool: Any = self.__dict__.get("_pool")
         if pool is None:
-            pool = ScoringPool(equivalent_item, workers=self.workers, timeout_s=self.timeout_s)
+            pool = ScoringPool(equivalent_item, initializer=warm_up, workers=self.workers,
+                               timeout_s=self.timeout_s)
             object.__setattr__(self, "_pool", pool)  # runtime state, not a hyperparameter
         return pool
 

@@ -48,7 +48,9 @@ _BOOT = (
 def _serve_fds(read_fd: int, write_fd: int) -> None:
     """Worker entry point: wrap the inherited pipe ends and serve."""
     inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    fn = inbox.recv()  # the scoring function, pickled by reference
+    fn, initializer = inbox.recv()  # pickled by reference: importing their modules happens here
+    if initializer is not None:
+        initializer()
     _serve(inbox, outbox, fn)
 
 
@@ -72,7 +74,7 @@ def _serve(inbox: Connection, outbox: Connection, fn: Callable[[Any], Any]) -> N
 class _Worker:
     """One worker process, its two pipes and the item it is working on."""
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], initializer: Callable[[], None] | None) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         argv = [sys.executable, "-c", _BOOT, str(to_child_r), str(from_child_w), json.dumps(sys.path)]
@@ -85,7 +87,7 @@ class _Worker:
         self.conn = Connection(from_child_r, writable=False)
         self.ready = False
         self.task: tuple[int, float] | None = None  # (item index, deadline)
-        self._send(fn)
+        self._send((fn, initializer))
 
     def _send(self, obj: Any) -> None:
         with contextlib.suppress(OSError):  # a dead worker: its EOF is seen by the caller's wait()
@@ -118,18 +120,21 @@ class ScoringPool:
 
     Args:
         fn: a module-level function (pickled by reference); it must not import torch.
+        initializer: optional module-level function run once per worker before it reports
+            ready (e.g. heavy imports), so that start-up does not count against an item's timeout.
         workers: number of worker processes, started lazily on the first ``map``.
         timeout_s: wall-clock limit per item, counted from when a ready worker receives it.
     """
 
     def __init__(
-        self, fn: Callable[[Any], Any], *, workers: int = 2, timeout_s: float = 5.0
+        self, fn: Callable[[Any], Any], *, initializer: Callable[[], None] | None = None,
+        workers: int = 2, timeout_s: float = 5.0,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.fn, self.workers, self.timeout_s = fn, workers, timeout_s
+        self.fn, self.initializer, self.workers, self.timeout_s = fn, initializer, workers, timeout_s
         self._procs: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -137,7 +142,7 @@ class ScoringPool:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a copy (pickle, deepcopy) is a fresh, not yet started pool with the same settings
-        return (_rebuild, (self.fn, self.workers, self.timeout_s))
+        return (_rebuild, (self.fn, self.initializer, self.workers, self.timeout_s))
 
     def __enter__(self) -> ScoringPool:
         return self
@@ -164,7 +169,7 @@ class ScoringPool:
             if not items:
                 return []
             while len(self._procs) < self.workers:
-                self._procs.append(_Worker(self.fn))
+                self._procs.append(_Worker(self.fn, self.initializer))
             results: list[PoolResult | None] = [None] * len(items)
             queue = deque(range(len(items)))
             boot_failures = 0
@@ -221,8 +226,10 @@ class ScoringPool:
     def _replace(self, w: _Worker) -> None:
         w.task = None
         w.stop(grace_s=0.0)
-        self._procs[self._procs.index(w)] = _Worker(self.fn)
+        self._procs[self._procs.index(w)] = _Worker(self.fn, self.initializer)
 
 
-def _rebuild(fn: Callable[[Any], Any], workers: int, timeout_s: float) -> ScoringPool:
-    return ScoringPool(fn, workers=workers, timeout_s=timeout_s)
+def _rebuild(
+    fn: Callable[[Any], Any], initializer: Callable[[], None] | None, workers: int, timeout_s: float
+) -> ScoringPool:
+    return ScoringPool(fn, initializer=initializer, workers=workers, timeout_s=timeout_s)

@@ -150,6 +150,7 @@ def run_python(
         RuntimeError: bwrap is missing, or the sandbox itself failed to start.
     """
     limits = limits or SandboxLimits()
+    require_bwrap()  # before any pipe is opened
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
     alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone
@@ -161,6 +162,9 @@ def run_python(
                 bwrap_argv(limits, timeout_s, read_fd), stdin=subprocess.PIPE, stdout=out, stderr=err,
                 pass_fds=fds, start_new_session=True,
             )
+        except BaseException:
+            os.close(alive_r)
+            raise
         finally:
             for fd in fds:
                 os.close(fd)
@@ -168,7 +172,8 @@ def run_python(
         _wait_eof(alive_r, deadline_s=5.0)
         stdout, stderr = _read(out, limits.fsize_mb), _read(err, limits.fsize_mb)
     if not stdout.startswith(_BOOT_TAG) and not timed_out:
-        raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): {stderr[-500:]}")
+        raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
+                           f"{stderr[-500:]}")
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
                          time.monotonic() - start)
 
@@ -198,8 +203,10 @@ def _communicate(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float) -
 def _wait_eof(fd: int, deadline_s: float) -> None:
     """Drain ``fd`` until EOF (all holders exited) or ``deadline_s``; then close it."""
     end = time.monotonic() + deadline_s
+    poller = select.poll()  # not select.select: fds above 1023 are fine
+    poller.register(fd, select.POLLIN)
     try:
-        while (left := end - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+        while (left := end - time.monotonic()) > 0 and poller.poll(left * 1000):
             if not os.read(fd, 4096):
                 break
     finally:

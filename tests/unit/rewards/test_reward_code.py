@@ -22,12 +22,14 @@ def _offline(monkeypatch):
 
 # f(x) = 2x; the candidate below is wrong for x > 2, so it passes 2 of 4 tests
 TESTS = tuple({"input": [x], "output": 2 * x} for x in (1, 2, 3, 4))
-RECORD = Record(uid="c/0", source="t", task="code", prompt="write f", answer="def f(x): return 2 * x", tests=TESTS)
+RECORD = Record(uid="c/0", source="t", task="code", prompt="write f", answer="def f(x): return 2 * x",
+                tests=TESTS)
 PARTIAL = "<think>double it</think>\n```python\ndef f(x):\n    return 2 * x if x <= 2 else x\n```"
 CORRECT = "<think>double it</think>\n```python\ndef f(x):\n    return 2 * x\n```"
 
 
-@pytest.mark.parametrize(("mode", "partial", "correct"), [("soft", 0.5, 1.0), ("hard", -1.0, 1.0), ("affine", 0.0, 1.0)])
+@pytest.mark.parametrize(("mode", "partial", "correct"),
+                         [("soft", 0.5, 1.0), ("hard", -1.0, 1.0), ("affine", 0.0, 1.0)])
 def test_mode_values(mode, partial, correct):
     out_partial, out_correct = CodeExecReward(mode=mode, workers=2)([PARTIAL, CORRECT], [RECORD, RECORD])
     assert (out_partial.score, out_partial.acc, out_partial.info) == (partial, False, "2/4 passed")

@@ -72,10 +72,12 @@ def test_pool_path_matches_inline(reward):
 
 def test_registered_defaults_are_paper_values():
     r = REWARD.build({"name": "math_verify"})
-    assert (r.correct, r.wrong, r.missing_think_close, r.missing_think_open, r.timeout_s) == (1.0, -1.0, -0.5, -2.0, 5.0)
+    values = (r.correct, r.wrong, r.missing_think_close, r.missing_think_open, r.timeout_s)
+    assert values == (1.0, -1.0, -0.5, -2.0, 5.0)
 
 
-@pytest.mark.parametrize(("field", "value"), [("timeout_s", 0.0), ("workers", 0), ("wrong", 1.0), ("inline_below", -1)])
+@pytest.mark.parametrize(("field", "value"),
+                         [("timeout_s", 0.0), ("workers", 0), ("wrong", 1.0), ("inline_below", -1)])
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         MathVerifyReward(**{field: value})
@@ -103,8 +105,13 @@ def fake_equivalent(item):
     return answer.strip() == gt
 
 
+def no_warm_up():
+    """Test-only initializer: skip the math-verify import so that the test stays fast."""
+
+
 def test_stuck_item_gets_timeout_score(monkeypatch):
     monkeypatch.setattr(mv_module, "equivalent_item", fake_equivalent)
+    monkeypatch.setattr(mv_module, "warm_up", no_warm_up)
     r = MathVerifyReward(inline_below=0, workers=1, timeout_s=0.5)
     start = time.monotonic()
     try:
@@ -114,7 +121,7 @@ def test_stuck_item_gets_timeout_score(monkeypatch):
         r.close()
     assert (outs[0].score, outs[0].acc) == (-1.0, False) and outs[0].info.startswith("timeout")
     assert (outs[1].score, outs[1].info) == (1.0, "verified")
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 10.0  # cut off, not the 60 s sleep (takes ~1.5 s)
     assert all(not _alive(pid) for pid in pids)
 
 

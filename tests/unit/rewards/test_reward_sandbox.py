@@ -35,9 +35,11 @@ def test_host_files_are_invisible(tmp_path):
     paths = [str(secret), __file__, sys.prefix, os.path.expanduser("~/.bashrc")]
     res = run_python(f"import os\nfor p in {paths!r}:\n    print(os.path.exists(p))")
     assert res.stdout.split() == ["False"] * len(paths)
-    home = run_python(f"import os; print(os.listdir({os.path.expanduser('~')!r}))").stdout
-    base = os.path.realpath(sys.base_prefix)
-    assert home.strip() in ("[]", repr([base.split(os.sep)[2]]) if base.startswith("/root/") else "[]")
+    home = os.path.expanduser("~")
+    listing = run_python(f"import os; print(os.listdir({home!r}) if os.path.isdir({home!r}) else [])")
+    rel = os.path.relpath(os.path.realpath(sys.base_prefix), home)
+    allowed = set() if rel.startswith("..") else {rel.split(os.sep)[0]}  # only the interpreter prefix
+    assert set(eval(listing.stdout)) <= allowed
 
 
 def test_no_network_to_host_loopback():
@@ -47,8 +49,8 @@ def test_no_network_to_host_loopback():
         server.setblocking(False)
         port = server.getsockname()[1]
         res = run_python(
-            "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
-            "    print('connected')\nexcept OSError as e:\n    print('refused')" % port)
+            f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused')")
         assert res.stdout.strip() == "refused"
         with pytest.raises(BlockingIOError):
             server.accept()
@@ -56,7 +58,8 @@ def test_no_network_to_host_loopback():
 
 def test_no_new_processes_but_threads_work():
     res = run_python(
-        "import os, subprocess, threading\nt = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "import os, subprocess, threading\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
         "for f in (os.fork, lambda: subprocess.run(['true'])):\n"
         "    try:\n        f(); print('spawned')\n    except OSError as e:\n        print(e.errno)")
     assert res.stdout.split() == ["thread", "1", "1"]  # EPERM
@@ -66,7 +69,7 @@ def test_infinite_loop_is_killed_without_leaks():
     start = time.monotonic()
     res = run_python("while True:\n    pass", timeout_s=1.0)
     assert res.timed_out and res.returncode < 0
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 5.0
     assert not _sandboxed_pids()
 
 
@@ -76,15 +79,21 @@ def test_memory_limit():
 
 
 def test_correct_solution_passes_and_wrong_outputs_fail():
-    tests = [{"input": [2, 3], "output": 5}, {"input": [[1], [2]], "output": [1, 2]}, {"input": [0.1, 0.2], "output": 0.3}]
+    tests = [{"input": [2, 3], "output": 5}, {"input": [[1], [2]], "output": [1, 2]},
+             {"input": [0.1, 0.2], "output": 0.3}]
     run = run_function_tests("def f(a, b):\n    return a + b\n", "f", tests, timeout_s=10)
     assert (run.passed, run.status) == ((True, True, True), "ok")
     forged = "class A:\n    def __eq__(self, o): return True\ndef f(a, b):\n    print('noise'); return A()\n"
     assert run_function_tests(forged, "f", tests, timeout_s=10).passed == (False, False, False)
+    peek = ("import gc\ndef f(*a):  # find the expected output anywhere in the process\n"
+            "    found = (o['output'] for o in gc.get_objects() if isinstance(o, dict) and 'output' in o)\n"
+            "    return next(found, 0)\n")
+    assert run_function_tests(peek, "f", tests, timeout_s=10).passed == (False, False, False)
 
 
 def test_missing_function_and_timeout_mid_tests():
-    assert run_function_tests("def g(): pass", "f", [{"input": [], "output": 1}], timeout_s=10).status == "load_error"
+    missing = run_function_tests("def g(): pass", "f", [{"input": [], "output": 1}], timeout_s=10)
+    assert missing.status == "load_error"
     code = "def f(x):\n    while x == 2:\n        pass\n    return x\n"
     tests = [{"input": [1], "output": 1}, {"input": [2], "output": 2}, {"input": [3], "output": 3}]
     run = run_function_tests(code, "f", tests, timeout_s=1.0)

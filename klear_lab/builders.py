@@ -1,0 +1,122 @@
+"""Builders: the only code that reads the config. They turn config nodes into objects."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from klear_lab.config.validate import component_args
+from klear_lab.data.records import Record
+from klear_lab.errors import ConfigError, DataError
+from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, SOURCE
+
+
+def build(registry, node: dict[str, Any], **runtime: Any) -> Any:
+    return registry.build(component_args(node, registry.axis), **runtime)
+
+
+def set_threads(cfg: dict[str, Any]) -> int:
+    """Torch threads: explicit, or cores divided by the parallel workers of a sweep.
+
+    Two processes with torch's default threads on 2 cores run 3x slower than one (environment.md).
+    """
+    n = cfg["trainer"]["num_threads"]
+    if n <= 0:
+        workers = max(int(os.environ.get("KLEAR_PARALLEL_WORKERS", "1")), 1)
+        n = max((os.cpu_count() or 1) // workers, 1)
+    torch.set_num_threads(n)
+    return n
+
+
+def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]]) -> tuple[dict[str, list[Record]], dict[str, int]]:
+    """Records per source (``split`` of each), keyed by a unique source label, with quality ranks."""
+    pools: dict[str, list[Record]] = {}
+    ranks: dict[str, int] = {}
+    seed = cfg["data"]["world_seed"]
+    for i, node in enumerate(nodes):
+        source = build(SOURCE, node)
+        label = node["name"] if node["name"] not in pools else f"{node['name']}#{i}"
+        pools[label] = source.records(seed, split)
+        ranks[label] = source.quality_rank
+    return pools, ranks
+
+
+def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
+    """Sources -> difficulty filter (per source) -> data mix. Returns records and data stats."""
+    pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])
+    flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
+    filtered = {name: flt(recs) for name, recs in pools.items()}
+    stats: dict[str, float] = {}
+    for name in pools:
+        stats[f"data/kept_frac/{name}"] = len(filtered[name]) / max(len(pools[name]), 1)
+    empty = [n for n, r in filtered.items() if not r]
+    if len(empty) == len(filtered):
+        raise DataError(f"data.filter {cfg['data']['filter']['name']!r} removed every record of "
+                        f"every source ({', '.join(pools)})")
+    mix = build(DATA_MIX, cfg["data"]["mix"])
+    try:
+        records = mix({n: r for n, r in filtered.items() if r}, ranks, cfg["run"]["seed"])
+    except ValueError as exc:
+        raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
+    counts = Counter(r.source for r in records)
+    for source, n in counts.items():
+        stats[f"data/mix_share/{source}"] = n / len(records)
+    stats["data/records"] = float(len(records))
+    stats["data/correct_frac"] = sum(r.response_correct is not False for r in records) / max(len(records), 1)
+    return records, stats
+
+
+def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
+    pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"])
+    return [r for recs in pools.values() for r in recs]
+
+
+def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Verifier per task family: ``math`` and ``code``."""
+    return {"math": build(REWARD, cfg["eval"]["reward"]), "code": build(REWARD, cfg["eval"]["code_reward"])}
+
+
+def resolve_model_dir(name_or_path: str) -> str:
+    """A klear-lab run directory stands for its final model (``run_dir/model``)."""
+    path = Path(name_or_path)
+    if (path / "model" / "config.json").is_file():
+        return str(path / "model")
+    return name_or_path
+
+
+def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
+    """HF checkpoint through the Auto classes, or a tiny model + a tokenizer trained on ``corpus``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from klear_lab.models.tokenizer import train_tokenizer
+
+    m = cfg["model"]
+    dtype = getattr(torch, m["dtype"])
+    if m["name_or_path"]:
+        path = resolve_model_dir(m["name_or_path"])
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=m["attn_implementation"])
+        except OSError as exc:
+            raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load: {exc}") from None
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+    else:
+        tokenizer = train_tokenizer(corpus, vocab_size=m["tokenizer_vocab"])
+        torch.manual_seed(cfg["run"]["seed"])
+        model = build(MODEL, m["tiny"]).build(tokenizer).to(dtype)
+        model.config._attn_implementation = m["attn_implementation"]
+    if m["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable()
+    return tokenizer, model
+
+
+def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[str]:
+    """Text a tiny tokenizer is trained on: prompts and responses (eval prompts too, never answers)."""
+    texts = [r.prompt + (r.response or "") for r in records[:5000]]
+    return texts + [r.prompt for r in eval_records]

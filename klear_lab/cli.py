@@ -1,0 +1,129 @@
+"""``klear-lab`` command line: train, config, components (+ sweep, compare, dashboard).
+
+Exit codes: 0 success, 2 bad input (config, data, CLI usage), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from klear_lab.errors import KlearError
+
+
+def _train(args: argparse.Namespace) -> int:
+    from klear_lab.config.compose import compose
+
+    cfg = compose(args.experiment, args.overrides)
+    if args.dry_run:
+        from klear_lab.dry_run import dry_run
+
+        dry_run(cfg)
+        return 0
+    from klear_lab.run import run_experiment
+
+    result = run_experiment(cfg)
+    _print_result(result)
+    return 0
+
+
+def _print_result(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"run finished: {result.run_dir}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in sorted(result.metrics):
+        if key.startswith(("val/", "train/loss", "perf/", "rl/", "reward/")) and key.count("/") <= 2:
+            table.add_row(key, f"{result.metrics[key]:.4g}")
+    console.print(table)
+    console.print(f"run directory : {result.run_dir}")
+    console.print(f"resolved config: {result.run_dir / 'config.yaml'}")
+    console.print(f"metrics CSV   : {result.run_dir / 'csv' / 'metrics.csv'}")
+    console.print(f"summary JSON  : {result.run_dir / 'summary.json'}")
+    if result.wandb_dir:
+        console.print(f"W&B run       : {result.wandb_dir}  (offline: upload with `wandb sync {result.wandb_dir}`)")
+
+
+def _config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from klear_lab.config.compose import compose
+
+    cfg = compose(args.experiment, args.overrides)
+    sys.stdout.write(yaml.safe_dump(cfg, sort_keys=False))
+    return 0
+
+
+def _components(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from klear_lab.plugins import load_entry_point_plugins, load_plugins
+    from klear_lab.registry import REGISTRIES
+
+    load_entry_point_plugins()
+    load_plugins(args.plugin or [], "--plugin")
+    axes = [args.axis] if args.axis else list(REGISTRIES)
+    unknown = [a for a in axes if a not in REGISTRIES]
+    if unknown:
+        raise KlearError(f"unknown axis {unknown[0]!r}; axes: {', '.join(REGISTRIES)}")
+    console = Console()
+    for axis in axes:
+        reg = REGISTRIES[axis]
+        table = Table(title=f"{axis} — {reg.doc}", show_lines=True)
+        for col in ("name", "parameters (defaults)", "description"):
+            table.add_column(col)
+        for name in reg.names():
+            doc, rows = reg.describe(name)
+            params = "\n".join(f"{f}: {t} = {d!r}" for f, t, d in rows)
+            table.add_row(name, params, doc.splitlines()[0] if doc else "")
+        console.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="klear-lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="run one experiment")
+    p.add_argument("experiment", help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides (Hydra-style dotlist)")
+    p.add_argument("--dry-run", action="store_true", help="build on the meta device and print the plan")
+    p.set_defaults(func=_train)
+    p = sub.add_parser("config", help="print the resolved config")
+    p.add_argument("experiment")
+    p.add_argument("overrides", nargs="*")
+    p.set_defaults(func=_config)
+    p = sub.add_parser("components", help="list registered components and their parameters")
+    p.add_argument("axis", nargs="?", help="one axis (clip, reward, data_mix, ...)")
+    p.add_argument("--plugin", action="append", help="import a plugin module or .py file first")
+    p.set_defaults(func=_components)
+    try:
+        from klear_lab.cli_sweep import add_sweep_commands
+    except ImportError:  # sweep subsystem not installed in this build
+        pass
+    else:
+        add_sweep_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KlearError as exc:
+        print(f"klear-lab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("klear-lab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

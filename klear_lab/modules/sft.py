@@ -1,0 +1,101 @@
+"""SFT LightningModule: masked token cross-entropy on packed rows; held-out greedy evaluation."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from klear_lab.data.records import Record
+from klear_lab.data.sft import IGNORE
+from klear_lab.eval.greedy import EvalResult, evaluate
+
+
+def cosine_with_warmup(warmup: int, total: int, floor: float) -> Callable[[int], float]:
+    """LR multiplier: linear warmup to 1, cosine decay to ``floor`` at ``total`` steps."""
+
+    def fn(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(warmup, 1)
+        progress = min(1.0, (step - warmup) / max(total - warmup, 1))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of token cross-entropies over non-ignored labels, and their count.
+
+    Shapes: logits [B, L, V], labels [B, L] (already shifted: position t predicts labels[t]).
+    """
+    flat = labels.reshape(-1)
+    keep = flat != IGNORE
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1])[keep].float(), flat[keep], reduction="sum")
+    return loss, keep.sum()
+
+
+class SFTModule(L.LightningModule):
+    """Thin system: a causal LM, its tokenizer and the eval verifiers are injected."""
+
+    def __init__(self, model, tokenizer, *, lr: float, min_lr: float, warmup_steps: int, total_steps: int,
+                 weight_decay: float, betas: tuple[float, float], eval_rewards: dict,
+                 eval_records: list[Record], max_new_tokens: int, eval_batch_size: int,
+                 log_samples: int = 8) -> None:
+        super().__init__()
+        self.model, self.tokenizer = model, tokenizer
+        self.lr, self.min_lr, self.warmup_steps, self.total_steps = lr, min_lr, warmup_steps, total_steps
+        self.weight_decay, self.betas = weight_decay, tuple(betas)
+        self.eval_rewards, self.eval_records = eval_rewards, eval_records
+        self.max_new_tokens, self.eval_batch_size, self.log_samples = max_new_tokens, eval_batch_size, log_samples
+        self.last_eval: EvalResult | None = None
+        self._tokens, self._t0 = 0, None
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        # use_cache=False: with no cache and no attention mask, transformers derives the packed
+        # block-diagonal mask from the position ids (sequences restart at 0).
+        return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+        logits = self(batch["input_ids"], batch["position_ids"])  # [B, L, V]
+        loss_sum, n_tokens = masked_token_ce(logits, batch["labels"])
+        loss = loss_sum / n_tokens.clamp(min=1)
+        self._tokens += int(batch["real_tokens"])
+        elapsed = max(time.perf_counter() - self._t0, 1e-6)
+        self.log_dict({
+            "train/loss": loss.detach(),
+            "perf/packing_efficiency": batch["real_tokens"].float() / batch["total_tokens"].float(),
+            "perf/tokens_per_s": self._tokens / elapsed,
+            "train/tokens": float(self._tokens),
+        }, prog_bar=False, on_step=True, on_epoch=False)
+        self.log("loss", loss.detach(), prog_bar=True, logger=False)
+        return loss
+
+    def validation_step(self, batch: list[Record], batch_idx: int) -> None:
+        """Evaluation runs once per validation epoch in ``on_validation_epoch_end``."""
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.eval_records or self.trainer.sanity_checking:
+            return
+        result = evaluate(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
+                          self.max_new_tokens, self.eval_batch_size)
+        self.last_eval = result
+        self.log_dict(result.metrics("val"), prog_bar=False)
+        self.log("val_acc", result.metrics("val")["val/acc"], prog_bar=True, logger=False)
+
+    def configure_optimizers(self):
+        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
+        opt = torch.optim.AdamW([
+            {"params": decay, "weight_decay": self.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ], lr=self.lr, betas=self.betas)
+        floor = self.min_lr / self.lr if self.lr > 0 else 0.0
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, cosine_with_warmup(self.warmup_steps, self.total_steps, floor))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,61 @@
+"""The one entry point: ``run_experiment(cfg)`` serves the CLI, sweeps and tests."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from klear_lab import tracking
+
+
+@dataclass
+class RunResult:
+    """What a finished run leaves behind.
+
+    Attributes:
+        run_dir: the run directory (config.yaml, csv/metrics.csv, summary.json, checkpoints, wandb/).
+        metrics: final metrics (``val/acc``, ``train/loss``, ``perf/tokens_per_s``...), also in summary.json.
+        wandb_dir: the W&B run directory (offline runs: ``wandb sync`` it later), or None if disabled.
+    """
+
+    run_dir: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+    wandb_dir: Path | None = None
+
+
+def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> RunResult:
+    """Run one experiment from a resolved config (``klear_lab.config.compose.compose``).
+
+    Everything that can fail on bad input (data files, rows, component values) is built before
+    the run directory exists; a failure after that marks ``run.json`` as failed and writes no
+    ``summary.json``, so no failed run looks complete.
+
+    Args:
+        cfg: the fully resolved, validated config (plain dict).
+        callbacks: extra Lightning callbacks (sweeps pass Optuna's pruning callback).
+    """
+    kind = cfg["run"]["kind"]
+    if kind == "sft":
+        from klear_lab.stages.sft import prepare_sft as prepare
+    elif kind == "rl":
+        from klear_lab.stages.rl import prepare_rl as prepare
+    else:
+        from klear_lab.errors import ConfigError
+
+        raise ConfigError(f"run.kind must be 'sft' or 'rl', got {kind!r}")
+    stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
+    run_dir = tracking.create_run_dir(cfg)
+    identity = tracking.identity_of(cfg, run_dir)
+    tracking.write_config(run_dir, cfg)
+    tracking.write_json(run_dir / "run.json", {**identity, "status": "running"})
+    try:
+        metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [])
+    except BaseException as exc:
+        tracking.write_json(run_dir / "run.json", {**identity, "status": "failed",
+                                                   "error": "".join(traceback.format_exception_only(exc)).strip()})
+        raise
+    tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
+    tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})
+    return RunResult(run_dir, metrics, wandb_dir)

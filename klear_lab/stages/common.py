@@ -1,0 +1,61 @@
+"""Pieces both stages use: the Lightning Trainer, model saving, W&B sample tables, finishing loggers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+
+def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps: int, callbacks: list,
+                 val_check_interval: int | None = None, **kwargs: Any) -> L.Trainer:
+    """A Trainer whose accelerator, devices, strategy and precision come from ``trainer.*``.
+
+    DDP/FSDP on GPUs is configuration (``trainer.strategy=fsdp``), not code.
+    """
+    t = cfg["trainer"]
+    return L.Trainer(
+        accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
+        max_steps=max_steps, max_epochs=-1, logger=loggers or False, callbacks=callbacks,
+        default_root_dir=str(run_dir), log_every_n_steps=t["log_every_n_steps"],
+        val_check_interval=val_check_interval, check_val_every_n_epoch=None if val_check_interval else 1,
+        num_sanity_val_steps=0, enable_model_summary=False,
+        enable_progress_bar=any(type(c).__name__.endswith("ProgressBar") for c in callbacks),
+        enable_checkpointing=t["checkpoint"], **kwargs,
+    )
+
+
+def save_model(model, tokenizer, path: Path) -> None:
+    """Save as a plain HF directory, so the next stage loads it like any checkpoint."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def wandb_logger(loggers: list):
+    return next((lg for lg in loggers if type(lg).__name__ == "WandbLogger"), None)
+
+
+def log_samples_table(loggers: list, result, n: int, key: str) -> None:
+    """Log ``n`` evaluation samples (prompt, completion, answer, correct) as a W&B table."""
+    wb = wandb_logger(loggers)
+    if wb is None or n <= 0:
+        return
+    rows = [[r.prompt, c, r.answer, ok] for r, c, ok in
+            zip(result.records[:n], result.completions[:n], result.correct[:n])]
+    wb.log_table(key=key, columns=["prompt", "completion", "answer", "correct"], data=rows)
+
+
+def finish_loggers(loggers: list, summary: dict[str, float]) -> Path | None:
+    """Write the final summary into W&B, finish the W&B run, flush the CSV; return the W&B run dir."""
+    wandb_dir = None
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger":
+            run = lg.experiment
+            for k, v in summary.items():
+                run.summary[k] = v
+            wandb_dir = Path(run.dir).parent
+            run.finish()
+        else:
+            lg.save()
+    return wandb_dir

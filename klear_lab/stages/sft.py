@@ -1,0 +1,106 @@
+"""The SFT stage: build data, model and Lightning objects from a config, then train and evaluate."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+
+from klear_lab import builders
+from klear_lab.data.datamodule import SFTDataModule
+from klear_lab.data.sft import tokenize_records
+from klear_lab.errors import DataError
+from klear_lab.modules.sft import SFTModule
+from klear_lab.stages.common import finish_loggers, log_samples_table, make_trainer, save_model
+from klear_lab.tracking import make_loggers
+
+
+@dataclass
+class SFTStage:
+    cfg: dict[str, Any]
+    module: SFTModule
+    datamodule: SFTDataModule
+    plan: dict[str, float]
+
+    def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
+        cfg = self.cfg
+        loggers = make_loggers(cfg, run_dir, identity)
+        every = cfg["eval"]["every_n_steps"] * cfg["sft"]["grad_accum"]
+        trainer = make_trainer(
+            cfg, run_dir, loggers, max_steps=int(self.plan["plan/total_steps"]),
+            callbacks=[*default_callbacks(cfg, run_dir), *callbacks],
+            val_check_interval=every or None, accumulate_grad_batches=cfg["sft"]["grad_accum"],
+            gradient_clip_val=cfg["optim"]["grad_clip"] or None,
+        )
+        for logger in loggers:
+            logger.log_hyperparams({})
+            logger.log_metrics(self.plan, step=0)
+        start = time.perf_counter()
+        trainer.fit(self.module, datamodule=self.datamodule)
+        train_s = time.perf_counter() - start
+        if not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1):
+            trainer.validate(self.module, datamodule=self.datamodule, verbose=False)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}
+        metrics.update(self.plan)
+        metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
+                        "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9)})
+        if self.module.last_eval:
+            log_samples_table(loggers, self.module.last_eval, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
+        save_model(self.module.model, self.module.tokenizer, run_dir / "model")
+        return metrics, finish_loggers(loggers, metrics)
+
+
+def default_callbacks(cfg: dict[str, Any], run_dir: Path) -> list:
+    out: list = [LearningRateMonitor(logging_interval="step")]
+    if cfg["trainer"]["checkpoint"]:
+        out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0))
+    if cfg["trainer"].get("progress_bar", True):
+        out.append(RichProgressBar(leave=True))
+    return out
+
+
+def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
+    """Everything that may fail on bad input happens here, before the run directory exists."""
+    builders.set_threads(cfg)
+    L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+    records, data_stats = builders.build_train_records(cfg)
+    eval_records = builders.build_eval_records(cfg)
+    rewards = builders.build_eval_rewards(cfg)
+    tokenizer, model = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
+    max_len = cfg["data"]["max_length"]
+    examples, dropped = tokenize_records(tokenizer, records, max_len)
+    if not examples:
+        raise DataError(f"no SFT example fits data.max_length={max_len} (dropped {dropped} longer ones)")
+    rows_per_batch = max(cfg["sft"]["tokens_per_micro_batch"] // max_len, 1)
+    dm = SFTDataModule(examples, capacity=max_len, rows_per_batch=rows_per_batch, pack=cfg["data"]["pack"],
+                       pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"])
+    plan = sft_plan(cfg, dm, examples, dropped, model)
+    plan.update(data_stats)
+    o = cfg["optim"]
+    module = SFTModule(
+        model, tokenizer, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"],
+        total_steps=int(plan["plan/total_steps"]), weight_decay=o["weight_decay"], betas=tuple(o["betas"]),
+        eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
+        eval_batch_size=cfg["eval"]["batch_size"],
+    )
+    return SFTStage(cfg, module, dm, plan)
+
+
+def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: int, model: torch.nn.Module) -> dict[str, float]:
+    """Derived quantities (steps, tokens per step), computed once and logged."""
+    accum = cfg["sft"]["grad_accum"]
+    steps_per_epoch = max(dm.batches_per_epoch() // accum, 1)
+    total = cfg["sft"]["max_steps"] if cfg["sft"]["max_steps"] > 0 else math.ceil(cfg["sft"]["epochs"] * steps_per_epoch)
+    return {
+        "plan/total_steps": float(total), "plan/steps_per_epoch": float(steps_per_epoch),
+        "plan/examples": float(len(examples)), "plan/dropped_too_long": float(dropped),
+        "plan/tokens_per_step": float(dm.rows_per_batch * accum * dm.capacity),
+        "plan/params": float(sum(p.numel() for p in model.parameters())),
+        "perf/packing_efficiency_data": dm.efficiency,
+    }

@@ -1,0 +1,273 @@
+"""Sweep spec: parse and structurally check a ``sweeps/*.yaml`` file.
+
+A spec names a base experiment, the axes to vary and how to run them::
+
+    name: clip_variants                 # study name (default: the spec file's stem)
+    experiment: ../experiments/quickstart/rl.yaml   # relative to this file
+    overrides: [rl.max_steps=20]        # key=value applied to the base experiment
+    axes:                               # config key -> values (grid = product of all axes)
+      rl.clip.name: [ppo, clip_higher, gppo, cispo]
+      data.mix.k: {values: [1, 2, 4, 0], labels: [top1, top2, top4, all]}
+      optim.lr: {low: 1.0e-4, high: 1.0e-2, log: true}   # tpe/random only
+    seeds: [0, 1]                       # replicates per arm (run.seed)
+    objective: {metric: val/acc, direction: maximize}
+    metrics: [train/loss]               # extra columns of the comparison table
+    baseline: {rl.clip.name: ppo}       # or an arm label such as "clip=ppo"
+    sampler: grid                       # grid | tpe | random
+    n_trials: 20                        # tpe/random only
+    pruner: none                        # none | median | hyperband
+    storage: null                       # SQLAlchemy URL; default sqlite in the sweep dir
+    workers: 1
+    wandb: {project: klear-lab, group: null}   # group defaults to the sweep name
+
+Checks that need the config schema (axis keys, values) live in ``checks.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from klear_lab.config.compose import load_yaml
+from klear_lab.errors import ConfigError
+
+SAMPLERS = ("grid", "tpe", "random")
+PRUNERS = ("none", "median", "hyperband")
+DIRECTIONS = ("maximize", "minimize")
+DEFAULT_RUNNER = "klear_lab.run:run_experiment"
+TOP_KEYS = {
+    "name", "experiment", "overrides", "axes", "seeds", "objective", "metrics", "baseline", "sampler",
+    "sampler_seed", "n_trials", "pruner", "storage", "workers", "wandb", "out_dir", "heartbeat_interval",
+    "max_retry", "runner", "description",
+}
+RANGE_KEYS = {"low", "high", "log", "step"}
+
+
+@dataclass
+class Axis:
+    """One swept config key: categorical ``values`` (with display ``labels``) or a numeric range."""
+
+    key: str
+    values: list[Any] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+
+    @property
+    def is_range(self) -> bool:
+        return self.low is not None
+
+
+@dataclass
+class SweepSpec:
+    """A parsed sweep spec (see the module docstring for the YAML form)."""
+
+    path: Path
+    name: str
+    experiment: Path | None
+    axes: list[Axis]
+    seeds: list[int]
+    metric: str
+    direction: str
+    overrides: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    baseline: dict[str, Any] | str | None = None
+    sampler: str = "grid"
+    sampler_seed: int = 0
+    n_trials: int | None = None
+    pruner: str = "none"
+    storage: str | None = None
+    workers: int = 1
+    wandb_project: str | None = None
+    wandb_group: str | None = None
+    out_dir: Path = Path("sweep_runs")
+    heartbeat_interval: int = 30
+    max_retry: int = 3
+    runner: str = DEFAULT_RUNNER
+    description: str = ""
+
+    @property
+    def sweep_dir(self) -> Path:
+        """Where study.db, trial logs, run dirs and compare outputs live."""
+        return self.out_dir / self.name
+
+    def err(self, key: str, message: str) -> ConfigError:
+        """A ConfigError naming this spec file and ``key``."""
+        return ConfigError(f"{self.path}: {key}: {message}")
+
+
+def load_spec(path: str | Path, cli_overrides: list[str] | None = None) -> SweepSpec:
+    """Parse ``path`` (structure only: no config composition, no storage access).
+
+    Args:
+        path: the spec YAML.
+        cli_overrides: ``key=value`` from the ``klear-lab sweep`` command line; they apply to the
+            base experiment after the spec's own ``overrides``.
+    """
+    path = Path(path)
+    raw = load_yaml(path)
+    unknown = sorted(set(map(str, raw)) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
+    get = _Getter(path, raw)
+    name = get.text("name", path.stem)
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        raise ConfigError(f"{path}: name: {name!r} must use letters, digits, '_', '-', '.' only")
+    experiment = get.text("experiment", "") or None
+    spec = SweepSpec(
+        path=path, name=name,
+        experiment=_relative_to(path, experiment) if experiment else None,
+        axes=_parse_axes(path, raw.get("axes")),
+        seeds=get.integers("seeds", [0]),
+        metric="", direction="maximize",
+        overrides=get.strings("overrides", []) + list(cli_overrides or []),
+        metrics=get.strings("metrics", []),
+        baseline=raw.get("baseline"),
+        sampler=get.choice("sampler", SAMPLERS, "grid"),
+        sampler_seed=get.integer("sampler_seed", 0),
+        n_trials=raw.get("n_trials"),
+        pruner=get.choice("pruner", PRUNERS, "none"),
+        storage=get.text("storage", "") or None,
+        workers=get.integer("workers", 1, minimum=1),
+        out_dir=Path(get.text("out_dir", "sweep_runs")),
+        heartbeat_interval=get.integer("heartbeat_interval", 30, minimum=1),
+        max_retry=get.integer("max_retry", 3, minimum=0),
+        runner=get.text("runner", DEFAULT_RUNNER),
+        description=get.text("description", ""),
+    )
+    spec.metric, spec.direction = _parse_objective(path, raw.get("objective"))
+    spec.wandb_project, spec.wandb_group = _parse_wandb(path, raw.get("wandb"))
+    _check_sampler(spec)
+    return spec
+
+
+class _Getter:
+    """Typed access to top-level spec keys; errors name the file and key."""
+
+    def __init__(self, path: Path, raw: dict[str, Any]) -> None:
+        self.path, self.raw = path, raw
+
+    def _fail(self, key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: expected {expected}, got {self.raw[key]!r}")
+
+    def text(self, key: str, default: str) -> str:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._fail(key, "a string")
+        return value
+
+    def integer(self, key: str, default: int, minimum: int | None = None) -> int:
+        value = self.raw.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+            raise self._fail(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""))
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.raw.get(key, default)
+        if value not in choices:
+            raise self._fail(key, f"one of {', '.join(choices)}")
+        return value
+
+    def strings(self, key: str, default: list[str]) -> list[str]:
+        value = self.raw.get(key, default)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(key, "a list of strings")
+        return list(value)
+
+    def integers(self, key: str, default: list[int]) -> list[int]:
+        value = self.raw.get(key, default)
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise self._fail(key, "a non-empty list of integers")
+        if len(set(value)) != len(value):
+            raise self._fail(key, "distinct integers")
+        return list(value)
+
+
+def _relative_to(spec_path: Path, target: str) -> Path:
+    p = Path(target)
+    return p if p.is_absolute() else (spec_path.parent / p)
+
+
+def _parse_axes(path: Path, raw: Any) -> list[Axis]:
+    if raw is None or raw == {}:
+        raise ConfigError(f"{path}: axes: empty grid; give at least one config key with a list of values")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: axes: expected a mapping of config key -> values, got {raw!r}")
+    return [_parse_axis(path, str(key), body) for key, body in raw.items()]
+
+
+def _parse_axis(path: Path, key: str, body: Any) -> Axis:
+    where = f"{path}: axes.{key}"
+    if isinstance(body, list):
+        body = {"values": body}
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: expected a list of values, {{values, labels}} or {{low, high, log}}")
+    if "values" in body:
+        extra = set(body) - {"values", "labels"}
+        if extra:
+            raise ConfigError(f"{where}: unknown key {sorted(extra)[0]!r} (allowed: values, labels)")
+        values, labels = body["values"], body.get("labels")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: empty grid: the axis has no values")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigError(f"{where}: duplicate values {values}")
+        if labels is None:
+            labels = [_value_label(v) for v in values]
+        if not isinstance(labels, list) or len(labels) != len(values) or len(set(map(str, labels))) != len(labels):
+            raise ConfigError(f"{where}: labels must be {len(values)} distinct strings, one per value")
+        return Axis(key, list(values), [str(x) for x in labels])
+    extra = set(body) - RANGE_KEYS
+    if extra or not {"low", "high"} <= set(body):
+        raise ConfigError(f"{where}: a range needs low and high (and optional log, step); got {sorted(body)}")
+    low, high = body["low"], body["high"]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low >= high:
+        raise ConfigError(f"{where}: low and high must be numbers with low < high, got {low!r}, {high!r}")
+    return Axis(key, low=low, high=high, log=bool(body.get("log", False)), step=body.get("step"))
+
+
+def _value_label(value: Any) -> str:
+    if isinstance(value, dict) and "name" in value:
+        return str(value["name"])
+    return str(value)
+
+
+def _parse_objective(path: Path, raw: Any) -> tuple[str, str]:
+    if isinstance(raw, str):
+        raw = {"metric": raw}
+    if not isinstance(raw, dict) or not isinstance(raw.get("metric"), str):
+        raise ConfigError(f"{path}: objective: expected {{metric: NAME, direction: maximize|minimize}}, "
+                          f"got {raw!r}")
+    extra = set(raw) - {"metric", "direction"}
+    if extra:
+        raise ConfigError(f"{path}: objective: unknown key {sorted(extra)[0]!r} (allowed: metric, direction)")
+    direction = raw.get("direction", "maximize")
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"{path}: objective.direction: expected maximize or minimize, got {direction!r}")
+    return raw["metric"], direction
+
+
+def _parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict) or set(raw) - {"project", "group"}:
+        raise ConfigError(f"{path}: wandb: expected {{project, group}}, got {raw!r}")
+    return raw.get("project"), raw.get("group")
+
+
+def _check_sampler(spec: SweepSpec) -> None:
+    if spec.sampler == "grid":
+        for axis in spec.axes:
+            if axis.is_range:
+                raise spec.err(f"axes.{axis.key}", "a low/high range needs sampler tpe or random, not grid")
+        if spec.n_trials is not None:
+            raise spec.err("n_trials", "the grid sampler runs every point x seed; drop n_trials")
+        return
+    if not isinstance(spec.n_trials, int) or isinstance(spec.n_trials, bool) or spec.n_trials < 1:
+        raise spec.err("n_trials", f"sampler {spec.sampler} needs n_trials >= 1, got {spec.n_trials!r}")

@@ -1,0 +1,105 @@
+"""Run directories, identity (config hash, git commit) and loggers (CSV + W&B offline by default).
+
+A run directory holds ``config.yaml`` (the resolved config, enough to reproduce the run with its
+seed), ``run.json`` (identity and status), ``csv/metrics.csv``, ``checkpoints/``, ``model/`` (the
+final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
+                    ("run", "job_type"), ("run", "notes"), ("run", "experiment")}
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    """Hash of what the run computes (seed and naming excluded): seeds of one arm share it."""
+    body = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items()}
+    for section, key in IDENTITY_EXCLUDE:
+        body.get(section, {}).pop(key, None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def git_commit(path: Path | None = None) -> str:
+    """HEAD of the repository holding ``path`` (``+dirty`` when the tree has changes), or ``unknown``."""
+    cwd = str(path or Path(__file__).resolve().parent)
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def component_tags(cfg: dict[str, Any]) -> list[str]:
+    """``axis:name`` tags for the components a run uses, for W&B filtering."""
+    tags = [f"kind:{cfg['run']['kind']}", f"mix:{cfg['data']['mix']['name']}",
+            f"filter:{cfg['data']['filter']['name']}", f"seed:{cfg['run']['seed']}"]
+    rl = cfg.get("rl")
+    if cfg["run"]["kind"] == "rl" and rl:
+        tags += [f"{axis}:{rl[axis]['name']}" for axis in ("clip", "aggregation", "advantage", "reward", "rollout")
+                 if isinstance(rl.get(axis), dict)]
+    return tags
+
+
+def create_run_dir(cfg: dict[str, Any]) -> Path:
+    """A fresh, uniquely named directory under ``run.out_dir``: ``<name>-<time>-<hash>-s<seed>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(cfg["run"]["out_dir"]) / f"{cfg['run']['name']}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    path.mkdir(parents=True)
+    return path
+
+
+def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically (temp file + rename) so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
+    """Lightning's CSVLogger and WandbLogger (offline unless the config says online)."""
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    loggers: list = []
+    if cfg["tracking"]["csv"]:
+        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=""))
+    wb = cfg["tracking"]["wandb"]
+    if wb["enabled"] and wb["mode"] != "disabled":
+        run = cfg["run"]
+        loggers.append(WandbLogger(
+            name=run_dir.name, id=identity["run_id"], save_dir=str(run_dir), project=wb["project"],
+            entity=wb["entity"], offline=wb["mode"] == "offline", group=identity["group"],
+            job_type=identity["job_type"], tags=identity["tags"], notes=run["notes"] or None,
+            config={**cfg, "_identity": identity}, log_model=False, reinit="finish_previous",
+            settings={"silent": True, "console": "off"},
+        ))
+    return loggers
+
+
+def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    run = cfg["run"]
+    return {
+        "run_id": f"{run_dir.name[-40:]}".replace(".", "-"),
+        "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": git_commit(),
+        "group": run["group"] or run["name"], "job_type": run["job_type"] or run["kind"],
+        "tags": [*run["tags"], *component_tags(cfg)], "seed": run["seed"], "experiment": run["experiment"],
+    }
