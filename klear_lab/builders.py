@@ -120,3 +120,55 @@ def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[
     """Text a tiny tokenizer is trained on: prompts and responses (eval prompts too, never answers)."""
     texts = [r.prompt + (r.response or "") for r in records[:5000]]
     return texts + [r.prompt for r in eval_records]
+
+
+def optim_settings(cfg: dict[str, Any], total_steps: int):
+    from klear_lab.modules.optim import OptimSettings
+
+    o = cfg["optim"]
+    if o["schedule"] not in ("cosine", "constant"):
+        raise ConfigError(f"optim.schedule must be 'cosine' or 'constant', got {o['schedule']!r}")
+    return OptimSettings(lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], total_steps=total_steps,
+                         weight_decay=o["weight_decay"], betas=tuple(o["betas"]), schedule=o["schedule"])
+
+
+def resolve_init_from(cfg: dict[str, Any]) -> None:
+    """``model.init_from: EXPERIMENT.yaml``: use its newest completed run with the same config hash,
+    training it first (under a file lock, so parallel sweep workers train it once)."""
+    m = cfg["model"]
+    if m["name_or_path"] or not m["init_from"]:
+        return
+    import fcntl
+
+    from klear_lab.config.compose import compose
+    from klear_lab.tracking import config_hash
+
+    parent = compose(m["init_from"])
+    parent["run"]["out_dir"] = cfg["run"]["out_dir"]
+    parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
+    out = Path(parent["run"]["out_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f".init-{config_hash(parent)}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run_dir = find_completed_run(out, config_hash(parent))
+        if run_dir is None:
+            from klear_lab.run import run_experiment
+
+            run_dir = run_experiment(parent).run_dir
+    m["name_or_path"] = str(run_dir)
+
+
+def find_completed_run(out_dir: Path, cfg_hash: str) -> Path | None:
+    """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``."""
+    import json
+
+    found = []
+    for path in out_dir.glob("*/run.json"):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("status") == "completed" and info.get("config_hash") == cfg_hash \
+                and (path.parent / "model" / "config.json").is_file():
+            found.append(path.parent)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None

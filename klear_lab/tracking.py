@@ -18,12 +18,12 @@ from typing import Any
 import yaml
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
-                    ("run", "job_type"), ("run", "notes"), ("run", "experiment")}
+                    ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads")}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:
     """Hash of what the run computes (seed and naming excluded): seeds of one arm share it."""
-    body = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items()}
+    body = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k != "tracking"}
     for section, key in IDENTITY_EXCLUDE:
         body.get(section, {}).pop(key, None)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -18,6 +18,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from klear_lab.config.checks import check
 from klear_lab.config.schema import ExperimentConfig
 from klear_lab.config.validate import expand_and_validate
 from klear_lab.errors import ConfigError
@@ -109,6 +110,7 @@ def compose(experiment: str | Path | None, overrides: list[str] | None = None,
     load_plugins(config.get("plugins") or [], provenance.get("plugins", "config"))
     config = _resolve_interpolations(config)
     expand_and_validate(config, provenance)
+    check(config)
     if experiment and not config["run"].get("experiment"):
         config["run"]["experiment"] = _label(Path(experiment).resolve())
     return config

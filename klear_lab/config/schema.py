@@ -44,6 +44,9 @@ class RunSection:
 class ModelSection:
     name_or_path: str | None = None
     """Local HF causal-LM directory, hub id (online only), or a klear-lab run directory."""
+    init_from: str | None = None
+    """An experiment YAML whose completed run (same config hash) provides the model; it is run
+    first if no such run exists. E.g. RL starting from ``experiments/quickstart/sft.yaml``."""
     tiny: dict = component("model", "qwen2", size="2m")
     """Architecture built from config when ``name_or_path`` is null."""
     tokenizer_vocab: int = 512
@@ -78,6 +81,8 @@ class OptimSection:
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     grad_clip: float = 1.0
+    schedule: str = "cosine"
+    """``cosine`` (warmup then cosine to min_lr) or ``constant`` (warmup then flat; the paper's RL)."""
 
 
 @dataclass
@@ -90,6 +95,43 @@ class SFTSection:
     grad_accum: int = 1
     loss: str = "token-mean"
     """``token-mean`` over all response tokens of the optimizer batch."""
+
+
+@dataclass
+class RLSection:
+    """GRPO-style RL. Defaults are CPU-sized; the paper's recipe is experiments/paper/rl/*.yaml."""
+
+    clip: dict = component("clip", "gppo")
+    aggregation: dict = component("aggregation", "token-mean")
+    advantage: dict = component("advantage", "grpo")
+    group_filter: dict = component("group_filter", "zero_variance")
+    reward: dict = component("reward", "math_verify")
+    rollout: dict = component("rollout", "hf")
+    steps: int = 40
+    """Rollout steps (each: generate, score, then several minibatch updates)."""
+    prompts_per_step: int = 16
+    """B: prompts per rollout batch (paper: 128)."""
+    group_size: int = 8
+    """G: responses per prompt (paper: 8)."""
+    minibatch_prompts: int = 4
+    """Prompts per optimizer update; B / this = updates per rollout batch (paper: 16 -> 8 updates)."""
+    micro_batch_seqs: int = 0
+    """Sequences per forward/backward (gradient accumulation inside an update); 0 = whole minibatch."""
+    ppo_epochs: int = 1
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    alpha: float = 0.1
+    """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1)."""
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    overlong: str = "none"
+    """``none``, ``mask`` (truncated responses leave the loss) or ``penalty`` (DAPO soft overlong)."""
+    overlong_buffer: int = 32
+    overlong_penalty: float = 1.0
+    eval_every: int = 10
+    """Held-out greedy evaluation every N rollout steps (and before the first and after the last)."""
 
 
 @dataclass
@@ -142,6 +184,7 @@ class ExperimentConfig:
     data: DataSection = field(default_factory=DataSection)
     optim: OptimSection = field(default_factory=OptimSection)
     sft: SFTSection = field(default_factory=SFTSection)
+    rl: RLSection = field(default_factory=RLSection)
     eval: EvalSection = field(default_factory=EvalSection)
     trainer: TrainerSection = field(default_factory=TrainerSection)
     tracking: TrackingSection = field(default_factory=TrackingSection)

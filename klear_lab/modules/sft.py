@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
 
 import lightning as L
 import torch
@@ -13,18 +11,7 @@ import torch.nn.functional as F
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
 from klear_lab.eval.greedy import EvalResult, evaluate
-
-
-def cosine_with_warmup(warmup: int, total: int, floor: float) -> Callable[[int], float]:
-    """LR multiplier: linear warmup to 1, cosine decay to ``floor`` at ``total`` steps."""
-
-    def fn(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(warmup, 1)
-        progress = min(1.0, (step - warmup) / max(total - warmup, 1))
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return fn
+from klear_lab.modules.optim import OptimSettings, configure_adamw
 
 
 def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,14 +28,11 @@ def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
 class SFTModule(L.LightningModule):
     """Thin system: a causal LM, its tokenizer and the eval verifiers are injected."""
 
-    def __init__(self, model, tokenizer, *, lr: float, min_lr: float, warmup_steps: int, total_steps: int,
-                 weight_decay: float, betas: tuple[float, float], eval_rewards: dict,
+    def __init__(self, model, tokenizer, *, optim: OptimSettings, eval_rewards: dict,
                  eval_records: list[Record], max_new_tokens: int, eval_batch_size: int,
                  log_samples: int = 8) -> None:
         super().__init__()
-        self.model, self.tokenizer = model, tokenizer
-        self.lr, self.min_lr, self.warmup_steps, self.total_steps = lr, min_lr, warmup_steps, total_steps
-        self.weight_decay, self.betas = weight_decay, tuple(betas)
+        self.model, self.tokenizer, self.optim = model, tokenizer, optim
         self.eval_rewards, self.eval_records = eval_rewards, eval_records
         self.max_new_tokens, self.eval_batch_size, self.log_samples = max_new_tokens, eval_batch_size, log_samples
         self.last_eval: EvalResult | None = None
@@ -89,13 +73,4 @@ class SFTModule(L.LightningModule):
         self.log("val_acc", result.metrics("val")["val/acc"], prog_bar=True, logger=False)
 
     def configure_optimizers(self):
-        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        opt = torch.optim.AdamW([
-            {"params": decay, "weight_decay": self.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ], lr=self.lr, betas=self.betas)
-        floor = self.min_lr / self.lr if self.lr > 0 else 0.0
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, cosine_with_warmup(self.warmup_steps, self.total_steps, floor))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return configure_adamw(self.model, self.optim)

@@ -82,10 +82,8 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
                        pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"])
     plan = sft_plan(cfg, dm, examples, dropped, model)
     plan.update(data_stats)
-    o = cfg["optim"]
     module = SFTModule(
-        model, tokenizer, lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"],
-        total_steps=int(plan["plan/total_steps"]), weight_decay=o["weight_decay"], betas=tuple(o["betas"]),
+        model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
         eval_batch_size=cfg["eval"]["batch_size"],
     )

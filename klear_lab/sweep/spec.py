@@ -136,7 +136,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None) -> Sweep
         out_dir=Path(get.text("out_dir", "sweep_runs")),
         heartbeat_interval=get.integer("heartbeat_interval", 30, minimum=1),
         max_retry=get.integer("max_retry", 3, minimum=0),
-        runner=get.text("runner", DEFAULT_RUNNER),
+        runner=_runner(path, get.text("runner", DEFAULT_RUNNER)),
         description=get.text("description", ""),
     )
     spec.metric, spec.direction = _parse_objective(path, raw.get("objective"))
@@ -193,6 +193,16 @@ class _Getter:
 def _relative_to(spec_path: Path, target: str) -> Path:
     p = Path(target)
     return p if p.is_absolute() else (spec_path.parent / p)
+
+
+def _runner(spec_path: Path, runner: str) -> str:
+    """``file.py:function`` paths are relative to the spec file; ``module:function`` stays as is."""
+    module, _, attr = runner.rpartition(":")
+    if not module or not attr:
+        raise ConfigError(f"{spec_path}: runner: {runner!r} must look like module:function or file.py:function")
+    if module.endswith(".py"):
+        module = str(_relative_to(spec_path, module).resolve())
+    return f"{module}:{attr}"
 
 
 def _parse_axes(path: Path, raw: Any) -> list[Axis]:

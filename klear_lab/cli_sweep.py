@@ -1,0 +1,81 @@
+"""``klear-lab sweep | compare | dashboard``: added to the main CLI by ``add_sweep_commands``.
+
+Standalone: ``python -m klear_lab.cli_sweep sweep sweeps/quickstart.yaml --workers 2``.
+Handlers return an exit code; ``KlearError`` (bad spec, bad storage) maps to 2 in ``main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from klear_lab.errors import KlearError
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from klear_lab.sweep.launch import run_sweep
+
+    return run_sweep(args.spec, args.overrides, workers=args.workers, join=args.join,
+                     validate_only=args.validate_only, wandb_export=args.wandb_export,
+                     compare=not args.no_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from klear_lab.sweep.compare import compare_study
+    from klear_lab.sweep.locate import locate
+    from klear_lab.sweep.storage import open_study
+
+    spec, url = locate(args.target)
+    study = open_study(spec, url, create=False, heartbeat=False)
+    compare_study(spec, study)
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from klear_lab.sweep.locate import serve_dashboard
+
+    serve_dashboard(args.target, host=args.host, port=args.port)
+    return 0
+
+
+def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``sweep``, ``compare`` and ``dashboard`` to the ``klear-lab`` subcommands."""
+    p = subparsers.add_parser("sweep", help="run, resume or join an Optuna sweep from a spec (sweeps/*.yaml)",
+                              description="Run every grid point x seed once, one process and W&B run per "
+                                          "trial; rerun the same command to resume.")
+    p.add_argument("spec", help="sweep spec YAML (e.g. sweeps/quickstart.yaml)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of the base experiment")
+    p.add_argument("--workers", type=int, default=None, help="parallel trials here (default: spec workers)")
+    p.add_argument("--join", action="store_true",
+                   help="add workers to an existing study (any machine sharing its storage)")
+    p.add_argument("--validate-only", action="store_true", help="check the spec and every arm, run nothing")
+    p.add_argument("--wandb-export", action="store_true",
+                   help="write the equivalent W&B sweep config (SWEEP_DIR/wandb_sweep.yaml) and stop")
+    p.add_argument("--no-compare", action="store_true", help="skip the comparison table at the end")
+    p.set_defaults(func=_sweep)
+    p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)")
+    p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
+    p.set_defaults(func=_compare)
+    p = subparsers.add_parser("dashboard", help="serve optuna-dashboard for a sweep's study")
+    p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.set_defaults(func=_dashboard)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one sweep subcommand without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="klear-lab")
+    add_sweep_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KlearError as exc:
+        print(f"klear-lab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Cross-field checks, run right after schema validation: before any data or model is loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from klear_lab.errors import ConfigError
+from klear_lab.registry import ADVANTAGE, ROLLOUT
+
+OVERLONG = ("none", "mask", "penalty")
+KL = ("k1", "k2", "k3", "kl", "mse", "low_var_kl")
+
+
+def check(cfg: dict[str, Any]) -> None:
+    _require(cfg["run"]["kind"] in ("sft", "rl"), "run.kind", f"must be 'sft' or 'rl', got {cfg['run']['kind']!r}")
+    _require(cfg["optim"]["schedule"] in ("cosine", "constant"), "optim.schedule",
+             f"must be 'cosine' or 'constant', got {cfg['optim']['schedule']!r}")
+    _require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")
+    if cfg["run"]["kind"] == "rl":
+        check_rl(cfg)
+
+
+def check_rl(cfg: dict[str, Any]) -> None:
+    rl = cfg["rl"]
+    adv = ADVANTAGE.get(rl["advantage"]["name"])
+    need = getattr(adv, "min_group_size", 1)
+    _require(rl["group_size"] >= need, "rl.group_size",
+             f"is {rl['group_size']} but advantage {rl['advantage']['name']!r} needs groups of at least {need}")
+    _require(rl["prompts_per_step"] >= 1, "rl.prompts_per_step", "must be >= 1")
+    _require(rl["minibatch_prompts"] >= 1 and rl["prompts_per_step"] % rl["minibatch_prompts"] == 0,
+             "rl.minibatch_prompts",
+             f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
+    _require(rl["steps"] >= 1, "rl.steps", f"must be >= 1, got {rl['steps']}")
+    _require(rl["temperature"] > 0, "rl.temperature", "must be > 0 for sampling rollouts")
+    _require(0 < rl["top_p"] <= 1, "rl.top_p", f"must be in (0, 1], got {rl['top_p']}")
+    _require(rl["overlong"] in OVERLONG, "rl.overlong", f"must be one of {OVERLONG}, got {rl['overlong']!r}")
+    _require(rl["kl_estimator"] in KL, "rl.kl_estimator", f"must be one of {KL}, got {rl['kl_estimator']!r}")
+    _require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")
+    _require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
+    _require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
+    ROLLOUT.get(rl["rollout"]["name"])  # availability (vllm installed?) is checked when a run starts
+    m = cfg["model"]
+    if not m["name_or_path"] and m["init_from"]:
+        _require(Path(m["init_from"]).is_file(), "model.init_from", f"{m['init_from']!r}: no such experiment file")
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key} {message}")

@@ -1,0 +1,182 @@
+"""GRPO-style RL LightningModule (manual optimization): one rollout batch, several updates.
+
+Per step: draw B prompts -> G responses each from the rollout engine -> rewards -> group filter ->
+advantages -> old log-probs (once, before the first update) -> ``B' / minibatch`` optimizer
+updates, each possibly accumulated over micro-batches -> push the new weights to the engine.
+With one update per rollout batch the ratio is 1 and every clip variant is the same, so the
+minibatch count is what makes clip ablations meaningful. The math lives in ``klear_lab.rl``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import lightning as L
+import torch
+
+from klear_lab.data.records import Record
+from klear_lab.eval.greedy import EvalResult, evaluate
+from klear_lab.modules.optim import OptimSettings, configure_adamw
+from klear_lab.rl.objective import ObjectiveWeights, rl_objective
+from klear_lab.rl.overlong import overlong_penalty
+from klear_lab.rl.steps import group_rows, minibatch_groups, response_logp, score_groups, split_rows
+from klear_lab.rl.types import AggContext, PolicyBatch
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    group_size: int
+    minibatch_prompts: int
+    micro_batch_seqs: int
+    ppo_epochs: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    grad_clip: float
+    overlong: str
+    overlong_buffer: int
+    overlong_penalty: float
+    seed: int
+    max_eval_new_tokens: int
+    eval_batch_size: int
+
+
+class RLModule(L.LightningModule):
+    """Thin orchestration; every component is injected."""
+
+    def __init__(self, policy, tokenizer, *, engine, reward, advantage, clip, aggregation, group_filter,
+                 weights: ObjectiveWeights, settings: RLSettings, optim: OptimSettings,
+                 eval_records: list[Record], eval_rewards: dict, use_reference: bool = False) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.policy, self.tokenizer, self.engine = policy, tokenizer, engine
+        self.reward, self.advantage, self.clip = reward, advantage, clip
+        self.aggregation, self.group_filter, self.weights = aggregation, group_filter, weights
+        self.s, self.optim = settings, optim
+        self.eval_records, self.eval_rewards = eval_records, eval_rewards
+        self.reference = copy.deepcopy(policy).eval().requires_grad_(False) if use_reference else None
+        self.evals: list[tuple[int, EvalResult]] = []
+        self.last_samples: list[list] = []
+        self._tokens, self._t0 = 0, None
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: list[Record], batch_idx: int) -> None:
+        self._t0 = self._t0 or time.perf_counter()
+        times, t = {}, time.perf_counter()
+        rollout = self.engine.generate([r.prompt for r in batch], n=self.s.group_size,
+                                       max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
+                                       top_p=self.s.top_p, seed=self.s.seed * 100_003 + batch_idx)
+        times["generate"], t = time.perf_counter() - t, time.perf_counter()
+        records = [r for r in batch for _ in range(self.s.group_size)]
+        groups = score_groups(self.reward, rollout.texts, records, self.s.group_size)
+        scores, mask = self._shape_rewards(groups.scores, rollout)
+        keep = self.group_filter(scores, groups.acc)  # [B]
+        adv = self.advantage(scores).reshape(-1)  # [N]
+        times["score"], t = time.perf_counter() - t, time.perf_counter()
+        metrics = rollout_metrics(groups, scores, keep, rollout)
+        kept = keep.nonzero().flatten().tolist()
+        if kept:
+            rows = group_rows(kept, self.s.group_size)
+            old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask)
+            times["logprob"], t = time.perf_counter() - t, time.perf_counter()
+            metrics.update(self._update(rollout, rows, mask, adv, groups.acc.reshape(-1), old_logp, ref_logp, kept))
+            self.engine.sync_weights(self.policy)
+            times["update"] = time.perf_counter() - t
+        self._tokens += int(rollout.response_mask.sum())
+        step_s = sum(times.values())
+        metrics.update({f"perf/time_{k}_s": v for k, v in times.items()})
+        metrics["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(times["generate"], 1e-9)
+        metrics["perf/step_s"] = step_s
+        self.log_dict(metrics, on_step=True, on_epoch=False)
+        self.last_samples = [[r.prompt, txt, r.answer, float(s)] for r, txt, s in
+                             zip(records[:: self.s.group_size], rollout.texts[:: self.s.group_size],
+                                 groups.scores[:, 0].tolist())]
+
+    def _shape_rewards(self, scores: torch.Tensor, rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """Overlong handling: a soft penalty on the scores, or truncated responses leave the loss."""
+        mask = rollout.response_mask.float()  # [N, T]
+        if self.s.overlong == "penalty":
+            lengths = mask.sum(-1)
+            pen = overlong_penalty(lengths, self.s.max_new_tokens, self.s.overlong_buffer, self.s.overlong_penalty)
+            scores = scores + pen.view_as(scores)
+        elif self.s.overlong == "mask":
+            mask = mask * rollout.finished.float()[:, None]
+        return scores, mask
+
+    @torch.no_grad()
+    def _behaviour_logp(self, rollout, rows, mask):
+        """Old log-probs from the training policy before the first update (the engine's own may differ)."""
+        prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
+        args = (prompts, rollout.response_ids[rows], mask[rows], self.tokenizer.pad_token_id, self.s.temperature)
+        old, _ = response_logp(self.policy, *args)
+        ref = response_logp(self.reference, *args)[0] if self.reference is not None else None
+        return old, ref
+
+    def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, kept) -> dict[str, float]:
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        index = {int(r): i for i, r in enumerate(rows.tolist())}  # rollout row -> position in rows
+        sums: dict[str, float] = defaultdict(float)
+        n_updates = 0
+        for _ in range(self.s.ppo_epochs):
+            for mb_groups in minibatch_groups(kept, self.s.minibatch_prompts):
+                mb = group_rows(mb_groups, self.s.group_size)
+                local = torch.tensor([index[int(r)] for r in mb])
+                ctx = AggContext.from_mask(mask[mb], max_len=self.s.max_new_tokens)
+                pos_ctx = AggContext.from_mask(mask[mb] * acc[mb].float()[:, None], max_len=self.s.max_new_tokens)
+                opt.zero_grad()
+                for micro, micro_local in zip(split_rows(mb, self.s.micro_batch_seqs),
+                                              split_rows(local, self.s.micro_batch_seqs)):
+                    m = self._micro_step(rollout, micro, micro_local, mask, adv, acc, old_logp, ref_logp, ctx, pos_ctx)
+                    for k, v in m.items():
+                        sums[k] += v
+                grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
+                opt.step()
+                sched.step()
+                sums["grad_norm"] += float(grad)
+                n_updates += 1
+        return {f"rl/{k}" if k not in ("pg_loss", "loss") else f"train/{k}": v / max(n_updates, 1)
+                for k, v in sums.items()} | {"rl/updates_per_step": float(n_updates)}
+
+    def _micro_step(self, rollout, rows, local, mask, adv, acc, old_logp, ref_logp, ctx, pos_ctx) -> dict[str, float]:
+        prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
+        want_entropy = True
+        logp, entropy = response_logp(self.policy, prompts, rollout.response_ids[rows], mask[rows],
+                                      self.tokenizer.pad_token_id, self.s.temperature, with_entropy=want_entropy)
+        batch = PolicyBatch(logp=logp, old_logp=old_logp[local], adv=adv[rows], mask=mask[rows],
+                            positive=acc[rows], ref_logp=None if ref_logp is None else ref_logp[local],
+                            entropy=entropy if self.weights.entropy_coef else entropy.detach())
+        loss, metrics = rl_objective(self.clip, self.aggregation, batch, ctx, self.weights, pos_ctx)
+        self.manual_backward(loss)
+        share = float(mask[rows].sum()) / max(ctx.num_tokens, 1.0)  # token-weighted mean of clip metrics
+        return {k: float(v) * (1.0 if k in ("loss", "pg_loss", "positive_loss", "entropy", "kl") else share)
+                for k, v in metrics.items() if k != "num_tokens"}
+
+    # ---------------------------------------------------------------- evaluation
+    def validation_step(self, batch, batch_idx: int) -> None:
+        """Evaluation runs once per validation epoch in ``on_validation_epoch_end``."""
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.eval_records:
+            return
+        result = evaluate(self.policy, self.tokenizer, self.eval_records, self.eval_rewards,
+                          self.s.max_eval_new_tokens, self.s.eval_batch_size)
+        self.evals.append((self.global_step, result))
+        self.log_dict(result.metrics("val"))
+
+    def configure_optimizers(self):
+        return configure_adamw(self.policy, self.optim)
+
+
+def rollout_metrics(groups, scores: torch.Tensor, keep: torch.Tensor, rollout) -> dict[str, float]:
+    """Reward, accuracy, length and filter statistics of one rollout batch."""
+    lengths = rollout.response_mask.float().sum(-1)
+    return {
+        "reward/mean": float(scores.mean()), "reward/std": float(scores.std()) if scores.numel() > 1 else 0.0,
+        "reward/acc": float(groups.acc.float().mean()), "reward/format_rate": float(groups.format_ok.float().mean()),
+        "rl/response_len_mean": float(lengths.mean()), "rl/response_len_max": float(lengths.max()),
+        "rl/truncated_frac": float((~rollout.finished).float().mean()),
+        "rl/kept_group_frac": float(keep.float().mean()), "rl/dropped_group_frac": float(1 - keep.float().mean()),
+    }

@@ -1,0 +1,93 @@
+"""Pure step functions of the RL loop: token log-probs, group scoring, minibatch planning.
+
+Shapes: ``B`` prompts, ``G`` responses per prompt, ``N = B * G`` sequences, ``T`` response tokens,
+``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from klear_lab.data.records import Record
+
+
+def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor, response_mask: torch.Tensor,
+                  pad_id: int, temperature: float = 1.0, with_entropy: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of the response tokens under ``model``, teacher-forced.
+
+    Each row is ``prompt + response`` right-padded; position ``p + t - 1`` predicts response
+    token ``t``. Logits are divided by the sampling temperature, as the engine sampled.
+
+    Args:
+        prompt_ids: unpadded prompt ids per sequence (N lists).
+        response_ids: [N, T] sampled tokens (right-padded). response_mask: [N, T].
+    Returns:
+        logp [N, T] (0 at padding) and entropy [N, T] or None.
+    """
+    n, t = response_ids.shape
+    device = response_ids.device
+    plens = torch.tensor([len(p) for p in prompt_ids], device=device)  # [N]
+    width = int(plens.max()) + t
+    ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    attn = torch.zeros((n, width), dtype=torch.long, device=device)
+    rlens = response_mask.sum(-1).long()  # [N]
+    for i, p in enumerate(prompt_ids):
+        ids[i, : len(p)] = torch.tensor(p, device=device)
+        ids[i, len(p): len(p) + t] = response_ids[i]
+        attn[i, : len(p) + int(rlens[i])] = 1
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # [N, W, V]
+    pos = (plens[:, None] - 1 + torch.arange(t, device=device)[None, :]).clamp(max=width - 1)  # [N, T]
+    sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature  # [N, T, V]
+    logprobs = F.log_softmax(sel, dim=-1)
+    logp = logprobs.gather(-1, response_ids[..., None]).squeeze(-1) * response_mask  # [N, T]
+    entropy = None
+    if with_entropy:
+        entropy = -(logprobs.exp() * logprobs).sum(-1) * response_mask  # [N, T]
+    return logp, entropy
+
+
+@dataclass(frozen=True)
+class ScoredGroups:
+    """Rewards of one rollout batch, grouped by prompt.
+
+    Attributes:
+        scores: [B, G] shaped rewards (after any overlong penalty).
+        acc: [B, G] bool, fully correct (the α-term positives and the ``acc`` filter metric).
+        format_ok: [B, G] bool.
+    """
+
+    scores: torch.Tensor
+    acc: torch.Tensor
+    format_ok: torch.Tensor
+
+
+def score_groups(reward, texts: list[str], records: list[Record], group_size: int) -> ScoredGroups:
+    """Score ``N = B * G`` responses (records repeated per response) and reshape to groups."""
+    outs = reward(texts, records)
+    b = len(texts) // group_size
+    return ScoredGroups(
+        scores=torch.tensor([o.score for o in outs], dtype=torch.float32).view(b, group_size),
+        acc=torch.tensor([o.acc for o in outs]).view(b, group_size),
+        format_ok=torch.tensor([o.format_ok for o in outs]).view(b, group_size),
+    )
+
+
+def minibatch_groups(kept: list[int], minibatch_prompts: int) -> list[list[int]]:
+    """Split the kept groups (prompt indices) into consecutive minibatches of at most ``minibatch_prompts``."""
+    return [kept[i: i + minibatch_prompts] for i in range(0, len(kept), minibatch_prompts)]
+
+
+def group_rows(groups: list[int], group_size: int) -> torch.Tensor:
+    """Sequence rows of the given groups: group g owns rows g*G .. g*G+G-1."""
+    return torch.tensor([g * group_size + j for g in groups for j in range(group_size)], dtype=torch.long)
+
+
+def split_rows(rows: torch.Tensor, micro: int) -> list[torch.Tensor]:
+    """Micro-batches of at most ``micro`` rows (0 = one micro-batch)."""
+    if micro <= 0 or micro >= len(rows):
+        return [rows]
+    return list(torch.split(rows, micro))

@@ -1,0 +1,33 @@
+"""Did RL help? Start vs final held-out accuracy with a paired bootstrap interval on the gain.
+
+Both evaluations score the same problems greedily, so the gain's noise is the problem sampling:
+a paired bootstrap over problems gives its 95 % interval.
+"""
+
+from __future__ import annotations
+
+import random
+
+
+def paired_bootstrap(before: list[bool], after: list[bool], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % interval of mean(after) - mean(before), resampling problems with replacement."""
+    n = len(before)
+    if n == 0:
+        return 0.0, 0.0
+    diffs = [int(a) - int(b) for a, b in zip(after, before)]
+    rng = random.Random(seed)
+    stats = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    return stats[int(0.025 * n_boot)], stats[int(0.975 * n_boot) - 1]
+
+
+def gain_summary(evals: list) -> dict[str, float]:
+    """``val/acc_start``, ``val/acc_final``, ``val/gain`` (+ CI), ``val/n`` from (step, EvalResult) pairs."""
+    if len(evals) < 2:
+        return {}
+    (_, first), (_, last) = evals[0], evals[-1]
+    lo, hi = paired_bootstrap(first.correct, last.correct)
+    acc0 = sum(first.correct) / len(first.correct)
+    acc1 = sum(last.correct) / len(last.correct)
+    return {"val/acc_start": acc0, "val/acc_final": acc1, "val/gain": acc1 - acc0,
+            "val/gain_ci95_low": lo, "val/gain_ci95_high": hi, "val/n": float(len(first.correct)),
+            "val/acc_best": max(sum(r.correct) / len(r.correct) for _, r in evals)}

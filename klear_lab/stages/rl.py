@@ -1,0 +1,117 @@
+"""The RL stage: prompts, policy (from an SFT run), rollout engine and RL components from a config."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from klear_lab import builders
+from klear_lab.data.records import Record
+from klear_lab.errors import DataError
+from klear_lab.modules.rl import RLModule, RLSettings
+from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
+from klear_lab.rl.objective import ObjectiveWeights
+from klear_lab.stages.common import finish_loggers, make_trainer, save_model
+from klear_lab.stages.gain import gain_summary
+from klear_lab.tracking import make_loggers
+
+
+def prompt_batches(records: list[Record], batch: int, steps: int, seed: int) -> list[list[Record]]:
+    """``steps`` batches of ``batch`` prompts, walking seeded shuffles of the pool (epochs as needed)."""
+    rng, order, out = random.Random(seed), [], []
+    for _ in range(steps):
+        if len(order) < batch:
+            fresh = list(range(len(records)))
+            rng.shuffle(fresh)
+            order += fresh
+        out.append([records[i] for i in order[:batch]])
+        order = order[batch:]
+    return out
+
+
+@dataclass
+class RLStage:
+    cfg: dict[str, Any]
+    module: RLModule
+    batches: list[list[Record]]
+
+    def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
+        cfg, rl = self.cfg, self.cfg["rl"]
+        loggers = make_loggers(cfg, run_dir, identity)
+        trainer = make_trainer(
+            cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(cfg, run_dir), *callbacks],
+            val_check_interval=rl["eval_every"] or None, max_epochs=1,
+        )
+        loader = DataLoader(self.batches, batch_size=None, shuffle=False)
+        val = DataLoader([0], batch_size=1)
+        trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
+        start = time.perf_counter()
+        try:
+            trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val)
+        finally:
+            self.module.engine.close()
+        train_s = time.perf_counter() - start
+        if not rl["eval_every"] or len(self.batches) % rl["eval_every"]:
+            trainer.validate(self.module, dataloaders=val, verbose=False)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}
+        metrics.update(gain_summary(self.module.evals))
+        metrics.update({"perf/train_seconds": train_s, "rl/rollout_steps": float(len(self.batches)),
+                        "train/steps": float(trainer.global_step)})
+        wb = next((lg for lg in loggers if type(lg).__name__ == "WandbLogger"), None)
+        if wb is not None and self.module.last_samples:
+            wb.log_table(key="rollout/samples", columns=["prompt", "response", "answer", "reward"],
+                         data=self.module.last_samples[: cfg["tracking"]["wandb"]["log_samples"]])
+        save_model(self.module.policy, self.module.tokenizer, run_dir / "model")
+        return metrics, finish_loggers(loggers, metrics)
+
+
+def rl_callbacks(cfg: dict[str, Any], run_dir: Path) -> list:
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+
+    out: list = [LearningRateMonitor(logging_interval="step")]
+    if cfg["trainer"]["checkpoint"]:
+        out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0))
+    out.append(RichProgressBar(leave=True))
+    return out
+
+
+def prepare_rl(cfg: dict[str, Any]) -> RLStage:
+    """Builds everything; bad input fails here, before a run directory exists."""
+    rl = cfg["rl"]
+    builders.set_threads(cfg)
+    L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+    engine_cfg = builders.build(ROLLOUT, rl["rollout"])
+    if hasattr(engine_cfg, "check_available"):
+        engine_cfg.check_available()
+    records, _ = builders.build_train_records(cfg)
+    if not records:
+        raise DataError("RL needs prompts: data.sources produced none")
+    eval_records = builders.build_eval_records(cfg)
+    builders.resolve_init_from(cfg)
+    tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
+    steps = rl["steps"]
+    updates = steps * rl["ppo_epochs"] * -(-rl["prompts_per_step"] // rl["minibatch_prompts"])
+    settings = RLSettings(
+        group_size=rl["group_size"], minibatch_prompts=rl["minibatch_prompts"], micro_batch_seqs=rl["micro_batch_seqs"],
+        ppo_epochs=rl["ppo_epochs"], max_new_tokens=rl["max_new_tokens"], temperature=rl["temperature"],
+        top_p=rl["top_p"], grad_clip=cfg["optim"]["grad_clip"], overlong=rl["overlong"],
+        overlong_buffer=rl["overlong_buffer"], overlong_penalty=rl["overlong_penalty"], seed=cfg["run"]["seed"],
+        max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
+    )
+    module = RLModule(
+        policy, tokenizer, engine=engine_cfg.start(policy, tokenizer), reward=builders.build(REWARD, rl["reward"]),
+        advantage=builders.build(ADVANTAGE, rl["advantage"]), clip=builders.build(CLIP, rl["clip"]),
+        aggregation=builders.build(AGGREGATION, rl["aggregation"]),
+        group_filter=builders.build(GROUP_FILTER, rl["group_filter"]),
+        weights=ObjectiveWeights(alpha=rl["alpha"], entropy_coef=rl["entropy_coef"], kl_coef=rl["kl_coef"],
+                                 kl_estimator=rl["kl_estimator"]),
+        settings=settings, optim=builders.optim_settings(cfg, updates), eval_records=eval_records,
+        eval_rewards=builders.build_eval_rewards(cfg), use_reference=rl["kl_coef"] > 0,
+    )
+    return RLStage(cfg, module, prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"]))

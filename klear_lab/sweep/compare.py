@@ -1,0 +1,152 @@
+"""The ablation table: one row per arm, mean ± std (n) across seeds, delta vs baseline with a 95 % CI.
+
+The delta is mean(arm) - mean(baseline) of the objective; its interval is a percentile
+bootstrap that resamples each arm's seeds independently (numpy ``default_rng(seed)``, so the
+table is reproducible). Outputs in ``SWEEP_DIR/compare/``: ``table.csv``, ``table.md`` and
+``curves.png`` (each arm's metric over steps, mean across seeds with a ±std band, read from
+each trial's ``metrics.csv``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from klear_lab.sweep.grid import grid_arms, resolve_baseline
+from klear_lab.sweep.spec import SweepSpec
+
+N_BOOT = 10_000
+
+
+@dataclass
+class TrialRecord:
+    """What the table needs from one trial."""
+
+    arm: str
+    seed: int
+    state: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    run_dir: str | None = None
+
+
+def records_from_study(study: Any) -> list[TrialRecord]:
+    """One record per trial that got an arm label (every sweep trial)."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        if "arm" in t.user_attrs:
+            out.append(TrialRecord(t.user_attrs["arm"], t.user_attrs.get("seed", 0), t.state.name,
+                                   dict(t.user_attrs.get("metrics") or {}), t.user_attrs.get("run_dir")))
+    return out
+
+
+def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed: int = 0,
+                   ) -> tuple[float, float, float]:
+    """mean(arm) - mean(base) and its percentile-bootstrap 95 % interval."""
+    rng = np.random.default_rng(seed)
+    a = rng.choice(arm, size=(n_boot, len(arm)), replace=True).mean(axis=1)
+    b = rng.choice(base, size=(n_boot, len(base)), replace=True).mean(axis=1)
+    lo, hi = np.percentile(a - b, [2.5, 97.5])
+    return float(arm.mean() - base.mean()), float(lo), float(hi)
+
+
+def summarize(records: list[TrialRecord], objective: str, metrics: list[str], direction: str,
+              baseline: str | None, arm_order: list[str] | None = None, seed: int = 0) -> pd.DataFrame:
+    """The comparison table as a DataFrame (one row per arm, in ``arm_order``)."""
+    order = list(arm_order or [])
+    order += [r.arm for r in records if r.arm not in order]
+    done = [r for r in records if r.state == "COMPLETE"]
+    names = [objective, *[m for m in metrics if m != objective]]
+    rows = []
+    for arm in order:
+        mine = [r for r in done if r.arm == arm]
+        row: dict[str, Any] = {"arm": arm, "n": len(mine),
+                               "pruned": sum(r.arm == arm and r.state == "PRUNED" for r in records),
+                               "failed": sum(r.arm == arm and r.state == "FAIL" for r in records)}
+        for m in names:
+            vals = _values(mine, m)
+            row[f"{m} mean"] = float(vals.mean()) if len(vals) else math.nan
+            row[f"{m} std"] = float(vals.std(ddof=1)) if len(vals) > 1 else math.nan
+            row[f"{m} n"] = len(vals)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    _add_deltas(df, done, objective, baseline, seed)
+    means = df[f"{objective} mean"]
+    best = means.idxmax() if direction == "maximize" else means.idxmin()
+    df["best"] = [i == best and not math.isnan(means[i]) for i in df.index] if means.notna().any() else False
+    df["baseline"] = df["arm"] == baseline
+    return df
+
+
+def _values(records: list[TrialRecord], metric: str) -> np.ndarray:
+    vals = [r.metrics[metric] for r in records if metric in r.metrics]
+    return np.array([v for v in vals if v is not None and not math.isnan(v)], dtype=float)
+
+
+def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, baseline: str | None,
+                seed: int) -> None:
+    base = _values([r for r in done if r.arm == baseline], objective) if baseline else np.array([])
+    deltas, lows, highs = [], [], []
+    for arm in df["arm"]:
+        vals = _values([r for r in done if r.arm == arm], objective)
+        d, lo, hi = bootstrap_diff(vals, base, seed=seed) if len(vals) and len(base) else (math.nan,) * 3
+        deltas.append(d)
+        lows.append(lo)
+        highs.append(hi)
+    df["delta"], df["delta ci low"], df["delta ci high"] = deltas, lows, highs
+
+
+def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
+    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap interval."""
+    names = [objective, *[m for m in metrics if m != objective]]
+    head = ["arm", *names, f"Δ {objective} vs {baseline} [95% CI]", "pruned", "failed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, row in df.iterrows():
+        arm = f"**{row['arm']}** ★" if row["best"] else row["arm"]
+        cells = [arm, *[cell(row, m) for m in names], delta_cell(row), str(row["pruned"]), str(row["failed"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cell(row: Any, metric: str) -> str:
+    """``0.512 ± 0.013 (n=2)``."""
+    mean, std, n = row[f"{metric} mean"], row[f"{metric} std"], row[f"{metric} n"]
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.4g} ± {std:.2g} (n={n})" if not math.isnan(std) else f"{mean:.4g} (n={n})"
+
+
+def delta_cell(row: Any) -> str:
+    """``+0.031 [+0.012, +0.050]``, ``baseline`` for the baseline arm."""
+    if row["baseline"]:
+        return "baseline"
+    if math.isnan(row["delta"]):
+        return "–"
+    return f"{row['delta']:+.4g} [{row['delta ci low']:+.3g}, {row['delta ci high']:+.3g}]"
+
+
+def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None) -> pd.DataFrame:
+    """Build, print (Rich) and save the table and curves of a sweep's study."""
+    records = records_from_study(study)
+    order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
+    baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
+    return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)
+
+
+def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str | None,
+                     order: list[str] | None, out_dir: Path, console: Any = None) -> pd.DataFrame:
+    """Summarize ``records``, write table.csv / table.md / curves.png, print the Rich table."""
+    from klear_lab.sweep.curves import plot_curves
+    from klear_lab.sweep.render import print_table
+
+    df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_dir / "table.csv", index=False)
+    (out_dir / "table.md").write_text(to_markdown(df, spec.metric, spec.metrics, baseline))
+    png = plot_curves(records, [spec.metric, *spec.metrics], out_dir / "curves.png", order)
+    print_table(df, spec, baseline, out_dir, png, console)
+    return df

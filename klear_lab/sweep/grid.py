@@ -1,0 +1,158 @@
+"""Arms (one combination of axis values), their labels, Optuna parameter encoding and trial layers.
+
+An arm's label names its axis values compactly (``clip=gppo``, ``k=top2,lr=0.001``); the sweep
+uses it as the W&B ``job_type`` and the comparison table's row. A trial is an arm plus a seed;
+its config is the base experiment plus one last layer labelled ``sweep trial N``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from klear_lab.sweep.spec import Axis, SweepSpec
+
+Layer = tuple[str, dict[str, Any]]
+PRIMITIVES = (str, int, float, bool, type(None))
+SEED_PARAM = "run.seed"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One combination of axis values: ``values`` maps config key -> value (decoded)."""
+
+    label: str
+    values: tuple[tuple[str, Any], ...]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+def short_names(axes: list[Axis]) -> dict[str, str]:
+    """Axis key -> short column name: the last key segment (``rl.clip.name`` -> ``clip``)."""
+    short = {}
+    for axis in axes:
+        parts = axis.key.split(".")
+        short[axis.key] = parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
+    if len(set(short.values())) != len(short):
+        return {a.key: a.key for a in axes}
+    return short
+
+
+def value_label(axis: Axis, value: Any) -> str:
+    """Display label of one axis value (its ``labels`` entry, else the value itself)."""
+    if not axis.is_range:
+        for v, label in zip(axis.values, axis.labels):
+            if encode(v) == encode(value):
+                return label
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def arm_label(axes: list[Axis], values: dict[str, Any]) -> str:
+    """``clip=gppo`` for one axis, ``k=top2,lr=0.001`` for several."""
+    short = short_names(axes)
+    return ",".join(f"{short[a.key]}={value_label(a, values[a.key])}" for a in axes)
+
+
+def grid_arms(spec: SweepSpec) -> list[Arm]:
+    """Every combination of the categorical axes, in spec order (last axis varies fastest)."""
+    combos = itertools.product(*[axis.values for axis in spec.axes])
+    arms = []
+    for combo in combos:
+        values = {axis.key: v for axis, v in zip(spec.axes, combo)}
+        arms.append(Arm(arm_label(spec.axes, values), tuple(values.items())))
+    return arms
+
+
+def encode(value: Any) -> Any:
+    """Optuna categorical choices must be primitives: lists/dicts travel as JSON strings."""
+    return value if isinstance(value, PRIMITIVES) else "json:" + json.dumps(value, sort_keys=True)
+
+
+def decode(value: Any) -> Any:
+    """Inverse of :func:`encode`."""
+    if isinstance(value, str) and value.startswith("json:"):
+        return json.loads(value[5:])
+    return value
+
+
+def point_key(values: dict[str, Any], seed: int) -> str:
+    """Identity of one grid point x seed (a trial user attr; the resume bookkeeping key)."""
+    return json.dumps({**{k: encode(v) for k, v in values.items()}, SEED_PARAM: seed}, sort_keys=True)
+
+
+def enqueue_params(arm: Arm, seed: int) -> dict[str, Any]:
+    """Optuna params for ``study.enqueue_trial``: encoded axis values plus the seed."""
+    return {**{k: encode(v) for k, v in arm.values}, SEED_PARAM: seed}
+
+
+def resolve_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
+    """The baseline arm's label: ``baseline:`` as a label or as {axis key: value}; default first arm."""
+    raw = spec.baseline
+    if raw is None:
+        return labels[0] if labels else None
+    if isinstance(raw, str):
+        if labels and raw not in labels:
+            raise spec.err("baseline", f"no arm is labelled {raw!r}; arms: {', '.join(labels)}")
+        return raw
+    if not isinstance(raw, dict):
+        raise spec.err("baseline", f"expected an arm label or {{axis key: value}}, got {raw!r}")
+    keys = {a.key for a in spec.axes}
+    for key in raw:
+        if key not in keys:
+            raise spec.err(f"baseline.{key}", f"not an axis of this sweep (axes: {', '.join(sorted(keys))})")
+    if set(raw) != keys:
+        missing = sorted(keys - set(raw))
+        raise spec.err("baseline", f"give a value for every axis; missing {', '.join(missing)}")
+    label = arm_label(spec.axes, raw)
+    if labels and label not in labels:
+        raise spec.err("baseline", f"{raw} is not a grid point (arms: {', '.join(labels)})")
+    return label
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"rl.clip.name": "gppo"}`` -> ``{"rl": {"clip": {"name": "gppo"}}}``.
+
+    A component shorthand (``rl.clip: gppo``) next to one of its params becomes ``{name: gppo, ...}``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if isinstance(child, str):
+                child = {"name": child}
+            node[part] = child if isinstance(child, dict) else {}
+            node = node[part]
+        last = parts[-1]
+        if isinstance(node.get(last), dict) and isinstance(value, str):
+            node[last]["name"] = value
+        else:
+            node[last] = value
+    return out
+
+
+def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int | None,
+                threads: int | None, label: str) -> Layer:
+    """The last config layer of one trial: axis values, seed, W&B naming, output dir, threads."""
+    flat: dict[str, Any] = dict(values)
+    tags = [f"{a.key}={value_label(a, values[a.key])}" for a in spec.axes if a.key in values]
+    flat.update({
+        SEED_PARAM: seed,
+        "run.name": f"{spec.name}-{label}".replace(",", "_").replace("=", "-").replace("/", "-"),
+        "run.group": spec.wandb_group or spec.name,
+        "run.job_type": label,
+        "run.tags": [*tags, f"seed={seed}", f"sweep={spec.name}"],
+        "run.notes": f"sweep {spec.name} trial {number}",
+        "run.out_dir": str(Path(spec.sweep_dir).resolve() / "runs"),
+    })
+    if spec.wandb_project:
+        flat["tracking.wandb.project"] = spec.wandb_project
+    if threads:
+        flat["trainer.num_threads"] = threads
+    return f"sweep trial {number}" if number is not None else "sweep axes", nest(flat)

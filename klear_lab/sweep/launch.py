@@ -1,0 +1,127 @@
+"""``klear-lab sweep``: check the spec, prepare the study, run workers, compare the arms."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.checks import check_spec
+from klear_lab.sweep.grid import Arm
+from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
+from klear_lab.sweep.spec import SweepSpec, load_spec
+from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
+
+JOIN_WAIT_S = 600
+
+
+def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, workers: int | None = None,
+              join: bool = False, validate_only: bool = False, wandb_export: bool = False,
+              compare: bool = True, log: Any = print) -> int:
+    """Run (or resume, or join) the sweep of ``spec_path``; return the exit code.
+
+    Args:
+        spec_path: the sweep spec YAML.
+        overrides: ``key=value`` applied to the base experiment (after the spec's ``overrides``).
+        workers: parallel trials in this process (default: the spec's ``workers``).
+        join: add workers to an existing study (any machine sharing its storage); no enqueueing.
+        validate_only: run the pre-flight checks and stop.
+        wandb_export: write the equivalent W&B sweep config and stop.
+        compare: print and save the comparison table when the sweep ends.
+        log: one-line progress sink.
+
+    Returns:
+        0 when every grid point x seed has a finished (complete or pruned) trial, else 1.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = load_spec(spec_path, overrides)
+    if workers is not None:
+        if workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {workers}")
+        spec.workers = workers
+    arms = check_spec(spec)
+    url = default_storage_url(spec)
+    n_points = len(arms) * len(spec.seeds) if arms else spec.n_trials
+    if wandb_export:
+        from klear_lab.sweep.wandb_export import write_wandb_sweep
+
+        log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')}")
+        return 0
+    if validate_only:
+        log(f"{spec.path}: OK: {len(arms) or spec.n_trials} arm(s) x {len(spec.seeds)} seed(s) = {n_points} "
+            f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
+        return 0
+    frozen = freeze_spec(spec, url)
+    study = open_study(spec, url, create=not join)
+    lock = StudyLock(url, spec.name)
+    if join:
+        _wait_ready(study, spec)
+    else:
+        added = prepare_study(study, spec, arms, lock)
+        log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
+            f"dir {spec.sweep_dir}")
+    base_threads = compose(spec.experiment, spec.overrides)["trainer"]["num_threads"]
+    ctx = WorkerContext(spec, url, frozen, spec.workers, threads_per_trial(spec.workers, base_threads), log=log)
+    log(f"sweep {spec.name}: {spec.workers} worker(s), {ctx.threads or base_threads} torch thread(s) per trial")
+    started = time.time()
+    try:
+        run_workers(ctx)
+    except KeyboardInterrupt:
+        ctx.stop.set()
+        log("interrupted: rerun the same command to resume")
+        return 130
+    log(f"sweep {spec.name}: workers done in {time.time() - started:.1f}s; trials {grid_status(study)}")
+    return _finish(spec, study, arms, compare and not join, log)
+
+
+def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: Any) -> int:
+    missing = missing_points(study, spec, arms)
+    if compare:
+        from klear_lab.sweep.compare import compare_study
+
+        compare_study(spec, study)
+    if missing:
+        log(f"{len(missing)} grid point(s) without a finished trial: {', '.join(missing[:8])}"
+            f"{' ...' if len(missing) > 8 else ''}; see the trial logs in {spec.sweep_dir / 'trials'} "
+            "and rerun the same command to retry them")
+        return 1
+    return 0
+
+
+def freeze_spec(spec: SweepSpec, url: str) -> Path:
+    """Write ``spec.yaml`` (absolute paths, merged overrides, storage) and ``sweep.json``."""
+    raw = yaml.safe_load(spec.path.read_text()) or {}
+    raw.update({"name": spec.name, "overrides": list(spec.overrides), "storage": url,
+                "out_dir": str(spec.out_dir.resolve()), "workers": spec.workers})
+    if spec.experiment is not None:
+        raw["experiment"] = str(spec.experiment.resolve())
+    raw["runner"] = spec.runner
+    spec.sweep_dir.mkdir(parents=True, exist_ok=True)
+    frozen = spec.sweep_dir / "spec.yaml"
+    frozen.write_text(yaml.safe_dump(raw, sort_keys=False))
+    meta = {"name": spec.name, "storage": url, "spec": str(spec.path.resolve()), "frozen_spec": str(frozen)}
+    (spec.sweep_dir / "sweep.json").write_text(json.dumps(meta, indent=1))
+    return frozen
+
+
+def _wait_ready(study: Any, spec: SweepSpec) -> None:
+    deadline = time.time() + JOIN_WAIT_S
+    while READY_ATTR not in study.user_attrs:
+        if time.time() > deadline:
+            raise ConfigError(f"{spec.path}: study {spec.name!r} was never prepared; start it with "
+                              f"`klear-lab sweep {spec.path}` (without --join)")
+        time.sleep(1.0)
+
+
+def _short(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,126 @@
+"""The study as a work queue: enqueue each grid point x seed once, pop WAITING trials atomically.
+
+Optuna's GridSampler hands the same point to two parallel workers; here every point is
+enqueued once (``study.enqueue_trial``) and workers only take WAITING trials, so the
+finished study holds each point x seed exactly once. Re-running enqueues only the points
+with no COMPLETE, PRUNED, RUNNING or WAITING trial (failed ones), so a resume never repeats
+finished work. ``tpe``/``random`` sweeps ask the sampler for new trials up to ``n_trials``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, decode, encode, enqueue_params, point_key
+from klear_lab.sweep.spec import SweepSpec
+from klear_lab.sweep.storage import StudyLock
+
+COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+BASE_ATTR, READY_ATTR = "klear.base", "klear.points"
+
+
+def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: StudyLock) -> int:
+    """Record the base config, enqueue missing grid points; return how many were enqueued.
+
+    Raises:
+        ConfigError: the study exists but was started from another base experiment/overrides.
+    """
+    base = {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
+            "overrides": list(spec.overrides), "sampler": spec.sampler}
+    with lock.hold():
+        old = study.user_attrs.get(BASE_ATTR)
+        if old is not None and old != base:
+            raise ConfigError(f"{spec.path}: study {spec.name!r} already exists with a different base "
+                              f"({old}); rename the sweep (name:) or delete its storage")
+        study.set_user_attr(BASE_ATTR, base)
+        added = _enqueue_missing(study, spec, arms) if spec.sampler == "grid" else 0
+        study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
+    return added
+
+
+def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:
+    covered = {t.user_attrs.get("point") for t in study.get_trials(deepcopy=False, states=COVERED)}
+    added = 0
+    for arm in arms:
+        for seed in spec.seeds:
+            point = point_key(arm.params, seed)
+            if point not in covered:
+                attrs = {"arm": arm.label, "seed": seed, "point": point}
+                study.enqueue_trial(enqueue_params(arm, seed), user_attrs=attrs)
+                added += 1
+    return added
+
+
+def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock) -> int | None:
+    """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left."""
+    storage = study._storage  # the storage API (set_trial_state_values, record_heartbeat) is public
+    with lock.hold():
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            try:
+                if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                    _heartbeat(storage, frozen._trial_id)
+                    return frozen._trial_id
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+        if spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
+            return None
+        trial = study.ask()
+        _heartbeat(storage, trial._trial_id)
+        return trial._trial_id
+
+
+def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, Any], int, str]:
+    """The trial's axis values (decoded), seed and arm label; records params and user attrs."""
+    values: dict[str, Any] = {}
+    for axis in spec.axes:
+        if not axis.is_range:
+            values[axis.key] = decode(trial.suggest_categorical(axis.key, [encode(v) for v in axis.values]))
+        elif _is_int_range(axis):
+            values[axis.key] = trial.suggest_int(axis.key, int(axis.low), int(axis.high), log=axis.log,
+                                                 step=int(axis.step or 1))
+        else:
+            values[axis.key] = trial.suggest_float(axis.key, axis.low, axis.high, log=axis.log, step=axis.step)
+    attrs = trial.user_attrs
+    if spec.sampler == "grid":
+        seed = trial.suggest_categorical(SEED_PARAM, list(spec.seeds))
+    else:
+        seed = attrs.get("seed", spec.seeds[trial.number % len(spec.seeds)])
+    label = attrs.get("arm") or arm_label(spec.axes, values)
+    for key, value in (("arm", label), ("seed", seed), ("point", point_key(values, seed))):
+        if key not in attrs:
+            trial.set_user_attr(key, value)
+    return values, seed, label
+
+
+def count(study: optuna.Study, states: tuple[TrialState, ...]) -> int:
+    """Number of trials in ``states``."""
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def grid_status(study: optuna.Study) -> dict[str, int]:
+    """Trials per state name, for progress lines."""
+    out: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> list[str]:
+    """Grid points x seeds with no COMPLETE or PRUNED trial."""
+    done = {t.user_attrs.get("point") for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))}
+    return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in done]
+
+
+def _heartbeat(storage: Any, trial_id: int) -> None:
+    if hasattr(storage, "record_heartbeat") and storage.get_heartbeat_interval() is not None:
+        storage.record_heartbeat(trial_id)
+
+
+def _is_int_range(axis: Any) -> bool:
+    return isinstance(axis.low, int) and isinstance(axis.high, int) and (axis.step is None or
+                                                                          isinstance(axis.step, int))

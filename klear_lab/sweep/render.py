@@ -1,0 +1,37 @@
+"""Print the comparison table with Rich and say where the outputs are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from klear_lab.sweep.spec import SweepSpec
+
+
+def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir: Path,
+                png: Path | None, console: Any = None) -> None:
+    """One row per arm; best arm starred; where the CSV, markdown, PNG and W&B runs are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from klear_lab.sweep.compare import cell, delta_cell
+
+    console = console or Console()
+    names = [spec.metric, *[m for m in spec.metrics if m != spec.metric]]
+    table = Table(title=f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}")
+    table.add_column("arm", style="bold")
+    for m in names:
+        table.add_column(m, justify="right")
+    table.add_column(f"Δ {spec.metric} [95% CI]", justify="right")
+    table.add_column("pruned/failed", justify="right")
+    for _, row in df.iterrows():
+        arm = f"★ {row['arm']}" if row["best"] else row["arm"]
+        table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), f"{row['pruned']}/{row['failed']}",
+                      style="green" if row["best"] else None)
+    console.print(table)
+    console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")
+    console.print(f"curves: {png}" if png else "curves: no metrics.csv with these metrics in the trial run dirs")
+    console.print(f"runs: {spec.sweep_dir / 'runs'} (W&B offline runs inside; `wandb sync` them), "
+                  f"W&B group {spec.wandb_group or spec.name}")

@@ -1,0 +1,124 @@
+"""Optuna RDB storage with heartbeats, the study's sampler and pruner, and a cross-process lock.
+
+Heartbeats: a worker records one per running trial every ``heartbeat_interval`` seconds; a
+trial whose heartbeats stop for two intervals (its worker was killed) is failed by
+``optuna.storages.fail_stale_trials`` and re-enqueued by ``RetryHeartbeatStaleTrialCallback``.
+
+The lock serialises the few read-then-write steps (enqueue missing points, pop a WAITING
+trial, ask a sampler for a new one): an ``flock`` file beside an SQLite database, a
+PostgreSQL advisory lock keyed by the study name, nothing for other backends (Optuna's
+row lock on pop still holds there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import warnings
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+from sqlalchemy.engine import make_url
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.spec import SweepSpec
+
+
+def default_storage_url(spec: SweepSpec) -> str:
+    """The spec's ``storage``, else an SQLite file ``study.db`` in the sweep directory."""
+    return spec.storage or f"sqlite:///{(spec.sweep_dir / 'study.db').resolve()}"
+
+
+def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int | None = 3,
+                 ) -> optuna.storages.RDBStorage:
+    """An RDBStorage; with ``heartbeat_interval``, stale trials are failed and retried."""
+    sqlite = make_url(url).get_backend_name() == "sqlite"
+    if sqlite:
+        Path(make_url(url).database).parent.mkdir(parents=True, exist_ok=True)
+    engine_kwargs = {"connect_args": {"timeout": 120}} if sqlite else {"pool_pre_ping": True}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry) if heartbeat_interval else None
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                grace_period=2 * heartbeat_interval if heartbeat_interval else None,
+                heartbeat_stale_trial_callback=retry)
+    except Exception as exc:  # sqlalchemy OperationalError, bad database name...
+        raise ConfigError(f"storage {_redact(url)}: cannot open: {exc}") from None
+
+
+def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+    """Grid trials are all enqueued with fixed params, so their sampler never samples."""
+    if spec.sampler == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=spec.sampler_seed, constant_liar=spec.workers > 1)
+    return optuna.samplers.RandomSampler(seed=spec.sampler_seed)
+
+
+def make_pruner(name: str, n_startup_trials: int = 1) -> optuna.pruners.BasePruner:
+    """``none`` | ``median`` (after ``n_startup_trials``, e.g. one per seed) | ``hyperband``."""
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials, n_warmup_steps=0)
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    return optuna.pruners.NopPruner()
+
+
+def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = True) -> optuna.Study:
+    """Create (or resume) the study named ``spec.name``; with ``create=False`` it must exist."""
+    storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
+    kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
+              "pruner": make_pruner(spec.pruner, len(spec.seeds))}
+    if create:
+        return optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs)
+    try:
+        return optuna.load_study(**kwargs)
+    except KeyError:
+        raise ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
+                          f"`klear-lab sweep {spec.path}` first") from None
+
+
+class StudyLock:
+    """Mutual exclusion across threads, processes and (PostgreSQL) machines for one study."""
+
+    def __init__(self, url: str, study_name: str) -> None:
+        parsed = make_url(url)
+        self.backend = parsed.get_backend_name()
+        self.key = zlib.crc32(study_name.encode()) & 0x7FFFFFFF
+        self.lock_file = Path(f"{parsed.database}.lock") if self.backend == "sqlite" else None
+        self.engine = None
+        if self.backend == "postgresql":
+            from sqlalchemy import create_engine
+            from sqlalchemy.pool import NullPool
+
+            self.engine = create_engine(url, poolclass=NullPool)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the lock for the duration of the ``with`` block."""
+        if self.lock_file is not None:
+            with open(self.lock_file, "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+        elif self.engine is not None:
+            from sqlalchemy import text
+
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self.key})
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+        else:
+            yield
+
+
+def _redact(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)

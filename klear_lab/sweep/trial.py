@@ -1,0 +1,144 @@
+"""One trial in its own process: ``python -m klear_lab.sweep.trial JOB.json``.
+
+The worker that claimed the trial composed its config and wrote the job file (storage URL,
+study name, trial id, resolved config, runner, objective). This process loads the study,
+builds ``optuna.trial.Trial(study, trial_id)`` for the pruning callback, calls the runner
+(default ``klear_lab.run:run_experiment``), stores the outputs as user attrs and tells
+Optuna the result: COMPLETE with the objective, PRUNED, or FAIL with the error. If this
+process dies (OOM, kill -9), the worker sees the trial still RUNNING and fails it; if the
+worker dies, the kernel kills this process (PR_SET_PDEATHSIG) and heartbeats stop.
+
+The runner is injectable (``runner:`` in the spec, ``module:function`` or ``file.py:function``),
+so tests and custom launchers can run trials without training a model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import json
+import math
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this process when the worker thread that started it exits."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the heartbeat still fails the trial, the process may linger
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the worker died before prctl took effect
+
+
+def resolve_runner(spec: str) -> Callable[..., Any]:
+    """``pkg.module:function`` or ``path/to/file.py:function`` -> the callable."""
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise ValueError(f"runner {spec!r} must look like module:function or file.py:function")
+    if module_name.endswith(".py"):
+        path = Path(module_name).resolve()
+        mod_spec = importlib.util.spec_from_file_location(f"klear_sweep_runner_{path.stem}", path)
+        if mod_spec is None or mod_spec.loader is None:
+            raise ValueError(f"runner file {path} cannot be imported")
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    return getattr(module, attr)
+
+
+def result_fields(result: Any) -> tuple[dict[str, float], str | None, str | None]:
+    """(metrics, run_dir, wandb_dir) from a RunResult or a plain mapping with those keys."""
+    get = result.get if isinstance(result, dict) else lambda k, d=None: getattr(result, k, d)
+    metrics = {str(k): float(v) for k, v in (get("metrics") or {}).items() if _is_number(v)}
+    run_dir, wandb_dir = get("run_dir"), get("wandb_dir")
+    return metrics, str(run_dir) if run_dir else None, str(wandb_dir) if wandb_dir else None
+
+
+def run_job(job: dict[str, Any]) -> int:
+    """Execute one trial job; return the process exit code (0 complete/pruned, 1 failed)."""
+    import optuna
+
+    from klear_lab.plugins import load_plugins
+    from klear_lab.sweep.storage import make_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = make_storage(job["storage"])  # the worker records heartbeats, not this process
+    study = optuna.load_study(study_name=job["study"], storage=storage, pruner=_pruner(job))
+    trial = optuna.trial.Trial(study, job["trial_id"])
+    cfg = job["config"]
+    callbacks = _callbacks(trial, job)
+    try:
+        load_plugins(cfg.get("plugins") or [])
+        result = resolve_runner(job["runner"])(cfg, callbacks=callbacks)
+        for cb in callbacks:  # under DDP the pruning decision surfaces only here
+            getattr(cb, "check_pruned", lambda: None)()
+    except optuna.TrialPruned as exc:
+        trial.set_user_attr("pruned", str(exc))
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        print(f"trial {trial.number}: pruned ({exc})", flush=True)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
+        traceback.print_exc()
+        return _fail(study, trial, f"{type(exc).__name__}: {exc}")
+    metrics, run_dir, wandb_dir = result_fields(result)
+    for key, value in (("metrics", metrics), ("run_dir", run_dir), ("wandb_dir", wandb_dir)):
+        trial.set_user_attr(key, value)
+    value = metrics.get(job["objective"])
+    if value is None or math.isnan(value):
+        return _fail(study, trial, f"objective {job['objective']!r} missing from the run's metrics "
+                                   f"(got {', '.join(sorted(metrics)) or 'none'})")
+    study.tell(trial, value)
+    print(f"trial {trial.number}: {job['objective']}={value:.6g} run_dir={run_dir}", flush=True)
+    return 0
+
+
+def _fail(study: Any, trial: Any, message: str) -> int:
+    import optuna
+
+    trial.set_user_attr("error", message[-2000:])
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    print(f"trial {trial.number}: failed: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _pruner(job: dict[str, Any]) -> Any:
+    from klear_lab.sweep.storage import make_pruner
+
+    return make_pruner(job.get("pruner", "none"), job.get("pruner_startup", 1))
+
+
+def _callbacks(trial: Any, job: dict[str, Any]) -> list[Any]:
+    if job.get("pruner", "none") == "none":
+        return []
+    from klear_lab.sweep.pruning import StepPruningCallback
+
+    return [StepPruningCallback(trial, monitor=job["objective"])]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the trial process."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m klear_lab.sweep.trial JOB.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(argv[0]).read_text())
+    die_with_parent(job.get("parent_pid"))
+    return run_job(job)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

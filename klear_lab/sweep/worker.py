@@ -1,0 +1,152 @@
+"""Worker threads: claim a trial, compose its config, run it in a child process, keep it alive.
+
+Each worker thread loops: fail stale trials (heartbeat) -> claim a WAITING trial (or ask the
+sampler) -> compose the base experiment plus the ``sweep trial N`` layer -> write the job
+file -> start ``python -m klear_lab.sweep.trial`` with ``OMP_NUM_THREADS`` = cores // workers
+-> record a heartbeat every interval until it exits. It stops when nothing is WAITING and no
+trial is RUNNING anywhere in the study (so resumed sweeps wait for retried trials).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.grid import trial_layer
+from klear_lab.sweep.queue import count, take_trial, trial_values
+from klear_lab.sweep.spec import SweepSpec
+from klear_lab.sweep.storage import StudyLock, open_study
+
+_COMPOSE_LOCK = threading.Lock()
+
+
+@dataclass
+class WorkerContext:
+    """What every worker thread of one ``klear-lab sweep`` process shares."""
+
+    spec: SweepSpec
+    url: str
+    frozen_spec: Path
+    workers: int
+    threads: int | None
+    stop: threading.Event = field(default_factory=threading.Event)
+    log: Callable[[str], None] = print
+    poll_s: float = 2.0
+
+
+def cpu_cores() -> int:
+    """Cores this process may use (affinity-aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_trial(workers: int, base_threads: int) -> int | None:
+    """cores // workers unless the experiment pins ``trainer.num_threads`` itself (then None)."""
+    return None if base_threads else max(1, cpu_cores() // workers)
+
+
+def run_workers(ctx: WorkerContext) -> None:
+    """Run ``ctx.workers`` worker threads until the study has no work left (or ``ctx.stop``)."""
+    threads = [threading.Thread(target=_worker_main, args=(ctx, i), name=f"sweep-worker-{i}", daemon=True)
+               for i in range(ctx.workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.5)
+
+
+def _worker_main(ctx: WorkerContext, index: int) -> None:
+    try:
+        worker_loop(ctx, index)
+    except Exception as exc:  # noqa: BLE001 - report, let the other workers continue
+        ctx.log(f"[worker {index}] stopped on error: {type(exc).__name__}: {exc}")
+
+
+def worker_loop(ctx: WorkerContext, index: int) -> None:
+    """Claim and run trials until none is left."""
+    study = open_study(ctx.spec, ctx.url, create=False)
+    lock = StudyLock(ctx.url, ctx.spec.name)
+    while not ctx.stop.is_set():
+        optuna.storages.fail_stale_trials(study)
+        trial_id = take_trial(study, ctx.spec, lock)
+        if trial_id is None:
+            if count(study, (TrialState.RUNNING, TrialState.WAITING)) == 0:
+                return
+            ctx.stop.wait(ctx.poll_s)
+            continue
+        run_trial(ctx, study, trial_id, index)
+
+
+def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
+    """Run one claimed trial in a child process; return its final state."""
+    storage = study._storage  # public storage API behind the study
+    trial = optuna.trial.Trial(study, trial_id)
+    values, seed, label = trial_values(trial, ctx.spec)
+    trials_dir = ctx.spec.sweep_dir / "trials"
+    trials_dir.mkdir(parents=True, exist_ok=True)
+    job_path, log_path = trials_dir / f"trial-{trial.number:04d}.json", trials_dir / f"trial-{trial.number:04d}.log"
+    trial.set_user_attr("log", str(log_path.resolve()))
+    try:
+        with _COMPOSE_LOCK:
+            layer = trial_layer(ctx.spec, values, seed, trial.number, ctx.threads, label)
+            cfg = compose(ctx.spec.experiment, ctx.spec.overrides, [layer])
+    except ConfigError as exc:
+        trial.set_user_attr("error", str(exc))
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: config error: {exc}")
+        return TrialState.FAIL
+    job_path.write_text(json.dumps(_job(ctx, trial, cfg), indent=1, default=str))
+    ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path})")
+    rc = _run_child(ctx, storage, trial_id, job_path, log_path)
+    final = storage.get_trial(trial_id)
+    if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill)
+        trial.set_user_attr("error", f"trial process exited with code {rc}; see {log_path}")
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        final = storage.get_trial(trial_id)
+    shown = f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None else final.user_attrs.get("error", "")
+    ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown}")
+    return final.state
+
+
+def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> dict[str, Any]:
+    spec = ctx.spec
+    return {"storage": ctx.url, "study": spec.name, "trial_id": trial._trial_id, "number": trial.number,
+            "spec": str(ctx.frozen_spec.resolve()), "runner": spec.runner, "objective": spec.metric,
+            "pruner": spec.pruner, "pruner_startup": len(spec.seeds), "parent_pid": os.getpid(),
+            "config": cfg}
+
+
+def trial_env(threads: int | None, workers: int) -> dict[str, str]:
+    """Child environment: one share of the cores per trial, unbuffered output."""
+    env = dict(os.environ)
+    env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "PYTHONUNBUFFERED": "1"})
+    if threads:
+        env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+    return env
+
+
+def _run_child(ctx: WorkerContext, storage: Any, trial_id: int, job_path: Path, log_path: Path) -> int:
+    cmd = [sys.executable, "-m", "klear_lab.sweep.trial", str(job_path.resolve())]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env=trial_env(ctx.threads, ctx.workers))
+        while True:
+            try:
+                return proc.wait(timeout=ctx.spec.heartbeat_interval)
+            except subprocess.TimeoutExpired:
+                storage.record_heartbeat(trial_id)

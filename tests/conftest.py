@@ -1,0 +1,31 @@
+"""Test-wide settings: offline hubs, offline W&B, deliberate torch threads."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Tests run one at a time on a 2-core machine: 2 threads; subprocess trials set their own.
+torch.set_num_threads(int(os.environ.get("KLEAR_TEST_THREADS", "2")))
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def repo_root() -> str:
+    return REPO
+
+
+@pytest.fixture
+def tiny_sft_overrides(tmp_path) -> list[str]:
+    """Overrides that make the quickstart SFT run in a few seconds."""
+    return [f"run.out_dir={tmp_path / 'runs'}", "data.sources.0.n_prompts=120", "sft.max_steps=3",
+            "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=24", "trainer.checkpoint=false",
+            "sft.tokens_per_micro_batch=1024"]

@@ -1,0 +1,71 @@
+"""End-to-end SFT through run_experiment and the CLI: run directory, W&B offline, reproducibility, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from klear_lab.cli import main
+from klear_lab.config.compose import compose
+from klear_lab.run import run_experiment
+
+QUICKSTART = str(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml")
+
+
+def test_sft_smoke_run_and_reproduce_from_saved_config(repo_root, tiny_sft_overrides, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    result = run_experiment(compose(QUICKSTART, tiny_sft_overrides))
+    run_dir = result.run_dir
+    for name in ("config.yaml", "run.json", "summary.json", "csv/metrics.csv", "model/config.json",
+                 "model/tokenizer.json"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["_identity"]["config_hash"] and summary["_identity"]["git_commit"]
+    assert 0.0 <= summary["val/acc"] <= 1.0 and summary["val/n"] == 8
+    assert summary["train/steps"] == 3 and summary["perf/tokens_per_s"] > 0
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert losses, "train/loss logged to CSV"
+    offline = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(offline) == 1 and offline[0].stat().st_size > 0
+    # reproduce from the saved resolved config and seed: same loss curve
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    again = run_experiment(saved)
+    rows2 = list(csv.DictReader((again.run_dir / "csv" / "metrics.csv").open()))
+    assert [float(r["train/loss"]) for r in rows2 if r.get("train/loss")] == losses
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("optim: {lr: [\n", "malformed YAML"),
+    ("optim: {lrr: 0.1}\n", "did you mean"),
+    ("optim: {lr: fast}\n", "expected float"),
+    ("data: {mix: {name: nope}}\n", "unknown data_mix"),
+    ("data:\n  sources: [{name: file, path: /nonexistent/data.jsonl}]\n", "/nonexistent/data.jsonl"),
+])
+def test_bad_input_exits_2_and_leaves_no_run(tmp_path, capsys, body, needle):
+    exp = _write(tmp_path, "bad.yaml", f"base: {Path(QUICKSTART).resolve()}\nrun: {{out_dir: {tmp_path}/runs}}\n" + body)
+    assert main(["train", str(exp)]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_bad_row_names_file_row_field(tmp_path, capsys):
+    data = _write(tmp_path, "d.jsonl", '{"messages": [{"role": "user", "content": "hi"}, '
+                  '{"role": "assistant", "content": "<think>x</think>1"}]}\n{"messages": 3}\n')
+    exp = _write(tmp_path, "e.yaml", f"base: {Path(QUICKSTART).resolve()}\nrun: {{out_dir: {tmp_path}/runs}}\n"
+                 f"data:\n  sources: [{{name: file, path: {data}, format: messages}}]\n")
+    assert main(["train", str(exp)]) == 2
+    err = capsys.readouterr().err
+    assert str(data) in err and "row 2" in err and "messages" in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

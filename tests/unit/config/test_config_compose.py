@@ -1,0 +1,86 @@
+"""Config composition order, shorthand, and every error path (file, key, did-you-mean, type, component)."""
+
+from __future__ import annotations
+
+import pytest
+
+from klear_lab.config.compose import compose, dotlist_layer
+from klear_lab.errors import ConfigError
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_order_defaults_base_experiment_cli(tmp_path):
+    write(tmp_path / "base.yaml", "optim: {lr: 0.5, warmup_steps: 7}\nrun: {name: from-base}\n")
+    exp = write(tmp_path / "exp.yaml", "base: base.yaml\noptim: {lr: 0.25}\n")
+    cfg = compose(exp, ["optim.lr=0.125"])
+    assert cfg["optim"]["lr"] == 0.125          # CLI beats experiment
+    assert cfg["optim"]["warmup_steps"] == 7    # base beats defaults
+    assert cfg["run"]["name"] == "from-base"
+    assert cfg["optim"]["grad_clip"] == 1.0     # schema default filled in
+    cfg = compose(exp, [], extra_layers=[dotlist_layer(["optim.lr=2"], "sweep trial 0")])
+    assert cfg["optim"]["lr"] == 2.0            # trial layer last
+
+
+def test_component_defaults_expanded_and_switch_drops_old_params(tmp_path):
+    exp = write(tmp_path / "e.yaml", "data:\n  mix: {name: top_k, k: 2, budget: 100}\n")
+    cfg = compose(exp)
+    assert cfg["data"]["mix"] == {"name": "top_k", "k": 2, "budget": 100}
+    cfg = compose(exp, ["data.mix=all"])        # shorthand switches component, drops k/budget
+    assert cfg["data"]["mix"] == {"name": "all"}
+    cfg = compose(exp, ["data.filter=band"])
+    assert cfg["data"]["filter"]["min_level"] == 1  # defaults of the new component
+
+
+def test_float_written_without_dot_is_a_float(tmp_path):
+    exp = write(tmp_path / "e.yaml", "optim: {lr: 2e-3}\n")
+    assert compose(exp)["optim"]["lr"] == pytest.approx(2e-3)
+
+
+def test_list_index_override(tmp_path):
+    exp = write(tmp_path / "e.yaml", "data:\n  sources: [{name: arith_r1, n_prompts: 10}]\n")
+    cfg = compose(exp, ["data.sources.0.n_prompts=5"])
+    assert cfg["data"]["sources"][0]["n_prompts"] == 5 and cfg["data"]["sources"][0]["name"] == "arith_r1"
+
+
+@pytest.mark.parametrize(("body", "overrides", "needles"), [
+    ("optim: {lrr: 1}\n", [], ["e.yaml", "optim.lrr", "did you mean", "optim.lr"]),
+    ("", ["optim.lrr=1"], ["command line", "optim.lrr", "optim.lr"]),
+    ("optim: {lr: fast}\n", [], ["e.yaml", "optim.lr", "expected float", "str"]),
+    ("sft: {max_steps: 1.5}\n", [], ["sft.max_steps", "expected int", "float"]),
+    ("data: {mix: {name: top_kk}}\n", [], ["e.yaml", "data.mix.name", "unknown data_mix", "top_k", "weighted"]),
+    ("data: {mix: {name: top_k, kk: 1}}\n", [], ["data.mix.kk", "did you mean", "data.mix.k"]),
+    ("model: {tiny: {size: 3m}}\n", [], ["model.tiny", "size must be one of"]),
+    ("plugins: [no_such_module_xyz]\n", [], ["cannot import plugin", "no_such_module_xyz"]),
+    ("base: missing.yaml\n", [], ["missing.yaml", "not found"]),
+    ("optim: {lr: [1\n", [], ["e.yaml:", "malformed YAML"]),
+    ("- 1\n- 2\n", [], ["top level must be a mapping"]),
+    ("run: {seed: '${nope}'}\n", [], ["interpolation"]),
+])
+def test_errors_name_the_place(tmp_path, body, overrides, needles):
+    exp = write(tmp_path / "e.yaml", body)
+    with pytest.raises(ConfigError) as err:
+        compose(exp, overrides)
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_bad_override_syntax(tmp_path):
+    exp = write(tmp_path / "e.yaml", "")
+    with pytest.raises(ConfigError, match="key=value"):
+        compose(exp, ["optim.lr"])
+
+
+def test_circular_base(tmp_path):
+    write(tmp_path / "a.yaml", "base: b.yaml\n")
+    write(tmp_path / "b.yaml", "base: a.yaml\n")
+    with pytest.raises(ConfigError, match="circular"):
+        compose(tmp_path / "a.yaml")
+
+
+def test_missing_experiment_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        compose(tmp_path / "nope.yaml")

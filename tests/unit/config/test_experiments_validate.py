@@ -1,0 +1,26 @@
+"""Every YAML under experiments/ composes and validates; paper-scale ones pass --dry-run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klear_lab.config.compose import compose
+
+ROOT = Path(__file__).resolve().parents[3]
+EXPERIMENTS = sorted((ROOT / "experiments").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_experiment_composes(path):
+    cfg = compose(path)
+    assert cfg["run"]["kind"] in ("sft", "rl")
+
+
+@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if "paper" in p.parts], ids=lambda p: str(p.relative_to(ROOT)))
+def test_paper_configs_dry_run(path):
+    from klear_lab.dry_run import dry_run
+
+    rows = dict(dry_run(compose(path)))
+    assert "8,190.7 M" in rows["parameters"]  # Qwen3-8B architecture on the meta device

@@ -1,0 +1,104 @@
+"""Registries, duplicate names, and both plugin routes (config list; installed entry point)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.registry import CLIP, REGISTRIES, Registry
+
+
+def test_every_component_builds_from_defaults():
+    for axis, registry in REGISTRIES.items():
+        assert registry.names(), axis
+        for name in registry.names():
+            obj = registry.build({"name": name})
+            assert dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen, (axis, name)
+
+
+def test_duplicate_name_is_an_error():
+    reg = Registry("demo", None, "demo")
+
+    @reg.register("x")
+    @dataclasses.dataclass(frozen=True)
+    class A:
+        pass
+
+    with pytest.raises(KeyError, match="already registered"):
+        @reg.register("x")
+        @dataclasses.dataclass(frozen=True)
+        class B:
+            pass
+
+
+def test_unfrozen_dataclass_rejected():
+    reg = Registry("demo", None, "demo")
+    with pytest.raises(TypeError, match="frozen"):
+        @reg.register("y")
+        @dataclasses.dataclass
+        class C:
+            pass
+
+
+def test_unknown_name_lists_registered():
+    with pytest.raises(ConfigError) as err:
+        CLIP.get("gpo")
+    assert "gppo" in str(err.value) and "did you mean" in str(err.value)
+
+
+PLUGIN = textwrap.dedent('''
+    from dataclasses import dataclass
+    from klear_lab.registry import DATA_MIX
+
+    @DATA_MIX.register("{name}")
+    @dataclass(frozen=True)
+    class FirstOnly:
+        """Keep only the first source's records (test plugin)."""
+        limit: int = 3
+
+        def __call__(self, pools, ranks, seed):
+            first = sorted(pools)[0]
+            return pools[first][: self.limit]
+''')
+
+
+def test_plugin_file_from_config(tmp_path):
+    (tmp_path / "my_mix.py").write_text(PLUGIN.format(name="plugin_file_mix"))
+    exp = tmp_path / "e.yaml"
+    exp.write_text("plugins: [my_mix.py]\ndata:\n  mix: {name: plugin_file_mix, limit: 5}\n")
+    cfg = compose(exp)
+    assert cfg["data"]["mix"] == {"name": "plugin_file_mix", "limit": 5}
+    assert cfg["plugins"][0].endswith("my_mix.py") and cfg["plugins"][0].startswith("/")
+
+
+def test_plugin_module_from_config(tmp_path, monkeypatch):
+    (tmp_path / "my_mix_mod.py").write_text(PLUGIN.format(name="plugin_module_mix"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    exp = tmp_path / "e.yaml"
+    exp.write_text("plugins: [my_mix_mod]\ndata: {mix: plugin_module_mix}\n")
+    assert compose(exp)["data"]["mix"]["limit"] == 3
+
+
+def test_entry_point_plugin_in_installed_package(tmp_path):
+    """A package with a ``klear_lab.plugins`` entry point registers without any config mention."""
+    pkg = tmp_path / "site"
+    (pkg / "klear_ext").mkdir(parents=True)
+    (pkg / "klear_ext" / "__init__.py").write_text(PLUGIN.format(name="entry_point_mix"))
+    dist = pkg / "klear_ext-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: klear-ext\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[klear_lab.plugins]\next = klear_ext\n")
+    exp = tmp_path / "e.yaml"
+    exp.write_text("data: {mix: entry_point_mix}\n")
+    code = ("import sys; from klear_lab.config.compose import compose; "
+            f"print(compose({str(exp)!r})['data']['mix'])")
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(pkg), "PATH": "/usr/bin:/bin",
+                         "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "'name': 'entry_point_mix'" in out.stdout

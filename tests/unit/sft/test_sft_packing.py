@@ -1,0 +1,56 @@
+"""Packing: BFD bins, prompt masking, and packed logits equal to unpacked logits."""
+
+from __future__ import annotations
+
+import torch
+
+from klear_lab.data.sft import IGNORE, Example, collate_rows, pack_bfd, packed_rows, packing_efficiency, tokenize_records
+from klear_lab.models.tokenizer import train_tokenizer
+from klear_lab.registry import MODEL, SOURCE
+
+
+def _world(n=40):
+    recs = SOURCE.build({"name": "arith_r1", "n_prompts": n}).records(0, "train")
+    tok = train_tokenizer([r.prompt + r.response for r in recs], vocab_size=300)
+    return recs, tok
+
+
+def test_bfd_respects_capacity_and_places_everything():
+    lengths = [7, 5, 4, 4, 3, 3, 2, 2, 1]
+    bins = pack_bfd(lengths, 10)
+    assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in b) <= 10 for b in bins)
+    assert len(bins) == 4  # 31 tokens, optimal is ceil(31/10) = 4
+
+
+def test_labels_mask_prompt_and_are_shifted():
+    ex = Example(input_ids=(10, 11, 12, 13, 14), n_prompt=2)
+    batch = collate_rows([[ex, Example((20, 21, 22), 1)]], pad_id=0)
+    # position 1 predicts token 12 (first response token); the last token of each example predicts nothing
+    assert batch["labels"][0].tolist() == [IGNORE, 12, 13, 14, IGNORE, 21, 22, IGNORE]
+    assert batch["position_ids"][0].tolist() == [0, 1, 2, 3, 4, 0, 1, 2]
+
+
+def test_packed_logits_equal_unpacked():
+    recs, tok = _world()
+    torch.manual_seed(0)
+    model = MODEL.build({"name": "qwen2", "size": "2m"}).build(tok).eval()
+    examples, _ = tokenize_records(tok, recs[:8], 512)
+    rows = packed_rows(examples, 300, pack=True)
+    assert any(len(r) > 1 for r in rows)
+    batch = collate_rows(rows, tok.pad_token_id)
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+        for b, row in enumerate(rows):
+            start = 0
+            for ex in row:
+                alone = model(input_ids=torch.tensor([ex.input_ids]), use_cache=False).logits[0]
+                torch.testing.assert_close(packed[b, start:start + len(ex)], alone, atol=2e-5, rtol=1e-4)
+                start += len(ex)
+
+
+def test_packing_efficiency_on_quickstart_like_data():
+    recs, tok = _world(1500)
+    examples, _ = tokenize_records(tok, recs, 512)
+    rows = packed_rows(examples, 512, pack=True)
+    assert packing_efficiency(rows, 512) >= 0.97

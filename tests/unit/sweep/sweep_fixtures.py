@@ -1,0 +1,109 @@
+"""Test helpers for sweeps: a tiny experiment, spec writer and fast injectable trial runners.
+
+The runners stand in for ``run_experiment`` in machinery tests (real subprocesses, real
+storage, real Optuna): ``val/acc = 100 * optim.lr + seed / 1000``, a metrics CSV in the run
+dir, one line per call in ``SWEEP_DIR/invocations.txt`` (lr, seed, pid, worker pid). A file
+``SWEEP_DIR/slow-<lr>-<seed>`` makes the next call for that point announce itself in
+``SWEEP_DIR/slow-started`` and hang (to be killed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[3]
+RUNNER = f"{HERE}:run"
+PRUNABLE_RUNNER = f"{HERE}:run_prunable"
+
+
+def write_spec(tmp: Path, name: str = "toy", lrs: tuple[float, ...] = (0.001, 0.002, 0.003),
+               seeds: tuple[int, ...] = (0,), **extra: Any) -> Path:
+    """A grid spec over ``optim.lr`` x seeds on a tiny SFT experiment, outputs under ``tmp/out``."""
+    exp = tmp / "exp.yaml"
+    exp.write_text("run: {name: toy, kind: sft}\n")
+    body = {"name": name, "experiment": "exp.yaml", "axes": {"optim.lr": list(lrs)}, "seeds": list(seeds),
+            "objective": {"metric": "val/acc", "direction": "maximize"}, "metrics": ["train/loss"],
+            "runner": RUNNER, "heartbeat_interval": 1, "out_dir": str(tmp / "out"), **extra}
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def sweep_cmd(spec: Path, *args: str) -> list[str]:
+    """``klear-lab sweep SPEC ARGS`` through the standalone sweep CLI."""
+    return [sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec), *args]
+
+
+def start_sweep(spec: Path, *args: str, sleep: float = 0.3, log: Path | None = None) -> subprocess.Popen:
+    """Start a sweep process (fake trials sleep ``sleep`` s); output to ``log``."""
+    env = {**os.environ, "KLEAR_FAKE_SLEEP": str(sleep), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(sweep_cmd(spec, *args), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def invocations(sweep_dir: Path) -> list[tuple[float, int, int, int]]:
+    """(lr, seed, pid, worker pid) per runner call."""
+    path = sweep_dir / "invocations.txt"
+    if not path.is_file():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [(float(a), int(b), int(c), int(d)) for a, b, c, d in rows]
+
+
+def _point(cfg: dict[str, Any]) -> tuple[Path, float, int]:
+    sweep_dir = Path(cfg["run"]["out_dir"]).parent
+    return sweep_dir, cfg["optim"]["lr"], cfg["run"]["seed"]
+
+
+def _record_call(sweep_dir: Path, lr: float, seed: int) -> None:
+    fd = os.open(sweep_dir / "invocations.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{lr} {seed} {os.getpid()} {os.getppid()}\n".encode())
+    os.close(fd)
+    marker = sweep_dir / f"slow-{lr}-{seed}"
+    if marker.exists():
+        marker.unlink()
+        (sweep_dir / "slow-started").write_text(str(os.getpid()))
+        time.sleep(300)
+
+
+def _run_dir(cfg: dict[str, Any], curve: list[float]) -> Path:
+    run_dir = Path(cfg["run"]["out_dir"]) / f"{cfg['run']['name']}-s{cfg['run']['seed']}-{os.getpid()}"
+    (run_dir / "csv").mkdir(parents=True)
+    rows = ["step,val/acc,train/loss"] + [f"{10 * (i + 1)},{v},{1.0 / (i + 1)}" for i, v in enumerate(curve)]
+    (run_dir / "csv" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    return run_dir
+
+
+def run(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """Fast stand-in for run_experiment (see the module docstring)."""
+    sweep_dir, lr, seed = _point(cfg)
+    _record_call(sweep_dir, lr, seed)
+    time.sleep(float(os.environ.get("KLEAR_FAKE_SLEEP", "0.3")))
+    acc = 100 * lr + seed / 1000
+    run_dir = _run_dir(cfg, [acc * f for f in (0.25, 0.5, 0.75, 1.0)])
+    return {"run_dir": run_dir, "metrics": {"val/acc": acc, "train/loss": 0.25,
+                                            "perf/threads": float(os.environ.get("OMP_NUM_THREADS", 0))}}
+
+
+def run_prunable(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """Like :func:`run`, but feeds each validation to the callbacks the way Lightning would."""
+    from types import SimpleNamespace
+
+    sweep_dir, lr, seed = _point(cfg)
+    _record_call(sweep_dir, lr, seed)
+    acc = 100 * lr + seed / 1000
+    curve = [acc * f for f in (0.25, 0.5, 0.75, 1.0)]
+    run_dir = _run_dir(cfg, curve)
+    for i, value in enumerate(curve):
+        trainer = SimpleNamespace(sanity_checking=False, callback_metrics={"val/acc": value}, global_step=10 * (i + 1))
+        for cb in callbacks or []:
+            cb.on_validation_end(trainer, None)
+    return {"run_dir": run_dir, "metrics": {"val/acc": acc, "train/loss": 0.25}}

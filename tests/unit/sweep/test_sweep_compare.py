@@ -1,0 +1,115 @@
+"""The comparison table and curves on synthetic trial records and metrics CSVs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from sweep_fixtures import write_spec
+
+from klear_lab.sweep.compare import TrialRecord, bootstrap_diff, summarize, to_markdown, write_comparison
+from klear_lab.sweep.curves import arm_curves, read_curve
+from klear_lab.sweep.spec import load_spec
+
+TRUE = {"ppo": 0.50, "gppo": 0.60, "cispo": 0.45}
+
+
+def _records(tmp_path=None, n_seeds=5, noise=0.01):
+    rng = np.random.default_rng(1)
+    out = []
+    for arm, mu in TRUE.items():
+        for seed in range(n_seeds):
+            acc = mu + noise * rng.standard_normal()
+            run_dir = None
+            if tmp_path is not None:
+                run_dir = tmp_path / f"{arm}-{seed}"
+                (run_dir / "csv").mkdir(parents=True)
+                steps = [10, 20, 30]
+                rows = ["step,epoch,val/acc,train/loss"]
+                rows += [f"{s},0,,{1 / s}" for s in steps]  # Lightning writes train and val rows apart
+                rows += [f"{s},0,{acc * s / 30}," for s in steps]
+                (run_dir / "csv" / "metrics.csv").write_text("\n".join(rows) + "\n")
+            out.append(TrialRecord(arm, seed, "COMPLETE", {"val/acc": acc, "train/loss": 0.1 + seed / 100},
+                                   str(run_dir) if run_dir else None))
+    out.append(TrialRecord("cispo", 9, "PRUNED", {}, None))
+    out.append(TrialRecord("ppo", 9, "FAIL", {}, None))
+    return out
+
+
+def test_bootstrap_interval_contains_true_difference():
+    a = 0.6 + np.array([-0.02, -0.01, 0.0, 0.01, 0.02])
+    b = 0.5 + np.array([-0.03, 0.0, 0.03])
+    d, lo, hi = bootstrap_diff(a, b, seed=0)
+    assert abs(d - 0.1) < 1e-12 and lo < 0.1 < hi and 0 < lo and hi - lo < 0.08
+    assert bootstrap_diff(a, b, seed=0) == (d, lo, hi)  # seeded: reproducible
+
+
+def test_bootstrap_coverage_on_clear_data():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for rep in range(200):
+        a, b = 0.6 + 0.02 * rng.standard_normal(10), 0.5 + 0.02 * rng.standard_normal(10)
+        _, lo, hi = bootstrap_diff(a, b, n_boot=2000, seed=rep)
+        hits += lo < 0.1 < hi
+        assert lo > 0  # a 5-sigma gap is never called a tie
+    assert hits >= 0.88 * 200  # percentile bootstrap, nominal 95 %, slightly anti-conservative at n=10
+
+
+def test_summarize_rows_best_and_deltas():
+    df = summarize(_records(), "val/acc", ["train/loss"], "maximize", "ppo", ["ppo", "gppo", "cispo"])
+    assert list(df["arm"]) == ["ppo", "gppo", "cispo"]
+    assert list(df["n"]) == [5, 5, 5] and list(df["pruned"]) == [0, 0, 1] and list(df["failed"]) == [1, 0, 0]
+    assert df.loc[df["best"], "arm"].tolist() == ["gppo"]
+    row = df.set_index("arm").loc["gppo"]
+    assert row["delta ci low"] < TRUE["gppo"] - TRUE["ppo"] < row["delta ci high"]
+    cispo = df.set_index("arm").loc["cispo"]
+    assert cispo["delta ci high"] < 0  # clearly worse than the baseline
+    assert df.set_index("arm").loc["ppo", "delta"] == 0.0
+    assert abs(row["val/acc mean"] - 0.6) < 0.02 and row["train/loss n"] == 5
+
+
+def test_minimize_marks_lowest():
+    df = summarize(_records(), "val/acc", [], "minimize", "ppo")
+    assert df.loc[df["best"], "arm"].tolist() == ["cispo"]
+
+
+def test_markdown_marks_best_and_baseline():
+    df = summarize(_records(), "val/acc", ["train/loss"], "maximize", "ppo", ["ppo", "gppo", "cispo"])
+    md = to_markdown(df, "val/acc", ["train/loss"], "ppo")
+    lines = md.splitlines()
+    assert lines[0].startswith("| arm | val/acc | train/loss | Δ val/acc vs ppo")
+    assert "**gppo** ★" in md and "baseline" in lines[2] and "(n=5)" in lines[3]
+
+
+def test_arm_without_trials_has_empty_cells():
+    df = summarize(_records(), "val/acc", [], "maximize", "ppo", ["ppo", "gppo", "cispo", "cispo_upper"])
+    row = df.set_index("arm").loc["cispo_upper"]
+    assert row["n"] == 0 and math.isnan(row["val/acc mean"]) and math.isnan(row["delta"])
+
+
+def test_curves_mean_across_seeds(tmp_path):
+    records = _records(tmp_path, n_seeds=2)
+    curve = read_curve(records[0].run_dir, "val/acc")
+    assert list(curve.index) == [10, 20, 30]
+    curves = arm_curves(records, "val/acc", ["ppo", "gppo", "cispo"])
+    assert list(curves) == ["ppo", "gppo", "cispo"]
+    ppo = curves["ppo"]
+    assert list(ppo["n"]) == [2, 2, 2] and abs(ppo["mean"].iloc[-1] - TRUE["ppo"]) < 0.03
+
+
+def test_write_comparison_outputs(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    spec.metrics = ["train/loss"]
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    df = write_comparison(_records(tmp_path, n_seeds=2), spec, "ppo", ["ppo", "gppo", "cispo"],
+                          tmp_path / "cmp", console)
+    assert (tmp_path / "cmp" / "table.md").read_text().count("\n") == 5
+    assert pd.read_csv(tmp_path / "cmp" / "table.csv")["arm"].tolist() == ["ppo", "gppo", "cispo"]
+    png = tmp_path / "cmp" / "curves.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    text = console.export_text()
+    assert "★ gppo" in text and "baseline" in text and str(png) in text
+    assert len(df) == 3

@@ -1,0 +1,70 @@
+"""Arms, labels, Optuna parameter encoding, trial layers and the W&B sweep export."""
+
+from __future__ import annotations
+
+import yaml
+from sweep_fixtures import write_spec
+
+from klear_lab.sweep.grid import Arm, arm_label, decode, encode, grid_arms, nest, point_key, trial_layer
+from klear_lab.sweep.spec import Axis, load_spec
+from klear_lab.sweep.wandb_export import wandb_sweep_config, write_wandb_sweep
+
+
+def test_encode_roundtrip_and_point_keys():
+    for value in ["ppo", 3, 0.5, None, True, [1, 2], {"name": "top_k", "k": 2}]:
+        assert decode(encode(value)) == value
+    assert point_key({"a": 1, "b": [1]}, 0) == point_key({"b": [1], "a": 1}, 0)
+    assert point_key({"a": 1}, 0) != point_key({"a": 1}, 1)
+
+
+def test_short_labels_fall_back_to_full_keys():
+    axes = [Axis("rl.clip.name", ["ppo"], ["ppo"]), Axis("optim.lr", [0.1], ["0.1"])]
+    assert arm_label(axes, {"rl.clip.name": "ppo", "optim.lr": 0.1}) == "clip=ppo,lr=0.1"
+    clash = [Axis("a.k", [1], ["1"]), Axis("b.k", [2], ["2"])]
+    assert arm_label(clash, {"a.k": 1, "b.k": 2}) == "a.k=1,b.k=2"
+
+
+def test_nest_handles_component_shorthand():
+    assert nest({"rl.clip.name": "gppo", "rl.clip.eps_high": 0.3}) == {
+        "rl": {"clip": {"name": "gppo", "eps_high": 0.3}}}
+    assert nest({"rl.clip": "gppo", "rl.clip.eps_high": 0.3}) == {"rl": {"clip": {"name": "gppo", "eps_high": 0.3}}}
+
+
+def test_trial_layer_is_last_and_names_the_trial(tmp_path):
+    spec = load_spec(write_spec(tmp_path, wandb={"project": "p"}))
+    label, body = trial_layer(spec, {"optim.lr": 0.002}, 1, 7, 2, "lr=0.002")
+    assert label == "sweep trial 7"
+    assert body["optim"]["lr"] == 0.002 and body["run"]["seed"] == 1
+    assert body["run"]["group"] == "toy" and body["run"]["job_type"] == "lr=0.002"
+    assert body["run"]["tags"] == ["optim.lr=0.002", "seed=1", "sweep=toy"]
+    assert body["trainer"]["num_threads"] == 2 and body["tracking"]["wandb"]["project"] == "p"
+    assert body["run"]["out_dir"].endswith("out/toy/runs")
+
+
+def test_grid_order_last_axis_fastest(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    spec.axes = [Axis("x", [1, 2], ["1", "2"]), Axis("y", ["a", "b"], ["a", "b"])]
+    assert [a.label for a in grid_arms(spec)] == ["x=1,y=a", "x=1,y=b", "x=2,y=a", "x=2,y=b"]
+    assert isinstance(grid_arms(spec)[0], Arm)
+
+
+def test_wandb_export_grid(tmp_path):
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1), overrides=["sft.max_steps=5"]))
+    cfg = wandb_sweep_config(spec)
+    assert cfg["method"] == "grid"
+    assert cfg["metric"] == {"name": "val/acc", "goal": "maximize"}
+    assert cfg["parameters"]["optim.lr"] == {"values": [0.001, 0.002, 0.003]}
+    assert cfg["parameters"]["run.seed"] == {"values": [0, 1]}
+    assert cfg["command"][1:3] == ["klear-lab", "train"] and cfg["command"][-1] == "${args_no_hyphens}"
+    assert "sft.max_steps=5" in cfg["command"] and cfg["command"][3].endswith("exp.yaml")
+    out = write_wandb_sweep(spec, tmp_path / "w.yaml")
+    assert yaml.safe_load(out.read_text())["parameters"]["run.group"] == {"value": "toy"}
+
+
+def test_wandb_export_tpe_ranges(tmp_path):
+    spec = load_spec(write_spec(tmp_path, sampler="tpe", n_trials=5, pruner="hyperband",
+                                axes={"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}}))
+    cfg = wandb_sweep_config(spec)
+    assert cfg["method"] == "bayes" and cfg["run_cap"] == 5
+    assert cfg["parameters"]["optim.lr"] == {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2}
+    assert cfg["early_terminate"]["type"] == "hyperband"

@@ -1,0 +1,113 @@
+"""The study as a work queue (in-process, real SQLite + Optuna): enqueue once, claim once, resume."""
+
+from __future__ import annotations
+
+import threading
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sweep_fixtures import write_spec
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.checks import check_spec
+from klear_lab.sweep.queue import missing_points, prepare_study, take_trial, trial_values
+from klear_lab.sweep.spec import load_spec
+from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+from klear_lab.sweep.worker import threads_per_trial, trial_env
+
+
+def _setup(tmp_path, **extra):
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1), **extra))
+    arms = check_spec(spec)
+    url = default_storage_url(spec)
+    study = open_study(spec, url, create=True)
+    return spec, arms, url, study, StudyLock(url, spec.name)
+
+
+def test_enqueue_is_idempotent(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    assert prepare_study(study, spec, arms, lock) == 6
+    assert prepare_study(study, spec, arms, lock) == 0
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert len(waiting) == 6
+    assert {t.user_attrs["arm"] for t in waiting} == {"lr=0.001", "lr=0.002", "lr=0.003"}
+    assert len({t.user_attrs["point"] for t in waiting}) == 6
+
+
+def test_resume_refuses_a_different_base(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    spec.overrides = ["sft.max_steps=3"]
+    with pytest.raises(ConfigError, match="different base"):
+        prepare_study(study, spec, arms, lock)
+
+
+def test_parallel_claims_take_each_point_once(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    claimed: list[tuple[str, int]] = []
+
+    def worker():
+        own = open_study(spec, url, create=False)
+        own_lock = StudyLock(url, spec.name)
+        while (tid := take_trial(own, spec, own_lock)) is not None:
+            trial = optuna.trial.Trial(own, tid)
+            values, seed, label = trial_values(trial, spec)
+            claimed.append((label, seed))
+            own.tell(trial, 100 * values["optim.lr"])
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted((a.label, s) for a in arms for s in (0, 1))
+    assert len(study.trials) == 6 and missing_points(study, spec, arms) == []
+    assert study.best_trial.params == {"optim.lr": 0.003, "run.seed": study.best_trial.params["run.seed"]}
+
+
+def test_failed_points_are_reenqueued_on_resume(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    tid = take_trial(study, spec, lock)
+    study.tell(optuna.trial.Trial(study, tid), state=TrialState.FAIL)
+    assert len(missing_points(study, spec, arms)) == 6
+    assert prepare_study(study, spec, arms, lock) == 1  # only the failed point comes back
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 6
+
+
+def test_stale_trial_is_failed_and_retried(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    tid = take_trial(study, spec, lock)  # claimed, one heartbeat, then its worker "dies"
+    point = study._storage.get_trial(tid).user_attrs["point"]
+    import time
+
+    time.sleep(2 * spec.heartbeat_interval + 1.5)
+    optuna.storages.fail_stale_trials(study)
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states[0] == TrialState.FAIL
+    retry = [t for t in study.get_trials(states=(TrialState.WAITING,)) if t.user_attrs["point"] == point]
+    assert len(retry) == 1 and retry[0].system_attrs["failed_trial"] == 0
+
+
+def test_tpe_asks_up_to_n_trials(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path, sampler="tpe", n_trials=4,
+                                          axes={"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}})
+    prepare_study(study, spec, arms, lock)
+    seen = []
+    while (tid := take_trial(study, spec, lock)) is not None:
+        trial = optuna.trial.Trial(study, tid)
+        values, seed, label = trial_values(trial, spec)
+        assert 1e-4 <= values["optim.lr"] <= 1e-2 and label.startswith("lr=")
+        seen.append(seed)
+        study.tell(trial, values["optim.lr"])
+    assert seen == [0, 1, 0, 1]
+
+
+def test_threads_per_trial_divides_cores(monkeypatch):
+    monkeypatch.setattr("klear_lab.sweep.worker.cpu_cores", lambda: 8)
+    assert threads_per_trial(2, 0) == 4 and threads_per_trial(16, 0) == 1 and threads_per_trial(2, 3) is None
+    env = trial_env(4, 2)
+    assert env["OMP_NUM_THREADS"] == "4" and env["KLEAR_PARALLEL_WORKERS"] == "2"

@@ -1,0 +1,117 @@
+"""Sweep spec parsing and pre-flight checks: every error names the spec file and the key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from sweep_fixtures import write_spec
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.checks import check_spec
+from klear_lab.sweep.grid import grid_arms
+from klear_lab.sweep.spec import load_spec
+
+
+def _edit(path, **changes):
+    body = yaml.safe_load(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def _error(path, overrides=None) -> str:
+    with pytest.raises(ConfigError) as exc:
+        check_spec(load_spec(path, overrides))
+    assert str(path) in str(exc.value)
+    return str(exc.value)
+
+
+def test_valid_spec_gives_grid_arms(tmp_path):
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1)))
+    arms = check_spec(spec)
+    assert [a.label for a in arms] == ["lr=0.001", "lr=0.002", "lr=0.003"]
+    assert spec.name == "toy" and spec.seeds == [0, 1] and spec.sampler == "grid"
+    assert spec.sweep_dir == tmp_path / "out" / "toy"
+
+
+def test_unknown_top_level_key(tmp_path):
+    assert "unknown key 'axis'" in _error(_edit(write_spec(tmp_path), axis={"optim.lr": [1]}))
+
+
+def test_axis_key_not_in_config(tmp_path):
+    msg = _error(_edit(write_spec(tmp_path), axes={"optim.lrr": [0.1]}))
+    assert "axes.optim.lrr" in msg and "did you mean" in msg
+
+
+def test_axis_value_rejected_by_component(tmp_path):
+    msg = _error(_edit(write_spec(tmp_path), axes={"data.mix.name": ["top_k", "no_such_mix"]}))
+    assert "axes.data.mix.name" in msg and "no_such_mix" in msg
+
+
+def test_component_param_axis_composes(tmp_path):
+    path = _edit(write_spec(tmp_path), axes={"data.mix": [{"name": "top_k", "k": 1}, {"name": "all"}]})
+    assert [a.label for a in check_spec(load_spec(path))] == ["mix=top_k", "mix=all"]
+
+
+def test_empty_grid(tmp_path):
+    assert "empty grid" in _error(_edit(write_spec(tmp_path), axes={"optim.lr": []}))
+    assert "empty grid" in _error(_edit(write_spec(tmp_path), axes={}))
+
+
+def test_bad_storage_urls(tmp_path):
+    assert "storage" in _error(_edit(write_spec(tmp_path), storage="not a url"))
+    assert "driver not available" in _error(_edit(write_spec(tmp_path), storage="nosuchdb://x/y"))
+    assert "sqlite:///PATH" in _error(_edit(write_spec(tmp_path), storage="sqlite://"))
+
+
+def test_objective_must_be_a_logged_metric(tmp_path):
+    msg = _error(_edit(write_spec(tmp_path), objective={"metric": "accuracy"}))
+    assert "objective.metric" in msg and "val/" in msg
+    assert "metrics[0]" in _error(_edit(write_spec(tmp_path), metrics=["loss"]))
+
+
+def test_baseline_must_be_an_arm(tmp_path):
+    assert "baseline" in _error(_edit(write_spec(tmp_path), baseline={"optim.lr": 0.5}))
+    assert "baseline.optim.wd" in _error(_edit(write_spec(tmp_path), baseline={"optim.wd": 0.5}))
+    assert "no arm is labelled" in _error(_edit(write_spec(tmp_path), baseline="lr=9"))
+    check_spec(load_spec(_edit(write_spec(tmp_path), baseline="lr=0.002")))
+
+
+def test_sampler_rules(tmp_path):
+    assert "n_trials" in _error(_edit(write_spec(tmp_path), sampler="tpe"))
+    assert "needs sampler tpe or random" in _error(
+        _edit(write_spec(tmp_path), axes={"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}}))
+    spec = load_spec(_edit(write_spec(tmp_path), sampler="tpe", n_trials=4,
+                           axes={"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}}))
+    assert check_spec(spec) == []
+
+
+def test_sweep_owned_keys_and_seeds(tmp_path):
+    assert "seeds" in _error(_edit(write_spec(tmp_path), axes={"run.seed": [1, 2]}))
+    assert "distinct" in _error(_edit(write_spec(tmp_path), seeds=[1, 1]))
+
+
+def test_cli_overrides_apply_to_base_experiment(tmp_path):
+    path = write_spec(tmp_path)
+    assert "optim.lrr" in _error(path, ["optim.lrr=3"])
+    assert load_spec(path, ["sft.max_steps=2"]).overrides == ["sft.max_steps=2"]
+
+
+def test_labels_and_multi_axis_arms(tmp_path):
+    path = _edit(write_spec(tmp_path), axes={"data.mix.name": ["top_k"],
+                                             "data.mix.k": {"values": [1, 0], "labels": ["top1", "all"]}})
+    spec = load_spec(path)
+    assert [a.label for a in check_spec(spec)] == ["mix=top_k,k=top1", "mix=top_k,k=all"]
+    assert [a.params for a in grid_arms(spec)][1] == {"data.mix.name": "top_k", "data.mix.k": 0}
+
+
+def test_shipped_specs_parse(repo_root):
+    from pathlib import Path
+
+    for path in sorted(Path(repo_root, "sweeps").rglob("*.yaml")):
+        spec = load_spec(path)
+        assert spec.axes and spec.seeds, path
