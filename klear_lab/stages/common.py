@@ -9,7 +9,7 @@ import lightning as L
 
 
 def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps: int, callbacks: list,
-                 val_check_interval: int | None = None, **kwargs: Any) -> L.Trainer:
+                 val_check_interval: int | None = None, max_epochs: int = -1, **kwargs: Any) -> L.Trainer:
     """A Trainer whose accelerator, devices, strategy and precision come from ``trainer.*``.
 
     DDP/FSDP on GPUs is configuration (``trainer.strategy=fsdp``), not code.
@@ -17,7 +17,7 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
     t = cfg["trainer"]
     return L.Trainer(
         accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
-        max_steps=max_steps, max_epochs=-1, logger=loggers or False, callbacks=callbacks,
+        max_steps=max_steps, max_epochs=max_epochs, logger=loggers or False, callbacks=callbacks,
         default_root_dir=str(run_dir), log_every_n_steps=t["log_every_n_steps"],
         val_check_interval=val_check_interval, check_val_every_n_epoch=None if val_check_interval else 1,
         num_sanity_val_steps=0, enable_model_summary=False,

@@ -48,7 +48,7 @@ class RLStage:
             cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(cfg, run_dir), *callbacks],
             val_check_interval=rl["eval_every"] or None, max_epochs=1,
         )
-        loader = DataLoader(self.batches, batch_size=None, shuffle=False)
+        loader = DataLoader(self.batches, batch_size=None, shuffle=False, collate_fn=lambda b: b)
         val = DataLoader([0], batch_size=1)
         trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
         start = time.perf_counter()

@@ -1,8 +1,9 @@
 """Checks that run before any trial: axis keys and values, objective name, storage URL.
 
 Every axis value is composed onto the base experiment through ``compose()`` (the same path a
-trial takes), then every grid arm is composed whole, so a misspelt key, an unknown component
-or an out-of-range parameter stops the sweep with the spec file and axis named.
+trial takes; the other axes at their first value), then every grid arm is composed whole, so a
+misspelt key, an unknown component or an out-of-range parameter stops the sweep with the spec
+file and axis named.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "eval/", "test/")
 """Namespaces run_experiment logs under (Lightning ``self.log`` names, summary.json keys)."""
 KNOWN_METRICS = frozenset({"val/acc", "train/loss", "val/loss", "perf/tokens_per_s", "rl/reward_mean"})
 """Named here so the list of documented metrics has one home; any prefixed name is also accepted."""
-SWEEP_OWNED_KEYS = ("run.seed", "run.group", "run.job_type", "run.tags", "run.out_dir", "run.name", "run.notes")
+SWEEP_OWNED_KEYS = ("run.seed", "run.group", "run.job_type", "run.tags", "run.out_dir", "run.name",
+                    "run.notes")
 """Set by the sweep for every trial; an axis on them would be overwritten (use ``seeds:``)."""
 MAX_COMPOSED_ARMS = 512
 
@@ -35,8 +37,11 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     for axis in spec.axes:
         if axis.key in SWEEP_OWNED_KEYS or axis.key == "run":
             raise spec.err(f"axes.{axis.key}", "is set by the sweep itself (replicates go in seeds:)")
+        others = {a.key: _probe_values(a)[0] for a in spec.axes if a is not axis}
         for value in _probe_values(axis):
-            _compose_or_raise(spec, {axis.key: value}, f"axes.{axis.key}", f"value {value!r}")
+            context = f" (other axes at {others})" if others else ""
+            _compose_or_raise(spec, {**others, axis.key: value}, f"axes.{axis.key}",
+                              f"value {value!r}{context}")
     arms = grid_arms(spec) if spec.sampler == "grid" else []
     for arm in arms[:MAX_COMPOSED_ARMS]:
         _compose_or_raise(spec, arm.params, "axes", f"arm {arm.label}")
@@ -46,7 +51,8 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
 
 def check_objective(spec: SweepSpec) -> None:
     """The objective and table metrics must be names that runs log (see ``METRIC_PREFIXES``)."""
-    for key, name in [("objective.metric", spec.metric), *[(f"metrics[{i}]", m) for i, m in enumerate(spec.metrics)]]:
+    named = [("objective.metric", spec.metric), *[(f"metrics[{i}]", m) for i, m in enumerate(spec.metrics)]]
+    for key, name in named:
         if name not in KNOWN_METRICS and not name.startswith(METRIC_PREFIXES):
             raise spec.err(key, f"{name!r} is not a metric that runs log; expected a name starting with "
                                 f"{', '.join(METRIC_PREFIXES)} (e.g. val/acc)")

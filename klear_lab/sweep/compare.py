@@ -129,9 +129,15 @@ def delta_cell(row: Any) -> str:
     return f"{row['delta']:+.4g} [{row['delta ci low']:+.3g}, {row['delta ci high']:+.3g}]"
 
 
-def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None) -> pd.DataFrame:
+def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,
+                  ) -> pd.DataFrame:
     """Build, print (Rich) and save the table and curves of a sweep's study."""
+    from klear_lab.sweep.trial import fill_from_csv
+
     records = records_from_study(study)
+    for r in records:  # metrics a run logged but did not return (or runs from before a metric was added)
+        if r.state == "COMPLETE":
+            fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
     baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
     return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)

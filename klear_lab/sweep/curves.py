@@ -1,8 +1,8 @@
 """Metric curves per arm: mean across seeds over optimizer steps, with a ±std band.
 
-Reads each trial's ``RUN_DIR/csv/metrics.csv`` (or ``RUN_DIR/metrics.csv``; Lightning's CSVLogger: a ``step`` column and one
-column per metric, rows sparse). Runs whose directory is not on this machine (workers on
-other machines) are skipped.
+Reads each trial's ``RUN_DIR/csv/metrics.csv`` (or ``RUN_DIR/metrics.csv``): Lightning's
+CSVLogger, a ``step`` column and one column per metric, rows sparse. Runs whose directory is not
+on this machine (workers on other machines) are skipped.
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(per_metric), figsize=(5.5 * len(per_metric), 4), squeeze=False)
-    for ax, (metric, curves) in zip(axes[0], per_metric.items()):
+    for ax, (metric, curves) in zip(axes[0], per_metric.items(), strict=False):
         for arm, c in curves.items():
-            (line,) = ax.plot(c["step"], c["mean"], label=f"{arm} (n={int(c['n'].max())})")
+            (line,) = ax.plot(c["step"], c["mean"], marker="o", markersize=3,
+                              label=f"{arm} (n={int(c['n'].max())})")
             ax.fill_between(c["step"], c["mean"] - c["std"], c["mean"] + c["std"], color=line.get_color(),
                             alpha=0.2, linewidth=0)
         ax.set_xlabel("step")

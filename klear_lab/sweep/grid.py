@@ -46,7 +46,7 @@ def short_names(axes: list[Axis]) -> dict[str, str]:
 def value_label(axis: Axis, value: Any) -> str:
     """Display label of one axis value (its ``labels`` entry, else the value itself)."""
     if not axis.is_range:
-        for v, label in zip(axis.values, axis.labels):
+        for v, label in zip(axis.values, axis.labels, strict=True):
             if encode(v) == encode(value):
                 return label
     return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -63,7 +63,7 @@ def grid_arms(spec: SweepSpec) -> list[Arm]:
     combos = itertools.product(*[axis.values for axis in spec.axes])
     arms = []
     for combo in combos:
-        values = {axis.key: v for axis, v in zip(spec.axes, combo)}
+        values = {axis.key: v for axis, v in zip(spec.axes, combo, strict=True)}
         arms.append(Arm(arm_label(spec.axes, values), tuple(values.items())))
     return arms
 

@@ -23,7 +23,8 @@ JOIN_WAIT_S = 600
 
 def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, workers: int | None = None,
               join: bool = False, validate_only: bool = False, wandb_export: bool = False,
-              compare: bool = True, log: Any = print) -> int:
+              compare: bool = True, name: str | None = None, out_dir: str | Path | None = None,
+              log: Any = print) -> int:
     """Run (or resume, or join) the sweep of ``spec_path``; return the exit code.
 
     Args:
@@ -34,6 +35,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         validate_only: run the pre-flight checks and stop.
         wandb_export: write the equivalent W&B sweep config and stop.
         compare: print and save the comparison table when the sweep ends.
+        name: study name instead of the spec's (a variant of the same spec, e.g. with overrides).
+        out_dir: parent of the sweep directory instead of the spec's ``out_dir``.
         log: one-line progress sink.
 
     Returns:
@@ -42,7 +45,9 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = load_spec(spec_path, overrides)
+    spec = load_spec(spec_path, overrides, name=name)
+    if out_dir is not None:
+        spec.out_dir = Path(out_dir)
     if workers is not None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
@@ -60,17 +65,16 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         return 0
     frozen = freeze_spec(spec, url)
-    study = open_study(spec, url, create=not join)
+    study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
-    if join:
-        _wait_ready(study, spec)
-    else:
+    if not join:
         added = prepare_study(study, spec, arms, lock)
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
             f"dir {spec.sweep_dir}")
     base_threads = compose(spec.experiment, spec.overrides)["trainer"]["num_threads"]
-    ctx = WorkerContext(spec, url, frozen, spec.workers, threads_per_trial(spec.workers, base_threads), log=log)
-    log(f"sweep {spec.name}: {spec.workers} worker(s), {ctx.threads or base_threads} torch thread(s) per trial")
+    threads = threads_per_trial(spec.workers, base_threads)
+    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log)
+    log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()
     try:
         run_workers(ctx)
@@ -112,13 +116,20 @@ def freeze_spec(spec: SweepSpec, url: str) -> Path:
     return frozen
 
 
-def _wait_ready(study: Any, spec: SweepSpec) -> None:
+def _wait_for_study(spec: SweepSpec, url: str) -> Any:
+    """``--join``: wait (up to JOIN_WAIT_S) until the main ``sweep`` process created and filled the study."""
     deadline = time.time() + JOIN_WAIT_S
-    while READY_ATTR not in study.user_attrs:
+    while True:
+        try:
+            study = open_study(spec, url, create=False)
+            if READY_ATTR in study.user_attrs:
+                return study
+        except ConfigError:
+            pass  # not created yet
         if time.time() > deadline:
-            raise ConfigError(f"{spec.path}: study {spec.name!r} was never prepared; start it with "
-                              f"`klear-lab sweep {spec.path}` (without --join)")
-        time.sleep(1.0)
+            raise ConfigError(f"{spec.path}: study {spec.name!r} not ready after {JOIN_WAIT_S}s; start it "
+                              f"with `klear-lab sweep {spec.path}` (without --join)")
+        time.sleep(2.0)
 
 
 def _short(url: str) -> str:

@@ -9,6 +9,7 @@ finished work. ``tpe``/``random`` sweeps ask the sampler for new trials up to ``
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import optuna
@@ -68,7 +69,9 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock) -> int | N
                 continue
         if spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
             return None
-        trial = study.ask()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with optimize"
+            trial = study.ask()
         _heartbeat(storage, trial._trial_id)
         return trial._trial_id
 
@@ -83,7 +86,8 @@ def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, 
             values[axis.key] = trial.suggest_int(axis.key, int(axis.low), int(axis.high), log=axis.log,
                                                  step=int(axis.step or 1))
         else:
-            values[axis.key] = trial.suggest_float(axis.key, axis.low, axis.high, log=axis.log, step=axis.step)
+            values[axis.key] = trial.suggest_float(axis.key, axis.low, axis.high, log=axis.log,
+                                                   step=axis.step)
     attrs = trial.user_attrs
     if spec.sampler == "grid":
         seed = trial.suggest_categorical(SEED_PARAM, list(spec.seeds))

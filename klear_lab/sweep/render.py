@@ -28,10 +28,11 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     table.add_column("pruned/failed", justify="right")
     for _, row in df.iterrows():
         arm = f"★ {row['arm']}" if row["best"] else row["arm"]
-        table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), f"{row['pruned']}/{row['failed']}",
+        counts = f"{row['pruned']}/{row['failed']}"
+        table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), counts,
                       style="green" if row["best"] else None)
     console.print(table)
     console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")
-    console.print(f"curves: {png}" if png else "curves: no metrics.csv with these metrics in the trial run dirs")
+    console.print(f"curves: {png}" if png else "curves: none (no metrics.csv with them in the run dirs)")
     console.print(f"runs: {spec.sweep_dir / 'runs'} (W&B offline runs inside; `wandb sync` them), "
                   f"W&B group {spec.wandb_group or spec.name}")

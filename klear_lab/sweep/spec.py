@@ -4,7 +4,7 @@ A spec names a base experiment, the axes to vary and how to run them::
 
     name: clip_variants                 # study name (default: the spec file's stem)
     experiment: ../experiments/quickstart/rl.yaml   # relative to this file
-    overrides: [rl.max_steps=20]        # key=value applied to the base experiment
+    overrides: [rl.steps=20]            # key=value applied to the base experiment
     axes:                               # config key -> values (grid = product of all axes)
       rl.clip.name: [ppo, clip_higher, gppo, cispo]
       data.mix.k: {values: [1, 2, 4, 0], labels: [top1, top2, top4, all]}
@@ -17,14 +17,23 @@ A spec names a base experiment, the axes to vary and how to run them::
     n_trials: 20                        # tpe/random only
     pruner: none                        # none | median | hyperband
     storage: null                       # SQLAlchemy URL; default sqlite in the sweep dir
-    workers: 1
+    workers: 1                          # parallel trials per sweep process (cores split evenly)
     wandb: {project: klear-lab, group: null}   # group defaults to the sweep name
+    out_dir: sweep_runs                 # sweep directory = out_dir/name
+    heartbeat_interval: 30              # s; a trial silent for 2 intervals is failed and retried
+    max_retry: 3                        # retries of a trial whose worker died
+    sampler_seed: 0                     # tpe/random
+    runner: klear_lab.run:run_experiment   # or file.py:function (relative to this file)
+    description: free text
 
-Checks that need the config schema (axis keys, values) live in ``checks.py``.
+Objective and table metrics must be names runs log (``val/``, ``train/``, ``perf/``, ``rl/``,
+``eval/``, ``test/``). Checks that need the config schema (axis keys, values) live in
+``checks.py``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,13 +109,15 @@ class SweepSpec:
         return ConfigError(f"{self.path}: {key}: {message}")
 
 
-def load_spec(path: str | Path, cli_overrides: list[str] | None = None) -> SweepSpec:
+def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: str | None = None,
+              ) -> SweepSpec:
     """Parse ``path`` (structure only: no config composition, no storage access).
 
     Args:
         path: the spec YAML.
         cli_overrides: ``key=value`` from the ``klear-lab sweep`` command line; they apply to the
             base experiment after the spec's own ``overrides``.
+        name: replaces the spec's ``name`` (the study name).
     """
     path = Path(path)
     raw = load_yaml(path)
@@ -114,7 +125,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None) -> Sweep
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
     get = _Getter(path, raw)
-    name = get.text("name", path.stem)
+    name = name or get.text("name", path.stem)
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise ConfigError(f"{path}: name: {name!r} must use letters, digits, '_', '-', '.' only")
     experiment = get.text("experiment", "") or None
@@ -192,14 +203,15 @@ class _Getter:
 
 def _relative_to(spec_path: Path, target: str) -> Path:
     p = Path(target)
-    return p if p.is_absolute() else (spec_path.parent / p)
+    return p if p.is_absolute() else Path(os.path.normpath(spec_path.parent / p))
 
 
 def _runner(spec_path: Path, runner: str) -> str:
     """``file.py:function`` paths are relative to the spec file; ``module:function`` stays as is."""
     module, _, attr = runner.rpartition(":")
     if not module or not attr:
-        raise ConfigError(f"{spec_path}: runner: {runner!r} must look like module:function or file.py:function")
+        raise ConfigError(f"{spec_path}: runner: {runner!r} must look like module:function or "
+                          "file.py:function")
     if module.endswith(".py"):
         module = str(_relative_to(spec_path, module).resolve())
     return f"{module}:{attr}"
@@ -230,7 +242,8 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
             raise ConfigError(f"{where}: duplicate values {values}")
         if labels is None:
             labels = [_value_label(v) for v in values]
-        if not isinstance(labels, list) or len(labels) != len(values) or len(set(map(str, labels))) != len(labels):
+        distinct = isinstance(labels, list) and len(set(map(str, labels))) == len(labels)
+        if not distinct or len(labels) != len(values):
             raise ConfigError(f"{where}: labels must be {len(values)} distinct strings, one per value")
         return Axis(key, list(values), [str(x) for x in labels])
     extra = set(body) - RANGE_KEYS

@@ -41,7 +41,8 @@ def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry) if heartbeat_interval else None
+            retry = (optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry) if heartbeat_interval
+                     else None)
             return optuna.storages.RDBStorage(
                 url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
                 grace_period=2 * heartbeat_interval if heartbeat_interval else None,
@@ -70,11 +71,12 @@ def make_pruner(name: str, n_startup_trials: int = 1) -> optuna.pruners.BasePrun
 
 def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = True) -> optuna.Study:
     """Create (or resume) the study named ``spec.name``; with ``create=False`` it must exist."""
-    storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
-    kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
-              "pruner": make_pruner(spec.pruner, len(spec.seeds))}
-    if create:
-        return optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs)
+    with StudyLock(url, "klear-lab storage init").hold():  # concurrent schema creation races
+        storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
+        kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
+                  "pruner": make_pruner(spec.pruner, len(spec.seeds))}
+        if create:
+            return optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs)
     try:
         return optuna.load_study(**kwargs)
     except KeyError:
@@ -90,6 +92,8 @@ class StudyLock:
         self.backend = parsed.get_backend_name()
         self.key = zlib.crc32(study_name.encode()) & 0x7FFFFFFF
         self.lock_file = Path(f"{parsed.database}.lock") if self.backend == "sqlite" else None
+        if self.lock_file is not None:
+            self.lock_file.parent.mkdir(parents=True, exist_ok=True)
         self.engine = None
         if self.backend == "postgresql":
             from sqlalchemy import create_engine

@@ -23,8 +23,9 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -64,6 +65,22 @@ def result_fields(result: Any) -> tuple[dict[str, float], str | None, str | None
     return metrics, str(run_dir) if run_dir else None, str(wandb_dir) if wandb_dir else None
 
 
+def fill_from_csv(metrics: dict[str, float], run_dir: str | None, names: list[str]) -> list[str]:
+    """Metrics the run logged but did not return: their last value in the run's metrics.csv."""
+    missing = [n for n in names if n not in metrics]
+    if not missing or not run_dir:
+        return []
+    from klear_lab.sweep.curves import read_curve
+
+    filled = []
+    for name in missing:
+        curve = read_curve(run_dir, name)
+        if curve is not None and len(curve):
+            metrics[name] = float(curve.iloc[-1])
+            filled.append(name)
+    return filled
+
+
 def run_job(job: dict[str, Any]) -> int:
     """Execute one trial job; return the process exit code (0 complete/pruned, 1 failed)."""
     import optuna
@@ -91,6 +108,9 @@ def run_job(job: dict[str, Any]) -> int:
         traceback.print_exc()
         return _fail(study, trial, f"{type(exc).__name__}: {exc}")
     metrics, run_dir, wandb_dir = result_fields(result)
+    filled = fill_from_csv(metrics, run_dir, [job["objective"], *job.get("metrics", [])])
+    if filled:
+        trial.set_user_attr("metrics_from_csv", filled)
     for key, value in (("metrics", metrics), ("run_dir", run_dir), ("wandb_dir", wandb_dir)):
         trial.set_user_attr(key, value)
     value = metrics.get(job["objective"])

@@ -23,7 +23,7 @@ METHODS = {"grid": "grid", "random": "random", "tpe": "bayes"}
 
 
 def wandb_sweep_config(spec: SweepSpec) -> dict[str, Any]:
-    """The W&B sweep config dict: program, method, metric, parameters, command (+ run_cap, early_terminate)."""
+    """The W&B sweep config: program, method, metric, parameters, command (+ run_cap, early_terminate)."""
     params: dict[str, Any] = {axis.key: _parameter(axis) for axis in spec.axes}
     params["run.seed"] = {"values": list(spec.seeds)}
     params["run.group"] = {"value": spec.wandb_group or spec.name}
@@ -57,7 +57,8 @@ def write_wandb_sweep(spec: SweepSpec, path: Path) -> Path:
 
 def _parameter(axis: Axis) -> dict[str, Any]:
     if not axis.is_range:
-        return {"values": [v if isinstance(v, (str, int, float, bool)) else json.dumps(v) for v in axis.values]}
+        return {"values": [v if isinstance(v, (str, int, float, bool)) else json.dumps(v)
+                           for v in axis.values]}
     integer = isinstance(axis.low, int) and isinstance(axis.high, int)
     if integer:
         return {"distribution": "int_uniform", "min": axis.low, "max": axis.high}

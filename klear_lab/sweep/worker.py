@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +84,9 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
     study = open_study(ctx.spec, ctx.url, create=False)
     lock = StudyLock(ctx.url, ctx.spec.name)
     while not ctx.stop.is_set():
-        optuna.storages.fail_stale_trials(study)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
         trial_id = take_trial(study, ctx.spec, lock)
         if trial_id is None:
             if count(study, (TrialState.RUNNING, TrialState.WAITING)) == 0:
@@ -99,7 +103,8 @@ def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int
     values, seed, label = trial_values(trial, ctx.spec)
     trials_dir = ctx.spec.sweep_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
-    job_path, log_path = trials_dir / f"trial-{trial.number:04d}.json", trials_dir / f"trial-{trial.number:04d}.log"
+    stem = trials_dir / f"trial-{trial.number:04d}"
+    job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".log")
     trial.set_user_attr("log", str(log_path.resolve()))
     try:
         with _COMPOSE_LOCK:
@@ -112,14 +117,17 @@ def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int
         return TrialState.FAIL
     job_path.write_text(json.dumps(_job(ctx, trial, cfg), indent=1, default=str))
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path})")
+    started = time.time()
     rc = _run_child(ctx, storage, trial_id, job_path, log_path)
     final = storage.get_trial(trial_id)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill)
         trial.set_user_attr("error", f"trial process exited with code {rc}; see {log_path}")
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
-    shown = f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None else final.user_attrs.get("error", "")
-    ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown}")
+    shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
+             else final.user_attrs.get("error", ""))
+    ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
+            f"({time.time() - started:.1f}s)")
     return final.state
 
 
@@ -127,8 +135,8 @@ def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> 
     spec = ctx.spec
     return {"storage": ctx.url, "study": spec.name, "trial_id": trial._trial_id, "number": trial.number,
             "spec": str(ctx.frozen_spec.resolve()), "runner": spec.runner, "objective": spec.metric,
-            "pruner": spec.pruner, "pruner_startup": len(spec.seeds), "parent_pid": os.getpid(),
-            "config": cfg}
+            "metrics": spec.metrics, "pruner": spec.pruner, "pruner_startup": len(spec.seeds),
+            "parent_pid": os.getpid(), "config": cfg}
 
 
 def trial_env(threads: int | None, workers: int) -> dict[str, str]:

@@ -92,12 +92,32 @@ def column_trace(left: int, op: str, right: int, result: int) -> str:
     return f"{left}{op}{right}: " + ", ".join(parts) + f" so {result}"
 
 
+def padded_trace(left: int, op: str, right: int, result: int, width: int = 3) -> str:
+    """Fixed-width column trace: every number zero-padded, every column ``x op y op c=cd``.
+
+    Because every piece has a fixed length, each digit the model must read sits at a fixed
+    offset from where it is written, which tiny models learn far faster than variable layouts.
+    ``c`` is the carry (or borrow) in, the two result digits are carry/borrow out and the digit.
+    """
+    if op == "*":
+        return f"{left:0{width}d}*{right}={result:0{width}d}"
+    a, b = f"{left:0{width}d}"[::-1], f"{right:0{width}d}"[::-1]
+    cols, carry = [], 0
+    for x, y in zip(map(int, a), map(int, b)):
+        total = x + y + carry if op == "+" else x - y - carry
+        out = 1 if (total >= 10 if op == "+" else total < 0) else 0
+        digit = total - 10 if op == "+" and out else total + 10 * out if op == "-" else total
+        cols.append(f"{x}{op}{y}{op}{carry}={out}{digit}")
+        carry = out
+    return f"{left:0{width}d}{op}{right:0{width}d}:" + ",".join(cols) + f">{result:0{width}d}"
+
+
 def solve(problem: Problem, *, style: str = "full", error_step: int | None = None,
           rng: random.Random | None = None) -> tuple[str, int]:
     """Render a teacher response and the final answer it states.
 
     Args:
-        style: ``full`` (column traces), ``steps`` (one ``a+b=c`` line per step), ``terse``
+        style: ``padded`` (fixed-width column traces), ``full`` (column traces), ``steps`` (one ``a+b=c`` line per step), ``terse``
             (answer only inside think), ``noisy`` (full traces with filler lines).
         error_step: index of a step whose result is perturbed (the error propagates).
     """
@@ -106,7 +126,9 @@ def solve(problem: Problem, *, style: str = "full", error_step: int | None = Non
     steps = evaluate(problem.nums, problem.ops, error_step, delta)
     lines = []
     for left, op, right, result in steps:
-        if style in ("full", "noisy") and min(left, right, result) >= 0:
+        if style == "padded" and 0 <= min(left, right, result) and max(left, right, result) <= 999:
+            lines.append(padded_trace(left, op, right, result))
+        elif style in ("full", "noisy") and min(left, right, result) >= 0:
             lines.append(column_trace(left, op, right, result))
         else:
             lines.append(f"{left}{op}{right}={result}")

@@ -10,7 +10,7 @@ from klear_lab.data.sources.base import SPLITS, is_heldout
 from klear_lab.registry import SOURCE
 from klear_lab.world import arithmetic
 
-STYLES = ("full", "steps", "terse", "noisy")
+STYLES = ("padded", "full", "steps", "terse", "noisy")
 
 
 @SOURCE.register("arith")

@@ -103,7 +103,8 @@ def run_prunable(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str
     curve = [acc * f for f in (0.25, 0.5, 0.75, 1.0)]
     run_dir = _run_dir(cfg, curve)
     for i, value in enumerate(curve):
-        trainer = SimpleNamespace(sanity_checking=False, callback_metrics={"val/acc": value}, global_step=10 * (i + 1))
+        trainer = SimpleNamespace(sanity_checking=False, callback_metrics={"val/acc": value},
+                                  global_step=10 * (i + 1))
         for cb in callbacks or []:
             cb.on_validation_end(trainer, None)
     return {"run_dir": run_dir, "metrics": {"val/acc": acc, "train/loss": 0.25}}

@@ -41,7 +41,7 @@ def test_bootstrap_interval_contains_true_difference():
     a = 0.6 + np.array([-0.02, -0.01, 0.0, 0.01, 0.02])
     b = 0.5 + np.array([-0.03, 0.0, 0.03])
     d, lo, hi = bootstrap_diff(a, b, seed=0)
-    assert abs(d - 0.1) < 1e-12 and lo < 0.1 < hi and 0 < lo and hi - lo < 0.08
+    assert abs(d - 0.1) < 1e-12 and lo < 0.1 < hi and lo > 0 and hi - lo < 0.08
     assert bootstrap_diff(a, b, seed=0) == (d, lo, hi)  # seeded: reproducible
 
 
@@ -113,3 +113,14 @@ def test_write_comparison_outputs(tmp_path):
     text = console.export_text()
     assert "★ gppo" in text and "baseline" in text and str(png) in text
     assert len(df) == 3
+
+
+def test_metrics_missing_from_the_result_come_from_metrics_csv(tmp_path):
+    from klear_lab.sweep.trial import fill_from_csv, result_fields
+
+    record = _records(tmp_path, n_seeds=1)[0]
+    result = {"run_dir": record.run_dir, "metrics": {"val/acc": 0.5, "flag": True}}
+    metrics, run_dir, _ = result_fields(result)
+    assert metrics == {"val/acc": 0.5}  # booleans and non-numbers are dropped
+    assert fill_from_csv(metrics, run_dir, ["val/acc", "train/loss", "rl/none"]) == ["train/loss"]
+    assert metrics == {"val/acc": 0.5, "train/loss": 1 / 30}

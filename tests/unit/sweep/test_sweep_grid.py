@@ -27,7 +27,8 @@ def test_short_labels_fall_back_to_full_keys():
 def test_nest_handles_component_shorthand():
     assert nest({"rl.clip.name": "gppo", "rl.clip.eps_high": 0.3}) == {
         "rl": {"clip": {"name": "gppo", "eps_high": 0.3}}}
-    assert nest({"rl.clip": "gppo", "rl.clip.eps_high": 0.3}) == {"rl": {"clip": {"name": "gppo", "eps_high": 0.3}}}
+    assert nest({"rl.clip": "gppo", "rl.clip.eps_high": 0.3}) == {
+        "rl": {"clip": {"name": "gppo", "eps_high": 0.3}}}
 
 
 def test_trial_layer_is_last_and_names_the_trial(tmp_path):

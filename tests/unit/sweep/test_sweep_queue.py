@@ -85,7 +85,8 @@ def test_stale_trial_is_failed_and_retried(tmp_path):
     import time
 
     time.sleep(2 * spec.heartbeat_interval + 1.5)
-    optuna.storages.fail_stale_trials(study)
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        optuna.storages.fail_stale_trials(study)
     states = {t.number: t.state for t in study.get_trials()}
     assert states[0] == TrialState.FAIL
     retry = [t for t in study.get_trials(states=(TrialState.WAITING,)) if t.user_attrs["point"] == point]

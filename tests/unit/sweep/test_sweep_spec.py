@@ -19,7 +19,7 @@ def _edit(path, **changes):
             body.pop(key, None)
         else:
             body[key] = value
-    path.write_text(yaml.safe_dump(body))
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path
 
 

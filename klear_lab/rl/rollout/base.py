@@ -1,0 +1,191 @@
+"""The rollout contract shared by every engine: the :class:`Rollout` batch and the runtime interface.
+
+Sequences are laid out prompt-major: the ``n`` samples of prompt ``b`` are rows ``b*n .. b*n+n-1``
+(``group_index`` says so explicitly). ``sample_logp`` is the log-probability of each sampled token
+under the distribution the engine actually sampled from: ``log_softmax(logits / temperature)``,
+renormalised over the top-p nucleus when ``top_p < 1`` (so at ``top_p == 1`` it equals a
+teacher-forced forward pass at the same temperature). At ``temperature == 0`` (greedy) the engines
+report ``log_softmax(logits)``, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from klear_lab.data.sft import prompt_ids as chat_prompt_ids
+
+Prompt = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A batch of N = B*G sampled responses (CPU tensors).
+
+    Attributes:
+        prompt_ids: Unpadded prompt token ids, one list per sequence (N lists).
+        response_ids: Response tokens, right-padded with the pad id. Shape: [N, T] long.
+        response_mask: 1 for generated tokens (including EOS when produced). Shape: [N, T] float.
+        sample_logp: Sampling log-prob of each generated token, 0 at padding. Shape: [N, T] float.
+        finished: True where EOS was generated, False where cut at max_new_tokens. Shape: [N] bool.
+        texts: Decoded responses, EOS/padding stripped, ``<think>`` tags kept (N strings).
+        group_index: Prompt index 0..B-1 of each sequence, groups contiguous. Shape: [N] long.
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: Tensor
+    response_mask: Tensor
+    sample_logp: Tensor
+    finished: Tensor
+    texts: list[str]
+    group_index: Tensor
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def response_lengths(self) -> Tensor:
+        """Generated tokens per sequence. Shape: [N] long."""
+        return self.response_mask.sum(-1).long()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated sequence before padding: tokens (EOS included), their log-probs, finished flag."""
+
+    tokens: list[int]
+    logps: list[float]
+    finished: bool
+
+
+class RolloutRuntime(ABC):
+    """A started engine bound to a policy and tokenizer. Use as a context manager or call ``close``."""
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int | None = None) -> Rollout:
+        """Sample ``n`` responses per prompt.
+
+        Args:
+            prompts: B prompt strings (chat-formatted here) or already formatted token-id lists.
+            n: Samples per prompt (G).
+            max_new_tokens: Cap on generated tokens per sequence.
+            temperature: Sampling temperature; 0 means greedy.
+            top_p: Nucleus mass in (0, 1]; 1 disables it.
+            seed: Makes the batch reproducible when given.
+
+        Returns:
+            A :class:`Rollout` with N = B*n sequences.
+        """
+
+    @abstractmethod
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from ``model``'s current weights (call after every optimizer step)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release the engine's resources (idempotent)."""
+
+    def __enter__(self) -> RolloutRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """Raise ``ValueError`` for sampling arguments no engine accepts."""
+    if n < 1:
+        raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def encode_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
+    """Chat-format string prompts (``klear_lab.data.sft.prompt_ids``); token-id prompts pass through."""
+    return [chat_prompt_ids(tokenizer, p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+
+
+def eos_token_ids(tokenizer, model: torch.nn.Module | None = None) -> list[int]:
+    """EOS ids of the tokenizer plus any the model's generation config adds (order kept, no repeats)."""
+    ids: list[int] = []
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (tokenizer.eos_token_id, extra):
+        for i in value if isinstance(value, (list, tuple)) else [value]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    if not ids:
+        raise ValueError("the tokenizer has no eos_token_id; rollouts need one to stop")
+    return ids
+
+
+def decode_response(tokenizer, tokens: Sequence[int], eos_ids: Sequence[int]) -> str:
+    """Text of a response without its EOS and padding; special tokens such as ``<think>`` kept."""
+    if tokens and tokens[-1] in eos_ids:
+        tokens = tokens[:-1]
+    text = tokenizer.decode(list(tokens), skip_special_tokens=False)
+    pad = tokenizer.pad_token
+    return text.replace(pad, "") if pad else text
+
+
+def assemble(tokenizer, prompts: list[list[int]], n: int, samples: list[Sample], pad_id: int,
+             eos_ids: Sequence[int]) -> Rollout:
+    """Pad per-sequence samples (prompt-major, ``n`` per prompt) into a :class:`Rollout`."""
+    if len(samples) != len(prompts) * n:
+        raise ValueError(f"expected {len(prompts) * n} samples, got {len(samples)}")
+    width = max(1, max(len(s.tokens) for s in samples))
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)  # [N, T]
+    mask = torch.zeros(len(samples), width)  # [N, T]
+    logp = torch.zeros(len(samples), width)  # [N, T]
+    for i, s in enumerate(samples):
+        k = len(s.tokens)
+        ids[i, :k] = torch.tensor(s.tokens, dtype=torch.long)
+        mask[i, :k] = 1.0
+        logp[i, :k] = torch.tensor(s.logps, dtype=torch.float32)
+    return Rollout(
+        prompt_ids=[list(prompts[i // n]) for i in range(len(samples))],
+        response_ids=ids, response_mask=mask, sample_logp=logp,
+        finished=torch.tensor([s.finished for s in samples], dtype=torch.bool),
+        texts=[decode_response(tokenizer, s.tokens, eos_ids) for s in samples],
+        group_index=torch.arange(len(prompts)).repeat_interleave(n),
+    )
+
+
+def request_seeds(seed: int | None, count: int) -> list[int | None]:
+    """Independent per-request seeds from one call seed (vLLM gives child k of a request seed + k)."""
+    if seed is None:
+        return [None] * count
+    rng = random.Random(seed)
+    return [rng.getrandbits(31) for _ in range(count)]
+
+
+def policy_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """(HF checkpoint name, tensor) pairs of the policy, wrapper prefixes stripped, no copies."""
+    out = []
+    for name, tensor in model.state_dict().items():
+        for prefix in ("_orig_mod.", "module."):
+            name = name.removeprefix(prefix)
+        out.append((name, tensor.detach()))
+    return out
+
+
+@contextlib.contextmanager
+def preserve_rng() -> Iterator[None]:
+    """Restore the caller's python, numpy and torch RNG states after the block."""
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+    random.setstate(py_state)
+    np.random.set_state(np_state)

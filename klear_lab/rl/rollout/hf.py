@@ -1,0 +1,203 @@
+"""``hf``: rollouts with transformers ``generate`` on the live policy (KV cache, left padding, batched).
+
+Sampling log-probs are recorded by a logits processor that applies the temperature and top-p
+itself, as the last processor before sampling: transformers samples from exactly the distribution
+whose log-softmax is recorded, and only one [b, V] tensor is kept per step (``output_scores``
+would keep all T of them). The model's own generation config (e.g. a hub ``temperature`` or
+``top_k``) is swapped out for a clean one during the call, so nothing else reshapes the logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+from klear_lab.registry import ROLLOUT
+from klear_lab.rl.rollout.base import (
+    Prompt,
+    Rollout,
+    RolloutRuntime,
+    Sample,
+    assemble,
+    check_sampling,
+    encode_prompts,
+    eos_token_ids,
+)
+
+
+@ROLLOUT.register("hf")
+@dataclass(frozen=True)
+class HFRollout:
+    """transformers ``generate`` on the policy itself: always fresh, no weight sync needed.
+
+    Args:
+        batch_size: Sequences (prompt copies) per ``generate`` call.
+    """
+
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+    @classmethod
+    def check_available(cls) -> None:
+        """Nothing to check: transformers is a core dependency."""
+
+    def start(self, model: torch.nn.Module, tokenizer) -> HFRolloutRuntime:
+        """Bind the engine to a policy and its tokenizer."""
+        return HFRolloutRuntime(self, model, tokenizer)
+
+
+class HFRolloutRuntime(RolloutRuntime):
+    """Samples from ``model`` as it is at each call (eval mode during generation, mode restored)."""
+
+    def __init__(self, config: HFRollout, model: torch.nn.Module, tokenizer) -> None:
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer needs a pad token for batched (left-padded) generation")
+        self.config, self.model, self.tokenizer = config, model, tokenizer
+        self.eos_ids = eos_token_ids(tokenizer, model)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """The HF engine samples with the live module; only rebinds if a different one is given."""
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seed: int | None = None) -> Rollout:
+        """See :meth:`RolloutRuntime.generate`."""
+        check_sampling(n, max_new_tokens, temperature, top_p)
+        encoded = encode_prompts(self.tokenizer, prompts)
+        flat = [ids for ids in encoded for _ in range(n)]  # prompt-major, N = B*n
+        samples: list[Sample] = []
+        sample = temperature > 0
+        with _seeded(seed, self.model), _eval_mode(self.model), _clean_generation_config(self.model, sample):
+            for start in range(0, len(flat), self.config.batch_size):
+                chunk = flat[start:start + self.config.batch_size]
+                samples += self._generate_chunk(chunk, max_new_tokens, temperature, top_p)
+        return assemble(self.tokenizer, encoded, n, samples, self.tokenizer.pad_token_id, self.eos_ids)
+
+    def _generate_chunk(self, chunk: list[list[int]], max_new_tokens: int, temperature: float,
+                        top_p: float) -> list[Sample]:
+        """One left-padded ``generate`` call; returns unpadded samples with their log-probs."""
+        ids, mask = left_pad(chunk, self.tokenizer.pad_token_id, _device(self.model))  # [b, P]
+        recorder = SampleLogProbs(temperature, top_p)
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            logits_processor=LogitsProcessorList([recorder]),
+            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids, use_cache=True,
+        )
+        gen = out[:, ids.shape[1]:]  # [b, W]
+        logp = recorder.finish(gen)  # [b, W]
+        return split_samples(gen.cpu(), logp.cpu(), self.eos_ids)
+
+
+class SampleLogProbs(LogitsProcessor):
+    """Applies temperature and top-p, and records log p(sampled token) under the result.
+
+    Called once per step with the tokens so far; the log-softmax of step t is gathered at the token
+    sampled at t when step t+1 (or :meth:`finish`) sees it. Greedy (temperature 0) records
+    ``log_softmax(logits)``.
+    """
+
+    def __init__(self, temperature: float, top_p: float) -> None:
+        self.warpers: list[LogitsProcessor] = []
+        if temperature > 0 and temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(temperature))
+        if temperature > 0 and top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p))
+        self.prev: Tensor | None = None  # [b, V] log-probs of the latest step
+        self.steps: list[Tensor] = []  # each [b]
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, generated: Tensor) -> Tensor:
+        """Log-probs of all generated tokens. ``generated``: [b, W]; returns [b, W] float."""
+        steps = [*self.steps, self.prev.gather(-1, generated[:, -1:]).squeeze(-1)]
+        if len(steps) != generated.shape[1]:
+            raise RuntimeError(f"recorded {len(steps)} steps for {generated.shape[1]} generated tokens")
+        return torch.stack(steps, dim=1)
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-padded ids and attention mask, both [b, P] long."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def split_samples(gen: Tensor, logp: Tensor, eos_ids: Sequence[int]) -> list[Sample]:
+    """Cut each row of ``gen`` [b, W] after its first EOS (kept); rows without one are truncated.
+
+    ``generate`` stops early only once every row has finished, so a row without EOS always holds
+    exactly ``max_new_tokens`` tokens.
+    """
+    is_eos = torch.isin(gen, torch.tensor(list(eos_ids), dtype=gen.dtype))  # [b, W]
+    samples = []
+    for row, lp, hits in zip(gen.tolist(), logp.tolist(), is_eos, strict=True):
+        idx = hits.nonzero()
+        k = int(idx[0]) + 1 if len(idx) else len(row)
+        samples.append(Sample(tokens=row[:k], logps=lp[:k], finished=bool(len(idx))))
+    return samples
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, model: torch.nn.Module) -> Iterator[None]:
+    """Seed torch's RNG for the block and restore the caller's RNG state afterwards."""
+    if seed is None:
+        yield
+        return
+    device = _device(model)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def _clean_generation_config(model: torch.nn.Module, sample: bool) -> Iterator[None]:
+    """Hide the model's generation defaults (hub temperature/top_k/penalties) during the call.
+
+    Temperature and top-p are applied by :class:`SampleLogProbs`; ``top_k=0`` turns off
+    transformers' global default of 50 (left unset when greedy, where it is unused).
+    """
+    saved = getattr(model, "generation_config", None)
+    clean = GenerationConfig(
+        eos_token_id=getattr(saved, "eos_token_id", None), pad_token_id=getattr(saved, "pad_token_id", None),
+        bos_token_id=getattr(saved, "bos_token_id", None), do_sample=sample, top_k=0 if sample else None,
+    )
+    model.generation_config = clean
+    try:
+        yield
+    finally:
+        model.generation_config = saved

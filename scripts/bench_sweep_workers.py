@@ -1,0 +1,120 @@
+"""Sweep throughput: the same small grid with 1 worker (2 threads/trial) and 2 workers (1 thread/trial).
+
+    python scripts/bench_sweep_workers.py                     # real quickstart SFT trials (tiny)
+    python scripts/bench_sweep_workers.py --runner synthetic  # torch MLP training trials, no data/model
+    python scripts/bench_sweep_workers.py --cores 2 --arms 4 --steps 20
+
+Each configuration runs a fresh study (SQLite) through the real sweep machinery: enqueue, worker
+threads, one subprocess per trial with OMP_NUM_THREADS = cores // workers. Reported: trials/s of
+the worker phase (validation and imports of the sweep process excluded) and the 2-vs-1 ratio
+(target >= 1.8x on 2 cores). ``--cores`` pins this process (and its trials) to the first N CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[1]
+TINY_SFT = ["data.sources.0.n_prompts=400", "data.eval_sources.0.n_prompts=16", "eval.max_new_tokens=32",
+            "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1024"]
+
+
+def synthetic(cfg: dict, callbacks: list | None = None) -> dict:
+    """A CPU-bound stand-in trial: train a small MLP for ``sft.max_steps`` steps."""
+    import torch
+
+    threads = cfg["trainer"]["num_threads"] or int(os.environ.get("OMP_NUM_THREADS", "1"))
+    torch.set_num_threads(threads)
+    torch.manual_seed(cfg["run"]["seed"])
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["optim"]["lr"])
+    x = torch.randn(256, 256)
+    for _ in range(max(cfg["sft"]["max_steps"], 1) * 10):
+        loss = (model(x) - x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    run_dir = Path(cfg["run"]["out_dir"]) / f"{cfg['run']['name']}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return {"run_dir": run_dir, "metrics": {"val/acc": -float(loss), "train/loss": float(loss)}}
+
+
+def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int) -> Path:
+    lrs = [round(1e-3 * (i + 1), 6) for i in range(args.arms)]
+    spec = {"name": name, "experiment": str(REPO / "experiments" / "quickstart" / "sft.yaml"),
+            "overrides": [*TINY_SFT, f"sft.max_steps={args.steps}"], "axes": {"optim.lr": lrs},
+            "seeds": [0], "objective": {"metric": "val/acc", "direction": "maximize"},
+            "workers": workers, "out_dir": str(tmp / "out"), "heartbeat_interval": 10}
+    if args.runner == "synthetic":
+        spec["runner"] = f"{HERE}:synthetic"
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_one(spec_path: Path, workers: int) -> tuple[float, int, int]:
+    """(worker-phase seconds, trials completed, threads per trial) for one fresh study."""
+    from klear_lab.config.compose import compose
+    from klear_lab.sweep.checks import check_spec
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.queue import count, prepare_study
+    from klear_lab.sweep.spec import load_spec
+    from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+    from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
+
+    spec = load_spec(spec_path)
+    arms = check_spec(spec)
+    url = default_storage_url(spec)
+    frozen = freeze_spec(spec, url)
+    study = open_study(spec, url, create=True)
+    prepare_study(study, spec, arms, StudyLock(url, spec.name))
+    threads = threads_per_trial(workers, compose(spec.experiment, spec.overrides)["trainer"]["num_threads"])
+    ctx = WorkerContext(spec, url, frozen, workers, threads, log=lambda line: print("   ", line, flush=True))
+    start = time.perf_counter()
+    run_workers(ctx)
+    from optuna.trial import TrialState
+
+    return time.perf_counter() - start, count(study, (TrialState.COMPLETE,)), threads or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runner", choices=["real", "synthetic"], default="real")
+    parser.add_argument("--arms", type=int, default=4, help="grid size (optim.lr values, 1 seed)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per trial")
+    parser.add_argument("--cores", type=int, default=2, help="pin to the first N CPUs (0 = no pinning)")
+    args = parser.parse_args(argv)
+    if args.cores:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    cores = len(os.sched_getaffinity(0))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
+        for workers in (1, 2):
+            spec = write_spec(Path(tmp), f"bench_w{workers}", args, workers)
+            print(f"== {workers} worker(s) on {cores} core(s), {args.arms} trials ({args.runner})",
+                  flush=True)
+            seconds, done, threads = run_one(spec, workers)
+            results[workers] = done / seconds
+            print(f"   {done} trials in {seconds:.1f}s, {threads} thread(s)/trial: "
+                  f"{results[workers]:.4f} trials/s")
+    ratio = results[2] / results[1]
+    print(f"\n1 worker : {results[1]:.4f} trials/s\n2 workers: {results[2]:.4f} trials/s\n"
+          f"ratio    : {ratio:.2f}x (target >= 1.8x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

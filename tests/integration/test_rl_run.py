@@ -1,0 +1,115 @@
+"""RL through run_experiment: clip variants change updates only off-policy; plugin clip; bad input."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from klear_lab.cli import main
+from klear_lab.config.compose import compose
+from klear_lab.run import run_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A reward with variance inside every group, so a random-init policy gets non-zero advantages.
+LENGTH_REWARD = textwrap.dedent('''
+    from dataclasses import dataclass
+    from klear_lab.registry import REWARD
+    from klear_lab.rewards.base import RewardOutput
+
+    @REWARD.register("test_digit_count")
+    @dataclass(frozen=True)
+    class DigitCount:
+        """Test reward: number of digits in the response (a signal a random policy can climb)."""
+        def __call__(self, completions, records):
+            return [RewardOutput(score=float(sum(c.isdigit() for c in t)), acc=False, format_ok=True)
+                    for t in completions]
+''')
+
+
+def tiny_rl(tmp_path: Path, clip: str, minibatch: int, extra: list[str] | None = None) -> dict:
+    (tmp_path / "reward_plugin.py").write_text(LENGTH_REWARD)
+    return compose(ROOT / "experiments/quickstart/rl.yaml", [
+        f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null", "model.tiny.size=2m",
+        f"plugins=[{tmp_path / 'reward_plugin.py'}]", "rl.reward=test_digit_count", "rl.group_filter=none",
+        f"rl.clip={clip}", "rl.steps=1", "rl.prompts_per_step=4", "rl.group_size=4",
+        f"rl.minibatch_prompts={minibatch}", "rl.max_new_tokens=16", "rl.eval_every=0", "optim.lr=0.05",
+        "optim.warmup_steps=0", "rl.alpha=0.0", "data.sources.0.n_prompts=20", "data.eval_sources.0.n_prompts=4",
+        "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false", *(extra or []),
+    ])
+
+
+def final_weights(cfg: dict) -> dict[str, torch.Tensor]:
+    result = run_experiment(cfg)
+    return load_file(result.run_dir / "model" / "model.safetensors")
+
+
+def max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_clip_variant_matters_only_off_policy(tmp_path):
+    # one minibatch: the only update is on-policy (ratio = 1), so PPO and GPPO give the same step
+    on_ppo = final_weights(tiny_rl(tmp_path, "ppo", minibatch=4))
+    on_gppo = final_weights(tiny_rl(tmp_path, "gppo", minibatch=4))
+    assert max_diff(on_ppo, on_gppo) < 1e-6
+    # two minibatches: the second update is off-policy and the variants diverge
+    off_ppo = final_weights(tiny_rl(tmp_path, "ppo", minibatch=2))
+    off_gppo = final_weights(tiny_rl(tmp_path, "gppo", minibatch=2))
+    assert max_diff(off_ppo, off_gppo) > 1e-4
+
+
+PLUGIN_CLIP = textwrap.dedent('''
+    from dataclasses import dataclass
+    import torch
+    from klear_lab.registry import CLIP
+    from klear_lab.rl.clip.base import ClipOutput
+
+    @CLIP.register("outside_sign_clip")
+    @dataclass(frozen=True)
+    class SignClip:
+        """Test plugin: -sign(A) * ratio, clipped to [0.5, 2]."""
+        low: float = 0.5
+        high: float = 2.0
+        def __call__(self, logp, old_logp, adv, mask):
+            ratio = torch.exp(logp - old_logp).clamp(self.low, self.high)
+            adv = adv.unsqueeze(-1) if adv.dim() == 1 else adv
+            zero = torch.zeros((), device=logp.device)
+            metrics = {k: zero for k in ("clipfrac_low", "clipfrac_high", "clipfrac", "ratio_mean",
+                                         "ratio_min", "ratio_max", "approx_kl")}
+            return ClipOutput(loss=-torch.sign(adv) * ratio * mask, metrics=metrics)
+''')
+
+
+def test_plugin_clip_from_outside_file_runs(tmp_path):
+    outside = tmp_path / "elsewhere" / "my_clip.py"
+    outside.parent.mkdir()
+    outside.write_text(PLUGIN_CLIP)
+    cfg = tiny_rl(tmp_path, "ppo", minibatch=2)
+    cfg = compose(ROOT / "experiments/quickstart/rl.yaml", [
+        f"{k}={v}" for k, v in [("run.out_dir", tmp_path / "runs")]] + [
+        "model.init_from=null", f"plugins=[{tmp_path / 'reward_plugin.py'},{outside}]",
+        "rl.reward=test_digit_count", "rl.group_filter=none", "rl.clip=outside_sign_clip", "rl.steps=1",
+        "rl.prompts_per_step=2", "rl.group_size=2", "rl.minibatch_prompts=1", "rl.max_new_tokens=8",
+        "rl.eval_every=0", "rl.alpha=0.0", "data.sources.0.n_prompts=10", "data.eval_sources.0.n_prompts=2",
+        "eval.max_new_tokens=4", "trainer.checkpoint=false", "tracking.wandb.enabled=false"])
+    result = run_experiment(cfg)
+    assert cfg["rl"]["clip"] == {"name": "outside_sign_clip", "low": 0.5, "high": 2.0}
+    assert result.metrics["rl/updates_per_step"] == 2.0
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("rl.clip=gpo", "unknown clip"),
+    ("rl.clip.eps_low=1.5", "eps_low"),
+    ("rl.group_size=1", "rl.group_size"),
+    ("rl.minibatch_prompts=5", "must divide"),
+])
+def test_bad_rl_input_fails_before_model_load(tmp_path, capsys, override, needle):
+    code = main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), f"run.out_dir={tmp_path}/runs", override])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

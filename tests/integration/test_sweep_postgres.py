@@ -1,0 +1,63 @@
+"""Two sweep processes share one study on a real PostgreSQL server (127.0.0.1) without duplicates.
+
+The fixture starts a throw-away cluster with ``scripts/pg_test_server.sh`` (Debian's
+postgresql-15 binaries) and stops it afterwards; the test is skipped where they are missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "sweep"))
+import sweep_fixtures as fx  # noqa: E402
+
+from klear_lab.sweep.spec import load_spec  # noqa: E402
+from klear_lab.sweep.storage import open_study  # noqa: E402
+
+SCRIPT = fx.REPO / "scripts" / "pg_test_server.sh"
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    pytest.importorskip("psycopg")
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        pytest.skip("PostgreSQL server binaries not installed")
+    data = tempfile.mkdtemp(prefix="klear-pg-", dir="/tmp")
+    try:
+        out = subprocess.run(["bash", str(SCRIPT), "start", data], capture_output=True, text=True,
+                             timeout=120)
+        if out.returncode != 0:
+            pytest.skip(f"could not start PostgreSQL: {out.stderr.strip()[-500:]}")
+        yield out.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", data], capture_output=True, timeout=120)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_two_workers_share_a_postgres_study(tmp_path, pg_url):
+    spec_path = fx.write_spec(tmp_path, name="pgsweep", lrs=(0.001, 0.002, 0.003), seeds=(0, 1),
+                              storage=pg_url)
+    log = tmp_path / "sweep.log"
+    main = fx.start_sweep(spec_path, "--workers", "1", sleep=1.0, log=log)
+    joiner = fx.start_sweep(spec_path, "--join", "--workers", "1", sleep=1.0, log=log)
+    for proc in (main, joiner):
+        try:
+            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(log.read_text()[-3000:]) from None
+    spec = load_spec(spec_path)
+    study = open_study(spec, pg_url, create=False, heartbeat=False)
+    trials = study.get_trials()
+    assert len(trials) == 6 and all(t.state.name == "COMPLETE" for t in trials)
+    assert len({t.user_attrs["point"] for t in trials}) == 6
+    calls = fx.invocations(spec.sweep_dir)
+    assert len(calls) == 6 and len({(lr, s) for lr, s, _, _ in calls}) == 6
+    assert {ppid for *_, ppid in calls} == {main.pid, joiner.pid}  # the joined worker took work too
+    assert (spec.sweep_dir / "compare" / "table.csv").is_file()  # written by the main process

@@ -1,0 +1,126 @@
+"""Sweep machinery end to end on SQLite: real sweep processes, trial subprocesses and Optuna.
+
+Trials use the fast stand-in runner from ``tests/unit/sweep/sweep_fixtures.py`` (same job
+files, subprocesses and storage as ``run_experiment`` trials; only the training is faked).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "sweep"))
+import sweep_fixtures as fx  # noqa: E402
+
+from klear_lab.sweep.spec import load_spec  # noqa: E402
+from klear_lab.sweep.storage import default_storage_url, open_study  # noqa: E402
+
+
+def _study(spec_path: Path):
+    spec = load_spec(spec_path)
+    return spec, open_study(spec, default_storage_url(spec), create=False, heartbeat=False)
+
+
+def _complete_per_point(study) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in study.get_trials():
+        if t.state.name == "COMPLETE":
+            out[t.user_attrs["point"]] = out.get(t.user_attrs["point"], 0) + 1
+    return out
+
+
+def _wait(proc: subprocess.Popen, timeout: float, log: Path) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"sweep did not finish in {timeout}s:\n{log.read_text()[-3000:]}") from None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in state
+
+
+def test_two_sweep_processes_run_each_point_once(tmp_path):
+    spec_path = fx.write_spec(tmp_path, lrs=(0.001, 0.002, 0.003, 0.004), seeds=(0, 1))
+    log = tmp_path / "sweep.log"
+    a = fx.start_sweep(spec_path, "--workers", "2", sleep=1.0, log=log)
+    b = fx.start_sweep(spec_path, "--workers", "1", sleep=1.0, log=log)
+    assert _wait(a, 300, log) == 0 and _wait(b, 300, log) == 0, log.read_text()[-3000:]
+    spec, study = _study(spec_path)
+    trials = study.get_trials()
+    assert len(trials) == 8 and all(t.state.name == "COMPLETE" for t in trials)
+    assert sorted(_complete_per_point(study).values()) == [1] * 8
+    calls = fx.invocations(spec.sweep_dir)
+    assert len(calls) == 8 and len({(lr, s) for lr, s, _, _ in calls}) == 8
+    assert {ppid for *_, ppid in calls} == {a.pid, b.pid}  # both processes took work
+    cores = len(os.sched_getaffinity(0))
+    by_trial = {t.user_attrs["run_dir"]: t.user_attrs["metrics"]["perf/threads"] for t in trials}
+    assert set(by_trial.values()) <= {float(max(1, cores // 2)), float(cores)}
+    table = pd.read_csv(spec.sweep_dir / "compare" / "table.csv")
+    assert table["arm"].tolist() == ["lr=0.001", "lr=0.002", "lr=0.003", "lr=0.004"]
+    assert table.loc[table["best"], "arm"].tolist() == ["lr=0.004"] and table["n"].tolist() == [2] * 4
+    assert (spec.sweep_dir / "compare" / "curves.png").is_file()
+    assert (spec.sweep_dir / "compare" / "table.md").is_file()
+
+
+def test_kill_9_mid_trial_then_resume(tmp_path):
+    spec_path = fx.write_spec(tmp_path, name="killme")
+    spec = load_spec(spec_path)
+    spec.sweep_dir.mkdir(parents=True)
+    (spec.sweep_dir / "slow-0.002-0").write_text("")  # the second point hangs once
+    log = tmp_path / "sweep.log"
+    first = fx.start_sweep(spec_path, "--workers", "1", log=log)
+    started = spec.sweep_dir / "slow-started"
+    deadline = time.time() + 240
+    while not started.exists():
+        assert first.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    trial_pid = int(started.read_text())
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    deadline = time.time() + 10
+    while not _gone(trial_pid):  # PR_SET_PDEATHSIG: the trial dies with its worker
+        assert time.time() < deadline, "orphaned trial process survived its worker"
+        time.sleep(0.1)
+    _, study = _study(spec_path)
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING", "WAITING"]
+
+    second = fx.start_sweep(spec_path, "--workers", "1", log=log)
+    assert _wait(second, 300, log) == 0, log.read_text()[-3000:]
+    _, study = _study(spec_path)
+    states = [t.state.name for t in study.get_trials()]
+    assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1 and len(states) == 4
+    assert sorted(_complete_per_point(study).values()) == [1, 1, 1]
+    retried = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") is not None]
+    assert len(retried) == 1 and retried[0].system_attrs["failed_trial"] == 1
+    calls = [(lr, s) for lr, s, _, _ in fx.invocations(spec.sweep_dir)]
+    assert calls.count((0.001, 0)) == 1  # completed before the kill: not rerun
+    assert calls.count((0.002, 0)) == 2  # killed, then retried
+    assert calls.count((0.003, 0)) == 1
+
+
+def test_pruned_trials_and_compare_command(tmp_path):
+    spec_path = fx.write_spec(tmp_path, name="prune", lrs=(0.003, 0.001), pruner="median",
+                              runner=fx.PRUNABLE_RUNNER)
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "1", log=log), 300, log) == 0, log.read_text()[-3000:]
+    spec, study = _study(spec_path)
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "PRUNED"]
+    assert list(study.get_trials()[1].intermediate_values) == [10]
+    out = subprocess.run([sys.executable, "-m", "klear_lab.cli_sweep", "compare", str(spec.sweep_dir)],
+                         cwd=fx.REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "lr=0.003" in out.stdout and "1/0" in out.stdout
+    table = pd.read_csv(spec.sweep_dir / "compare" / "table.csv")
+    assert table["pruned"].tolist() == [0, 1] and table["n"].tolist() == [1, 0]

@@ -1,0 +1,65 @@
+"""Embedded arithmetic world: problems, traces, teacher errors, held-out partition."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from klear_lab.data.sources.base import is_heldout
+from klear_lab.registry import SOURCE
+from klear_lab.world import arithmetic
+
+
+@pytest.mark.parametrize("level", arithmetic.LEVELS)
+def test_problems_evaluate_correctly(level):
+    rng = random.Random(level)
+    for _ in range(200):
+        p = arithmetic.make_problem(rng, level)
+        assert p.answer == eval(p.expr)  # our own generated expression  # noqa: S307
+        assert len(p.ops) == (2 if level == 1 else 3)
+        assert all(10 <= n <= 99 for n, op in zip(p.nums, ("+", *p.ops)) if op != "*")
+
+
+@pytest.mark.parametrize("style", ["padded", "full", "steps", "noisy", "terse"])
+def test_correct_teacher_states_the_answer(style):
+    rng = random.Random(0)
+    for _ in range(100):
+        p = arithmetic.make_problem(rng, rng.choice(arithmetic.LEVELS))
+        text, stated = arithmetic.solve(p, style=style, rng=rng)
+        assert stated == p.answer and text.endswith(f"\\boxed{{{p.answer}}}")
+        assert text.startswith("<think>") and "</think>" in text
+
+
+def test_padded_trace_columns_are_right():
+    rng = random.Random(3)
+    for _ in range(300):
+        left, right = rng.randint(0, 999), rng.randint(0, 999)
+        op = rng.choice("+-")
+        result = left + right if op == "+" else left - right
+        if not 0 <= result <= 999:
+            continue
+        trace = arithmetic.padded_trace(left, op, right, result)
+        cols = re.findall(r"(\d)[+-](\d)[+-](\d)=(\d)(\d)", trace)
+        digits = "".join(d for *_, d in cols)[::-1]
+        assert int(digits) == result, trace
+        assert trace.endswith(f">{result:03d}")
+
+
+def test_teacher_error_share_and_labels():
+    recs = SOURCE.build({"name": "arith", "n_prompts": 1500, "teacher_error": 0.3}).records(0, "train")
+    wrong = [r for r in recs if not r.response_correct]
+    assert 0.22 < len(wrong) / len(recs) < 0.38
+    for r in wrong[:50]:
+        assert f"\\boxed{{{r.answer}}}" not in r.response
+
+
+def test_deterministic_and_heldout_disjoint():
+    src = SOURCE.build({"name": "arith_r1", "n_prompts": 300})
+    assert src.records(0, "train") == src.records(0, "train")
+    assert src.records(0, "train") != src.records(1, "train")
+    train = {r.prompt for r in src.records(0, "train")}
+    heldout = {r.prompt for r in src.records(0, "eval")}
+    assert not train & heldout
+    assert all(is_heldout(p) for p in heldout) and not any(is_heldout(p) for p in train)

@@ -1,0 +1,173 @@
+"""``hf`` rollout engine: layout, masks, sampling log-probs, greedy parity, determinism; vllm's error path."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from klear_lab.data.sft import prompt_ids
+from klear_lab.errors import ConfigError
+from klear_lab.eval.greedy import generate as greedy_generate
+from klear_lab.models.tokenizer import train_tokenizer
+from klear_lab.registry import MODEL, ROLLOUT, SOURCE
+from klear_lab.rl.rollout.base import Rollout
+
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Tokenizer, 4 prompts and a tiny Qwen2 whose LM head favours EOS (so some rows finish)."""
+    recs = SOURCE.build({"name": "arith_r1", "n_prompts": 40}).records(0, "train")
+    tok = train_tokenizer([r.prompt + r.response for r in recs], vocab_size=300)
+    torch.manual_seed(0)
+    model = MODEL.build({"name": "qwen2", "size": "2m", "tie_word_embeddings": False}).build(tok)
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[tok.eos_token_id] = 3.0  # P(EOS) ~ 6 % per step
+    model.lm_head = head
+    return tok, model, [r.prompt for r in recs[:4]]
+
+
+def _engine(world, batch_size=64):
+    tok, model, _ = world
+    return ROLLOUT.build({"name": "hf", "batch_size": batch_size}).start(model, tok)
+
+
+def _teacher_forced(model, rollout: Rollout, temperature: float, ranks: list | None = None) -> list:
+    """Per row: log_softmax(logits / T) at the generated tokens, one unpadded forward each.
+
+    ``ranks`` (if given) collects each sampled token's rank among the logits (0 = argmax).
+    """
+    out = []
+    with torch.no_grad():
+        for i, p in enumerate(rollout.prompt_ids):
+            k = int(rollout.response_lengths[i])
+            seq = torch.tensor([p + rollout.response_ids[i, :k].tolist()])
+            logits = model(seq).logits[0, len(p) - 1:-1].float()  # [k, V]
+            logp = torch.log_softmax(logits / temperature, dim=-1)
+            chosen = logp.gather(-1, seq[0, len(p):, None])  # [k, 1]
+            out.append(chosen.squeeze(-1))
+            if ranks is not None:
+                ranks += (logp > chosen).sum(-1).tolist()
+    return out
+
+
+def test_layout_masks_and_finished_flags(world):
+    tok, _, prompts = world
+    ro = _engine(world).generate(prompts, n=3, max_new_tokens=MAX_NEW, temperature=1.0, seed=1)
+    n_seq = len(prompts) * 3
+    assert ro.response_ids.shape == ro.response_mask.shape == ro.sample_logp.shape
+    assert ro.response_ids.shape[0] == n_seq and ro.response_ids.shape[1] <= MAX_NEW
+    assert ro.response_ids.dtype == torch.long and ro.response_mask.dtype == torch.float32
+    assert ro.group_index.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert ro.prompt_ids == [prompt_ids(tok, prompts[i // 3]) for i in range(n_seq)]
+    assert 0 < int(ro.finished.sum()) < n_seq, "fixture should give both finished and truncated rows"
+    eos = tok.eos_token_id
+    for i in range(n_seq):
+        k = int(ro.response_lengths[i])
+        row = ro.response_ids[i]
+        assert ro.response_mask[i, :k].eq(1).all() and ro.response_mask[i, k:].eq(0).all()
+        assert row[k:].eq(tok.pad_token_id).all() and ro.sample_logp[i, k:].eq(0).all()
+        assert (ro.sample_logp[i, :k] < 0).all()
+        if ro.finished[i]:
+            assert row[k - 1] == eos and not row[:k - 1].eq(eos).any()
+        else:
+            assert k == MAX_NEW and not row[:k].eq(eos).any()
+        body = row[:k - 1] if ro.finished[i] else row[:k]
+        assert ro.texts[i] == tok.decode(body.tolist(), skip_special_tokens=False).replace(tok.pad_token, "")
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sample_logp_equals_teacher_forced_logp(world, temperature):
+    _, model, prompts = world
+    ro = _engine(world, batch_size=5).generate(prompts, n=3, max_new_tokens=MAX_NEW, temperature=temperature,
+                                               seed=2)
+    ranks: list[int] = []
+    for i, ref in enumerate(_teacher_forced(model, ro, temperature, ranks)):
+        torch.testing.assert_close(ro.sample_logp[i, :len(ref)], ref, atol=1e-4, rtol=0)
+    # full-vocabulary sampling: no hidden top-k (transformers' global default is top_k=50)
+    assert max(ranks) >= 100
+
+
+def test_top_p_logp_is_the_renormalised_nucleus(world):
+    """With top_p < 1 the reported log-prob is under the truncated, renormalised distribution."""
+    _, model, prompts = world
+    ro = _engine(world).generate(prompts, n=2, max_new_tokens=MAX_NEW, temperature=1.0, top_p=0.5, seed=3)
+    gaps = []
+    for i, ref in enumerate(_teacher_forced(model, ro, 1.0)):
+        gap = ro.sample_logp[i, :len(ref)] - ref  # = -log(nucleus mass) >= 0
+        assert (gap > -1e-5).all()
+        gaps.append(gap)
+    gaps = torch.cat(gaps)
+    assert gaps.max() > 0.1 and (gaps <= -torch.log(torch.tensor(0.5)) + 1e-4).all()
+
+
+def test_greedy_matches_eval_greedy_generate(world):
+    tok, model, prompts = world
+    ro = _engine(world, batch_size=4).generate(prompts, n=1, max_new_tokens=MAX_NEW, temperature=0.0)
+    assert ro.texts == greedy_generate(model, tok, prompts, MAX_NEW, batch_size=4)
+    for i, ref in enumerate(_teacher_forced(model, ro, 1.0)):  # greedy reports log_softmax(logits)
+        torch.testing.assert_close(ro.sample_logp[i, :len(ref)], ref, atol=1e-4, rtol=0)
+
+
+def test_seed_determinism_and_rng_isolation(world):
+    _, _, prompts = world
+    engine = _engine(world, batch_size=5)
+    state = torch.get_rng_state()
+    a = engine.generate(prompts, n=2, max_new_tokens=MAX_NEW, seed=7)
+    assert torch.equal(torch.get_rng_state(), state), "a seeded call must not move the caller's RNG"
+    b = engine.generate(prompts, n=2, max_new_tokens=MAX_NEW, seed=7)
+    c = engine.generate(prompts, n=2, max_new_tokens=MAX_NEW, seed=8)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sample_logp, b.sample_logp)
+    assert a.texts == b.texts and not torch.equal(a.response_ids[:, :4], c.response_ids[:, :4])
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_model_mode_is_restored(world, training):
+    _, model, prompts = world
+    model.train(training)
+    _engine(world).generate(prompts[:1], n=1, max_new_tokens=4, seed=0)
+    assert model.training is training
+    model.eval()
+
+
+def test_token_id_prompts_pass_through(world):
+    tok, _, prompts = world
+    ids = prompt_ids(tok, prompts[0])
+    a = _engine(world).generate([ids], n=2, max_new_tokens=8, seed=0)
+    b = _engine(world).generate(prompts[:1], n=2, max_new_tokens=8, seed=0)
+    assert a.prompt_ids == b.prompt_ids and torch.equal(a.response_ids, b.response_ids)
+
+
+@pytest.mark.parametrize("kwargs", [{"n": 0}, {"max_new_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0},
+                                    {"top_p": 1.5}])
+def test_bad_sampling_arguments(world, kwargs):
+    args = {"n": 1, "max_new_tokens": 4, **kwargs}
+    with pytest.raises(ValueError):
+        _engine(world).generate(world[2][:1], **args)
+
+
+def test_registry_entries_and_config_errors():
+    assert {"hf", "vllm"} <= set(ROLLOUT.names())
+    assert ROLLOUT.params("hf") == {"batch_size": 64}
+    ROLLOUT.get("hf").check_available()
+    with pytest.raises(ConfigError, match="batch_size"):
+        ROLLOUT.build({"name": "hf", "batch_size": 0})
+    with pytest.raises(ConfigError, match="weight_sync"):
+        ROLLOUT.build({"name": "vllm", "weight_sync": "nccl"})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_vllm_missing_gives_install_hint_before_any_model(world):
+    import sys
+
+    assert "vllm" not in sys.modules  # importing the engine module did not import vllm
+    engine = ROLLOUT.build({"name": "vllm"})
+    for call in (type(engine).check_available, lambda: engine.start(world[1], world[0])):
+        with pytest.raises(ConfigError, match=r"klear-lab\[vllm\].*setup_vllm_cpu\.sh"):
+            call()

@@ -1,0 +1,75 @@
+"""``klear-lab sweep|compare|dashboard`` argument handling, exit codes and the dashboard server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import yaml
+from sweep_fixtures import REPO, write_spec
+
+from klear_lab.cli_sweep import main
+from klear_lab.sweep.launch import freeze_spec
+from klear_lab.sweep.locate import locate
+from klear_lab.sweep.spec import load_spec
+from klear_lab.sweep.storage import default_storage_url, open_study
+
+
+def test_validate_only_and_bad_spec_exit_codes(tmp_path, capsys):
+    spec = write_spec(tmp_path, seeds=(0, 1))
+    assert main(["sweep", str(spec), "--validate-only"]) == 0
+    assert "3 arm(s) x 2 seed(s) = 6 trials" in capsys.readouterr().out
+    assert main(["sweep", str(spec), "optim.nope=1", "--validate-only"]) == 2
+    assert "optim.nope" in capsys.readouterr().err
+    assert main(["sweep", str(spec), "--workers", "0"]) == 2
+    assert not (tmp_path / "out" / "toy" / "study.db").exists()  # nothing started
+
+
+def test_wandb_export_writes_config_and_runs_nothing(tmp_path, capsys):
+    spec = write_spec(tmp_path)
+    assert main(["sweep", str(spec), "--wandb-export"]) == 0
+    out = tmp_path / "out" / "toy" / "wandb_sweep.yaml"
+    assert str(out) in capsys.readouterr().out
+    assert yaml.safe_load(out.read_text())["method"] == "grid"
+    assert not (tmp_path / "out" / "toy" / "study.db").exists()
+
+
+def test_locate_from_dir_or_spec(tmp_path):
+    spec_path = write_spec(tmp_path)
+    spec = load_spec(spec_path)
+    url = default_storage_url(spec)
+    freeze_spec(spec, url)
+    for target in (spec.sweep_dir, spec_path):
+        found, found_url = locate(target)
+        assert found.name == "toy" and found_url == url and found.sweep_dir == spec.sweep_dir
+    frozen = yaml.safe_load((spec.sweep_dir / "spec.yaml").read_text())
+    assert frozen["experiment"] == str((tmp_path / "exp.yaml").resolve()) and frozen["storage"] == url
+
+
+def test_dashboard_serves_the_study(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    url = default_storage_url(spec)
+    freeze_spec(spec, url)
+    open_study(spec, url, create=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli_sweep", "dashboard", str(spec.sweep_dir),
+                             "--port", str(port)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline, body = time.time() + 60, None
+        while body is None and time.time() < deadline:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2).read()
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read().decode()
+                time.sleep(0.3)
+        assert body is not None
+        assert [s["study_name"] for s in json.loads(body)["study_summaries"]] == ["toy"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
