@@ -28,4 +28,4 @@ def tiny_sft_overrides(tmp_path) -> list[str]:
     """Overrides that make the quickstart SFT run in a few seconds."""
     return [f"run.out_dir={tmp_path / 'runs'}", "data.sources.0.n_prompts=120", "sft.max_steps=3",
             "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=24", "trainer.checkpoint=false",
-            "sft.tokens_per_micro_batch=1024"]
+            "sft.tokens_per_micro_batch=1000", "trainer.log_every_n_steps=1"]

@@ -57,9 +57,11 @@ class RLStage:
         finally:
             self.module.engine.close()
         train_s = time.perf_counter() - start
+        last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
+                      if k.startswith(("train/", "perf/", "rl/", "reward/"))}
         if not rl["eval_every"] or len(self.batches) % rl["eval_every"]:
             trainer.validate(self.module, dataloaders=val, verbose=False)
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}
+        metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(gain_summary(self.module.evals))
         metrics.update({"perf/train_seconds": train_s, "rl/rollout_steps": float(len(self.batches)),
                         "train/steps": float(trainer.global_step)})

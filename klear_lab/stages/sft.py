@@ -44,9 +44,10 @@ class SFTStage:
         start = time.perf_counter()
         trainer.fit(self.module, datamodule=self.datamodule)
         train_s = time.perf_counter() - start
+        last_train = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}
         if not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1):
             trainer.validate(self.module, datamodule=self.datamodule, verbose=False)
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}
+        metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
                         "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9)})

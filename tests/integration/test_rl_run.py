@@ -31,15 +31,22 @@ LENGTH_REWARD = textwrap.dedent('''
 ''')
 
 
-def tiny_rl(tmp_path: Path, clip: str, minibatch: int, extra: list[str] | None = None) -> dict:
-    (tmp_path / "reward_plugin.py").write_text(LENGTH_REWARD)
+@pytest.fixture(scope="module")
+def reward_plugin(tmp_path_factory) -> Path:
+    """One file for the whole module: the same name registered from two paths is (rightly) an error."""
+    path = tmp_path_factory.mktemp("plugins") / "reward_plugin.py"
+    path.write_text(LENGTH_REWARD)
+    return path
+
+
+def tiny_rl(tmp_path: Path, plugin: Path, clip: str, minibatch: int) -> dict:
     return compose(ROOT / "experiments/quickstart/rl.yaml", [
         f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null", "model.tiny.size=2m",
-        f"plugins=[{tmp_path / 'reward_plugin.py'}]", "rl.reward=test_digit_count", "rl.group_filter=none",
+        f"plugins=[{plugin}]", "rl.reward=test_digit_count", "rl.group_filter=none",
         f"rl.clip={clip}", "rl.steps=1", "rl.prompts_per_step=4", "rl.group_size=4",
         f"rl.minibatch_prompts={minibatch}", "rl.max_new_tokens=16", "rl.eval_every=0", "optim.lr=0.05",
         "optim.warmup_steps=0", "rl.alpha=0.0", "data.sources.0.n_prompts=20", "data.eval_sources.0.n_prompts=4",
-        "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false", *(extra or []),
+        "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false",
     ])
 
 
@@ -52,14 +59,14 @@ def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def test_clip_variant_matters_only_off_policy(tmp_path):
+def test_clip_variant_matters_only_off_policy(tmp_path, reward_plugin):
     # one minibatch: the only update is on-policy (ratio = 1), so PPO and GPPO give the same step
-    on_ppo = final_weights(tiny_rl(tmp_path, "ppo", minibatch=4))
-    on_gppo = final_weights(tiny_rl(tmp_path, "gppo", minibatch=4))
+    on_ppo = final_weights(tiny_rl(tmp_path, reward_plugin, "ppo", minibatch=4))
+    on_gppo = final_weights(tiny_rl(tmp_path, reward_plugin, "gppo", minibatch=4))
     assert max_diff(on_ppo, on_gppo) < 1e-6
     # two minibatches: the second update is off-policy and the variants diverge
-    off_ppo = final_weights(tiny_rl(tmp_path, "ppo", minibatch=2))
-    off_gppo = final_weights(tiny_rl(tmp_path, "gppo", minibatch=2))
+    off_ppo = final_weights(tiny_rl(tmp_path, reward_plugin, "ppo", minibatch=2))
+    off_gppo = final_weights(tiny_rl(tmp_path, reward_plugin, "gppo", minibatch=2))
     assert max_diff(off_ppo, off_gppo) > 1e-4
 
 
@@ -85,14 +92,12 @@ PLUGIN_CLIP = textwrap.dedent('''
 ''')
 
 
-def test_plugin_clip_from_outside_file_runs(tmp_path):
+def test_plugin_clip_from_outside_file_runs(tmp_path, reward_plugin):
     outside = tmp_path / "elsewhere" / "my_clip.py"
     outside.parent.mkdir()
     outside.write_text(PLUGIN_CLIP)
-    cfg = tiny_rl(tmp_path, "ppo", minibatch=2)
     cfg = compose(ROOT / "experiments/quickstart/rl.yaml", [
-        f"{k}={v}" for k, v in [("run.out_dir", tmp_path / "runs")]] + [
-        "model.init_from=null", f"plugins=[{tmp_path / 'reward_plugin.py'},{outside}]",
+        f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null", f"plugins=[{reward_plugin},{outside}]",
         "rl.reward=test_digit_count", "rl.group_filter=none", "rl.clip=outside_sign_clip", "rl.steps=1",
         "rl.prompts_per_step=2", "rl.group_size=2", "rl.minibatch_prompts=1", "rl.max_new_tokens=8",
         "rl.eval_every=0", "rl.alpha=0.0", "data.sources.0.n_prompts=10", "data.eval_sources.0.n_prompts=2",

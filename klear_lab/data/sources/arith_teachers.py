@@ -15,20 +15,20 @@ from klear_lab.registry import SOURCE
 @SOURCE.register("arith_r1")
 @dataclass(frozen=True)
 class ArithR1(ArithSource):
-    """Careful teacher: 2 % wrong answers, full column traces. Quality rank 1."""
+    """Careful teacher: 2 % wrong answers, fixed-width column traces. Quality rank 1."""
 
     teacher_error: float = 0.02
-    style: str = "full"
+    style: str = "padded"
     quality_rank: int = 1
 
 
 @SOURCE.register("arith_qwq")
 @dataclass(frozen=True)
 class ArithQwQ(ArithSource):
-    """Good teacher: 8 % wrong answers, full column traces. Quality rank 2."""
+    """Good teacher: 8 % wrong answers, fixed-width column traces. Quality rank 2."""
 
     teacher_error: float = 0.08
-    style: str = "full"
+    style: str = "padded"
     quality_rank: int = 2
 
 

@@ -28,7 +28,8 @@ def test_clip_contract_for_every_variant():
     adv = torch.tensor([1.0, -1.0, 0.5, 0.0])
     mask = torch.ones(4, 5)
     mask[1, 3:] = 0.0
-    for name in CLIP.names():
+    builtin = [n for n in CLIP.names() if CLIP.get(n).__module__.startswith("klear_lab.")]  # not test plugins
+    for name in builtin:
         clip = CLIP.build({"name": name})
         assert isinstance(clip.seq_level, bool)
         out = clip(logp, old, adv, mask)

@@ -49,8 +49,13 @@ def test_packed_logits_equal_unpacked():
                 start += len(ex)
 
 
-def test_packing_efficiency_on_quickstart_like_data():
-    recs, tok = _world(1500)
-    examples, _ = tokenize_records(tok, recs, 512)
-    rows = packed_rows(examples, 512, pack=True)
-    assert packing_efficiency(rows, 512) >= 0.97
+def test_packing_efficiency_on_quickstart_data(repo_root):
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+
+    cfg = compose(f"{repo_root}/experiments/quickstart/sft.yaml", ["data.sources.0.n_prompts=3000"])
+    records, _ = build_train_records(cfg)
+    tok = train_tokenizer([r.prompt + r.response for r in records[:1000]], vocab_size=300)
+    cap = cfg["data"]["max_length"]
+    examples, _ = tokenize_records(tok, records, cap)
+    assert packing_efficiency(packed_rows(examples, cap, pack=True), cap) >= 0.97
