@@ -24,7 +24,7 @@ import yaml
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 TINY_SFT = ["data.sources.0.n_prompts=400", "data.eval_sources.0.n_prompts=16", "eval.max_new_tokens=32",
-            "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1024"]
+            "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000"]
 
 
 def synthetic(cfg: dict, callbacks: list | None = None) -> dict:
