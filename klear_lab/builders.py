@@ -32,7 +32,8 @@ def set_threads(cfg: dict[str, Any]) -> int:
     return n
 
 
-def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]]) -> tuple[dict[str, list[Record]], dict[str, int]]:
+def build_pools(cfg: dict[str, Any], split: str,
+                nodes: list[dict[str, Any]]) -> tuple[dict[str, list[Record]], dict[str, int]]:
     """Records per source (``split`` of each), keyed by a unique source label, with quality ranks."""
     pools: dict[str, list[Record]] = {}
     ranks: dict[str, int] = {}
@@ -100,7 +101,8 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
         path = resolve_model_dir(m["name_or_path"])
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=m["attn_implementation"])
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation=m["attn_implementation"])
         except OSError as exc:
             raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load: {exc}") from None
         if tokenizer.pad_token is None:

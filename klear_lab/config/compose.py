@@ -187,8 +187,9 @@ def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
 def _absolutize_plugins(body: dict[str, Any], base_dir: Path) -> None:
     """Paths a file names (``.py`` plugins, ``model.init_from``) are relative to that file."""
     model = body.get("model")
-    if isinstance(model, dict) and isinstance(model.get("init_from"), str) and not Path(model["init_from"]).is_absolute():
-        model["init_from"] = str((base_dir / model["init_from"]).resolve())
+    init = model.get("init_from") if isinstance(model, dict) else None
+    if isinstance(init, str) and not Path(init).is_absolute():
+        model["init_from"] = str((base_dir / init).resolve())
     plugins = body.get("plugins")
     if isinstance(plugins, list):
         body["plugins"] = [

@@ -21,13 +21,15 @@ def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
         engine = f"NOT AVAILABLE HERE: {exc}"
     return [
         (f"rollout engine {rl['rollout']['name']!r}", engine),
-        ("clip / aggregation / advantage", f"{rl['clip']['name']} / {rl['aggregation']['name']} / {rl['advantage']['name']}"),
+        ("clip / aggregation / advantage",
+         f"{rl['clip']['name']} / {rl['aggregation']['name']} / {rl['advantage']['name']}"),
         ("reward / rollout engine / group filter", f"{rl['reward']['name']} / {rl['rollout']['name']} / "
                                                    f"{rl['group_filter']['name']}"),
         ("prompts x responses per rollout step", f"{b} x {g} = {b * g:,} sequences"),
         ("max response tokens per rollout step", f"{b * g * rl['max_new_tokens']:,}"),
         ("optimizer updates per rollout step", f"{updates} (minibatch {rl['minibatch_prompts']} prompts)"),
         ("rollout steps / total updates", f"{rl['steps']:,} / {rl['steps'] * updates:,}"),
-        ("loss extras", f"alpha {rl['alpha']}, entropy {rl['entropy_coef']}, kl {rl['kl_coef']} ({rl['kl_estimator']})"),
+        ("loss extras",
+         f"alpha {rl['alpha']}, entropy {rl['entropy_coef']}, kl {rl['kl_coef']} ({rl['kl_estimator']})"),
         ("lr", f"{cfg['optim']['lr']:g} {cfg['optim']['schedule']}, warmup {cfg['optim']['warmup_steps']}"),
     ]

@@ -91,11 +91,13 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     return SFTStage(cfg, module, dm, plan)
 
 
-def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: int, model: torch.nn.Module) -> dict[str, float]:
+def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: int,
+             model: torch.nn.Module) -> dict[str, float]:
     """Derived quantities (steps, tokens per step), computed once and logged."""
     accum = cfg["sft"]["grad_accum"]
     steps_per_epoch = max(dm.batches_per_epoch() // accum, 1)
-    total = cfg["sft"]["max_steps"] if cfg["sft"]["max_steps"] > 0 else math.ceil(cfg["sft"]["epochs"] * steps_per_epoch)
+    epochs_steps = math.ceil(cfg["sft"]["epochs"] * steps_per_epoch)
+    total = cfg["sft"]["max_steps"] if cfg["sft"]["max_steps"] > 0 else epochs_steps
     return {
         "plan/total_steps": float(total), "plan/steps_per_epoch": float(steps_per_epoch),
         "plan/examples": float(len(examples)), "plan/dropped_too_long": float(dropped),

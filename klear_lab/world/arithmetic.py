@@ -117,8 +117,9 @@ def solve(problem: Problem, *, style: str = "full", error_step: int | None = Non
     """Render a teacher response and the final answer it states.
 
     Args:
-        style: ``padded`` (fixed-width column traces), ``full`` (column traces), ``steps`` (one ``a+b=c`` line per step), ``terse``
-            (answer only inside think), ``noisy`` (full traces with filler lines).
+        style: ``padded`` (fixed-width column traces), ``full`` (column traces), ``steps`` (one
+            ``a+b=c`` line per step), ``terse`` (answer only inside think), ``noisy`` (full traces
+            with filler lines).
         error_step: index of a step whose result is perturbed (the error propagates).
     """
     rng = rng or random.Random(0)
@@ -126,7 +127,7 @@ def solve(problem: Problem, *, style: str = "full", error_step: int | None = Non
     steps = evaluate(problem.nums, problem.ops, error_step, delta)
     lines = []
     for left, op, right, result in steps:
-        if style == "padded" and 0 <= min(left, right, result) and max(left, right, result) <= 999:
+        if style == "padded" and min(left, right, result) >= 0 and max(left, right, result) <= 999:
             lines.append(padded_trace(left, op, right, result))
         elif style in ("full", "noisy") and min(left, right, result) >= 0:
             lines.append(column_trace(left, op, right, result))

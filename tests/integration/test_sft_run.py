@@ -54,7 +54,8 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     ("data:\n  sources: [{name: file, path: /nonexistent/data.jsonl}]\n", "/nonexistent/data.jsonl"),
 ])
 def test_bad_input_exits_2_and_leaves_no_run(tmp_path, capsys, body, needle):
-    exp = _write(tmp_path, "bad.yaml", f"base: {Path(QUICKSTART).resolve()}\nrun: {{out_dir: {tmp_path}/runs}}\n" + body)
+    head = f"base: {Path(QUICKSTART).resolve()}\nrun: {{out_dir: {tmp_path}/runs}}\n"
+    exp = _write(tmp_path, "bad.yaml", head + body)
     assert main(["train", str(exp)]) == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

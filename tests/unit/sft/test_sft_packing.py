@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from klear_lab.data.sft import IGNORE, Example, collate_rows, pack_bfd, packed_rows, packing_efficiency, tokenize_records
+from klear_lab.data.sft import (
+    IGNORE,
+    Example,
+    collate_rows,
+    pack_bfd,
+    packed_rows,
+    packing_efficiency,
+    tokenize_records,
+)
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, SOURCE
 
