@@ -63,3 +63,16 @@ def test_deterministic_and_heldout_disjoint():
     heldout = {r.prompt for r in src.records(0, "eval")}
     assert not train & heldout
     assert all(is_heldout(p) for p in heldout) and not any(is_heldout(p) for p in train)
+
+
+def test_column_facts_agree_with_padded_traces():
+    from klear_lab.data.sources.arith_facts import column_fact
+
+    recs = SOURCE.build({"name": "arith_facts", "n_records": 500}).records(0, "train")
+    assert len(recs) == 500 and SOURCE.build({"name": "arith_facts"}).records(0, "eval") == []
+    for r in recs[:100]:
+        x, op, y, _, c = r.prompt[len("Column "):-1]
+        trace = arithmetic.padded_trace(int(x), op, int(y), int(x) + int(y) if op == "+" else int(x) - int(y))
+        if int(c) == 0 and (op == "+" or int(x) >= int(y)):
+            assert f"{x}{op}{y}{op}0={column_fact(int(x), op, int(y), 0)}" in trace
+    assert column_fact(9, "+", 6, 1) == "16" and column_fact(1, "-", 8, 0) == "13"
