@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 from klear_lab.data.records import Record
-from klear_lab.data.sources.base import SPLITS, is_heldout
+from klear_lab.data.sources.base import check_teacher_fields, distinct_prompts
 from klear_lab.registry import SOURCE
 from klear_lab.world import arithmetic
 
@@ -33,40 +33,28 @@ class ArithSource:
     seed_offset: int = 0
 
     def __post_init__(self) -> None:
-        if self.style not in STYLES:
-            raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
-        if not 0.0 <= self.teacher_error <= 1.0:
-            raise ValueError(f"teacher_error must be in [0, 1], got {self.teacher_error}")
-        if len(self.levels) != len(self.level_weights):
-            raise ValueError("levels and level_weights must have the same length")
-        for level in self.levels:
-            if level not in arithmetic.LEVELS:
-                raise ValueError(f"levels must be among {arithmetic.LEVELS}, got {level}")
+        check_teacher_fields(self, STYLES, arithmetic.LEVELS)
 
     @property
     def name(self) -> str:
         return type(self).registered_name
 
     def records(self, seed: int, split: str) -> list[Record]:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         rng = random.Random(f"{self.name}/{split}/{seed + self.seed_offset}")
         out: list[Record] = []
-        seen: set[str] = set()
-        while len(seen) < self.n_prompts:
-            level = rng.choices(self.levels, weights=self.level_weights)[0]
-            problem = arithmetic.make_problem(rng, level)
-            prompt = arithmetic.prompt_text(problem)
-            if prompt in seen or is_heldout(prompt) != (split == "eval"):
-                continue
-            seen.add(prompt)
+        for i, level, problem, prompt in distinct_prompts(rng, self.n_prompts, split, self._draw):
             for j in range(self.responses_per_prompt if split == "train" else 1):
                 wrong = rng.random() < self.teacher_error
                 err = rng.randrange(len(problem.steps)) if wrong else None
                 response, stated = arithmetic.solve(problem, style=self.style, error_step=err, rng=rng)
                 out.append(Record(
-                    uid=f"{self.name}/{split}/{len(seen) - 1}/{j}", source=self.name, task="math",
+                    uid=f"{self.name}/{split}/{i}/{j}", source=self.name, task="math",
                     prompt=prompt, answer=str(problem.answer), difficulty=level, response=response,
                     response_correct=stated == problem.answer,
                 ))
         return out
+
+    def _draw(self, rng: random.Random):
+        level = rng.choices(self.levels, weights=self.level_weights)[0]
+        problem = arithmetic.make_problem(rng, level)
+        return level, problem, arithmetic.prompt_text(problem)

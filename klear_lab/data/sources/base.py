@@ -29,3 +29,33 @@ def is_heldout(prompt: str, eval_share: int = 10) -> bool:
     """
     digest = hashlib.blake2b(prompt.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % eval_share == 0
+
+
+def check_teacher_fields(src, styles: tuple[str, ...], levels: tuple[int, ...]) -> None:
+    """Shared ``__post_init__`` checks of the embedded teacher sources (style, error rate, levels)."""
+    if src.style not in styles:
+        raise ValueError(f"style must be one of {styles}, got {src.style!r}")
+    if not 0.0 <= src.teacher_error <= 1.0:
+        raise ValueError(f"teacher_error must be in [0, 1], got {src.teacher_error}")
+    if len(src.levels) != len(src.level_weights):
+        raise ValueError("levels and level_weights must have the same length")
+    for level in src.levels:
+        if level not in levels:
+            raise ValueError(f"levels must be among {levels}, got {level}")
+
+
+def distinct_prompts(rng, n: int, split: str, draw):
+    """Yield ``(index, level, item, prompt)`` for ``n`` distinct prompts of ``split``.
+
+    ``draw(rng) -> (level, item, prompt)`` makes one candidate; candidates on the other side of
+    the held-out partition, or repeated, are skipped.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    seen: set[str] = set()
+    while len(seen) < n:
+        level, item, prompt = draw(rng)
+        if prompt in seen or is_heldout(prompt) != (split == "eval"):
+            continue
+        seen.add(prompt)
+        yield len(seen) - 1, level, item, prompt

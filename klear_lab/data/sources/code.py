@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 from klear_lab.data.records import Record
-from klear_lab.data.sources.base import SPLITS, is_heldout
+from klear_lab.data.sources.base import check_teacher_fields, distinct_prompts
 from klear_lab.registry import SOURCE
 from klear_lab.world import programs
 
@@ -36,15 +36,7 @@ class CodeSource:
     n_tests: int = 12
 
     def __post_init__(self) -> None:
-        if self.style not in STYLES:
-            raise ValueError(f"style must be one of {STYLES}, got {self.style!r}")
-        if not 0.0 <= self.teacher_error <= 1.0:
-            raise ValueError(f"teacher_error must be in [0, 1], got {self.teacher_error}")
-        if len(self.levels) != len(self.level_weights):
-            raise ValueError("levels and level_weights must have the same length")
-        for level in self.levels:
-            if level not in programs.LEVELS:
-                raise ValueError(f"levels must be among {programs.LEVELS}, got {level}")
+        check_teacher_fields(self, STYLES, programs.LEVELS)
         for field in ("n_prompts", "responses_per_prompt", "n_tests"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
@@ -55,25 +47,21 @@ class CodeSource:
 
     def records(self, seed: int, split: str) -> list[Record]:
         """``n_prompts`` distinct prompts of ``split`` (one response each on eval); deterministic per seed."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         rng = random.Random(f"{self.name}/{split}/{seed + self.seed_offset}")
         out: list[Record] = []
-        seen: set[str] = set()
-        while len(seen) < self.n_prompts:
-            level = rng.choices(self.levels, weights=self.level_weights)[0]
-            task = programs.make_task(rng, level, self.n_tests)
-            prompt = programs.prompt_text(task)
-            if prompt in seen or is_heldout(prompt) != (split == "eval"):
-                continue
-            seen.add(prompt)
+        for i, level, task, prompt in distinct_prompts(rng, self.n_prompts, split, self._draw):
             for j in range(self.responses_per_prompt if split == "train" else 1):
                 wrong = rng.random() < self.teacher_error
                 response, correct = programs.solve(task, style=self.style, wrong=wrong, rng=rng)
                 out.append(Record(
-                    uid=f"{self.name}/{split}/{len(seen) - 1}/{j}", source=self.name, task="code",
+                    uid=f"{self.name}/{split}/{i}/{j}", source=self.name, task="code",
                     prompt=prompt, answer=programs.source(task.family, task.family.ref), difficulty=level,
                     response=response, response_correct=correct, tests=task.tests,
                     meta={"family": task.family.name},
                 ))
         return out
+
+    def _draw(self, rng: random.Random):
+        level = rng.choices(self.levels, weights=self.level_weights)[0]
+        task = programs.make_task(rng, level, self.n_tests)
+        return level, task, programs.prompt_text(task)
