@@ -5,26 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
+from clip_cases import close, run  # noqa: E402 - sibling helper module
 
 from klear_lab.rl.clip.cispo import CISPOClip
 from klear_lab.rl.clip.cispo_upper import CISPOUpperClip
 from klear_lab.rl.clip.ppo import PPOClip
-
-
-def run(clip, ratios, adv, mask=None):
-    """Tokens with exact ratios (old_logp = -1, logp = -1 + log r); returns (output, dloss/dlogp)."""
-    r = torch.tensor(ratios, dtype=torch.float64)
-    old_logp = torch.full_like(r, -1.0)
-    logp = (old_logp + r.log()).requires_grad_()
-    m = torch.ones_like(r) if mask is None else torch.tensor(mask, dtype=torch.float64)
-    out = clip(logp, old_logp, torch.tensor(adv, dtype=torch.float64), m)
-    out.loss.sum().backward()
-    return out, logp.grad
-
-
-def close(actual, expected):
-    torch.testing.assert_close(actual, torch.tensor(expected, dtype=torch.float64), atol=1e-9, rtol=0)
 
 
 def test_cispo_two_sided_value_and_gradient():

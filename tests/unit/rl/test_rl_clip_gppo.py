@@ -4,25 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from clip_cases import close, run  # noqa: E402 - sibling helper module
 
 from klear_lab.rl.clip.clip_higher import ClipHigherClip
 from klear_lab.rl.clip.gppo import GPPOClip
-
-
-def run(clip, ratios, adv, mask=None):
-    """Tokens with exact ratios (old_logp = -1, logp = -1 + log r); returns (output, dloss/dlogp)."""
-    r = torch.tensor(ratios, dtype=torch.float64)
-    old_logp = torch.full_like(r, -1.0)
-    logp = (old_logp + r.log()).requires_grad_()
-    m = torch.ones_like(r) if mask is None else torch.tensor(mask, dtype=torch.float64)
-    out = clip(logp, old_logp, torch.tensor(adv, dtype=torch.float64), m)
-    out.loss.sum().backward()
-    return out, logp.grad
-
-
-def close(actual, expected):
-    torch.testing.assert_close(actual, torch.tensor(expected, dtype=torch.float64), atol=1e-9, rtol=0)
-
 
 # rows: A=+1 and A=-1, ratios 0.5 / 1.0 / 1.5 (eps_low 0.2, eps_high 0.28)
 RATIOS, ADV = [[0.5, 1.0, 1.5], [0.5, 1.0, 1.5]], [1.0, -1.0]
