@@ -1,6 +1,7 @@
 """Sweep throughput: the same small grid with 1 worker (2 threads/trial) and 2 workers (1 thread/trial).
 
     python scripts/bench_sweep_workers.py                     # real quickstart SFT trials (tiny)
+    python scripts/bench_sweep_workers.py --runner rl         # real quickstart RL trials (the quickstart sweep's)
     python scripts/bench_sweep_workers.py --runner synthetic  # torch MLP training trials, no data/model
     python scripts/bench_sweep_workers.py --cores 2 --arms 4 --steps 20
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -25,6 +27,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 TINY_SFT = ["data.sources.0.n_prompts=400", "data.eval_sources.0.n_prompts=16", "eval.max_new_tokens=32",
             "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000"]
+SHORT_RL = ["data.eval_sources.0.n_prompts=100", "rl.eval_every=0", "trainer.checkpoint=false"]
 
 
 def synthetic(cfg: dict, callbacks: list | None = None) -> dict:
@@ -47,10 +50,26 @@ def synthetic(cfg: dict, callbacks: list | None = None) -> dict:
     return {"run_dir": run_dir, "metrics": {"val/acc": -float(loss), "train/loss": float(loss)}}
 
 
-def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int) -> Path:
+def sft_model_for_rl() -> str:
+    """The quickstart SFT model the RL trials start from (trained once under ./runs if missing)."""
+    from klear_lab import builders
+    from klear_lab.config.compose import compose
+
+    cfg = compose(REPO / "experiments" / "quickstart" / "rl.yaml")
+    builders.resolve_init_from(cfg)
+    return cfg["model"]["name_or_path"]
+
+
+def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin_threads: int = 0) -> Path:
     lrs = [round(1e-3 * (i + 1), 6) for i in range(args.arms)]
-    spec = {"name": name, "experiment": str(REPO / "experiments" / "quickstart" / "sft.yaml"),
-            "overrides": [*TINY_SFT, f"sft.max_steps={args.steps}"], "axes": {"optim.lr": lrs},
+    experiment, overrides = "sft.yaml", [*TINY_SFT, f"sft.max_steps={args.steps}"]
+    if args.runner == "rl":
+        lrs = [round(1e-5 * (i + 1), 8) for i in range(args.arms)]
+        experiment, overrides = "rl.yaml", [*SHORT_RL, f"rl.steps={args.steps}", f"model.name_or_path={args.sft}"]
+    if pin_threads:
+        overrides.append(f"trainer.num_threads={pin_threads}")
+    spec = {"name": name, "experiment": str(REPO / "experiments" / "quickstart" / experiment),
+            "overrides": overrides, "axes": {"optim.lr": lrs},
             "seeds": [0], "objective": {"metric": "val/acc", "direction": "maximize"},
             "workers": workers, "out_dir": str(tmp / "out"), "heartbeat_interval": 10}
     if args.runner == "synthetic":
@@ -87,9 +106,10 @@ def run_one(spec_path: Path, workers: int) -> tuple[float, int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runner", choices=["real", "synthetic"], default="real")
+    parser.add_argument("--runner", choices=["real", "rl", "synthetic"], default="real")
     parser.add_argument("--arms", type=int, default=4, help="grid size (optim.lr values, 1 seed)")
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per trial")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps (rl: rollout steps) per trial")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--cores", type=int, default=2, help="pin to the first N CPUs (0 = no pinning)")
     args = parser.parse_args(argv)
     if args.cores:
@@ -100,19 +120,29 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     cores = len(os.sched_getaffinity(0))
-    results = {}
+    args.sft = sft_model_for_rl() if args.runner == "rl" else None
+    results: dict[str, list[float]] = {}
+    # (label, workers, threads pinned per trial; 0 = cores // workers as a sweep does)
+    configs = [("1 worker", 1, 0), ("2 workers", 2, 0), ("1 worker, 1 thread", 1, 1)]
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
-        for workers in (1, 2):
-            spec = write_spec(Path(tmp), f"bench_w{workers}", args, workers)
-            print(f"== {workers} worker(s) on {cores} core(s), {args.arms} trials ({args.runner})",
-                  flush=True)
-            seconds, done, threads = run_one(spec, workers)
-            results[workers] = done / seconds
-            print(f"   {done} trials in {seconds:.1f}s, {threads} thread(s)/trial: "
-                  f"{results[workers]:.4f} trials/s")
-    ratio = results[2] / results[1]
-    print(f"\n1 worker : {results[1]:.4f} trials/s\n2 workers: {results[2]:.4f} trials/s\n"
-          f"ratio    : {ratio:.2f}x (target >= 1.8x)")
+        for rep in range(args.repeats):  # interleaved, so a slow spell of the machine hits every config
+            for label, workers, pin in configs:
+                spec = write_spec(Path(tmp), f"bench_w{workers}_t{pin}_r{rep}", args, workers, pin)
+                print(f"== {label} on {cores} core(s), {args.arms} trials ({args.runner}), round {rep + 1}",
+                      flush=True)
+                seconds, done, threads = run_one(spec, workers)
+                results.setdefault(label, []).append(done / seconds)
+                print(f"   {done} trials in {seconds:.1f}s, {threads or pin} thread(s)/trial: "
+                      f"{done / seconds:.4f} trials/s", flush=True)
+    for label, rates in results.items():
+        print(f"{label:20s}: " + "  ".join(f"{r:.4f}" for r in rates) + " trials/s")
+    one, two, single = (statistics.median(results[k]) for k in ("1 worker", "2 workers", "1 worker, 1 thread"))
+    print(f"\nmedians over {args.repeats} round(s)\n1 worker  ({cores} threads/trial): {one:.4f} trials/s\n"
+          f"2 workers (1 thread/trial) : {two:.4f} trials/s\n"
+          f"1 worker  (1 thread/trial) : {single:.4f} trials/s\n"
+          f"ratio 2 workers / 1 worker          : {two / one:.2f}x (target >= 1.8x)\n"
+          f"parallel efficiency (same threads)  : {two / single:.2f}x of 2.0\n"
+          f"one trial's speed-up from {cores} threads : {one / single:.2f}x (the ratio's ceiling is 2 / this)")
     return 0
 
 

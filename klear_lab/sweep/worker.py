@@ -144,7 +144,8 @@ def trial_env(threads: int | None, workers: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "PYTHONUNBUFFERED": "1"})
     if threads:
-        env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+        # RAYON: the Rust thread pool of `tokenizers` (tokenizer training, batch encoding)
+        env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads)})
     return env
 
 

@@ -111,4 +111,4 @@ def test_threads_per_trial_divides_cores(monkeypatch):
     monkeypatch.setattr("klear_lab.sweep.worker.cpu_cores", lambda: 8)
     assert threads_per_trial(2, 0) == 4 and threads_per_trial(16, 0) == 1 and threads_per_trial(2, 3) is None
     env = trial_env(4, 2)
-    assert env["OMP_NUM_THREADS"] == "4" and env["KLEAR_PARALLEL_WORKERS"] == "2"
+    assert env["OMP_NUM_THREADS"] == env["RAYON_NUM_THREADS"] == "4" and env["KLEAR_PARALLEL_WORKERS"] == "2"
