@@ -156,6 +156,8 @@ class TrainerSection:
     log_every_n_steps: int = 5
     checkpoint: bool = True
     compile: bool = False
+    """``torch.compile`` the SFT training forward (evaluation and RL rollouts stay eager). On the
+    2-core CPU it measured no faster for the 2m model (6.0k vs 6.2k tok/s) after a 40 s compile."""
 
 
 @dataclass

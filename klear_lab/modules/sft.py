@@ -30,9 +30,12 @@ class SFTModule(L.LightningModule):
 
     def __init__(self, model, tokenizer, *, optim: OptimSettings, eval_rewards: dict,
                  eval_records: list[Record], max_new_tokens: int, eval_batch_size: int,
-                 log_samples: int = 8) -> None:
+                 log_samples: int = 8, compile_forward: bool = False) -> None:
         super().__init__()
         self.model, self.tokenizer, self.optim = model, tokenizer, optim
+        # Only the training forward is compiled: generation in evaluation keeps the eager model (its
+        # shapes change every token). A bound method is not a submodule, so checkpoints keep their keys.
+        self._train_forward = torch.compile(model.forward) if compile_forward else model.forward
         self.eval_rewards, self.eval_records = eval_rewards, eval_records
         self.max_new_tokens, self.eval_batch_size, self.log_samples = max_new_tokens, eval_batch_size, log_samples
         self.last_eval: EvalResult | None = None
@@ -41,7 +44,7 @@ class SFTModule(L.LightningModule):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         # use_cache=False: with no cache and no attention mask, transformers derives the packed
         # block-diagonal mask from the position ids (sequences restart at 0).
-        return self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
+        return self._train_forward(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self._t0 is None:

@@ -126,7 +126,10 @@ def delta_cell(row: Any) -> str:
         return "baseline"
     if math.isnan(row["delta"]):
         return "–"
-    return f"{row['delta']:+.4g} [{row['delta ci low']:+.3g}, {row['delta ci high']:+.3g}]"
+    d, lo, hi = row["delta"], row["delta ci low"], row["delta ci high"]
+    if abs(d) <= 1e-6 * max(abs(lo), abs(hi)):  # float32-logged metrics: equal means differ by ~1e-8
+        d = 0.0
+    return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
 
 
 def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,

@@ -145,7 +145,7 @@ def trial_env(threads: int | None, workers: int) -> dict[str, str]:
     env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "PYTHONUNBUFFERED": "1"})
     if threads:
         # RAYON: the Rust thread pool of `tokenizers` (tokenizer training, batch encoding)
-        env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads)})
+        env.update({k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")})
     return env
 
 

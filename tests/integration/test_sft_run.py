@@ -70,3 +70,21 @@ def test_bad_row_names_file_row_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(data) in err and "row 2" in err and "messages" in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_compiled_training_forward_matches_eager(repo_root, tiny_sft_overrides, monkeypatch):
+    """``trainer.compile=true`` compiles the training forward only: same losses, same saved weights' keys."""
+    from safetensors import safe_open
+
+    monkeypatch.chdir(repo_root)
+    curves, keys = [], []
+    for flag in ("false", "true"):
+        run_dir = run_experiment(compose(QUICKSTART, [*tiny_sft_overrides, f"trainer.compile={flag}"])).run_dir
+        rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+        curves.append([float(r["train/loss"]) for r in rows if r.get("train/loss")])
+        with safe_open(str(run_dir / "model" / "model.safetensors"), "pt") as f:
+            keys.append(sorted(f.keys()))
+    assert len(curves[0]) == len(curves[1]) == 3
+    assert curves[1] == pytest.approx(curves[0], rel=1e-3)
+    assert keys[0] == keys[1]

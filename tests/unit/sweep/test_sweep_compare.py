@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from sweep_fixtures import write_spec
 
-from klear_lab.sweep.compare import TrialRecord, bootstrap_diff, summarize, to_markdown, write_comparison
+from klear_lab.sweep.compare import TrialRecord, bootstrap_diff, delta_cell, summarize, to_markdown, write_comparison
 from klear_lab.sweep.curves import arm_curves, read_curve
 from klear_lab.sweep.spec import load_spec
 
@@ -80,6 +80,13 @@ def test_markdown_marks_best_and_baseline():
     lines = md.splitlines()
     assert lines[0].startswith("| arm | val/acc | train/loss | Δ val/acc vs ppo")
     assert "**gppo** ★" in md and "baseline" in lines[2] and "(n=5)" in lines[3]
+
+
+def test_delta_of_equal_float32_means_prints_as_zero():
+    row = {"baseline": False, "delta": -2.98e-08, "delta ci low": -0.035, "delta ci high": 0.035}
+    assert delta_cell(row) == "+0 [-0.035, +0.035]"
+    row["delta"] = -0.01
+    assert delta_cell(row) == "-0.01 [-0.035, +0.035]"
 
 
 def test_arm_without_trials_has_empty_cells():
