@@ -13,10 +13,11 @@ from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
+from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
-from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
+from klear_lab.sweep.worker import WorkerContext, cpu_cores, run_workers, threads_per_trial
 
 JOIN_WAIT_S = 600
 
@@ -71,6 +72,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         added = prepare_study(study, spec, arms, lock)
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
             f"dir {spec.sweep_dir}")
+        train_parent(spec, cpu_cores(), log)
     base_threads = compose(spec.experiment, spec.overrides)["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
     ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log)

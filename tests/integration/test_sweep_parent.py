@@ -1,0 +1,63 @@
+"""A sweep trains its shared ``model.init_from`` starting point once, before any worker starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from klear_lab import builders
+from klear_lab.config.compose import compose
+from klear_lab.sweep.parents import ParentRunError, needs_parent, train_parent
+from klear_lab.sweep.spec import load_spec
+from klear_lab.tracking import config_hash
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_PARENT = {
+    "base": str(REPO / "experiments/quickstart/sft.yaml"),
+    "data": {"sources": [{"name": "arith_r1", "n_prompts": 60, "levels": [1], "level_weights": [1.0]}],
+             "eval_sources": [{"name": "arith", "levels": [1], "level_weights": [1.0], "n_prompts": 4}]},
+    "sft": {"max_steps": 2}, "eval": {"max_new_tokens": 8}, "trainer": {"checkpoint": False},
+    "tracking": {"wandb": {"enabled": False}},
+}
+
+
+def _spec(tmp_path: Path, parent: dict, axes: dict | None = None) -> Path:
+    (tmp_path / "parent.yaml").write_text(yaml.safe_dump(parent))
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump(
+        {"base": str(REPO / "experiments/quickstart/rl.yaml"), "model": {"init_from": "parent.yaml"}}))
+    spec = {"name": "parents", "experiment": "child.yaml", "axes": axes or {"rl.clip.name": ["ppo", "gppo"]},
+            "seeds": [0], "objective": {"metric": "val/acc", "direction": "maximize"}, "out_dir": str(tmp_path / "out")}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_spec(_spec(tmp_path, TINY_PARENT))
+    assert needs_parent(spec)
+    lines: list[str] = []
+    train_parent(spec, threads=1, log=lines.append)
+    runs = spec.sweep_dir.resolve() / "runs"
+    found = builders.find_completed_run(runs, config_hash(compose(tmp_path / "parent.yaml")))
+    assert found is not None and any("ready" in line for line in lines)
+    # what a trial does: same parent hash whatever its threads and output dir, so nothing is retrained
+    trial = compose(tmp_path / "child.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
+    before = sorted(runs.iterdir())
+    builders.resolve_init_from(trial)
+    assert trial["model"]["name_or_path"] == str(found) and sorted(runs.iterdir()) == before
+
+
+def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
+    bad = {**TINY_PARENT, "data": {"sources": [{"name": "file", "path": str(tmp_path / "missing.jsonl")}]}}
+    spec = load_spec(_spec(tmp_path, bad))
+    with pytest.raises(ParentRunError, match="parent.log"):
+        train_parent(spec, threads=1, log=lambda line: None)
+    assert "missing.jsonl" in (spec.sweep_dir / "parent.log").read_text()
+
+
+def test_no_shared_parent_when_an_axis_changes_it(tmp_path):
+    spec = load_spec(_spec(tmp_path, TINY_PARENT, axes={"model.init_from": ["parent.yaml", "other.yaml"]}))
+    assert not needs_parent(spec)
