@@ -12,7 +12,8 @@ resume with different overrides is refused.
 
 Pipeline: ``spec.load_spec`` parses the YAML, ``checks.check_spec`` composes every axis value
 and grid arm through ``compose()`` (errors name the spec file and key) before any trial;
-``queue.prepare_study`` enqueues every grid point x seed once; ``worker`` threads claim
+``queue.prepare_study`` enqueues every grid point x seed once; ``parents.train_parent`` trains a
+shared ``model.init_from`` starting point on every core (once; trials then find it by hash); ``worker`` threads claim
 WAITING trials, compose ``base + overrides + [sweep trial N]`` and start
 ``python -m klear_lab.sweep.trial`` per trial, recording Optuna heartbeats; ``compare``
 builds the table at the end.
@@ -25,6 +26,7 @@ Sweep directory layout (``out_dir`` / ``name``, default ``sweep_runs/<spec stem>
     study.db.lock        flock guarding enqueue / claim (SQLite only)
     trials/trial-NNNN.json   job file: trial id, resolved config, runner, objective
     trials/trial-NNNN.log    the trial process' stdout + stderr
+    parent.log           output of the shared starting point's training (``model.init_from``)
     runs/<run dirs>      run_experiment outputs (config.yaml, metrics.csv, summary.json, wandb/)
     compare/table.csv, compare/table.md, compare/curves.png
     wandb_sweep.yaml     from ``--wandb-export``
