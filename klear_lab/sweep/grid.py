@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from klear_lab.sweep.spec import Axis, SweepSpec
@@ -149,7 +148,7 @@ def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int 
         "run.job_type": label,
         "run.tags": [*tags, f"seed={seed}", f"sweep={spec.name}"],
         "run.notes": f"sweep {spec.name} trial {number}",
-        "run.out_dir": str(Path(spec.sweep_dir).resolve() / "runs"),
+        "run.out_dir": str(spec.runs_dir),
     })
     if spec.wandb_project:
         flat["tracking.wandb.project"] = spec.wandb_project

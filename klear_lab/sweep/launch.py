@@ -68,12 +68,13 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     frozen = freeze_spec(spec, url)
     study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
+    base = compose(spec.experiment, spec.overrides)
     if not join:
         added = prepare_study(study, spec, arms, lock)
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
             f"dir {spec.sweep_dir}")
-        train_parent(spec, cpu_cores(), log)
-    base_threads = compose(spec.experiment, spec.overrides)["trainer"]["num_threads"]
+        train_parent(spec, base, cpu_cores(), log)
+    base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
     ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log)
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from klear_lab.config.compose import compose
@@ -28,22 +27,20 @@ class ParentRunError(KlearError):
     exit_code = 1
 
 
-def needs_parent(spec: SweepSpec) -> bool:
-    """True when every trial starts from the same ``init_from`` experiment of the default runner."""
+def needs_parent(spec: SweepSpec, base: dict[str, Any]) -> bool:
+    """True when every trial starts from the same ``init_from`` of ``base`` (the composed experiment)."""
     if spec.runner != DEFAULT_RUNNER or any(a.key in PARENT_KEYS for a in spec.axes):
         return False
-    model = compose(spec.experiment, spec.overrides)["model"]
-    return bool(model["init_from"]) and not model["name_or_path"]
+    return bool(base["model"]["init_from"]) and not base["model"]["name_or_path"]
 
 
-def train_parent(spec: SweepSpec, threads: int, log: Any = print) -> None:
+def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any = print) -> None:
     """Train (or find) the parent run in a child process; a failure stops the sweep before any trial."""
-    if not needs_parent(spec):
+    if not needs_parent(spec, base):
         return
-    runs = Path(spec.sweep_dir).resolve() / "runs"
-    log_path = Path(spec.sweep_dir) / "parent.log"
+    log_path = spec.sweep_dir / "parent.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "klear_lab.sweep.parents", str(spec.experiment), str(runs), str(threads),
+    cmd = [sys.executable, "-m", "klear_lab.sweep.parents", str(spec.experiment), str(spec.runs_dir), str(threads),
            *spec.overrides]
     log(f"sweep {spec.name}: starting point (model.init_from) on {threads} thread(s), log {log_path}")
     started = time.time()
@@ -62,8 +59,7 @@ def main(argv: list[str]) -> int:
     experiment, runs, threads, *overrides = argv
     cfg = compose(experiment, overrides)
     cfg["run"]["out_dir"] = runs
-    cfg["trainer"]["num_threads"] = int(threads)
-    builders.set_threads(cfg)
+    cfg["trainer"]["num_threads"] = int(threads)  # the parent run takes its threads from here
     builders.resolve_init_from(cfg)
     print(f"starting point: {cfg['model']['name_or_path']}", flush=True)
     return 0

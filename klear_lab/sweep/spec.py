@@ -104,6 +104,11 @@ class SweepSpec:
         """Where study.db, trial logs, run dirs and compare outputs live."""
         return self.out_dir / self.name
 
+    @property
+    def runs_dir(self) -> Path:
+        """Absolute directory of the trials' run directories (and of a shared starting point's)."""
+        return self.sweep_dir.resolve() / "runs"
+
     def err(self, key: str, message: str) -> ConfigError:
         """A ConfigError naming this spec file and ``key``."""
         return ConfigError(f"{self.path}: {key}: {message}")

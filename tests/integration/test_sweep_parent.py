@@ -34,13 +34,17 @@ def _spec(tmp_path: Path, parent: dict, axes: dict | None = None) -> Path:
     return path
 
 
+def _base(spec) -> dict:
+    return compose(spec.experiment, spec.overrides)
+
+
 def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec = load_spec(_spec(tmp_path, TINY_PARENT))
-    assert needs_parent(spec)
+    assert needs_parent(spec, _base(spec))
     lines: list[str] = []
-    train_parent(spec, threads=1, log=lines.append)
-    runs = spec.sweep_dir.resolve() / "runs"
+    train_parent(spec, _base(spec), threads=1, log=lines.append)
+    runs = spec.runs_dir
     found = builders.find_completed_run(runs, config_hash(compose(tmp_path / "parent.yaml")))
     assert found is not None and any("ready" in line for line in lines)
     # what a trial does: same parent hash whatever its threads and output dir, so nothing is retrained
@@ -54,10 +58,10 @@ def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
     bad = {**TINY_PARENT, "data": {"sources": [{"name": "file", "path": str(tmp_path / "missing.jsonl")}]}}
     spec = load_spec(_spec(tmp_path, bad))
     with pytest.raises(ParentRunError, match="parent.log"):
-        train_parent(spec, threads=1, log=lambda line: None)
+        train_parent(spec, _base(spec), threads=1, log=lambda line: None)
     assert "missing.jsonl" in (spec.sweep_dir / "parent.log").read_text()
 
 
 def test_no_shared_parent_when_an_axis_changes_it(tmp_path):
     spec = load_spec(_spec(tmp_path, TINY_PARENT, axes={"model.init_from": ["parent.yaml", "other.yaml"]}))
-    assert not needs_parent(spec)
+    assert not needs_parent(spec, _base(spec))
