@@ -5,17 +5,23 @@
     python scripts/bench_sweep_workers.py --runner synthetic  # torch MLP training trials, no data/model
     python scripts/bench_sweep_workers.py --cores 2 --arms 4 --steps 20
 
-Each configuration runs a fresh study (SQLite) through the real sweep machinery: enqueue, worker
-threads, one subprocess per trial with OMP_NUM_THREADS = cores // workers. Reported: trials/s of
-the worker phase (validation and imports of the sweep process excluded) and the 2-vs-1 ratio
-(target >= 1.8x on 2 cores). ``--cores`` pins this process (and its trials) to the first N CPUs.
+    python scripts/bench_sweep_workers.py --trial-start fresh     # a new interpreter per trial
+
+Each configuration runs a fresh study (SQLite) in its own sweep process through the real sweep
+machinery: enqueue, worker threads, one process per trial with OMP_NUM_THREADS = cores // workers,
+forked from the preloaded server (``trial_start: preloaded``, the default; its start is timed)
+or a fresh interpreter. Reported: trials/s of the worker phase (validation and imports of the sweep
+process excluded) and the 2-vs-1 ratio (target >= 1.8x on 2 cores). ``--cores`` pins this process
+(and its trials) to the first N CPUs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,7 +77,8 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
     spec = {"name": name, "experiment": str(REPO / "experiments" / "quickstart" / experiment),
             "overrides": overrides, "axes": {"optim.lr": lrs},
             "seeds": [0], "objective": {"metric": "val/acc", "direction": "maximize"},
-            "workers": workers, "out_dir": str(tmp / "out"), "heartbeat_interval": 10}
+            "workers": workers, "out_dir": str(tmp / "out"), "heartbeat_interval": 10,
+            "trial_start": args.trial_start}
     if args.runner == "synthetic":
         spec["runner"] = f"{HERE}:synthetic"
     path = tmp / f"{name}.yaml"
@@ -80,8 +87,19 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
 
 
 def run_one(spec_path: Path, workers: int) -> tuple[float, int, int]:
-    """(worker-phase seconds, trials completed, threads per trial) for one fresh study."""
+    """(worker-phase seconds, trials completed, threads per trial) for one fresh study, in a new process."""
+    out = subprocess.run([sys.executable, str(HERE), "--one", str(spec_path), str(workers)],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    seconds, done, threads = json.loads(out.stdout.strip().splitlines()[-1])
+    return seconds, done, threads
+
+
+def one_sweep(spec_path: Path, workers: int) -> None:
+    """The measured part of :func:`run_one`: prints [seconds, trials completed, threads] last."""
+    import optuna
+
     from klear_lab.config.compose import compose
+    from klear_lab.sweep import launcher
     from klear_lab.sweep.checks import check_spec
     from klear_lab.sweep.launch import freeze_spec
     from klear_lab.sweep.queue import count, prepare_study
@@ -96,12 +114,14 @@ def run_one(spec_path: Path, workers: int) -> tuple[float, int, int]:
     study = open_study(spec, url, create=True)
     prepare_study(study, spec, arms, StudyLock(url, spec.name))
     threads = threads_per_trial(workers, compose(spec.experiment, spec.overrides)["trainer"]["num_threads"])
-    ctx = WorkerContext(spec, url, frozen, workers, threads, log=lambda line: print("   ", line, flush=True))
+    ctx = WorkerContext(spec, url, frozen, workers, threads,
+                        log=lambda line: print("   ", line, file=sys.stderr, flush=True))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     start = time.perf_counter()
+    launcher.warm_up(spec.trial_start, spec.runner)  # a sweep starts its preloaded server here too
     run_workers(ctx)
-    from optuna.trial import TrialState
-
-    return time.perf_counter() - start, count(study, (TrialState.COMPLETE,)), threads or 0
+    done = count(study, (optuna.trial.TrialState.COMPLETE,))
+    print(json.dumps([time.perf_counter() - start, done, threads or 0]), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps (rl: rollout steps) per trial")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--cores", type=int, default=2, help="pin to the first N CPUs (0 = no pinning)")
+    parser.add_argument("--trial-start", choices=["preloaded", "fresh"], default="preloaded")
+    parser.add_argument("--one", nargs=2, metavar=("SPEC", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:
+        one_sweep(Path(args.one[0]), int(args.one[1]))
+        return 0
     if args.cores:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
     import optuna
@@ -128,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.repeats):  # interleaved, so a slow spell of the machine hits every config
             for label, workers, pin in configs:
                 spec = write_spec(Path(tmp), f"bench_w{workers}_t{pin}_r{rep}", args, workers, pin)
-                print(f"== {label} on {cores} core(s), {args.arms} trials ({args.runner}), round {rep + 1}",
+                print(f"== {label} on {cores} core(s), {args.arms} trials ({args.runner}, {args.trial_start}), "
+                      f"round {rep + 1}",
                       flush=True)
                 seconds, done, threads = run_one(spec, workers)
                 results.setdefault(label, []).append(done / seconds)

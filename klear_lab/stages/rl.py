@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
 from klear_lab import builders
@@ -64,7 +65,8 @@ class RLStage:
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(gain_summary(self.module.evals))
         metrics.update({"perf/train_seconds": train_s, "rl/rollout_steps": float(len(self.batches)),
-                        "train/steps": float(trainer.global_step)})
+                        "train/steps": float(trainer.global_step),
+                        "perf/torch_threads": float(torch.get_num_threads())})
         wb = next((lg for lg in loggers if type(lg).__name__ == "WandbLogger"), None)
         if wb is not None and self.module.last_samples:
             wb.log_table(key="rollout/samples", columns=["prompt", "response", "answer", "reward"],

@@ -50,7 +50,8 @@ class SFTStage:
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
-                        "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9)})
+                        "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9),
+                        "perf/torch_threads": float(torch.get_num_threads())})
         if self.module.last_eval:
             log_samples_table(loggers, self.module.last_eval, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
         save_model(self.module.model, self.module.tokenizer, run_dir / "model")

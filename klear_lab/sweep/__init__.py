@@ -14,9 +14,10 @@ Pipeline: ``spec.load_spec`` parses the YAML, ``checks.check_spec`` composes eve
 and grid arm through ``compose()`` (errors name the spec file and key) before any trial;
 ``queue.prepare_study`` enqueues every grid point x seed once; ``parents.train_parent`` trains a
 shared ``model.init_from`` starting point on every core (once; trials then find it by hash); ``worker`` threads claim
-WAITING trials, compose ``base + overrides + [sweep trial N]`` and start
-``python -m klear_lab.sweep.trial`` per trial, recording Optuna heartbeats; ``compare``
-builds the table at the end.
+WAITING trials, compose ``base + overrides + [sweep trial N]`` and start one process per trial
+(``launcher``: forked from a forkserver that imported torch & co. once, or with
+``trial_start: fresh`` a new ``python -m klear_lab.sweep.trial``), recording Optuna heartbeats;
+``compare`` builds the table at the end.
 
 Sweep directory layout (``out_dir`` / ``name``, default ``sweep_runs/<spec stem>/``)::
 

@@ -11,6 +11,7 @@ import yaml
 
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
+from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
@@ -66,6 +67,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         return 0
     frozen = freeze_spec(spec, url)
+    launcher.warm_up(spec.trial_start, spec.runner)
     study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = compose(spec.experiment, spec.overrides)
@@ -83,6 +85,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         run_workers(ctx)
     except KeyboardInterrupt:
         ctx.stop.set()
+        launcher.kill_all()
         log("interrupted: rerun the same command to resume")
         return 130
     log(f"sweep {spec.name}: workers done in {time.time() - started:.1f}s; trials {grid_status(study)}")

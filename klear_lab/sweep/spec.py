@@ -24,6 +24,9 @@ A spec names a base experiment, the axes to vary and how to run them::
     max_retry: 3                        # retries of a trial whose worker died
     sampler_seed: 0                     # tpe/random
     runner: klear_lab.run:run_experiment   # or file.py:function (relative to this file)
+    trial_start: preloaded              # fork trials from a server that imported torch & co. once,
+                                        # or ``fresh``: a new interpreter per trial (multi-device
+                                        # trials always start fresh; see launcher.py)
     description: free text
 
 Objective and table metrics must be names runs log (``val/``, ``train/``, ``perf/``, ``rl/``,
@@ -45,11 +48,12 @@ from klear_lab.errors import ConfigError
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
 DIRECTIONS = ("maximize", "minimize")
+TRIAL_STARTS = ("preloaded", "fresh")
 DEFAULT_RUNNER = "klear_lab.run:run_experiment"
 TOP_KEYS = {
     "name", "experiment", "overrides", "axes", "seeds", "objective", "metrics", "baseline", "sampler",
     "sampler_seed", "n_trials", "pruner", "storage", "workers", "wandb", "out_dir", "heartbeat_interval",
-    "max_retry", "runner", "description",
+    "max_retry", "runner", "trial_start", "description",
 }
 RANGE_KEYS = {"low", "high", "log", "step"}
 
@@ -97,6 +101,7 @@ class SweepSpec:
     heartbeat_interval: int = 30
     max_retry: int = 3
     runner: str = DEFAULT_RUNNER
+    trial_start: str = "preloaded"
     description: str = ""
 
     @property
@@ -153,6 +158,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         heartbeat_interval=get.integer("heartbeat_interval", 30, minimum=1),
         max_retry=get.integer("max_retry", 3, minimum=0),
         runner=_runner(path, get.text("runner", DEFAULT_RUNNER)),
+        trial_start=get.choice("trial_start", TRIAL_STARTS, "preloaded"),
         description=get.text("description", ""),
     )
     spec.metric, spec.direction = _parse_objective(path, raw.get("objective"))

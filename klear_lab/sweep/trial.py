@@ -6,7 +6,8 @@ builds ``optuna.trial.Trial(study, trial_id)`` for the pruning callback, calls t
 (default ``klear_lab.run:run_experiment``), stores the outputs as user attrs and tells
 Optuna the result: COMPLETE with the objective, PRUNED, or FAIL with the error. If this
 process dies (OOM, kill -9), the worker sees the trial still RUNNING and fails it; if the
-worker dies, the kernel kills this process (PR_SET_PDEATHSIG) and heartbeats stop.
+sweep process dies, this one kills itself (a pidfd watcher) and heartbeats stop. Started fresh
+(``main``) or forked from a preloaded server (``forked_main``, see ``launcher.py``).
 
 The runner is injectable (``runner:`` in the spec, ``module:function`` or ``file.py:function``),
 so tests and custom launchers can run trials without training a model.
@@ -14,30 +15,42 @@ so tests and custom launchers can run trials without training a model.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import importlib.util
 import json
 import math
 import os
+import select
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
 
+def die_with(sweep_pid: int | None) -> None:
+    """SIGKILL this process as soon as the sweep process ``sweep_pid`` exits (kill -9 included).
 
-def die_with_parent(parent_pid: int | None) -> None:
-    """Ask Linux to SIGKILL this process when the worker thread that started it exits."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the heartbeat still fails the trial, the process may linger
+    A watcher thread blocks on a pidfd of the sweep process, so this holds whether the trial is
+    the sweep's child (fresh start) or the forkserver's (preloaded start). Without pidfds (not
+    Linux >= 5.3) the heartbeat still fails the trial, and the process may linger.
+    """
+    if sweep_pid is None or not hasattr(os, "pidfd_open"):
         return
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(1)  # the worker died before prctl took effect
+    try:
+        fd = os.pidfd_open(sweep_pid)
+    except ProcessLookupError:  # the sweep died before this trial started
+        os._exit(1)
+    except OSError:
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-sweep", daemon=True).start()
 
 
 def resolve_runner(spec: str) -> Callable[..., Any]:
@@ -150,14 +163,37 @@ def _is_number(value: Any) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the trial process."""
+    """Entry point of a fresh trial process (``python -m klear_lab.sweep.trial JOB.json``)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m klear_lab.sweep.trial JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text())
-    die_with_parent(job.get("parent_pid"))
+    die_with(job.get("parent_pid"))
     return run_job(job)
+
+
+def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> None:
+    """Entry point of a trial forked from the preloaded server (see ``launcher.py``).
+
+    Becomes what a fresh trial would be: output to the trial log, the worker's environment
+    (threads per trial included) and working directory, the working directory on ``sys.path``.
+    """
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    sys.argv = [__file__, job_path]
+    sys.exit(main([job_path]))
 
 
 if __name__ == "__main__":

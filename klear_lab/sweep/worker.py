@@ -2,8 +2,9 @@
 
 Each worker thread loops: fail stale trials (heartbeat) -> claim a WAITING trial (or ask the
 sampler) -> compose the base experiment plus the ``sweep trial N`` layer -> write the job
-file -> start ``python -m klear_lab.sweep.trial`` with ``OMP_NUM_THREADS`` = cores // workers
--> record a heartbeat every interval until it exits. It stops when nothing is WAITING and no
+file -> start the trial process (forked from the preloaded server or a fresh ``python -m
+klear_lab.sweep.trial``, see ``launcher.py``) with ``OMP_NUM_THREADS`` = cores // workers and
+wait for it, a heartbeat recorded every interval from the claim on. It stops when nothing is WAITING and no
 trial is RUNNING anywhere in the study (so resumed sweeps wait for retried trials).
 """
 
@@ -11,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import trial_layer
+from klear_lab.sweep.launcher import start_trial
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock, open_study
@@ -97,7 +98,34 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
 
 
 def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
-    """Run one claimed trial in a child process; return its final state."""
+    """Run one claimed trial in a child process; return its final state.
+
+    A thread records the trial's heartbeat from the claim to the end, so a slow start (composing
+    the config, the forkserver still importing) never looks like a dead worker to the others.
+    """
+    with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
+        return _run_claimed(ctx, study, trial_id, index)
+
+
+@contextmanager
+def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
+    """Record ``trial_id``'s heartbeat every ``interval`` s while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            storage.record_heartbeat(trial_id)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
     storage = study._storage  # public storage API behind the study
     trial = optuna.trial.Trial(study, trial_id)
     values, seed, label = trial_values(trial, ctx.spec)
@@ -118,7 +146,8 @@ def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int
     job_path.write_text(json.dumps(_job(ctx, trial, cfg), indent=1, default=str))
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path})")
     started = time.time()
-    rc = _run_child(ctx, storage, trial_id, job_path, log_path)
+    env = trial_env(ctx.threads, ctx.workers)
+    rc = start_trial(ctx.spec, cfg, job_path, log_path, env).wait(timeout=None)
     final = storage.get_trial(trial_id)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill)
         trial.set_user_attr("error", f"trial process exited with code {rc}; see {log_path}")
@@ -142,20 +171,8 @@ def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> 
 def trial_env(threads: int | None, workers: int) -> dict[str, str]:
     """Child environment: one share of the cores per trial, unbuffered output."""
     env = dict(os.environ)
-    env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "PYTHONUNBUFFERED": "1"})
+    env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "KLEAR_SWEEP_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     if threads:
         # RAYON: the Rust thread pool of `tokenizers` (tokenizer training, batch encoding)
         env.update({k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")})
     return env
-
-
-def _run_child(ctx: WorkerContext, storage: Any, trial_id: int, job_path: Path, log_path: Path) -> int:
-    cmd = [sys.executable, "-m", "klear_lab.sweep.trial", str(job_path.resolve())]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                env=trial_env(ctx.threads, ctx.workers))
-        while True:
-            try:
-                return proc.wait(timeout=ctx.spec.heartbeat_interval)
-            except subprocess.TimeoutExpired:
-                storage.record_heartbeat(trial_id)

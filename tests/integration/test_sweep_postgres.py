@@ -59,5 +59,5 @@ def test_two_workers_share_a_postgres_study(tmp_path, pg_url):
     assert len({t.user_attrs["point"] for t in trials}) == 6
     calls = fx.invocations(spec.sweep_dir)
     assert len(calls) == 6 and len({(lr, s) for lr, s, _, _ in calls}) == 6
-    assert {ppid for *_, ppid in calls} == {main.pid, joiner.pid}  # the joined worker took work too
+    assert {sweep_pid for *_, sweep_pid in calls} == {main.pid, joiner.pid}  # the joined worker took work too
     assert (spec.sweep_dir / "compare" / "table.csv").is_file()  # written by the main process

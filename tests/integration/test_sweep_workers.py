@@ -63,7 +63,7 @@ def test_two_sweep_processes_run_each_point_once(tmp_path):
     assert sorted(_complete_per_point(study).values()) == [1] * 8
     calls = fx.invocations(spec.sweep_dir)
     assert len(calls) == 8 and len({(lr, s) for lr, s, _, _ in calls}) == 8
-    assert {ppid for *_, ppid in calls} == {a.pid, b.pid}  # both processes took work
+    assert {sweep_pid for *_, sweep_pid in calls} == {a.pid, b.pid}  # both processes took work
     cores = len(os.sched_getaffinity(0))
     by_trial = {t.user_attrs["run_dir"]: t.user_attrs["metrics"]["perf/threads"] for t in trials}
     assert set(by_trial.values()) <= {float(max(1, cores // 2)), float(cores)}
@@ -90,7 +90,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     deadline = time.time() + 10
-    while not _gone(trial_pid):  # PR_SET_PDEATHSIG: the trial dies with its worker
+    while not _gone(trial_pid):  # its pidfd watcher: the trial dies with the sweep process
         assert time.time() < deadline, "orphaned trial process survived its worker"
         time.sleep(0.1)
     _, study = _study(spec_path)
@@ -124,3 +124,20 @@ def test_pruned_trials_and_compare_command(tmp_path):
     assert "lr=0.003" in out.stdout and "1/0" in out.stdout
     table = pd.read_csv(spec.sweep_dir / "compare" / "table.csv")
     assert table["pruned"].tolist() == [0, 1] and table["n"].tolist() == [1, 0]
+
+
+def test_a_trial_killed_by_the_kernel_fails_alone_and_reruns(tmp_path):
+    spec_path = fx.write_spec(tmp_path, name="oom")
+    spec = load_spec(spec_path)
+    spec.sweep_dir.mkdir(parents=True)
+    (spec.sweep_dir / "die-0.002-0").write_text("")  # the second point's process is SIGKILLed once
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 1, log.read_text()[-3000:]
+    _, study = _study(spec_path)
+    states = {t.params["optim.lr"]: t for t in study.get_trials()}
+    assert {lr: t.state.name for lr, t in states.items()} == {0.001: "COMPLETE", 0.002: "FAIL", 0.003: "COMPLETE"}
+    assert "exited with code -9" in states[0.002].user_attrs["error"]
+    assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 0, log.read_text()[-3000:]
+    _, study = _study(spec_path)
+    assert sorted(_complete_per_point(study).values()) == [1, 1, 1]
+    assert [(lr, s) for lr, s, _, _ in fx.invocations(spec.sweep_dir)].count((0.002, 0)) == 2

@@ -2,14 +2,16 @@
 
 The runners stand in for ``run_experiment`` in machinery tests (real subprocesses, real
 storage, real Optuna): ``val/acc = 100 * optim.lr + seed / 1000``, a metrics CSV in the run
-dir, one line per call in ``SWEEP_DIR/invocations.txt`` (lr, seed, pid, worker pid). A file
+dir, one line per call in ``SWEEP_DIR/invocations.txt`` (lr, seed, pid, sweep pid). A file
 ``SWEEP_DIR/slow-<lr>-<seed>`` makes the next call for that point announce itself in
-``SWEEP_DIR/slow-started`` and hang (to be killed).
+``SWEEP_DIR/slow-started`` and hang (to be killed); ``SWEEP_DIR/die-<lr>-<seed>`` makes it
+SIGKILL itself (an OOM kill, say).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,7 +52,7 @@ def start_sweep(spec: Path, *args: str, sleep: float = 0.3, log: Path | None = N
 
 
 def invocations(sweep_dir: Path) -> list[tuple[float, int, int, int]]:
-    """(lr, seed, pid, worker pid) per runner call."""
+    """(lr, seed, pid, sweep process pid) per runner call."""
     path = sweep_dir / "invocations.txt"
     if not path.is_file():
         return []
@@ -65,13 +67,18 @@ def _point(cfg: dict[str, Any]) -> tuple[Path, float, int]:
 
 def _record_call(sweep_dir: Path, lr: float, seed: int) -> None:
     fd = os.open(sweep_dir / "invocations.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, f"{lr} {seed} {os.getpid()} {os.getppid()}\n".encode())
+    sweep_pid = os.environ.get("KLEAR_SWEEP_PID", "-1")  # trials may be forked by the forkserver
+    os.write(fd, f"{lr} {seed} {os.getpid()} {sweep_pid}\n".encode())
     os.close(fd)
     marker = sweep_dir / f"slow-{lr}-{seed}"
     if marker.exists():
         marker.unlink()
         (sweep_dir / "slow-started").write_text(str(os.getpid()))
         time.sleep(300)
+    marker = sweep_dir / f"die-{lr}-{seed}"
+    if marker.exists():
+        marker.unlink()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run_dir(cfg: dict[str, Any], curve: list[float]) -> Path:

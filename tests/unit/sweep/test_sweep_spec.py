@@ -115,3 +115,16 @@ def test_shipped_specs_parse(repo_root):
     for path in sorted(Path(repo_root, "sweeps").rglob("*.yaml")):
         spec = load_spec(path)
         assert spec.axes and spec.seeds, path
+
+
+def test_trial_start(tmp_path):
+    from klear_lab.sweep.launcher import needs_fresh
+
+    assert load_spec(write_spec(tmp_path)).trial_start == "preloaded"
+    assert load_spec(_edit(write_spec(tmp_path), trial_start="fresh")).trial_start == "fresh"
+    assert "trial_start: expected one of preloaded, fresh" in _error(_edit(write_spec(tmp_path), trial_start="fork"))
+    # Lightning relaunches multi-device trials from their command line: those start fresh
+    assert not needs_fresh({"trainer": {"devices": 1, "strategy": "auto"}})
+    assert needs_fresh({"trainer": {"devices": 2, "strategy": "auto"}})
+    assert needs_fresh({"trainer": {"devices": "auto", "strategy": "auto"}})
+    assert needs_fresh({"trainer": {"devices": 1, "strategy": "ddp"}})

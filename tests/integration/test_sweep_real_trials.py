@@ -1,0 +1,59 @@
+"""A sweep of real ``run_experiment`` trials (tiny quickstart SFT), both ways of starting a trial.
+
+``preloaded`` forks each trial from the forkserver that imported torch & co. once; ``fresh`` starts
+a new interpreter. Either way a trial must be what a standalone run is: its own process, the
+worker's share of the threads, its own log file, its own W&B run in the sweep's group.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from klear_lab.sweep.spec import load_spec
+from klear_lab.sweep.storage import default_storage_url, open_study
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _spec(tmp_path: Path, trial_start: str) -> Path:
+    overrides = ["data.sources.0.n_prompts=120", "sft.max_steps=3", "data.eval_sources.0.n_prompts=8",
+                 "eval.max_new_tokens=16", "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000"]
+    body = {"name": f"real_{trial_start}", "experiment": str(REPO / "experiments/quickstart/sft.yaml"),
+            "overrides": overrides, "axes": {"optim.lr": [0.001, 0.002]}, "seeds": [0],
+            "objective": {"metric": "val/acc", "direction": "maximize"}, "metrics": ["train/loss"],
+            "out_dir": str(tmp_path / "out"), "heartbeat_interval": 5, "trial_start": trial_start}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("trial_start", ["preloaded", "fresh"])
+def test_real_trials_run_like_standalone_runs(tmp_path, trial_start):
+    spec_path = _spec(tmp_path, trial_start)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    out = subprocess.run([sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec_path), "--workers", "2"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    spec = load_spec(spec_path)
+    trials = open_study(spec, default_storage_url(spec), create=False, heartbeat=False).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    wandb_runs = set()
+    for t in trials:
+        metrics, run_dir = t.user_attrs["metrics"], Path(t.user_attrs["run_dir"])
+        assert metrics["perf/torch_threads"] == threads and metrics["train/steps"] == 3
+        assert run_dir.parent == spec.runs_dir
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert saved["optim"]["lr"] == t.params["optim.lr"] and saved["run"]["group"] == spec.name
+        runs = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert len(runs) == 1 and runs[0].stat().st_size > 0
+        wandb_runs.add(runs[0].name)
+        log = Path(t.user_attrs["log"]).read_text()
+        assert f"trial {t.number}: val/acc=" in log and "max_steps=3" in log  # its own output, in its log
+    assert len(wandb_runs) == 2  # one W&B run per trial
