@@ -6,12 +6,14 @@
     python scripts/bench_sweep_workers.py --cores 2 --arms 4 --steps 20
 
     python scripts/bench_sweep_workers.py --trial-start fresh     # a new interpreter per trial
+    python scripts/bench_sweep_workers.py --trial-start both      # both ways, interleaved
 
 Each configuration runs a fresh study (SQLite) in its own sweep process through the real sweep
 machinery: enqueue, worker threads, one process per trial with OMP_NUM_THREADS = cores // workers,
 forked from the preloaded server (``trial_start: preloaded``, the default; its start is timed)
 or a fresh interpreter. Reported: trials/s of the worker phase (validation and imports of the sweep
-process excluded) and the 2-vs-1 ratio (target >= 1.8x on 2 cores). ``--cores`` pins this process
+process excluded), the same in steady state (each worker's first trial left out: it also waits for
+the preloaded server) and the 2-vs-1 ratios (target >= 1.8x on 2 cores). ``--cores`` pins this process
 (and its trials) to the first N CPUs.
 """
 
@@ -66,7 +68,8 @@ def sft_model_for_rl() -> str:
     return cfg["model"]["name_or_path"]
 
 
-def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin_threads: int = 0) -> Path:
+def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin_threads: int = 0,
+               trial_start: str = "preloaded") -> Path:
     lrs = [round(1e-3 * (i + 1), 6) for i in range(args.arms)]
     experiment, overrides = "sft.yaml", [*TINY_SFT, f"sft.max_steps={args.steps}"]
     if args.runner == "rl":
@@ -78,7 +81,7 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
             "overrides": overrides, "axes": {"optim.lr": lrs},
             "seeds": [0], "objective": {"metric": "val/acc", "direction": "maximize"},
             "workers": workers, "out_dir": str(tmp / "out"), "heartbeat_interval": 10,
-            "trial_start": args.trial_start}
+            "trial_start": trial_start}
     if args.runner == "synthetic":
         spec["runner"] = f"{HERE}:synthetic"
     path = tmp / f"{name}.yaml"
@@ -86,16 +89,23 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
     return path
 
 
-def run_one(spec_path: Path, workers: int) -> tuple[float, int, int]:
-    """(worker-phase seconds, trials completed, threads per trial) for one fresh study, in a new process."""
+def run_one(spec_path: Path, workers: int) -> tuple[float, int, int, float]:
+    """(worker-phase seconds, trials completed, threads per trial, steady trials/s), in a new process."""
     out = subprocess.run([sys.executable, str(HERE), "--one", str(spec_path), str(workers)],
                          stdout=subprocess.PIPE, text=True, check=True)
-    seconds, done, threads = json.loads(out.stdout.strip().splitlines()[-1])
-    return seconds, done, threads
+    seconds, done, threads, steady = json.loads(out.stdout.strip().splitlines()[-1])
+    return seconds, done, threads, steady
+
+
+def steady_rate(trials: list, workers: int) -> float:
+    """workers / median trial seconds, leaving out each worker's first trial (server start, warm caches)."""
+    done = sorted((t for t in trials if t.state.name == "COMPLETE"), key=lambda t: t.datetime_start)
+    later = [(t.datetime_complete - t.datetime_start).total_seconds() for t in done[workers:]]
+    return workers / statistics.median(later) if later else float("nan")
 
 
 def one_sweep(spec_path: Path, workers: int) -> None:
-    """The measured part of :func:`run_one`: prints [seconds, trials completed, threads] last."""
+    """The measured part of :func:`run_one`: prints [seconds, trials completed, threads, steady] last."""
     import optuna
 
     from klear_lab.config.compose import compose
@@ -120,8 +130,21 @@ def one_sweep(spec_path: Path, workers: int) -> None:
     start = time.perf_counter()
     launcher.warm_up(spec.trial_start, spec.runner)  # a sweep starts its preloaded server here too
     run_workers(ctx)
+    seconds = time.perf_counter() - start
     done = count(study, (optuna.trial.TrialState.COMPLETE,))
-    print(json.dumps([time.perf_counter() - start, done, threads or 0]), flush=True)
+    print(json.dumps([seconds, done, threads or 0, steady_rate(study.get_trials(), workers)]), flush=True)
+
+
+def print_summary(title: str, rates: list[list[float]], repeats: int, cores: int) -> None:
+    """Medians of (1 worker, 2 workers, 1 worker x 1 thread) trials/s and the ratios between them."""
+    one, two, single = (statistics.median(r) for r in rates)
+    print(f"\n{title}, medians over {repeats} round(s)\n"
+          f"1 worker  ({cores} threads/trial): {one:.4f} trials/s\n"
+          f"2 workers (1 thread/trial) : {two:.4f} trials/s\n"
+          f"1 worker  (1 thread/trial) : {single:.4f} trials/s\n"
+          f"ratio 2 workers / 1 worker          : {two / one:.2f}x (target >= 1.8x)\n"
+          f"parallel efficiency (same threads)  : {two / single:.2f}x of 2.0\n"
+          f"one trial's speed-up from {cores} threads : {one / single:.2f}x (the ratio's ceiling is 2 / this)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps (rl: rollout steps) per trial")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--cores", type=int, default=2, help="pin to the first N CPUs (0 = no pinning)")
-    parser.add_argument("--trial-start", choices=["preloaded", "fresh"], default="preloaded")
+    parser.add_argument("--trial-start", choices=["preloaded", "fresh", "both"], default="preloaded",
+                        help="how trials start; both = every configuration each way, interleaved")
     parser.add_argument("--one", nargs=2, metavar=("SPEC", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -147,28 +171,30 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0))
     args.sft = sft_model_for_rl() if args.runner == "rl" else None
     results: dict[str, list[float]] = {}
+    steady: dict[str, list[float]] = {}
+    starts = ["preloaded", "fresh"] if args.trial_start == "both" else [args.trial_start]
     # (label, workers, threads pinned per trial; 0 = cores // workers as a sweep does)
     configs = [("1 worker", 1, 0), ("2 workers", 2, 0), ("1 worker, 1 thread", 1, 1)]
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         for rep in range(args.repeats):  # interleaved, so a slow spell of the machine hits every config
-            for label, workers, pin in configs:
-                spec = write_spec(Path(tmp), f"bench_w{workers}_t{pin}_r{rep}", args, workers, pin)
-                print(f"== {label} on {cores} core(s), {args.arms} trials ({args.runner}, {args.trial_start}), "
-                      f"round {rep + 1}",
-                      flush=True)
-                seconds, done, threads = run_one(spec, workers)
-                results.setdefault(label, []).append(done / seconds)
-                print(f"   {done} trials in {seconds:.1f}s, {threads or pin} thread(s)/trial: "
-                      f"{done / seconds:.4f} trials/s", flush=True)
+            for start in starts:
+                for label, workers, pin in configs:
+                    name = f"bench_{start}_w{workers}_t{pin}_r{rep}"
+                    spec = write_spec(Path(tmp), name, args, workers, pin, start)
+                    print(f"== {label} on {cores} core(s), {args.arms} trials ({args.runner}, {start}), "
+                          f"round {rep + 1}", flush=True)
+                    seconds, done, threads, rate = run_one(spec, workers)
+                    results.setdefault(f"{start}: {label}", []).append(done / seconds)
+                    steady.setdefault(f"{start}: {label}", []).append(rate)
+                    print(f"   {done} trials in {seconds:.1f}s, {threads or pin} thread(s)/trial: "
+                          f"{done / seconds:.4f} trials/s (steady state {rate:.4f})", flush=True)
     for label, rates in results.items():
-        print(f"{label:20s}: " + "  ".join(f"{r:.4f}" for r in rates) + " trials/s")
-    one, two, single = (statistics.median(results[k]) for k in ("1 worker", "2 workers", "1 worker, 1 thread"))
-    print(f"\nmedians over {args.repeats} round(s)\n1 worker  ({cores} threads/trial): {one:.4f} trials/s\n"
-          f"2 workers (1 thread/trial) : {two:.4f} trials/s\n"
-          f"1 worker  (1 thread/trial) : {single:.4f} trials/s\n"
-          f"ratio 2 workers / 1 worker          : {two / one:.2f}x (target >= 1.8x)\n"
-          f"parallel efficiency (same threads)  : {two / single:.2f}x of 2.0\n"
-          f"one trial's speed-up from {cores} threads : {one / single:.2f}x (the ratio's ceiling is 2 / this)")
+        print(f"{label:30s}: " + "  ".join(f"{r:.4f}" for r in rates) + " trials/s")
+    for start in starts:
+        for title, table in (("whole worker phase", results),
+                             ("steady state (each worker's first trial left out)", steady)):
+            print_summary(f"{start} trials, {title}", [table[f"{start}: {k}"] for k, _, _ in configs],
+                          args.repeats, cores)
     return 0
 
 

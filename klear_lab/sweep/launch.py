@@ -54,6 +54,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
         spec.workers = workers
+    if not (validate_only or wandb_export):  # its imports overlap the checks, study set-up and parent run
+        launcher.warm_up(spec.trial_start, spec.runner)
     arms = check_spec(spec)
     url = default_storage_url(spec)
     n_points = len(arms) * len(spec.seeds) if arms else spec.n_trials
@@ -67,7 +69,6 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         return 0
     frozen = freeze_spec(spec, url)
-    launcher.warm_up(spec.trial_start, spec.runner)
     study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = compose(spec.experiment, spec.overrides)

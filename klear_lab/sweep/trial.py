@@ -176,24 +176,37 @@ def main(argv: list[str] | None = None) -> int:
 def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> None:
     """Entry point of a trial forked from the preloaded server (see ``launcher.py``).
 
-    Becomes what a fresh trial would be: output to the trial log, the worker's environment
-    (threads per trial included) and working directory, the working directory on ``sys.path``.
+    Becomes what a fresh trial would be: output to the trial log, the worker's environment and
+    working directory (also on ``sys.path``), torch threads from ``OMP_NUM_THREADS`` (torch was
+    imported before the environment changed, so its default would be the server's).
     """
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True)
+    _redirect_output(log_path)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     sys.argv = [__file__, job_path]
+    if "torch" in sys.modules and env.get("OMP_NUM_THREADS", "").isdigit():
+        sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
     sys.exit(main([job_path]))
+
+
+def _redirect_output(log_path: str) -> None:
+    """stdout and stderr (file descriptors 1 and 2, and Python's streams) -> ``log_path``, line-buffered."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for name, number in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(number, "w", buffering=1, closefd=False))  # noqa: SIM115 - process-long
+        else:
+            stream.reconfigure(line_buffering=True)
 
 
 if __name__ == "__main__":
