@@ -146,11 +146,14 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     job_path.write_text(json.dumps(_job(ctx, trial, cfg), indent=1, default=str))
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path})")
     started = time.time()
-    env = trial_env(ctx.threads, ctx.workers)
-    rc = start_trial(ctx.spec, cfg, job_path, log_path, env).wait(timeout=None)
+    try:
+        proc = start_trial(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
+        outcome = f"trial process exited with code {proc.wait(timeout=None)}; see {log_path}"
+    except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
+        outcome = f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}"
     final = storage.get_trial(trial_id)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill)
-        trial.set_user_attr("error", f"trial process exited with code {rc}; see {log_path}")
+        trial.set_user_attr("error", outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None

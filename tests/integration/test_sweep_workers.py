@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "sweep"))
 import sweep_fixtures as fx  # noqa: E402
@@ -74,8 +75,9 @@ def test_two_sweep_processes_run_each_point_once(tmp_path):
     assert (spec.sweep_dir / "compare" / "table.md").is_file()
 
 
-def test_kill_9_mid_trial_then_resume(tmp_path):
-    spec_path = fx.write_spec(tmp_path, name="killme")
+@pytest.mark.parametrize("trial_start", ["preloaded", "fresh"])
+def test_kill_9_mid_trial_then_resume(tmp_path, trial_start):
+    spec_path = fx.write_spec(tmp_path, name="killme", trial_start=trial_start)
     spec = load_spec(spec_path)
     spec.sweep_dir.mkdir(parents=True)
     (spec.sweep_dir / "slow-0.002-0").write_text("")  # the second point hangs once
@@ -141,3 +143,26 @@ def test_a_trial_killed_by_the_kernel_fails_alone_and_reruns(tmp_path):
     _, study = _study(spec_path)
     assert sorted(_complete_per_point(study).values()) == [1, 1, 1]
     assert [(lr, s) for lr, s, _, _ in fx.invocations(spec.sweep_dir)].count((0.002, 0)) == 2
+
+
+@pytest.mark.parametrize("trial_start", ["preloaded", "fresh"])
+def test_ctrl_c_stops_the_sweep_and_its_trial(tmp_path, trial_start):
+    spec_path = fx.write_spec(tmp_path, name="interrupt", trial_start=trial_start)
+    spec = load_spec(spec_path)
+    spec.sweep_dir.mkdir(parents=True)
+    (spec.sweep_dir / "slow-0.001-0").write_text("")  # the first trial hangs
+    log = tmp_path / "sweep.log"
+    sweep = fx.start_sweep(spec_path, "--workers", "1", log=log)
+    started = spec.sweep_dir / "slow-started"
+    deadline = time.time() + 240
+    while not started.exists():
+        assert sweep.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    trial_pid = int(started.read_text())
+    os.kill(sweep.pid, signal.SIGINT)  # to the sweep process only, not its process group
+    assert _wait(sweep, 30, log) == 130, log.read_text()[-3000:]
+    assert "rerun the same command to resume" in log.read_text()
+    deadline = time.time() + 10
+    while not _gone(trial_pid):
+        assert time.time() < deadline, "the interrupted sweep left its trial running"
+        time.sleep(0.1)
