@@ -23,20 +23,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
+from klear_lab.sweep.trial import forked_main
 
 PRELOAD_BASE = ["optuna", "klear_lab.sweep.trial"]
 PRELOAD_RUN = [*PRELOAD_BASE, "torch", "lightning", "transformers", "wandb", "wandb.sdk.launch",
                "klear_lab.models.tokenizer", "klear_lab.run", "klear_lab.stages.sft", "klear_lab.stages.rl"]
 _LOCK = threading.Lock()
 _CONTEXT: Any = None
-_LIVE: set[Any] = set()  # trial processes started and not yet reaped
+_LIVE: set[Any] = set()  # trial processes running now (for kill_all)
 
 
 class TrialProcess(Protocol):
-    pid: int | None
-
-    def wait(self, timeout: float | None) -> int | None:
-        """Exit code, or None while the process still runs after ``timeout`` s (None: until it exits)."""
+    def wait(self) -> int:
+        """Wait for the trial process to exit; its exit code (negative: killed by that signal)."""
 
     def kill(self) -> None:
         """SIGKILL the trial (its storage state is left to the heartbeat)."""
@@ -47,16 +46,9 @@ class _Fresh:
         cmd = [sys.executable, "-m", "klear_lab.sweep.trial", str(job_path)]
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.pid = self._proc.pid
-        _LIVE.add(self)
 
-    def wait(self, timeout: float | None) -> int | None:
-        try:
-            code = self._proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        _LIVE.discard(self)
-        return code
+    def wait(self) -> int:
+        return self._proc.wait()
 
     def kill(self) -> None:
         self._proc.kill()
@@ -64,20 +56,14 @@ class _Fresh:
 
 class _Forked:
     def __init__(self, job_path: Path, log_path: Path, env: dict[str, str], runner: str) -> None:
-        from klear_lab.sweep.trial import forked_main
-
         # not a daemon: a trial may start processes of its own (DataLoader workers, sandboxes)
         args = (str(job_path), str(log_path), env, os.getcwd())
         self._proc = forkserver(runner).Process(target=forked_main, args=args, name=f"trial-{job_path.stem}",
                                                 daemon=False)
         self._proc.start()
-        self.pid = self._proc.pid
-        _LIVE.add(self)
 
-    def wait(self, timeout: float | None) -> int | None:
-        self._proc.join(timeout)
-        if self._proc.exitcode is not None:
-            _LIVE.discard(self)
+    def wait(self) -> int:
+        self._proc.join()
         return self._proc.exitcode
 
     def kill(self) -> None:
@@ -120,9 +106,16 @@ def needs_fresh(cfg: dict[str, Any]) -> bool:
     return devices not in (1, "1", [0]) or strategy not in ("auto", "single_device")
 
 
-def start_trial(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_path: Path,
-                env: dict[str, str]) -> TrialProcess:
-    """Start the trial of ``job_path`` (config ``cfg``) with output appended to ``log_path``."""
+def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_path: Path,
+                      env: dict[str, str]) -> int:
+    """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code."""
+    proc: TrialProcess
     if spec.trial_start == "fresh" or needs_fresh(cfg):
-        return _Fresh(job_path.resolve(), log_path, env)
-    return _Forked(job_path.resolve(), log_path.resolve(), env, spec.runner)
+        proc = _Fresh(job_path.resolve(), log_path, env)
+    else:
+        proc = _Forked(job_path.resolve(), log_path.resolve(), env, spec.runner)
+    _LIVE.add(proc)
+    try:
+        return proc.wait()
+    finally:
+        _LIVE.discard(proc)

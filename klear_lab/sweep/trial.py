@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m klear_lab.sweep.trial JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text())
-    die_with(job.get("parent_pid"))
+    sweep_pid = os.environ.get("KLEAR_SWEEP_PID", "")
+    die_with(int(sweep_pid) if sweep_pid.isdigit() else None)
     return run_job(job)
 
 

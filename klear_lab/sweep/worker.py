@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import trial_layer
-from klear_lab.sweep.launcher import start_trial
+from klear_lab.sweep.launcher import run_trial_process
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock, open_study
@@ -147,8 +147,8 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path})")
     started = time.time()
     try:
-        proc = start_trial(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
-        outcome = f"trial process exited with code {proc.wait(timeout=None)}; see {log_path}"
+        code = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
+        outcome = f"trial process exited with code {code}; see {log_path}"
     except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
         outcome = f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}"
     final = storage.get_trial(trial_id)
@@ -168,11 +168,11 @@ def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> 
     return {"storage": ctx.url, "study": spec.name, "trial_id": trial._trial_id, "number": trial.number,
             "spec": str(ctx.frozen_spec.resolve()), "runner": spec.runner, "objective": spec.metric,
             "metrics": spec.metrics, "pruner": spec.pruner, "pruner_startup": len(spec.seeds),
-            "parent_pid": os.getpid(), "config": cfg}
+            "config": cfg}
 
 
 def trial_env(threads: int | None, workers: int) -> dict[str, str]:
-    """Child environment: one share of the cores per trial, unbuffered output."""
+    """Child environment: one share of the cores per trial, the sweep's pid (the trial dies with it)."""
     env = dict(os.environ)
     env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "KLEAR_SWEEP_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     if threads:

@@ -44,6 +44,23 @@ def _wait(proc: subprocess.Popen, timeout: float, log: Path) -> int:
         raise AssertionError(f"sweep did not finish in {timeout}s:\n{log.read_text()[-3000:]}") from None
 
 
+def _hung_trial_pid(spec, sweep: subprocess.Popen, log: Path) -> int:
+    """Wait until the trial marked ``slow-*`` announced itself; its pid."""
+    started = spec.sweep_dir / "slow-started"
+    deadline = time.time() + 240
+    while not started.exists():
+        assert sweep.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    return int(started.read_text())
+
+
+def _wait_gone(pid: int, message: str) -> None:
+    deadline = time.time() + 10
+    while not _gone(pid):
+        assert time.time() < deadline, message
+        time.sleep(0.1)
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/status").read_text()
@@ -83,18 +100,11 @@ def test_kill_9_mid_trial_then_resume(tmp_path, trial_start):
     (spec.sweep_dir / "slow-0.002-0").write_text("")  # the second point hangs once
     log = tmp_path / "sweep.log"
     first = fx.start_sweep(spec_path, "--workers", "1", log=log)
-    started = spec.sweep_dir / "slow-started"
-    deadline = time.time() + 240
-    while not started.exists():
-        assert first.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-        time.sleep(0.2)
-    trial_pid = int(started.read_text())
+    trial_pid = _hung_trial_pid(spec, first, log)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    deadline = time.time() + 10
-    while not _gone(trial_pid):  # its pidfd watcher: the trial dies with the sweep process
-        assert time.time() < deadline, "orphaned trial process survived its worker"
-        time.sleep(0.1)
+    # its pidfd watcher: the trial dies with the sweep process
+    _wait_gone(trial_pid, "orphaned trial process survived its worker")
     _, study = _study(spec_path)
     assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING", "WAITING"]
 
@@ -153,16 +163,8 @@ def test_ctrl_c_stops_the_sweep_and_its_trial(tmp_path, trial_start):
     (spec.sweep_dir / "slow-0.001-0").write_text("")  # the first trial hangs
     log = tmp_path / "sweep.log"
     sweep = fx.start_sweep(spec_path, "--workers", "1", log=log)
-    started = spec.sweep_dir / "slow-started"
-    deadline = time.time() + 240
-    while not started.exists():
-        assert sweep.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-        time.sleep(0.2)
-    trial_pid = int(started.read_text())
+    trial_pid = _hung_trial_pid(spec, sweep, log)
     os.kill(sweep.pid, signal.SIGINT)  # to the sweep process only, not its process group
     assert _wait(sweep, 30, log) == 130, log.read_text()[-3000:]
     assert "rerun the same command to resume" in log.read_text()
-    deadline = time.time() + 10
-    while not _gone(trial_pid):
-        assert time.time() < deadline, "the interrupted sweep left its trial running"
-        time.sleep(0.1)
+    _wait_gone(trial_pid, "the interrupted sweep left its trial running")
