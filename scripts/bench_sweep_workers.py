@@ -1,7 +1,8 @@
 """Sweep throughput: the same small grid with 1 worker (2 threads/trial) and 2 workers (1 thread/trial).
 
     python scripts/bench_sweep_workers.py                     # real quickstart SFT trials (tiny)
-    python scripts/bench_sweep_workers.py --runner rl         # real quickstart RL trials (the quickstart sweep's)
+    python scripts/bench_sweep_workers.py --runner rl         # short quickstart RL trials (--steps rollout steps)
+    python scripts/bench_sweep_workers.py --runner quickstart --repeats 1  # sweeps/quickstart.yaml's own 8 trials
     python scripts/bench_sweep_workers.py --runner synthetic  # torch MLP training trials, no data/model
     python scripts/bench_sweep_workers.py --cores 2 --arms 4 --steps 20
 
@@ -20,6 +21,7 @@ the preloaded server) and the 2-vs-1 ratios (target >= 1.8x on 2 cores). ``--cor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -35,6 +37,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 TINY_SFT = ["data.sources.0.n_prompts=400", "data.eval_sources.0.n_prompts=16", "eval.max_new_tokens=32",
             "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000"]
+QUICKSTART = REPO / "sweeps" / "quickstart.yaml"
 SHORT_RL = ["data.eval_sources.0.n_prompts=100", "rl.eval_every=0", "trainer.checkpoint=false"]
 
 
@@ -65,7 +68,7 @@ def sft_model_for_rl() -> str:
 
     cfg = compose(REPO / "experiments" / "quickstart" / "rl.yaml")
     builders.resolve_init_from(cfg)
-    return cfg["model"]["name_or_path"]
+    return str(Path(cfg["model"]["name_or_path"]).resolve())
 
 
 def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin_threads: int = 0,
@@ -75,11 +78,16 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
     if args.runner == "rl":
         lrs = [round(1e-5 * (i + 1), 8) for i in range(args.arms)]
         experiment, overrides = "rl.yaml", [*SHORT_RL, f"rl.steps={args.steps}", f"model.name_or_path={args.sft}"]
+    axes, seeds = {"optim.lr": lrs}, [0]
+    if args.runner == "quickstart":  # the shipped sweep's own trials, from the same starting point
+        shipped = yaml.safe_load(QUICKSTART.read_text())
+        experiment, axes, seeds = "rl.yaml", shipped["axes"], shipped["seeds"]
+        overrides = [*shipped["overrides"], f"model.name_or_path={args.sft}"]
     if pin_threads:
         overrides.append(f"trainer.num_threads={pin_threads}")
     spec = {"name": name, "experiment": str(REPO / "experiments" / "quickstart" / experiment),
-            "overrides": overrides, "axes": {"optim.lr": lrs},
-            "seeds": [0], "objective": {"metric": "val/acc", "direction": "maximize"},
+            "overrides": overrides, "axes": axes,
+            "seeds": seeds, "objective": {"metric": "val/acc", "direction": "maximize"},
             "workers": workers, "out_dir": str(tmp / "out"), "heartbeat_interval": 10,
             "trial_start": trial_start}
     if args.runner == "synthetic":
@@ -87,6 +95,11 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
+
+
+def n_trials(spec_path: Path) -> int:
+    spec = yaml.safe_load(spec_path.read_text())
+    return len(spec["seeds"]) * len(list(itertools.product(*spec["axes"].values())))
 
 
 def run_one(spec_path: Path, workers: int) -> tuple[float, int, int, float]:
@@ -149,8 +162,8 @@ def print_summary(title: str, rates: list[list[float]], repeats: int, cores: int
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runner", choices=["real", "rl", "synthetic"], default="real")
-    parser.add_argument("--arms", type=int, default=4, help="grid size (optim.lr values, 1 seed)")
+    parser.add_argument("--runner", choices=["real", "rl", "quickstart", "synthetic"], default="real")
+    parser.add_argument("--arms", type=int, default=4, help="grid size (optim.lr values, 1 seed; not for quickstart)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps (rl: rollout steps) per trial")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--cores", type=int, default=2, help="pin to the first N CPUs (0 = no pinning)")
@@ -169,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     cores = len(os.sched_getaffinity(0))
-    args.sft = sft_model_for_rl() if args.runner == "rl" else None
+    args.sft = sft_model_for_rl() if args.runner in ("rl", "quickstart") else None
     results: dict[str, list[float]] = {}
     steady: dict[str, list[float]] = {}
     starts = ["preloaded", "fresh"] if args.trial_start == "both" else [args.trial_start]
@@ -181,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 for label, workers, pin in configs:
                     name = f"bench_{start}_w{workers}_t{pin}_r{rep}"
                     spec = write_spec(Path(tmp), name, args, workers, pin, start)
-                    print(f"== {label} on {cores} core(s), {args.arms} trials ({args.runner}, {start}), "
+                    print(f"== {label} on {cores} core(s), {n_trials(spec)} trials ({args.runner}, {start}), "
                           f"round {rep + 1}", flush=True)
                     seconds, done, threads, rate = run_one(spec, workers)
                     results.setdefault(f"{start}: {label}", []).append(done / seconds)

@@ -44,6 +44,20 @@ class RLSettings:
     eval_batch_size: int
 
 
+def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Zero every dropout rate, keeping train mode (gradient checkpointing needs it).
+
+    Ratios compare log-probs of the same weights: with dropout, old (rollout-time) and new
+    log-probs differ by noise and an on-policy ratio is not 1. TRL's ``disable_dropout`` does the same.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), (int, float)):  # HF attention
+            module.attention_dropout = 0.0
+    return model
+
+
 class RLModule(L.LightningModule):
     """Thin orchestration; every component is injected."""
 
@@ -57,6 +71,7 @@ class RLModule(L.LightningModule):
         self.aggregation, self.group_filter, self.weights = aggregation, group_filter, weights
         self.s, self.optim = settings, optim
         self.eval_records, self.eval_rewards = eval_records, eval_rewards
+        disable_dropout(policy.train())
         self.reference = copy.deepcopy(policy).eval().requires_grad_(False) if use_reference else None
         self.evals: list[tuple[int, EvalResult]] = []
         self.last_samples: list[list] = []

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+
+
+class _NoLitLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def without_upstream_noise() -> Iterator[None]:
+    """Hide two messages every run printed that say nothing about the run.
+
+    Lightning's advert for its hosted logger (an INFO record on each Trainer), and the deprecation
+    Lightning 2.6's ``_pytree`` triggers in torch 2.13 (``LeafSpec``), which no config can fix.
+    """
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    tip = _NoLitLoggerTip()
+    log.addFilter(tip)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+            yield
+    finally:
+        log.removeFilter(tip)
 
 
 def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps: int, callbacks: list,

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from klear_lab import builders
@@ -54,7 +56,10 @@ class RLStage:
         trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
         start = time.perf_counter()
         try:
-            trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val)
+            with warnings.catch_warnings():
+                if self.module.reference is not None:  # frozen, in eval mode on purpose; the policy trains
+                    warnings.filterwarnings("ignore", r"Found \d+ module\(s\) in eval mode", PossibleUserWarning)
+                trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val)
         finally:
             self.module.engine.close()
         train_s = time.perf_counter() - start

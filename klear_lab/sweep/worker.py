@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
+from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import run_trial_process
 from klear_lab.sweep.queue import count, take_trial, trial_values
@@ -47,14 +48,6 @@ class WorkerContext:
     stop: threading.Event = field(default_factory=threading.Event)
     log: Callable[[str], None] = print
     poll_s: float = 2.0
-
-
-def cpu_cores() -> int:
-    """Cores this process may use (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def threads_per_trial(workers: int, base_threads: int) -> int | None:
