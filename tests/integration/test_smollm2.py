@@ -73,3 +73,41 @@ def test_generates_sensible_greedy_answers_through_the_hf_rollout(smollm2):
     sampled = engine.generate(["Name a colour."], n=2, max_new_tokens=8, temperature=0.7, seed=0)
     assert sampled.response_ids.shape[0] == 2 and (sampled.sample_logp <= 0).all()
     assert all(t.strip() for t in sampled.texts)
+
+
+DIGIT_REWARD = '''
+from dataclasses import dataclass
+from klear_lab.registry import REWARD
+from klear_lab.rewards.base import RewardOutput
+
+@REWARD.register("test_smollm2_digits")
+@dataclass(frozen=True)
+class Digits:
+    """Test reward: digits in the response (varies within a group for any policy)."""
+    def __call__(self, completions, records):
+        return [RewardOutput(float(sum(c.isdigit() for c in t)), False, True) for t in completions]
+'''
+
+
+def test_rl_steps_on_the_pretrained_checkpoint_with_gradient_checkpointing(smollm2_dir, tmp_path):
+    """The scale-up path on CPU: from_pretrained -> train mode -> checkpointed updates -> saved model."""
+    from safetensors.torch import load_file
+
+    from klear_lab.config.compose import compose
+    from klear_lab.run import run_experiment
+
+    plugin = tmp_path / "digits.py"
+    plugin.write_text(DIGIT_REWARD)
+    cfg = compose(ROOT / "experiments/quickstart/rl.yaml", [
+        f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null", f"model.name_or_path={smollm2_dir}",
+        "model.gradient_checkpointing=true", f"plugins=[{plugin}]", "rl.reward=test_smollm2_digits",
+        "rl.group_filter=none", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.minibatch_prompts=1",
+        "rl.max_new_tokens=12", "rl.eval_every=0", "rl.alpha=0.0", "rl.kl_coef=0.01", "optim.lr=1e-4",
+        "optim.warmup_steps=0", "data.sources.0.n_prompts=4", "data.eval_sources.0.n_prompts=2",
+        "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false"])
+    result = run_experiment(cfg)
+    assert result.metrics["rl/updates_per_step"] == 2.0
+    assert result.metrics["rl/approx_kl"] > 0  # the second update is off-policy: the first one moved weights
+    before = load_file(smollm2_dir / "model.safetensors")
+    after = load_file(result.run_dir / "model" / "model.safetensors")
+    assert max(float((after[k] - before[k]).abs().max()) for k in after if k in before) > 0
