@@ -29,10 +29,11 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _print_result(result) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from klear_lab.console import make_console
+
+    console = make_console()
     table = Table(title=f"run finished: {result.run_dir}", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -59,9 +60,10 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _components(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    from klear_lab.console import make_console
     from klear_lab.plugins import load_entry_point_plugins, load_plugins
     from klear_lab.registry import REGISTRIES
 
@@ -71,7 +73,7 @@ def _components(args: argparse.Namespace) -> int:
     unknown = [a for a in axes if a not in REGISTRIES]
     if unknown:
         raise KlearError(f"unknown axis {unknown[0]!r}; axes: {', '.join(REGISTRIES)}")
-    console = Console()
+    console = make_console()
     for axis in axes:
         reg = REGISTRIES[axis]
         table = Table(title=f"{axis} — {reg.doc}", show_lines=True)
@@ -80,7 +82,7 @@ def _components(args: argparse.Namespace) -> int:
         for name in reg.names():
             doc, rows = reg.describe(name)
             params = "\n".join(f"{f}: {t} = {d!r}" for f, t, d in rows)
-            table.add_row(name, params, doc.splitlines()[0] if doc else "")
+            table.add_row(name, escape(params), escape(doc.splitlines()[0]) if doc else "")
         console.print(table)
     return 0
 

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from klear_lab.builders import resolve_model_dir
+from klear_lab.console import make_console
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
 
@@ -103,6 +104,6 @@ def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     table.add_column("item")
     table.add_column("value", justify="right")
     for k, v in rows:
-        table.add_row(k, v)
-    Console().print(table)
+        table.add_row(escape(k), escape(v))  # values quote errors like "pip install 'klear-lab[vllm]'"
+    make_console().print(table)
     return rows

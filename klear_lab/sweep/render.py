@@ -13,12 +13,13 @@ from klear_lab.sweep.spec import SweepSpec
 def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir: Path,
                 png: Path | None, console: Any = None) -> None:
     """One row per arm; best arm starred; where the CSV, markdown, PNG and W&B runs are."""
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    from klear_lab.console import make_console
     from klear_lab.sweep.compare import cell, delta_cell
 
-    console = console or Console()
+    console = console or make_console()
     names = [spec.metric, *[m for m in spec.metrics if m != spec.metric]]
     table = Table(title=f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}")
     table.add_column("arm", style="bold")
@@ -27,7 +28,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     table.add_column(f"Δ {spec.metric} [95% CI]", justify="right")
     table.add_column("pruned/failed", justify="right")
     for _, row in df.iterrows():
-        arm = f"★ {row['arm']}" if row["best"] else row["arm"]
+        arm = escape(f"★ {row['arm']}" if row["best"] else row["arm"])  # axis values may hold brackets
         counts = f"{row['pruned']}/{row['failed']}"
         table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), counts,
                       style="green" if row["best"] else None)

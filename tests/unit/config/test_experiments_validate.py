@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,14 @@ def test_paper_configs_dry_run(path):
 
     rows = dict(dry_run(compose(path)))
     assert "8,190.7 M" in rows["parameters"]  # Qwen3-8B architecture on the meta device
+
+
+def test_dry_run_prints_bracketed_values_verbatim(capsys):
+    """Rich markup must not eat ``[vllm]`` in "pip install 'klear-lab[vllm]'" (a tag to Rich)."""
+    from klear_lab.dry_run import dry_run
+
+    rows = dict(dry_run(compose(ROOT / "experiments/paper/rl/math.yaml", ["rl.rollout=vllm"])))
+    out = capsys.readouterr().out
+    brackets = [t for v in rows.values() for t in re.findall(r"\[[a-z][^\]]*\]", v)]
+    assert all(t in out for t in brackets), (brackets, out)
+    assert max(len(line) for line in out.splitlines()) > 80  # a pipe gets the wide log console, not 80 columns

@@ -1,0 +1,21 @@
+"""The Rich console every table goes through."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+LOG_WIDTH = 200  # columns when writing to a file or pipe (sweep trial logs, CI, `| tee`)
+
+
+def make_console(**kwargs: Any):
+    """A terminal's own width; in a file or pipe (where Rich assumes 80 and wraps every table) a wide one.
+
+    ``COLUMNS`` set in the environment wins, as it does for Rich.
+    """
+    from rich.console import Console
+
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        kwargs.setdefault("width", LOG_WIDTH)
+    return Console(**kwargs)
