@@ -21,7 +21,6 @@ the preloaded server) and the 2-vs-1 ratios (target >= 1.8x on 2 cores). ``--cor
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import statistics
@@ -97,17 +96,11 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
     return path
 
 
-def n_trials(spec_path: Path) -> int:
-    spec = yaml.safe_load(spec_path.read_text())
-    return len(spec["seeds"]) * len(list(itertools.product(*spec["axes"].values())))
-
-
 def run_one(spec_path: Path, workers: int) -> tuple[float, int, int, float]:
     """(worker-phase seconds, trials completed, threads per trial, steady trials/s), in a new process."""
     out = subprocess.run([sys.executable, str(HERE), "--one", str(spec_path), str(workers)],
                          stdout=subprocess.PIPE, text=True, check=True)
-    seconds, done, threads, steady = json.loads(out.stdout.strip().splitlines()[-1])
-    return seconds, done, threads, steady
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def steady_rate(trials: list, workers: int) -> float:
@@ -181,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
-    cores = len(os.sched_getaffinity(0))
+    from klear_lab.hardware import cpu_cores
+
+    cores = cpu_cores()
     args.sft = sft_model_for_rl() if args.runner in ("rl", "quickstart") else None
     results: dict[str, list[float]] = {}
     steady: dict[str, list[float]] = {}
@@ -194,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 for label, workers, pin in configs:
                     name = f"bench_{start}_w{workers}_t{pin}_r{rep}"
                     spec = write_spec(Path(tmp), name, args, workers, pin, start)
-                    print(f"== {label} on {cores} core(s), {n_trials(spec)} trials ({args.runner}, {start}), "
+                    print(f"== {label} on {cores} core(s) ({args.runner} trials, {start}), "
                           f"round {rep + 1}", flush=True)
                     seconds, done, threads, rate = run_one(spec, workers)
                     results.setdefault(f"{start}: {label}", []).append(done / seconds)
