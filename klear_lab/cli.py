@@ -1,4 +1,4 @@
-"""``klear-lab`` command line: train, config, components (+ sweep, compare, dashboard).
+"""``klear-lab`` command line: train, config, components (+ sweep, compare, reproduce, dashboard).
 
 Exit codes: 0 success, 2 bad input (config, data, CLI usage), 1 anything else.
 """
@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 
+from klear_lab.cli_args import parse_args
 from klear_lab.errors import KlearError
 
 
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         return args.func(args)
     except KlearError as exc:

@@ -1,4 +1,4 @@
-"""``klear-lab sweep | compare | dashboard``: added to the main CLI by ``add_sweep_commands``.
+"""``klear-lab sweep | compare | reproduce | dashboard``: added to the main CLI by ``add_sweep_commands``.
 
 Standalone: ``python -m klear_lab.cli_sweep sweep sweeps/quickstart.yaml --workers 2``.
 Handlers return an exit code; ``KlearError`` (bad spec, bad storage) maps to 2 in ``main``.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from klear_lab.cli_args import parse_args
 from klear_lab.errors import KlearError
 
 
@@ -31,6 +32,31 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from klear_lab.analysis import NoResults, load_analysis, run_reproduction
+
+    path = Path(args.analysis)
+    paths = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    if path.is_dir() and (args.target or args.out_dir):
+        raise KlearError(f"{path}: a directory of analyses takes no sweep target or --out-dir")
+    if not paths:
+        raise KlearError(f"{path}: no analysis specs (*.yaml) in this directory")
+    for p in paths:
+        if args.validate_only:
+            analysis = load_analysis(p)
+            print(f"ok: {p}: {analysis.title} ({len(analysis.sweeps)} sweep(s), {len(analysis.claims)} claim(s))")
+            continue
+        try:
+            run_reproduction(p, args.target, args.out_dir)
+        except NoResults as exc:
+            if not path.is_dir():
+                raise
+            print(f"skipped: {exc}")
+    return 0
+
+
 def _dashboard(args: argparse.Namespace) -> int:
     from klear_lab.sweep.locate import serve_dashboard
 
@@ -39,7 +65,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``sweep``, ``compare`` and ``dashboard`` to the ``klear-lab`` subcommands."""
+    """Add ``sweep``, ``compare``, ``reproduce`` and ``dashboard`` to the ``klear-lab`` subcommands."""
     p = subparsers.add_parser("sweep", help="run, resume or join an Optuna sweep from a spec (sweeps/*.yaml)",
                               description="Run every grid point x seed once, one process and W&B run per "
                                           "trial; rerun the same command to resume.")
@@ -58,6 +84,15 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)")
     p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
     p.set_defaults(func=_compare)
+    p = subparsers.add_parser("reproduce", help="a paper table or figure next to a sweep's results (analysis/*.yaml)",
+                              description="Put the paper's numbers beside a sweep's arms and check each of the "
+                                          "paper's claims against it (bootstrap 95 %% intervals over seeds).")
+    p.add_argument("analysis", help="analysis spec (analysis/fig2_clip.yaml) or a directory of them (analysis/)")
+    p.add_argument("target", nargs="?", default=None,
+                   help="sweep directory or spec (default: the first of the analysis's sweeps that has results)")
+    p.add_argument("--out-dir", default=None, help="where to write (default: SWEEP_DIR/reproduce/ANALYSIS)")
+    p.add_argument("--validate-only", action="store_true", help="check the analysis specs, read no study")
+    p.set_defaults(func=_reproduce)
     p = subparsers.add_parser("dashboard", help="serve optuna-dashboard for a sweep's study")
     p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
     p.add_argument("--host", default="127.0.0.1")
@@ -69,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one sweep subcommand without the rest of the CLI."""
     parser = argparse.ArgumentParser(prog="klear-lab")
     add_sweep_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     try:
         return args.func(args)
     except KlearError as exc:

@@ -44,6 +44,17 @@ def records_from_study(study: Any) -> list[TrialRecord]:
     return out
 
 
+def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
+    """The study's trial records, with objective/table metrics a run logged but did not return."""
+    from klear_lab.sweep.trial import fill_from_csv
+
+    records = records_from_study(study)
+    for r in records:  # runs from before a metric was added to the spec, or that only logged it
+        if r.state == "COMPLETE":
+            fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
+    return records
+
+
 def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed: int = 0,
                    ) -> tuple[float, float, float]:
     """mean(arm) - mean(base) and its percentile-bootstrap 95 % interval."""
@@ -135,12 +146,7 @@ def delta_cell(row: Any) -> str:
 def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,
                   ) -> pd.DataFrame:
     """Build, print (Rich) and save the table and curves of a sweep's study."""
-    from klear_lab.sweep.trial import fill_from_csv
-
-    records = records_from_study(study)
-    for r in records:  # metrics a run logged but did not return (or runs from before a metric was added)
-        if r.state == "COMPLETE":
-            fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
+    records = load_records(spec, study)
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
     baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
     return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)

@@ -30,7 +30,7 @@ A spec names a base experiment, the axes to vary and how to run them::
     description: free text
 
 Objective and table metrics must be names runs log (``val/``, ``train/``, ``perf/``, ``rl/``,
-``eval/``, ``test/``). Checks that need the config schema (axis keys, values) live in
+``reward/``, ``eval/``, ``test/``). Checks that need the config schema (axis keys, values) live in
 ``checks.py``.
 """
 

@@ -36,3 +36,14 @@ def test_dry_run_prints_bracketed_values_verbatim(capsys):
     brackets = [t for v in rows.values() for t in re.findall(r"\[[a-z][^\]]*\]", v)]
     assert all(t in out for t in brackets), (brackets, out)
     assert max(len(line) for line in out.splitlines()) > 80  # a pipe gets the wide log console, not 80 columns
+
+
+def test_train_overrides_may_follow_the_options(capsys):
+    from klear_lab.cli import main
+
+    exp = str(ROOT / "experiments/paper/rl/math.yaml")
+    assert main(["train", exp, "--dry-run", "rl.clip=cispo", "rl.steps=7"]) == 0
+    out = capsys.readouterr().out
+    assert "cispo" in out and "gppo" not in out
+    assert main(["train", exp, "--dry-run", "rl.nope=1"]) == 2
+    assert "rl.nope" in capsys.readouterr().err

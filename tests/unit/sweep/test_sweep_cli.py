@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 
+import pytest
 import yaml
 from sweep_fixtures import REPO, write_spec
 
@@ -27,6 +28,19 @@ def test_validate_only_and_bad_spec_exit_codes(tmp_path, capsys):
     assert "optim.nope" in capsys.readouterr().err
     assert main(["sweep", str(spec), "--workers", "0"]) == 2
     assert not (tmp_path / "out" / "toy" / "study.db").exists()  # nothing started
+
+
+def test_overrides_may_follow_the_options(tmp_path, capsys):
+    spec = write_spec(tmp_path)
+    assert main(["sweep", str(spec), "--validate-only", "optim.lr=0.5"]) == 0
+    assert main(["sweep", str(spec), "--workers", "2", "--validate-only", "optim.nope=1"]) == 2
+    assert "optim.nope" in capsys.readouterr().err
+    for stray in (["stray"], ["--wrokers", "2"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["sweep", str(spec), "--validate-only", *stray])
+        assert exit_.value.code == 2 and f"unrecognized arguments: {' '.join(stray)}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # compare takes no overrides
+        main(["compare", str(spec), "a=1"])
 
 
 def test_wandb_export_writes_config_and_runs_nothing(tmp_path, capsys):

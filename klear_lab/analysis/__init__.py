@@ -1,0 +1,76 @@
+"""Reproduce the paper's tables and figures from sweeps: ``klear-lab reproduce analysis/fig2_clip.yaml``.
+
+An analysis spec (``analysis/*.yaml``, see ``analysis.spec``) holds one paper table or figure: its
+numbers, the paper's claims and the sweeps that reproduce it. ``run_reproduction`` finds the
+sweep's study, puts our arms next to the paper's and says, claim by claim, whether the sweep
+reproduces it (``analysis.reproduce``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from klear_lab.analysis.reproduce import Reproduction
+from klear_lab.analysis.spec import Analysis, SweepRef, load_analysis
+from klear_lab.errors import ConfigError
+
+
+class NoResults(ConfigError):
+    """None of an analysis's sweeps has been run here yet."""
+
+
+def run_reproduction(analysis_path: str | Path, target: str | Path | None = None,
+                     out_dir: str | Path | None = None, console: Any = None) -> Reproduction:
+    """Load the analysis, find its sweep (``target``: a sweep dir or spec; default: the first of the
+    analysis's sweeps with results), write ``SWEEP_DIR/reproduce/NAME/`` and print the tables."""
+    from klear_lab.analysis.report import write_reproduction
+    from klear_lab.analysis.reproduce import reproduce
+    from klear_lab.sweep.compare import load_records
+    from klear_lab.sweep.locate import locate
+    from klear_lab.sweep.storage import open_study
+
+    analysis = load_analysis(analysis_path)
+    spec, url = locate(target if target is not None else _first_with_results(analysis))
+    ref = _ref_for(analysis, spec)
+    study = open_study(spec, url, create=False, heartbeat=False)
+    rep = reproduce(analysis, ref, spec, load_records(spec, study))
+    write_reproduction(rep, Path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name, console)
+    return rep
+
+
+def _first_with_results(analysis: Analysis) -> Path:
+    from klear_lab.sweep.spec import load_spec
+
+    looked = []
+    for ref in analysis.sweeps:
+        sweep_dir = load_spec(ref.spec_path).sweep_dir
+        if (sweep_dir / "sweep.json").is_file():
+            return sweep_dir
+        looked.append(f"`klear-lab sweep {_display(ref.spec_path)}` (results would be in {sweep_dir})")
+    raise NoResults(f"{analysis.path}: no results yet; run one of: " + "; ".join(looked))
+
+
+def _ref_for(analysis: Analysis, spec: Any) -> SweepRef:
+    """The analysis's entry for this sweep (same arm labels), else one matching arms by label."""
+    from klear_lab.sweep.grid import grid_arms
+
+    if spec.sampler != "grid":
+        raise ConfigError(f"{spec.path}: sampler {spec.sampler!r}; a reproduction needs a grid sweep")
+    labels = [arm.label for arm in grid_arms(spec)]
+    for ref in analysis.sweeps:
+        if ref.labels == labels:
+            return ref
+    ref = SweepRef(Path(spec.path), {}, labels)
+    if analysis.baseline not in {ref.paper_arm(label, list(analysis.paper)) for label in labels}:
+        raise ConfigError(f"{spec.path}: none of its arms ({', '.join(labels)}) matches the baseline "
+                          f"{analysis.baseline!r} of {analysis.path}; add the sweep to its `sweeps:` with an "
+                          "`arms:` map")
+    return ref
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

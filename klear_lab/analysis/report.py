@@ -1,0 +1,147 @@
+"""Write a reproduction: ``arms.csv``, ``claims.csv``, ``report.md``, ``deltas.png``; print it with Rich.
+
+Outputs go to ``SWEEP_DIR/reproduce/ANALYSIS_NAME/`` unless told otherwise; files are written to a
+temporary name and renamed, so an interrupted report never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from klear_lab.analysis.reproduce import Reproduction
+
+
+def num(value: float, signed: bool = False, decimals: int | None = None) -> str:
+    """``0.813``, ``+0.022``; ``–`` for a missing value; fixed ``decimals`` for paper numbers."""
+    if value is None or math.isnan(value):
+        return "–"
+    if decimals is not None:
+        return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+def paper_decimals(rep: Reproduction) -> int:
+    """Papers print fractions with 3 decimals and percentages with 2 (0.800, 45.00)."""
+    values = [abs(v) for row in rep.analysis.paper.values() for v in row if not math.isnan(v)]
+    return 3 if values and max(values) < 1.5 else 2
+
+
+def interval(row: Any) -> str:
+    """``+0.031 [+0.012, +0.050]`` from a row's ``ours Δ`` columns."""
+    d, lo, hi = row["ours Δ"], row["ours Δ ci low"], row["ours Δ ci high"]
+    if math.isnan(d):
+        return "–"
+    if abs(d) <= 1e-6 * max(abs(lo), abs(hi), 1e-12):  # float32-logged equal means differ by ~1e-8
+        d = 0.0
+    return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
+
+
+def ours(row: Any) -> str:
+    """``0.8575 ± 0.011 (n=2)``."""
+    if math.isnan(row["ours mean"]):
+        return "–"
+    std = "" if math.isnan(row["ours std"]) else f" ± {row['ours std']:.2g}"
+    return f"{row['ours mean']:.4g}{std} (n={row['n']})"
+
+
+def arm_cells(rep: Reproduction, row: Any) -> list[str]:
+    dec = paper_decimals(rep)
+    paper = [("–" if not row["in paper"] else num(row[f"paper {b}"], decimals=dec) if row["baseline"]
+              else f"{num(row[f'paper {b}'], decimals=dec)} ({num(row[f'paper Δ {b}'], True, dec)})")
+             for b in rep.analysis.benchmarks]
+    name = f"{row['arm']} (baseline)" if row["baseline"] else row["arm"]
+    return [name, row["sweep arm"] or "–", *paper, ours(row), "baseline" if row["baseline"] else interval(row)]
+
+
+def claim_cells(rep: Reproduction, row: Any) -> list[str]:
+    paper = [num(row[f"paper Δ {b}"], True, paper_decimals(rep)) for b in rep.analysis.benchmarks]
+    return [row["claim"], *paper, interval(row), f"{row['n better']}/{row['n than']}", row["verdict"]]
+
+
+def arm_header(rep: Reproduction) -> list[str]:
+    return ["arm", "sweep arm", *[f"paper {b} (Δ)" for b in rep.analysis.benchmarks],
+            f"ours {rep.sweep.metric}", f"ours Δ vs {rep.analysis.baseline} [95% CI]"]
+
+
+def claim_header(rep: Reproduction) -> list[str]:
+    return ["paper's claim", *[f"paper Δ {b}" for b in rep.analysis.benchmarks], "ours Δ [95% CI]",
+            "seeds", "verdict"]
+
+
+def to_markdown(rep: Reproduction) -> str:
+    """The report: provenance, the arms table and the claims table."""
+    a, s = rep.analysis, rep.sweep
+    lines = [f"# {a.title}", "", f"- paper numbers: {a.source or '(no source given)'}",
+             f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {rep.n_complete} of "
+             f"{rep.n_trials} trials complete", f"- ours: `{s.metric}` ({s.direction}), mean ± std across seeds; "
+             "Δ vs the baseline arm with a bootstrap 95 % interval", ""]
+    lines += _md_table(arm_header(rep), [arm_cells(rep, r) for _, r in rep.arms.iterrows()])
+    if not rep.claims.empty:
+        lines += ["", "## The paper's claims", ""]
+        lines += _md_table(claim_header(rep), [claim_cells(rep, r) for _, r in rep.claims.iterrows()])
+    return "\n".join(lines) + "\n"
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(cells) + " |" for cells in rows]
+
+
+def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, console: Any = None) -> None:
+    """Both tables with Rich; reproduced claims green, contradicted red."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from klear_lab.console import make_console
+
+    console = console or make_console()
+    table = Table(title=f"{rep.analysis.title} — sweep {rep.sweep.name} ({rep.n_complete}/{rep.n_trials} trials)")
+    for i, col in enumerate(arm_header(rep)):
+        table.add_column(escape(col), justify="left" if i < 2 else "right")
+    for _, row in rep.arms.iterrows():
+        table.add_row(*[escape(c) for c in arm_cells(rep, row)], style=None if row["in paper"] else "dim")
+    console.print(table)
+    if not rep.claims.empty:
+        claims = Table(title="the paper's claims on this sweep")
+        for i, col in enumerate(claim_header(rep)):
+            claims.add_column(escape(col), justify="left" if i == 0 else "right")
+        for _, row in rep.claims.iterrows():
+            style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
+            claims.add_row(*[escape(c) for c in claim_cells(rep, row)], style=style)
+        console.print(claims)
+    console.print(f"report: {out_dir / 'report.md'}  tables: {out_dir / 'arms.csv'}  {out_dir / 'claims.csv'}")
+    console.print(f"figure: {png}" if png else "figure: none (no completed trials)")
+
+
+def write_reproduction(rep: Reproduction, out_dir: Path, console: Any = None) -> Path | None:
+    """Write the CSVs, markdown and figure (each atomically), then print; returns the PNG path."""
+    from klear_lab.analysis.figure import plot_deltas
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _atomic(out_dir / "arms.csv", lambda p: rep.arms.to_csv(p, index=False))
+    _atomic(out_dir / "claims.csv", lambda p: _claims_frame(rep).to_csv(p, index=False))
+    _atomic(out_dir / "report.md", lambda p: Path(p).write_text(to_markdown(rep)))
+    png = None
+    if rep.arms["n"].sum() > 0:
+        png = out_dir / "deltas.png"
+        _atomic(png, lambda p: plot_deltas(rep, p))
+    print_reproduction(rep, out_dir, png, console)
+    return png
+
+
+def _claims_frame(rep: Reproduction) -> pd.DataFrame:
+    return rep.claims if not rep.claims.empty else pd.DataFrame(columns=["claim", "verdict"])
+
+
+def _atomic(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,115 @@
+"""A paper table next to a sweep's results, and a verdict on each of the paper's claims.
+
+The paper reports one benchmark score per arm; a sweep reports its objective per trial (several
+seeds per arm). Neither scale is the other's, so the comparison is about *differences*: each
+arm's delta against the baseline arm, the paper's per benchmark and ours with a bootstrap 95 %
+interval over seeds (``sweep.compare.bootstrap_diff``). A claim "A beats B" is
+
+- ``reproduced`` when our interval for A - B lies entirely on the better side of 0,
+- ``contradicted`` when it lies entirely on the worse side,
+- ``inconclusive`` otherwise, saying which way the means lean.
+
+Both arms need at least two completed seeds for a verdict other than inconclusive: one seed per
+arm gives a zero-width interval that would call any difference significant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from klear_lab.analysis.spec import Analysis, SweepRef
+from klear_lab.sweep.compare import TrialRecord, bootstrap_diff
+from klear_lab.sweep.spec import SweepSpec
+
+MIN_SEEDS_FOR_VERDICT = 2
+
+
+@dataclass
+class Reproduction:
+    """One analysis evaluated on one sweep's study."""
+
+    analysis: Analysis
+    sweep: SweepSpec
+    arms: pd.DataFrame
+    claims: pd.DataFrame
+    n_complete: int
+    n_trials: int
+
+
+def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
+    """``reproduced`` / ``contradicted`` / ``inconclusive (...)`` / ``no result`` for "better beats than"."""
+    if n_better == 0 or n_than == 0:
+        return "no result"
+    sign = 1.0 if direction == "maximize" else -1.0
+    low, high = sorted((sign * lo, sign * hi))
+    enough = min(n_better, n_than) >= MIN_SEEDS_FOR_VERDICT
+    if enough and low > 0:
+        return "reproduced"
+    if enough and high < 0:
+        return "contradicted"
+    lean = sign * delta
+    how = "tie" if lean == 0 else "leans the paper's way" if lean > 0 else "leans the other way"
+    return f"inconclusive ({how}{'' if enough else f'; under {MIN_SEEDS_FOR_VERDICT} seeds per arm'})"
+
+
+def objective_values(records: list[TrialRecord], label: str, metric: str) -> np.ndarray:
+    """The objective of every completed trial of sweep arm ``label``."""
+    vals = [r.metrics.get(metric) for r in records if r.arm == label and r.state == "COMPLETE"]
+    return np.array([v for v in vals if v is not None and not math.isnan(v)], dtype=float)
+
+
+def sweep_arm_for(ref: SweepRef, analysis: Analysis) -> dict[str, str]:
+    """Paper arm -> the sweep arm label standing for it (paper arms without one are left out)."""
+    out: dict[str, str] = {}
+    for label in ref.labels:
+        arm = ref.paper_arm(label, list(analysis.paper))
+        if arm is not None:
+            out.setdefault(arm, label)
+    return out
+
+
+def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord],
+              seed: int = 0) -> Reproduction:
+    """Both tables for ``records`` of the sweep ``spec`` (pure: no files, no study)."""
+    label_of = sweep_arm_for(ref, analysis)
+    values = {label: objective_values(records, label, spec.metric) for label in ref.labels}
+    base_vals = values[label_of[analysis.baseline]]
+    rows = [_arm_row(analysis, arm, label_of.get(arm), values, base_vals, seed) for arm in analysis.paper]
+    matched = set(label_of.values())
+    rows += [_arm_row(analysis, None, label, values, base_vals, seed) for label in ref.labels if label not in matched]
+    claims = []
+    for claim in analysis.claims:
+        better = values.get(label_of.get(claim.better, ""), np.array([]))
+        than = values.get(label_of.get(claim.than, ""), np.array([]))
+        d, lo, hi = bootstrap_diff(better, than, seed=seed) if len(better) and len(than) else (math.nan,) * 3
+        row: dict[str, Any] = {"claim": claim.text or f"{claim.better} beats {claim.than}",
+                               "better": claim.better, "than": claim.than}
+        for i, bench in enumerate(analysis.benchmarks):
+            row[f"paper Δ {bench}"] = analysis.paper[claim.better][i] - analysis.paper[claim.than][i]
+        row.update({"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi,
+                    "n better": len(better), "n than": len(than),
+                    "verdict": verdict(d, lo, hi, spec.direction, len(better), len(than))})
+        claims.append(row)
+    return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims),
+                        n_complete=sum(r.state == "COMPLETE" for r in records), n_trials=len(records))
+
+
+def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dict[str, np.ndarray],
+             base_vals: np.ndarray, seed: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"arm": arm or label, "sweep arm": label or "", "in paper": arm is not None}
+    for i, bench in enumerate(analysis.benchmarks):
+        paper = analysis.paper[arm][i] if arm else math.nan
+        row[f"paper {bench}"] = paper
+        row[f"paper Δ {bench}"] = paper - analysis.paper[analysis.baseline][i] if arm else math.nan
+    mine = values.get(label or "", np.array([]))
+    row["ours mean"] = float(mine.mean()) if len(mine) else math.nan
+    row["ours std"] = float(mine.std(ddof=1)) if len(mine) > 1 else math.nan
+    row["n"] = len(mine)
+    d, lo, hi = bootstrap_diff(mine, base_vals, seed=seed) if len(mine) and len(base_vals) else (math.nan,) * 3
+    row.update({"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi, "baseline": arm == analysis.baseline})
+    return row

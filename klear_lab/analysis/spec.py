@@ -1,0 +1,211 @@
+"""Analysis spec: one paper table or figure, its numbers, its claims and the sweeps that reproduce it.
+
+An ``analysis/*.yaml`` file::
+
+    title: "Figure 2: GPPO vs clip-higher vs CISPO (math RL)"
+    source: paper.md §4.3 (read off the figure: mean of the last 5 evals)
+    benchmarks: [AIME24 avg@32, LCB V5 avg@4]
+    paper:                              # paper arm -> one value per benchmark (null = not reported)
+      clip_higher: [0.791, 0.585]
+      gppo: [0.813, 0.589]
+    baseline: clip_higher               # deltas are taken against this paper arm
+    claims:                             # the paper's conclusions, each "better beats than"
+      - {better: gppo, than: clip_higher, text: GPPO beats clip-higher}
+    sweeps:                             # sweeps that reproduce it; the first with results is the default
+      - ../sweeps/quickstart.yaml       # sweep arms matched to paper arms by label or axis value
+      - {spec: ../sweeps/paper/fig2_clip.yaml, arms: {"clip=clip_higher": clip_higher}}
+
+A sweep arm matches a paper arm through the sweep entry's ``arms`` map, else when its label is a
+paper arm (``top1``), else when it is a one-axis label whose value is one (``clip=gppo`` ->
+``gppo``). Every check here runs without touching a study, so ``--validate-only`` style tests can
+load every shipped analysis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from klear_lab.config.compose import load_yaml
+from klear_lab.errors import ConfigError
+
+TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The paper's conclusion that arm ``better`` beats arm ``than``."""
+
+    better: str
+    than: str
+    text: str = ""
+
+
+@dataclass
+class SweepRef:
+    """One sweep that reproduces the analysis, with its arm label -> paper arm map."""
+
+    spec_path: Path
+    arms: dict[str, str] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)  # the sweep's grid arm labels
+
+    def paper_arm(self, label: str, paper_arms: list[str]) -> str | None:
+        """The paper arm a sweep arm label stands for, or None."""
+        if label in self.arms:
+            return self.arms[label]
+        if label in paper_arms:
+            return label
+        key, sep, value = label.partition("=")
+        if sep and "," not in label and value in paper_arms:
+            return value
+        return None
+
+
+@dataclass
+class Analysis:
+    """A parsed analysis spec (see the module docstring)."""
+
+    path: Path
+    title: str
+    source: str
+    benchmarks: list[str]
+    paper: dict[str, list[float]]
+    baseline: str
+    claims: list[Claim]
+    sweeps: list[SweepRef]
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def err(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {message}")
+
+
+def load_analysis(path: str | Path) -> Analysis:
+    """Parse and check ``path``; sweep specs are loaded to check their arm labels."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such analysis spec")
+    raw = load_yaml(path)
+    unknown = sorted(set(map(str, raw)) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
+    for key in ("title", "benchmarks", "paper", "baseline", "sweeps"):
+        if raw.get(key) in (None, "", [], {}):
+            raise ConfigError(f"{path}: {key}: required")
+    benchmarks = _strings(path, "benchmarks", raw["benchmarks"])
+    analysis = Analysis(
+        path=path, title=str(raw["title"]), source=str(raw.get("source") or ""), benchmarks=benchmarks,
+        paper=_paper(path, raw["paper"], len(benchmarks)), baseline=str(raw["baseline"]),
+        claims=[], sweeps=[], description=str(raw.get("description") or ""),
+    )
+    if analysis.baseline not in analysis.paper:
+        raise analysis.err("baseline", f"{analysis.baseline!r} is not a paper arm ({', '.join(analysis.paper)})")
+    analysis.claims = [_claim(analysis, i, c) for i, c in enumerate(_list(path, "claims", raw.get("claims") or []))]
+    analysis.sweeps = [_sweep_ref(analysis, i, s) for i, s in enumerate(_list(path, "sweeps", raw["sweeps"]))]
+    _check_coverage(analysis)
+    return analysis
+
+
+def _list(path: Path, key: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: {key}: expected a list, got {value!r}")
+    return value
+
+
+def _strings(path: Path, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: {key}: expected a list of strings, got {value!r}")
+    return list(value)
+
+
+def _paper(path: Path, raw: Any, width: int) -> dict[str, list[float]]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: paper: expected a mapping of arm -> values, got {raw!r}")
+    out = {}
+    for arm, values in raw.items():
+        where = f"{path}: paper.{arm}"
+        if not isinstance(values, list) or len(values) != width:
+            raise ConfigError(f"{where}: expected {width} values (one per benchmark), got {values!r}")
+        bad = [v for v in values if v is not None and (isinstance(v, bool) or not isinstance(v, int | float))]
+        if bad:
+            raise ConfigError(f"{where}: expected numbers or null, got {bad[0]!r}")
+        out[str(arm)] = [math.nan if v is None else float(v) for v in values]
+    return out
+
+
+def _claim(analysis: Analysis, i: int, raw: Any) -> Claim:
+    key = f"claims[{i}]"
+    if not isinstance(raw, dict) or not {"better", "than"} <= set(raw) or set(raw) - {"better", "than", "text"}:
+        raise analysis.err(key, f"expected {{better: ARM, than: ARM, text: ...}}, got {raw!r}")
+    claim = Claim(str(raw["better"]), str(raw["than"]), str(raw.get("text") or ""))
+    for side in ("better", "than"):
+        if getattr(claim, side) not in analysis.paper:
+            raise analysis.err(f"{key}.{side}", f"{getattr(claim, side)!r} is not a paper arm "
+                                                f"({', '.join(analysis.paper)})")
+    if claim.better == claim.than:
+        raise analysis.err(key, f"compares {claim.better!r} with itself")
+    return claim
+
+
+def _sweep_ref(analysis: Analysis, i: int, raw: Any) -> SweepRef:
+    key = f"sweeps[{i}]"
+    if isinstance(raw, str):
+        raw = {"spec": raw}
+    if not isinstance(raw, dict) or "spec" not in raw or set(raw) - {"spec", "arms"}:
+        raise analysis.err(key, f"expected a spec path or {{spec: PATH, arms: {{LABEL: PAPER_ARM}}}}, got {raw!r}")
+    spec_path = Path(raw["spec"])
+    if not spec_path.is_absolute():
+        spec_path = (analysis.path.parent / spec_path).resolve()
+    arms = raw.get("arms") or {}
+    if not isinstance(arms, dict):
+        raise analysis.err(f"{key}.arms", f"expected a mapping of sweep arm label -> paper arm, got {arms!r}")
+    labels = sweep_labels(analysis, key, spec_path)
+    ref = SweepRef(spec_path, {str(k): str(v) for k, v in arms.items()}, labels)
+    for label, arm in ref.arms.items():
+        if label not in labels:
+            raise analysis.err(f"{key}.arms.{label}", f"not an arm of {spec_path.name} (arms: {', '.join(labels)})")
+        if arm not in analysis.paper:
+            raise analysis.err(f"{key}.arms.{label}", f"{arm!r} is not a paper arm ({', '.join(analysis.paper)})")
+    matched: dict[str, str] = {}
+    for label in labels:
+        arm = ref.paper_arm(label, list(analysis.paper))
+        if arm is not None and arm in matched:
+            raise analysis.err(key, f"arms {matched[arm]!r} and {label!r} of {spec_path.name} both match "
+                                    f"paper arm {arm!r}; map one explicitly with `arms:`")
+        if arm is not None:
+            matched[arm] = label
+    if analysis.baseline not in matched:
+        raise analysis.err(key, f"no arm of {spec_path.name} matches the baseline {analysis.baseline!r} "
+                                f"(arms: {', '.join(labels)}); map one with `arms:`")
+    return ref
+
+
+def sweep_labels(analysis: Analysis, key: str, spec_path: Path) -> list[str]:
+    """The grid arm labels of a sweep spec (errors name the analysis key)."""
+    from klear_lab.sweep.grid import grid_arms
+    from klear_lab.sweep.spec import load_spec
+
+    if not spec_path.is_file():
+        raise analysis.err(key, f"{spec_path}: no such sweep spec")
+    try:
+        spec = load_spec(spec_path)
+    except ConfigError as exc:
+        raise analysis.err(key, str(exc)) from exc
+    if spec.sampler != "grid":
+        raise analysis.err(key, f"{spec_path.name} uses sampler {spec.sampler!r}; a reproduction needs a grid")
+    return [arm.label for arm in grid_arms(spec)]
+
+
+def _check_coverage(analysis: Analysis) -> None:
+    """Every paper arm is matched by some sweep (a typo in an arm name fails here)."""
+    matched: set[str] = set()
+    for ref in analysis.sweeps:
+        matched |= {ref.paper_arm(label, list(analysis.paper)) for label in ref.labels} - {None}
+    missing = [arm for arm in analysis.paper if arm not in matched]
+    if missing:
+        raise analysis.err("paper", f"arm {missing[0]!r} is matched by no sweep arm; name it in a sweep's `arms:` map")

@@ -1,0 +1,17 @@
+"""Argument parsing shared by ``klear-lab`` and the standalone sweep CLI."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, but ``key=value`` overrides may also follow the options
+    (``klear-lab sweep SPEC --workers 2 rl.steps=5``); argparse alone stops at the first option."""
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a]
+    if stray or (extra and not isinstance(getattr(args, "overrides", None), list)):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    return args

@@ -1,0 +1,148 @@
+"""Analysis specs (paper numbers + claims + sweeps) and the reproduction tables, on hand-made trials."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from sweep_fixtures import write_spec
+
+from klear_lab.analysis.reproduce import reproduce, verdict
+from klear_lab.analysis.spec import load_analysis
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.compare import TrialRecord
+from klear_lab.sweep.spec import load_spec
+
+# The toy sweep's arms are lr=0.001, lr=0.002, lr=0.003 (sweep_fixtures.write_spec).
+PAPER = {"0.001": [1.0, 10.0], "0.002": [2.0, 30.0], "0.003": [1.5, None]}
+
+
+def write_analysis(tmp: Path, **changes) -> Path:
+    spec = write_spec(tmp, seeds=(0, 1))
+    body = {"title": "Toy table", "source": "hand-made", "benchmarks": ["A", "B"], "paper": PAPER,
+            "baseline": "0.001", "claims": [{"better": "0.002", "than": "0.001", "text": "more lr helps"},
+                                            {"better": "0.001", "than": "0.003"},
+                                            {"better": "0.003", "than": "0.002"}],
+            "sweeps": [spec.name]} | changes
+    path = tmp / "toy_analysis.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def records(values: dict[str, list[float]]) -> list[TrialRecord]:
+    return [TrialRecord(arm, seed, "COMPLETE", {"val/acc": v}) for arm, vals in values.items()
+            for seed, v in enumerate(vals)]
+
+
+@pytest.mark.parametrize(("delta", "lo", "hi", "direction", "n", "expected"), [
+    (0.10, 0.05, 0.15, "maximize", 2, "reproduced"),
+    (-0.10, -0.15, -0.05, "maximize", 2, "contradicted"),
+    (0.10, 0.05, 0.15, "minimize", 2, "contradicted"),       # lower is better: a positive Δ goes against
+    (-0.10, -0.15, -0.05, "minimize", 2, "reproduced"),
+    (0.02, -0.01, 0.05, "maximize", 3, "inconclusive (leans the paper's way)"),
+    (-0.02, -0.05, 0.01, "maximize", 3, "inconclusive (leans the other way)"),
+    (0.0, -0.01, 0.01, "maximize", 2, "inconclusive (tie)"),
+    (0.10, 0.10, 0.10, "maximize", 1, "inconclusive (leans the paper's way; under 2 seeds per arm)"),
+    (math.nan, math.nan, math.nan, "maximize", 0, "no result"),
+])
+def test_verdict(delta, lo, hi, direction, n, expected):
+    assert verdict(delta, lo, hi, direction, n, n if n else 2) == expected
+
+
+def test_tables_put_paper_and_ours_side_by_side(tmp_path):
+    analysis = load_analysis(write_analysis(tmp_path))
+    spec = load_spec(analysis.sweeps[0].spec_path)
+    ref = analysis.sweeps[0]
+    rep = reproduce(analysis, ref, spec, records({"lr=0.001": [0.10, 0.12], "lr=0.002": [0.30, 0.32],
+                                                  "lr=0.003": [0.11, 0.13]}))
+    arms = rep.arms.set_index("arm")
+    assert list(arms.index) == ["0.001", "0.002", "0.003"]
+    assert list(arms["sweep arm"]) == ["lr=0.001", "lr=0.002", "lr=0.003"]
+    assert arms.loc["0.002", "paper Δ A"] == 1.0 and arms.loc["0.002", "paper Δ B"] == 20.0
+    assert math.isnan(arms.loc["0.003", "paper B"])                     # null = not reported
+    assert arms.loc["0.002", "ours mean"] == pytest.approx(0.31)
+    assert arms.loc["0.002", "ours std"] == pytest.approx(0.0141421, rel=1e-4)
+    assert arms.loc["0.002", "ours Δ"] == pytest.approx(0.20)
+    assert arms.loc["0.002", "ours Δ ci low"] == pytest.approx(0.18)     # every bootstrap combination
+    assert arms.loc["0.002", "ours Δ ci high"] == pytest.approx(0.22)
+    assert bool(arms.loc["0.001", "baseline"]) and not bool(arms.loc["0.002", "baseline"])
+    claims = rep.claims.set_index("claim")
+    assert list(claims["verdict"]) == ["reproduced", "inconclusive (leans the other way)", "contradicted"]
+    assert claims.loc["more lr helps", "paper Δ A"] == 1.0
+    assert claims.loc["0.001 beats 0.003", "ours Δ"] == pytest.approx(-0.01)
+    assert rep.n_complete == 6 and rep.n_trials == 6
+
+
+def test_unmatched_sweep_arms_and_missing_results(tmp_path):
+    path = write_analysis(tmp_path, paper={"0.001": [1.0, 1.0], "0.002": [2.0, 2.0]},
+                          claims=[{"better": "0.002", "than": "0.001"}])
+    analysis = load_analysis(path)
+    spec = load_spec(analysis.sweeps[0].spec_path)
+    recs = records({"lr=0.001": [0.1, 0.1], "lr=0.003": [0.5]})
+    recs.append(TrialRecord("lr=0.002", 0, "FAIL", {}))
+    rep = reproduce(analysis, analysis.sweeps[0], spec, recs)
+    assert list(rep.arms["arm"]) == ["0.001", "0.002", "lr=0.003"]       # ours-only arm last
+    assert list(rep.arms["in paper"]) == [True, True, False]
+    assert list(rep.arms["n"]) == [2, 0, 1]
+    assert rep.claims["verdict"].tolist() == ["no result"]
+    assert rep.n_complete == 3 and rep.n_trials == 4
+
+
+def test_explicit_arm_map(tmp_path):
+    spec = write_spec(tmp_path, seeds=(0, 1))
+    path = write_analysis(tmp_path, paper={"low": [1.0, 1.0], "high": [2.0, 2.0]}, baseline="low", claims=[],
+                          sweeps=[{"spec": spec.name, "arms": {"lr=0.001": "low", "lr=0.003": "high"}}])
+    analysis = load_analysis(path)
+    rep = reproduce(analysis, analysis.sweeps[0], load_spec(spec), records({"lr=0.001": [0.1], "lr=0.003": [0.3]}))
+    assert list(zip(rep.arms["arm"], rep.arms["sweep arm"], strict=True)) == [
+        ("low", "lr=0.001"), ("high", "lr=0.003"), ("lr=0.002", "lr=0.002")]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"colour": 1}, "unknown key 'colour'"),
+    ({"title": None}, "title: required"),
+    ({"paper": {"0.001": [1.0], "0.002": [2.0, 2.0]}}, "paper.0.001: expected 2 values"),
+    ({"paper": {"0.001": [1.0, "x"], "0.002": [2.0, 2.0]}}, "paper.0.001: expected numbers or null, got 'x'"),
+    ({"baseline": "0.5"}, "baseline: '0.5' is not a paper arm"),
+    ({"claims": [{"better": "0.002", "than": "0.01"}]}, "claims[0].than: '0.01' is not a paper arm"),
+    ({"claims": [{"better": "0.002", "than": "0.002"}]}, "claims[0]: compares '0.002' with itself"),
+    ({"claims": [{"better": "0.002"}]}, "claims[0]: expected {better: ARM, than: ARM"),
+    ({"sweeps": ["nope.yaml"]}, "sweeps[0]: "),
+    ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=9": "0.001"}}]}, "sweeps[0].arms.lr=9: not an arm of toy.yaml"),
+    ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.001": "zzz"}}]}, "sweeps[0].arms.lr=0.001: 'zzz' is not"),
+    ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.003": "0.002"}}]}, "both match paper arm '0.002'"),
+    ({"paper": {"0.001": [1.0, 1.0], "0.5": [1.0, 1.0]}, "claims": []}, "paper: arm '0.5' is matched by no sweep"),
+    ({"paper": {"x": [1.0, 1.0]}, "baseline": "x", "claims": []}, "no arm of toy.yaml matches the baseline 'x'"),
+])
+def test_bad_analysis_specs_name_file_and_key(tmp_path, changes, message):
+    path = write_analysis(tmp_path, **changes)
+    with pytest.raises(ConfigError) as err:
+        load_analysis(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_shipped_analyses_load(repo_root):
+    paths = sorted(Path(repo_root, "analysis").glob("*.yaml"))
+    assert len(paths) >= 9
+    for path in paths:
+        analysis = load_analysis(path)
+        assert analysis.claims and analysis.sweeps, path
+        for claim in analysis.claims:  # every shipped claim is one the paper's own numbers support
+            deltas = [b - t for b, t in zip(analysis.paper[claim.better], analysis.paper[claim.than], strict=True)
+                      if not math.isnan(b - t)]
+            assert sum(d > 0 for d in deltas) > len(deltas) / 2, (path, claim)
+
+
+def test_a_sweep_not_listed_in_the_analysis_matches_by_label(tmp_path):
+    from klear_lab.analysis import _ref_for
+
+    analysis = load_analysis(write_analysis(tmp_path))
+    mine = load_spec(write_spec(tmp_path, name="mine", lrs=(0.001, 0.003)))
+    ref = _ref_for(analysis, mine)
+    assert ref.labels == ["lr=0.001", "lr=0.003"] and ref.spec_path == Path(mine.path)
+    rep = reproduce(analysis, ref, mine, records({"lr=0.001": [0.1, 0.1], "lr=0.003": [0.3, 0.3]}))
+    assert rep.claims["verdict"].tolist() == ["no result", "contradicted", "no result"]
+    with pytest.raises(ConfigError, match="matches the baseline '0.001'"):
+        _ref_for(analysis, load_spec(write_spec(tmp_path, name="other", lrs=(0.002, 0.003))))

@@ -1,0 +1,76 @@
+"""``klear-lab reproduce`` on a real sweep (subprocess trials, SQLite study) of the fast toy runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pandas as pd
+import yaml
+from sweep_fixtures import REPO, sweep_cmd, write_spec
+
+from klear_lab.cli_sweep import main
+
+
+def write_analysis(tmp, name: str, sweep: str) -> None:
+    body = {"title": f"Toy {name}", "benchmarks": ["A"], "paper": {"0.001": [1.0], "0.002": [2.0], "0.003": [3.0]},
+            "baseline": "0.001", "sweeps": [sweep],
+            "claims": [{"better": "0.002", "than": "0.001", "text": "0.002 beats 0.001"},
+                       {"better": "0.001", "than": "0.003", "text": "0.001 beats 0.003"}]}
+    (tmp / "analysis").mkdir(exist_ok=True)
+    (tmp / "analysis" / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+
+
+def run_sweep(spec) -> None:
+    env = {**os.environ, "KLEAR_FAKE_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(sweep_cmd(spec, "--workers", "2"), cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_reproduce_a_finished_sweep(tmp_path, capsys):
+    spec = write_spec(tmp_path, seeds=(0, 1))
+    write_analysis(tmp_path, "toy_table", "../toy.yaml")
+    write_analysis(tmp_path, "other_table", "../other.yaml")
+    write_spec(tmp_path, name="other")                       # a sweep that has not run
+    analysis = tmp_path / "analysis" / "toy_table.yaml"
+
+    assert main(["reproduce", str(analysis)]) == 2           # nothing run yet: say what to run
+    err = capsys.readouterr().err
+    assert "no results yet" in err and f"klear-lab sweep {spec}" in err and str(analysis) in err
+
+    run_sweep(spec)
+    assert main(["reproduce", str(analysis)]) == 0
+    out_dir = tmp_path / "out" / "toy" / "reproduce" / "toy_table"
+    claims = pd.read_csv(out_dir / "claims.csv")
+    # toy runner: val/acc = 100 * lr + seed / 1000, so lr=0.002 > lr=0.001 > ... < lr=0.003
+    assert claims["verdict"].tolist() == ["reproduced", "contradicted"]
+    assert pd.read_csv(out_dir / "arms.csv")["n"].tolist() == [2, 2, 2]
+    report = (out_dir / "report.md").read_text()
+    assert "6 of 6 trials complete" in report and "| 0.002 beats 0.001 |" in report
+    assert (out_dir / "deltas.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(out_dir.glob(".*tmp*"))                  # no temporary files left behind
+    printed = capsys.readouterr().out
+    assert "reproduced" in printed and "contradicted" in printed and str(out_dir / "report.md") in printed
+
+    # the sweep directory (its frozen spec) as an explicit target, and another output dir
+    assert main(["reproduce", str(analysis), str(tmp_path / "out" / "toy"), "--out-dir", str(tmp_path / "r")]) == 0
+    assert pd.read_csv(tmp_path / "r" / "claims.csv")["verdict"].tolist() == ["reproduced", "contradicted"]
+
+    # a directory of analyses: the one with results is reproduced, the other is skipped
+    capsys.readouterr()
+    assert main(["reproduce", str(tmp_path / "analysis")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped:" in out and "other_table.yaml: no results yet" in out and "Toy toy_table" in out
+
+
+def test_validate_only_and_bad_spec(tmp_path, capsys):
+    write_spec(tmp_path, seeds=(0, 1))
+    write_analysis(tmp_path, "toy_table", "../toy.yaml")
+    assert main(["reproduce", str(tmp_path / "analysis"), "--validate-only"]) == 0
+    assert "ok: " in capsys.readouterr().out
+    bad = tmp_path / "analysis" / "toy_table.yaml"
+    bad.write_text(bad.read_text().replace("baseline: '0.001'", "baseline: '0.9'"))
+    assert main(["reproduce", str(bad), "--validate-only"]) == 2
+    assert f"{bad}: baseline: '0.9' is not a paper arm" in capsys.readouterr().err
+    assert main(["reproduce", str(tmp_path / "nothing.yaml")]) == 2
