@@ -146,12 +146,9 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         return
     import fcntl
 
-    from klear_lab.config.compose import compose
     from klear_lab.tracking import config_hash
 
-    parent = compose(m["init_from"])
-    parent["run"]["out_dir"] = cfg["run"]["out_dir"]
-    parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
+    parent = parent_config(cfg)
     out = Path(parent["run"]["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f".init-{config_hash(parent)}.lock", "w") as lock:
@@ -162,6 +159,16 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
 
             run_dir = run_experiment(parent).run_dir
     m["name_or_path"] = str(run_dir)
+
+
+def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The composed ``model.init_from`` experiment, run in ``cfg``'s output dir with its threads."""
+    from klear_lab.config.compose import compose
+
+    parent = compose(cfg["model"]["init_from"])
+    parent["run"]["out_dir"] = cfg["run"]["out_dir"]
+    parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
+    return parent
 
 
 def find_completed_run(out_dir: Path, cfg_hash: str) -> Path | None:

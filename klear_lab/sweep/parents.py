@@ -5,6 +5,9 @@ Each trial would train a missing parent itself (under a file lock, so only once)
 quickstart SFT took about 370 s that way. Trained here first, in its own process with all cores,
 the trials then find it by config hash (threads and output dir are not part of the hash).
 Skipped when an axis changes the parent, for custom runners, and when there is no ``init_from``.
+A starting point another sweep under the same ``out_dir`` already trained with the same config
+is linked in instead of retrained (``link_sibling_start``): the embedded RL ablation sweeps all
+start from the quickstart SFT model.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from klear_lab.config.compose import compose
@@ -45,11 +49,39 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     log(f"sweep {spec.name}: starting point (model.init_from) on {threads} thread(s), log {log_path}")
     started = time.time()
     with open(log_path, "ab") as out:
+        offset = out.tell()
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
     if code != 0:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment} failed "
                           f"(exit {code}); see {log_path}")
-    log(f"sweep {spec.name}: starting point ready in {time.time() - started:.1f}s")
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        reused = [line for line in f.read().decode(errors="replace").splitlines() if " reusing " in line]
+    log(f"sweep {spec.name}: {reused[-1] if reused else 'starting point ready'} in {time.time() - started:.1f}s")
+
+
+def link_sibling_start(cfg: dict[str, Any]) -> Path | None:
+    """Link a completed starting point with the same config hash from another sweep under the same
+    ``out_dir`` (``sweep_runs/*/runs``) into this sweep's runs dir, so it is not trained again.
+
+    Trials then find it by hash as usual; if the other sweep's directory goes away, the link
+    no longer counts as a completed run and the next sweep trains its own."""
+    from klear_lab import builders
+    from klear_lab.tracking import config_hash
+
+    runs = Path(cfg["run"]["out_dir"])
+    wanted = config_hash(builders.parent_config(cfg))
+    if builders.find_completed_run(runs, wanted) is not None:
+        return None
+    for other in sorted(runs.parent.parent.glob("*/runs")):
+        found = None if other.resolve() == runs.resolve() else builders.find_completed_run(other, wanted)
+        if found is not None:
+            runs.mkdir(parents=True, exist_ok=True)
+            link = runs / found.name
+            if not link.exists():
+                link.symlink_to(found.resolve(), target_is_directory=True)
+            return found
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -60,6 +92,9 @@ def main(argv: list[str]) -> int:
     cfg = compose(experiment, overrides)
     cfg["run"]["out_dir"] = runs
     cfg["trainer"]["num_threads"] = int(threads)  # the parent run takes its threads from here
+    reused = link_sibling_start(cfg)
+    if reused is not None:
+        print(f"starting point: reusing {reused} (same config, trained by another sweep)", flush=True)
     builders.resolve_init_from(cfg)
     print(f"starting point: {cfg['model']['name_or_path']}", flush=True)
     return 0

@@ -65,3 +65,27 @@ def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
 def test_no_shared_parent_when_an_axis_changes_it(tmp_path):
     spec = load_spec(_spec(tmp_path, TINY_PARENT, axes={"model.init_from": ["parent.yaml", "other.yaml"]}))
     assert not needs_parent(spec, _base(spec))
+
+
+def test_another_sweep_reuses_the_starting_point(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    first = load_spec(_spec(tmp_path, TINY_PARENT))
+    train_parent(first, _base(first), threads=1, log=lambda line: None)
+    found = builders.find_completed_run(first.runs_dir, config_hash(compose(tmp_path / "parent.yaml")))
+    second = load_spec(_spec(tmp_path, TINY_PARENT, axes={"rl.alpha": [0.0, 0.1]}), name="second")
+    lines: list[str] = []
+    train_parent(second, _base(second), threads=1, log=lines.append)
+    link = second.runs_dir / found.name
+    assert link.is_symlink() and link.resolve() == found.resolve()
+    assert [p for p in second.runs_dir.iterdir() if not p.name.startswith(".")] == [link]  # nothing trained
+    assert any(f"reusing {found}" in line for line in lines), lines
+    trial = compose(tmp_path / "child.yaml", [f"run.out_dir={second.runs_dir}", "trainer.num_threads=1"])
+    builders.resolve_init_from(trial)
+    assert trial["model"]["name_or_path"] == str(link)
+    # the other sweep's directory gone: the dangling link does not count, the next sweep trains its own
+    import shutil
+
+    shutil.rmtree(first.sweep_dir)
+    third = load_spec(_spec(tmp_path, TINY_PARENT), name="third")
+    train_parent(third, _base(third), threads=1, log=lambda line: None)
+    assert builders.find_completed_run(third.runs_dir, config_hash(compose(tmp_path / "parent.yaml"))) is not None
