@@ -36,6 +36,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from klear_lab.analysis import NoResults, load_analysis, run_reproduction
+    from klear_lab.analysis.report import print_summary, summary_markdown
 
     path = Path(args.analysis)
     paths = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
@@ -43,17 +44,25 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise KlearError(f"{path}: a directory of analyses takes no sweep target or --out-dir")
     if not paths:
         raise KlearError(f"{path}: no analysis specs (*.yaml) in this directory")
+    reps, skipped = [], []
     for p in paths:
         if args.validate_only:
             analysis = load_analysis(p)
             print(f"ok: {p}: {analysis.title} ({len(analysis.sweeps)} sweep(s), {len(analysis.claims)} claim(s))")
             continue
         try:
-            run_reproduction(p, args.target, args.out_dir)
+            reps.append(run_reproduction(p, args.target, args.out_dir))
         except NoResults as exc:
             if not path.is_dir():
                 raise
             print(f"skipped: {exc}")
+            skipped.append(p.stem)
+    if path.is_dir() and not args.validate_only:
+        print_summary(reps, skipped)
+        if args.summary:
+            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.summary).write_text(summary_markdown(reps, skipped))
+            print(f"summary: {args.summary}")
     return 0
 
 
@@ -92,6 +101,7 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="sweep directory or spec (default: the first of the analysis's sweeps that has results)")
     p.add_argument("--out-dir", default=None, help="where to write (default: SWEEP_DIR/reproduce/ANALYSIS)")
     p.add_argument("--validate-only", action="store_true", help="check the analysis specs, read no study")
+    p.add_argument("--summary", default=None, help="with a directory: also write the claims summary (markdown) here")
     p.set_defaults(func=_reproduce)
     p = subparsers.add_parser("dashboard", help="serve optuna-dashboard for a sweep's study")
     p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")

@@ -145,3 +145,37 @@ def _atomic(path: Path, write: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
+    """One line per paper claim across analyses: where it was tested and what came out."""
+    lines = ["# The paper's claims on this machine's sweeps", "",
+             "| table / figure | claim | sweep | ours Δ [95% CI] | seeds | verdict |", "|---|---|---|---|---|---|"]
+    for rep in reps:
+        for _, row in rep.claims.iterrows():
+            lines.append(f"| {rep.analysis.title} | {row['claim']} | `{rep.sweep.name}` | {interval(row)} | "
+                         f"{row['n better']}/{row['n than']} | {row['verdict']} |")
+    if skipped:
+        lines += ["", "Not run yet: " + ", ".join(f"`{name}`" for name in skipped)]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = None) -> None:
+    """The summary as a Rich table (reproduced green, contradicted red)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from klear_lab.console import make_console
+
+    console = console or make_console()
+    table = Table(title="the paper's claims on this machine's sweeps")
+    for col in ("table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"):
+        table.add_column(col)
+    for rep in reps:
+        for _, row in rep.claims.iterrows():
+            style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
+            table.add_row(escape(rep.analysis.title), escape(row["claim"]), escape(rep.sweep.name), interval(row),
+                          f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)
+    console.print(table)
+    if skipped:
+        console.print("not run yet: " + ", ".join(skipped))

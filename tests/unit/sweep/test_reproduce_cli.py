@@ -59,9 +59,14 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys):
 
     # a directory of analyses: the one with results is reproduced, the other is skipped
     capsys.readouterr()
-    assert main(["reproduce", str(tmp_path / "analysis")]) == 0
+    summary = tmp_path / "summary" / "claims.md"
+    assert main(["reproduce", str(tmp_path / "analysis"), "--summary", str(summary)]) == 0
     out = capsys.readouterr().out
     assert "skipped:" in out and "other_table.yaml: no results yet" in out and "Toy toy_table" in out
+    assert "the paper's claims on this machine's sweeps" in out and "not run yet: other_table" in out
+    text = summary.read_text()
+    assert "| Toy toy_table | 0.002 beats 0.001 | `toy` |" in text and "| reproduced |" in text
+    assert "Not run yet: `other_table`" in text
 
 
 def test_validate_only_and_bad_spec(tmp_path, capsys):
