@@ -158,7 +158,7 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
             from klear_lab.run import run_experiment
 
             run_dir = run_experiment(parent).run_dir
-    m["name_or_path"] = str(run_dir)
+    m["name_or_path"] = str(run_dir.resolve())  # the real directory, also when linked from another sweep
 
 
 def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     """``parse_args``, but ``key=value`` overrides may also follow the options
     (``klear-lab sweep SPEC --workers 2 rl.steps=5``); argparse alone stops at the first option."""
     args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]  # `... --workers 2 -- a=1`: the separator is not an override
     stray = [a for a in extra if a.startswith("-") or "=" not in a]
     if stray or (extra and not isinstance(getattr(args, "overrides", None), list)):
         parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")

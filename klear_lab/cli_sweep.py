@@ -36,33 +36,45 @@ def _reproduce(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from klear_lab.analysis import NoResults, load_analysis, run_reproduction
-    from klear_lab.analysis.report import print_summary, summary_markdown
+    from klear_lab.analysis.report import atomic_write, print_summary, summary_markdown
 
     path = Path(args.analysis)
-    paths = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
-    if path.is_dir() and (args.target or args.out_dir):
+    many = path.is_dir()
+    if many and (args.target or args.out_dir):
         raise KlearError(f"{path}: a directory of analyses takes no sweep target or --out-dir")
+    if args.summary and (not many or args.validate_only):
+        raise KlearError("--summary goes with a directory of analyses (klear-lab reproduce analysis/ --summary F)")
+    paths = sorted(path.glob("*.yaml")) if many else [path]
     if not paths:
         raise KlearError(f"{path}: no analysis specs (*.yaml) in this directory")
-    reps, skipped = [], []
+    reps, skipped, failed = [], [], []
     for p in paths:
-        if args.validate_only:
-            analysis = load_analysis(p)
-            print(f"ok: {p}: {analysis.title} ({len(analysis.sweeps)} sweep(s), {len(analysis.claims)} claim(s))")
-            continue
         try:
-            reps.append(run_reproduction(p, args.target, args.out_dir))
+            if args.validate_only:
+                analysis = load_analysis(p)
+                print(f"ok: {p}: {analysis.title} ({len(analysis.sweeps)} sweep(s), {len(analysis.claims)} claim(s))")
+            else:
+                reps.append(run_reproduction(p, args.target, args.out_dir))
         except NoResults as exc:
-            if not path.is_dir():
+            if not many:
                 raise
             print(f"skipped: {exc}")
             skipped.append(p.stem)
-    if path.is_dir() and not args.validate_only:
+        except KlearError as exc:  # one bad analysis does not hide the others' results
+            if not many:
+                raise
+            print(f"klear-lab: error: {exc}", file=sys.stderr)
+            failed.append(p.stem)
+    if many and not args.validate_only:
         print_summary(reps, skipped)
         if args.summary:
-            Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.summary).write_text(summary_markdown(reps, skipped))
-            print(f"summary: {args.summary}")
+            out = Path(args.summary)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(out, lambda tmp: Path(tmp).write_text(summary_markdown(reps, skipped)))
+            print(f"summary: {out}")
+    if failed:
+        print(f"klear-lab: error: {len(failed)} analysis spec(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -31,8 +31,9 @@ def run_reproduction(analysis_path: str | Path, target: str | Path | None = None
     from klear_lab.sweep.storage import open_study
 
     analysis = load_analysis(analysis_path)
-    spec, url = locate(target if target is not None else _first_with_results(analysis))
-    ref = _ref_for(analysis, spec)
+    where = Path(target) if target is not None else _first_with_results(analysis)
+    spec, url = locate(where)
+    ref = _ref_for(analysis, spec, _source_spec(where))
     study = open_study(spec, url, create=False, heartbeat=False)
     rep = reproduce(analysis, ref, spec, load_records(spec, study))
     write_reproduction(rep, Path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name, console)
@@ -51,22 +52,32 @@ def _first_with_results(analysis: Analysis) -> Path:
     raise NoResults(f"{analysis.path}: no results yet; run one of: " + "; ".join(looked))
 
 
-def _ref_for(analysis: Analysis, spec: Any) -> SweepRef:
-    """The analysis's entry for this sweep (same arm labels), else one matching arms by label."""
+def _source_spec(target: Path) -> Path:
+    """The spec file a sweep was launched from (a sweep dir records it in ``sweep.json``)."""
+    import json
+
+    meta = target / "sweep.json"
+    if target.is_dir() and meta.is_file():
+        return Path(json.loads(meta.read_text()).get("spec", target / "spec.yaml"))
+    return target.resolve()
+
+
+def _ref_for(analysis: Analysis, spec: Any, source: Path) -> SweepRef:
+    """The analysis's entry for this sweep: the one naming its spec file, else the one with the same
+    arm labels, else a new entry matching arms by label (checked like the listed ones)."""
+    from klear_lab.analysis.spec import make_ref
     from klear_lab.sweep.grid import grid_arms
 
     if spec.sampler != "grid":
         raise ConfigError(f"{spec.path}: sampler {spec.sampler!r}; a reproduction needs a grid sweep")
     labels = [arm.label for arm in grid_arms(spec)]
     for ref in analysis.sweeps:
+        if ref.spec_path.resolve() == source.resolve():
+            return ref
+    for ref in analysis.sweeps:
         if ref.labels == labels:
             return ref
-    ref = SweepRef(Path(spec.path), {}, labels)
-    if analysis.baseline not in {ref.paper_arm(label, list(analysis.paper)) for label in labels}:
-        raise ConfigError(f"{spec.path}: none of its arms ({', '.join(labels)}) matches the baseline "
-                          f"{analysis.baseline!r} of {analysis.path}; add the sweep to its `sweeps:` with an "
-                          "`arms:` map")
-    return ref
+    return make_ref(analysis, f"sweep {source}", Path(spec.path), {}, labels)
 
 
 def _display(path: Path) -> str:

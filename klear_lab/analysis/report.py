@@ -36,8 +36,8 @@ def interval(row: Any) -> str:
     d, lo, hi = row["ours Δ"], row["ours Δ ci low"], row["ours Δ ci high"]
     if math.isnan(d):
         return "–"
-    if abs(d) <= 1e-6 * max(abs(lo), abs(hi), 1e-12):  # float32-logged equal means differ by ~1e-8
-        d = 0.0
+    if math.isnan(lo):
+        return f"{d:+.4g} [no interval: 1 seed]"
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
 
 
@@ -79,7 +79,7 @@ def to_markdown(rep: Reproduction) -> str:
     lines = [f"# {a.title}", "", f"- paper numbers: {a.source or '(no source given)'}",
              f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {rep.n_complete} of "
              f"{rep.n_trials} trials complete", f"- ours: `{s.metric}` ({s.direction}), mean ± std across seeds; "
-             "Δ vs the baseline arm with a bootstrap 95 % interval", ""]
+             "Δ vs the baseline arm with a Welch t 95 % interval over seeds", ""]
     lines += _md_table(arm_header(rep), [arm_cells(rep, r) for _, r in rep.arms.iterrows()])
     if not rep.claims.empty:
         lines += ["", "## The paper's claims", ""]
@@ -88,8 +88,10 @@ def to_markdown(rep: Reproduction) -> str:
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return out + ["| " + " | ".join(cells) + " |" for cells in rows]
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return [line(head), "|" + "---|" * len(head), *[line(cells) for cells in rows]]
 
 
 def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, console: Any = None) -> None:
@@ -100,7 +102,8 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     from klear_lab.console import make_console
 
     console = console or make_console()
-    table = Table(title=f"{rep.analysis.title} — sweep {rep.sweep.name} ({rep.n_complete}/{rep.n_trials} trials)")
+    title = f"{rep.analysis.title} — sweep {rep.sweep.name} ({rep.n_complete}/{rep.n_trials} trials)"
+    table = Table(title=escape(title))
     for i, col in enumerate(arm_header(rep)):
         table.add_column(escape(col), justify="left" if i < 2 else "right")
     for _, row in rep.arms.iterrows():
@@ -114,8 +117,8 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
             style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
             claims.add_row(*[escape(c) for c in claim_cells(rep, row)], style=style)
         console.print(claims)
-    console.print(f"report: {out_dir / 'report.md'}  tables: {out_dir / 'arms.csv'}  {out_dir / 'claims.csv'}")
-    console.print(f"figure: {png}" if png else "figure: none (no completed trials)")
+    console.print(escape(f"report: {out_dir / 'report.md'}  tables: {out_dir / 'arms.csv'}  {out_dir / 'claims.csv'}"))
+    console.print(escape(f"figure: {png}") if png else "figure: none (no completed trials)")
 
 
 def write_reproduction(rep: Reproduction, out_dir: Path, console: Any = None) -> Path | None:
@@ -123,13 +126,13 @@ def write_reproduction(rep: Reproduction, out_dir: Path, console: Any = None) ->
     from klear_lab.analysis.figure import plot_deltas
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic(out_dir / "arms.csv", lambda p: rep.arms.to_csv(p, index=False))
-    _atomic(out_dir / "claims.csv", lambda p: _claims_frame(rep).to_csv(p, index=False))
-    _atomic(out_dir / "report.md", lambda p: Path(p).write_text(to_markdown(rep)))
+    atomic_write(out_dir / "arms.csv", lambda p: rep.arms.to_csv(p, index=False))
+    atomic_write(out_dir / "claims.csv", lambda p: _claims_frame(rep).to_csv(p, index=False))
+    atomic_write(out_dir / "report.md", lambda p: Path(p).write_text(to_markdown(rep)))
     png = None
     if rep.arms["n"].sum() > 0:
         png = out_dir / "deltas.png"
-        _atomic(png, lambda p: plot_deltas(rep, p))
+        atomic_write(png, lambda p: plot_deltas(rep, p))
     print_reproduction(rep, out_dir, png, console)
     return png
 
@@ -138,7 +141,8 @@ def _claims_frame(rep: Reproduction) -> pd.DataFrame:
     return rep.claims if not rep.claims.empty else pd.DataFrame(columns=["claim", "verdict"])
 
 
-def _atomic(path: Path, write: Any) -> None:
+def atomic_write(path: Path, write: Any) -> None:
+    """``write(tmp)`` then rename onto ``path``: readers never see half a file, a failure leaves the old one."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
     try:
         write(tmp)
@@ -149,12 +153,11 @@ def _atomic(path: Path, write: Any) -> None:
 
 def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
     """One line per paper claim across analyses: where it was tested and what came out."""
-    lines = ["# The paper's claims on this machine's sweeps", "",
-             "| table / figure | claim | sweep | ours Δ [95% CI] | seeds | verdict |", "|---|---|---|---|---|---|"]
-    for rep in reps:
-        for _, row in rep.claims.iterrows():
-            lines.append(f"| {rep.analysis.title} | {row['claim']} | `{rep.sweep.name}` | {interval(row)} | "
-                         f"{row['n better']}/{row['n than']} | {row['verdict']} |")
+    rows = [[rep.analysis.title, row["claim"], f"`{rep.sweep.name}`", interval(row),
+             f"{row['n better']}/{row['n than']}", row["verdict"]]
+            for rep in reps for _, row in rep.claims.iterrows()]
+    lines = ["# The paper's claims on this machine's sweeps", ""]
+    lines += _md_table(["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"], rows)
     if skipped:
         lines += ["", "Not run yet: " + ", ".join(f"`{name}`" for name in skipped)]
     return "\n".join(lines) + "\n"

@@ -2,15 +2,15 @@
 
 The paper reports one benchmark score per arm; a sweep reports its objective per trial (several
 seeds per arm). Neither scale is the other's, so the comparison is about *differences*: each
-arm's delta against the baseline arm, the paper's per benchmark and ours with a bootstrap 95 %
-interval over seeds (``sweep.compare.bootstrap_diff``). A claim "A beats B" is
+arm's delta against the baseline arm, the paper's per benchmark and ours with a Welch t 95 %
+interval over seeds (``analysis.stats``). A claim "A beats B" is
 
 - ``reproduced`` when our interval for A - B lies entirely on the better side of 0,
 - ``contradicted`` when it lies entirely on the worse side,
 - ``inconclusive`` otherwise, saying which way the means lean.
 
-Both arms need at least two completed seeds for a verdict other than inconclusive: one seed per
-arm gives a zero-width interval that would call any difference significant.
+Both arms need at least two completed seeds for an interval; with two, only a difference several
+times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.analysis.spec import Analysis, SweepRef
-from klear_lab.sweep.compare import TrialRecord, bootstrap_diff
+from klear_lab.analysis.stats import welch_interval
+from klear_lab.sweep.compare import TrialRecord
 from klear_lab.sweep.spec import SweepSpec
 
 MIN_SEEDS_FOR_VERDICT = 2
@@ -46,12 +47,13 @@ def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n
     if n_better == 0 or n_than == 0:
         return "no result"
     sign = 1.0 if direction == "maximize" else -1.0
-    low, high = sorted((sign * lo, sign * hi))
-    enough = min(n_better, n_than) >= MIN_SEEDS_FOR_VERDICT
-    if enough and low > 0:
-        return "reproduced"
-    if enough and high < 0:
-        return "contradicted"
+    enough = min(n_better, n_than) >= MIN_SEEDS_FOR_VERDICT and not math.isnan(lo)
+    if enough:
+        low, high = sorted((sign * lo, sign * hi))
+        if low > 0:
+            return "reproduced"
+        if high < 0:
+            return "contradicted"
     lean = sign * delta
     how = "tie" if lean == 0 else "leans the paper's way" if lean > 0 else "leans the other way"
     return f"inconclusive ({how}{'' if enough else f'; under {MIN_SEEDS_FOR_VERDICT} seeds per arm'})"
@@ -73,20 +75,19 @@ def sweep_arm_for(ref: SweepRef, analysis: Analysis) -> dict[str, str]:
     return out
 
 
-def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord],
-              seed: int = 0) -> Reproduction:
+def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord]) -> Reproduction:
     """Both tables for ``records`` of the sweep ``spec`` (pure: no files, no study)."""
     label_of = sweep_arm_for(ref, analysis)
     values = {label: objective_values(records, label, spec.metric) for label in ref.labels}
     base_vals = values[label_of[analysis.baseline]]
-    rows = [_arm_row(analysis, arm, label_of.get(arm), values, base_vals, seed) for arm in analysis.paper]
+    rows = [_arm_row(analysis, arm, label_of.get(arm), values, base_vals) for arm in analysis.paper]
     matched = set(label_of.values())
-    rows += [_arm_row(analysis, None, label, values, base_vals, seed) for label in ref.labels if label not in matched]
+    rows += [_arm_row(analysis, None, label, values, base_vals) for label in ref.labels if label not in matched]
     claims = []
     for claim in analysis.claims:
         better = values.get(label_of.get(claim.better, ""), np.array([]))
         than = values.get(label_of.get(claim.than, ""), np.array([]))
-        d, lo, hi = bootstrap_diff(better, than, seed=seed) if len(better) and len(than) else (math.nan,) * 3
+        d, lo, hi = welch_interval(better, than)
         row: dict[str, Any] = {"claim": claim.text or f"{claim.better} beats {claim.than}",
                                "better": claim.better, "than": claim.than}
         for i, bench in enumerate(analysis.benchmarks):
@@ -100,7 +101,7 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
 
 
 def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dict[str, np.ndarray],
-             base_vals: np.ndarray, seed: int) -> dict[str, Any]:
+             base_vals: np.ndarray) -> dict[str, Any]:
     row: dict[str, Any] = {"arm": arm or label, "sweep arm": label or "", "in paper": arm is not None}
     for i, bench in enumerate(analysis.benchmarks):
         paper = analysis.paper[arm][i] if arm else math.nan
@@ -110,6 +111,6 @@ def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dic
     row["ours mean"] = float(mine.mean()) if len(mine) else math.nan
     row["ours std"] = float(mine.std(ddof=1)) if len(mine) > 1 else math.nan
     row["n"] = len(mine)
-    d, lo, hi = bootstrap_diff(mine, base_vals, seed=seed) if len(mine) and len(base_vals) else (math.nan,) * 3
+    d, lo, hi = welch_interval(mine, base_vals)
     row.update({"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi, "baseline": arm == analysis.baseline})
     return row

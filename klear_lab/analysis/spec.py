@@ -98,6 +98,8 @@ def load_analysis(path: str | Path) -> Analysis:
         if raw.get(key) in (None, "", [], {}):
             raise ConfigError(f"{path}: {key}: required")
     benchmarks = _strings(path, "benchmarks", raw["benchmarks"])
+    if len(set(benchmarks)) != len(benchmarks):
+        raise ConfigError(f"{path}: benchmarks: names must be distinct, got {benchmarks}")
     analysis = Analysis(
         path=path, title=str(raw["title"]), source=str(raw.get("source") or ""), benchmarks=benchmarks,
         paper=_paper(path, raw["paper"], len(benchmarks)), baseline=str(raw["baseline"]),
@@ -164,8 +166,14 @@ def _sweep_ref(analysis: Analysis, i: int, raw: Any) -> SweepRef:
     arms = raw.get("arms") or {}
     if not isinstance(arms, dict):
         raise analysis.err(f"{key}.arms", f"expected a mapping of sweep arm label -> paper arm, got {arms!r}")
-    labels = sweep_labels(analysis, key, spec_path)
-    ref = SweepRef(spec_path, {str(k): str(v) for k, v in arms.items()}, labels)
+    return make_ref(analysis, key, spec_path, {str(k): str(v) for k, v in arms.items()},
+                    sweep_labels(analysis, key, spec_path))
+
+
+def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str], labels: list[str]) -> SweepRef:
+    """A checked SweepRef: map entries are real arms and paper arms, one sweep arm per paper arm,
+    and some sweep arm stands for the baseline."""
+    ref = SweepRef(spec_path, arms, labels)
     for label, arm in ref.arms.items():
         if label not in labels:
             raise analysis.err(f"{key}.arms.{label}", f"not an arm of {spec_path.name} (arms: {', '.join(labels)})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,10 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     examples, dropped = tokenize_records(tokenizer, records, max_len)
     if not examples:
         raise DataError(f"no SFT example fits data.max_length={max_len} (dropped {dropped} longer ones)")
+    if dropped:  # a silent drop changes the data mix (a fixed budget is no longer fixed)
+        total = dropped + len(examples)
+        warnings.warn(f"data.max_length={max_len}: {dropped} of {total} SFT examples ({dropped / total:.1%}) are "
+                      "longer and were dropped; raise data.max_length to keep them", UserWarning, stacklevel=2)
     rows_per_batch = max(cfg["sft"]["tokens_per_micro_batch"] // max_len, 1)
     dm = SFTDataModule(examples, capacity=max_len, rows_per_batch=rows_per_batch, pack=cfg["data"]["pack"],
                        pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"])

@@ -12,6 +12,7 @@ start from the quickstart SFT model.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -61,27 +62,43 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
 
 
 def link_sibling_start(cfg: dict[str, Any]) -> Path | None:
-    """Link a completed starting point with the same config hash from another sweep under the same
-    ``out_dir`` (``sweep_runs/*/runs``) into this sweep's runs dir, so it is not trained again.
+    """Link a completed starting point with the same config hash and seed from another sweep under
+    the same ``out_dir`` (``sweep_runs/*/runs``) into this sweep's runs dir, so it is not trained again.
 
-    Trials then find it by hash as usual; if the other sweep's directory goes away, the link
-    no longer counts as a completed run and the next sweep trains its own."""
+    Trials then find it by hash as usual. If the other sweep's directory goes away, the link no
+    longer counts as a completed run: the next ``klear-lab sweep`` replaces it or trains its own.
+    """
     from klear_lab import builders
     from klear_lab.tracking import config_hash
 
     runs = Path(cfg["run"]["out_dir"])
-    wanted = config_hash(builders.parent_config(cfg))
+    parent = builders.parent_config(cfg)
+    wanted = config_hash(parent)
     if builders.find_completed_run(runs, wanted) is not None:
         return None
-    for other in sorted(runs.parent.parent.glob("*/runs")):
-        found = None if other.resolve() == runs.resolve() else builders.find_completed_run(other, wanted)
-        if found is not None:
-            runs.mkdir(parents=True, exist_ok=True)
-            link = runs / found.name
-            if not link.exists():
-                link.symlink_to(found.resolve(), target_is_directory=True)
-            return found
-    return None
+    found = [run for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
+             for run in [builders.find_completed_run(other, wanted)]
+             if run is not None and _seed_of(run) == parent["run"]["seed"]]
+    if not found:
+        return None
+    best = max(found, key=lambda p: p.stat().st_mtime)
+    runs.mkdir(parents=True, exist_ok=True)
+    link = runs / best.name
+    if link.is_symlink() and not link.exists():  # left dangling by an earlier, deleted source
+        link.unlink()
+    with contextlib.suppress(FileExistsError):  # another sweep linked it a moment ago
+        link.symlink_to(best.resolve(), target_is_directory=True)
+    return best
+
+
+def _seed_of(run_dir: Path) -> int | None:
+    """``run.seed`` of a run directory's saved config (the config hash leaves the seed out)."""
+    import yaml
+
+    try:
+        return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("run", {}).get("seed")
+    except (OSError, yaml.YAMLError):
+        return None
 
 
 def main(argv: list[str]) -> int:

@@ -88,3 +88,15 @@ def test_compiled_training_forward_matches_eager(repo_root, tiny_sft_overrides, 
     assert len(curves[0]) == len(curves[1]) == 3
     assert curves[1] == pytest.approx(curves[0], rel=1e-3)
     assert keys[0] == keys[1]
+
+
+def test_examples_longer_than_max_length_are_dropped_with_a_warning(tiny_sft_overrides):
+    from klear_lab.stages.sft import prepare_sft
+
+    # level-1 traces of arith_r1 are 98-100 tokens, level-2 ones 140-142: max_length 120 drops level 2
+    cfg = compose(QUICKSTART, [*tiny_sft_overrides, "data.sources.0.levels=[1,2]",
+                               "data.sources.0.level_weights=[1.0,1.0]", "data.max_length=120"])
+    with pytest.warns(UserWarning, match=r"data.max_length=120: \d+ of 120 SFT examples .* were dropped") as caught:
+        stage = prepare_sft(cfg)
+    dropped = stage.plan["plan/dropped_too_long"]
+    assert 30 < dropped < 90 and f"{int(dropped)} of 120" in str(caught[0].message)

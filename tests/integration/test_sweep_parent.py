@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import yaml
 
 from klear_lab import builders
 from klear_lab.config.compose import compose
-from klear_lab.sweep.parents import ParentRunError, needs_parent, train_parent
+from klear_lab.sweep.parents import ParentRunError, link_sibling_start, needs_parent, train_parent
 from klear_lab.sweep.spec import load_spec
 from klear_lab.tracking import config_hash
 
@@ -51,7 +52,7 @@ def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
     trial = compose(tmp_path / "child.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
     before = sorted(runs.iterdir())
     builders.resolve_init_from(trial)
-    assert trial["model"]["name_or_path"] == str(found) and sorted(runs.iterdir()) == before
+    assert trial["model"]["name_or_path"] == str(found.resolve()) and sorted(runs.iterdir()) == before
 
 
 def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
@@ -81,11 +82,22 @@ def test_another_sweep_reuses_the_starting_point(tmp_path, monkeypatch):
     assert any(f"reusing {found}" in line for line in lines), lines
     trial = compose(tmp_path / "child.yaml", [f"run.out_dir={second.runs_dir}", "trainer.num_threads=1"])
     builders.resolve_init_from(trial)
-    assert trial["model"]["name_or_path"] == str(link)
-    # the other sweep's directory gone: the dangling link does not count, the next sweep trains its own
-    import shutil
+    assert trial["model"]["name_or_path"] == str(found.resolve())  # the real directory in the saved config
+    assert link_sibling_start(trial) is None  # already present here: nothing more to link
 
+    # a starting point trained with another seed is a different model: not reused
+    other_seed = load_spec(_spec(tmp_path, {**TINY_PARENT, "run": {"seed": 7}}), name="seven")
+    train_parent(other_seed, _base(other_seed), threads=1, log=lambda line: None)
+    assert not any(p.is_symlink() for p in other_seed.runs_dir.iterdir())
+
+    # the first sweep's directory gone: its link in the second dangles and no longer counts; a
+    # new sweep trains its own, and relinking over a dangling link of the same name works
     shutil.rmtree(first.sweep_dir)
+    assert builders.find_completed_run(second.runs_dir, config_hash(compose(tmp_path / "parent.yaml"))) is None
     third = load_spec(_spec(tmp_path, TINY_PARENT), name="third")
     train_parent(third, _base(third), threads=1, log=lambda line: None)
-    assert builders.find_completed_run(third.runs_dir, config_hash(compose(tmp_path / "parent.yaml"))) is not None
+    own = builders.find_completed_run(third.runs_dir, config_hash(compose(tmp_path / "parent.yaml")))
+    assert own is not None and not own.is_symlink()
+    (second.runs_dir / own.name).symlink_to(tmp_path / "gone", target_is_directory=True)  # same name, dangling
+    train_parent(second, _base(second), threads=1, log=lambda line: None)
+    assert (second.runs_dir / own.name).resolve() == own.resolve()

@@ -44,11 +44,17 @@ def records(values: dict[str, list[float]]) -> list[TrialRecord]:
     (0.02, -0.01, 0.05, "maximize", 3, "inconclusive (leans the paper's way)"),
     (-0.02, -0.05, 0.01, "maximize", 3, "inconclusive (leans the other way)"),
     (0.0, -0.01, 0.01, "maximize", 2, "inconclusive (tie)"),
-    (0.10, 0.10, 0.10, "maximize", 1, "inconclusive (leans the paper's way; under 2 seeds per arm)"),
+    (0.10, math.nan, math.nan, "maximize", 1, "inconclusive (leans the paper's way; under 2 seeds per arm)"),
+    (-0.02, -0.05, 0.01, "minimize", 3, "inconclusive (leans the paper's way)"),
     (math.nan, math.nan, math.nan, "maximize", 0, "no result"),
 ])
 def test_verdict(delta, lo, hi, direction, n, expected):
     assert verdict(delta, lo, hi, direction, n, n if n else 2) == expected
+
+
+def test_verdict_needs_two_seeds_in_each_arm():
+    assert verdict(0.1, 0.05, 0.15, "maximize", 1, 3) == "inconclusive (leans the paper's way; under 2 seeds per arm)"
+    assert verdict(0.1, 0.05, 0.15, "maximize", 3, 2) == "reproduced"
 
 
 def test_tables_put_paper_and_ours_side_by_side(tmp_path):
@@ -65,8 +71,9 @@ def test_tables_put_paper_and_ours_side_by_side(tmp_path):
     assert arms.loc["0.002", "ours mean"] == pytest.approx(0.31)
     assert arms.loc["0.002", "ours std"] == pytest.approx(0.0141421, rel=1e-4)
     assert arms.loc["0.002", "ours Δ"] == pytest.approx(0.20)
-    assert arms.loc["0.002", "ours Δ ci low"] == pytest.approx(0.18)     # every bootstrap combination
-    assert arms.loc["0.002", "ours Δ ci high"] == pytest.approx(0.22)
+    half = 4.302653 * math.sqrt(0.0002 / 2 + 0.0002 / 2)                  # Welch: df = 2, t(0.975, 2) = 4.3027
+    assert arms.loc["0.002", "ours Δ ci low"] == pytest.approx(0.20 - half, rel=1e-5)
+    assert arms.loc["0.002", "ours Δ ci high"] == pytest.approx(0.20 + half, rel=1e-5)
     assert bool(arms.loc["0.001", "baseline"]) and not bool(arms.loc["0.002", "baseline"])
     claims = rep.claims.set_index("claim")
     assert list(claims["verdict"]) == ["reproduced", "inconclusive (leans the other way)", "contradicted"]
@@ -110,6 +117,8 @@ def test_explicit_arm_map(tmp_path):
     ({"claims": [{"better": "0.002", "than": "0.002"}]}, "claims[0]: compares '0.002' with itself"),
     ({"claims": [{"better": "0.002"}]}, "claims[0]: expected {better: ARM, than: ARM"),
     ({"sweeps": ["nope.yaml"]}, "sweeps[0]: "),
+    ({"sweeps": ["nope.yaml"]}, "nope.yaml: no such sweep spec"),
+    ({"benchmarks": ["A", "A"]}, "benchmarks: names must be distinct"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=9": "0.001"}}]}, "sweeps[0].arms.lr=9: not an arm of toy.yaml"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.001": "zzz"}}]}, "sweeps[0].arms.lr=0.001: 'zzz' is not"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.003": "0.002"}}]}, "both match paper arm '0.002'"),
@@ -140,9 +149,27 @@ def test_a_sweep_not_listed_in_the_analysis_matches_by_label(tmp_path):
 
     analysis = load_analysis(write_analysis(tmp_path))
     mine = load_spec(write_spec(tmp_path, name="mine", lrs=(0.001, 0.003)))
-    ref = _ref_for(analysis, mine)
+    ref = _ref_for(analysis, mine, Path(mine.path))
     assert ref.labels == ["lr=0.001", "lr=0.003"] and ref.spec_path == Path(mine.path)
     rep = reproduce(analysis, ref, mine, records({"lr=0.001": [0.1, 0.1], "lr=0.003": [0.3, 0.3]}))
     assert rep.claims["verdict"].tolist() == ["no result", "contradicted", "no result"]
     with pytest.raises(ConfigError, match="matches the baseline '0.001'"):
-        _ref_for(analysis, load_spec(write_spec(tmp_path, name="other", lrs=(0.002, 0.003))))
+        other = load_spec(write_spec(tmp_path, name="other", lrs=(0.002, 0.003)))
+        _ref_for(analysis, other, Path(other.path))
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    from klear_lab.analysis.report import atomic_write
+
+    target = tmp_path / "arms.csv"
+    target.write_text("old\n")
+
+    def half_then_fail(tmp):
+        Path(tmp).write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, half_then_fail)
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["arms.csv"]
+    atomic_write(target, lambda tmp: Path(tmp).write_text("new\n"))
+    assert target.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["arms.csv"]

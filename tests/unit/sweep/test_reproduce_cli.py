@@ -79,3 +79,19 @@ def test_validate_only_and_bad_spec(tmp_path, capsys):
     assert main(["reproduce", str(bad), "--validate-only"]) == 2
     assert f"{bad}: baseline: '0.9' is not a paper arm" in capsys.readouterr().err
     assert main(["reproduce", str(tmp_path / "nothing.yaml")]) == 2
+    assert "nothing.yaml: no such analysis spec" in capsys.readouterr().err
+    assert main(["reproduce", str(bad), "--summary", str(tmp_path / "s.md")]) == 2  # summary needs a directory
+    assert "--summary goes with a directory" in capsys.readouterr().err
+
+
+def test_a_bad_analysis_in_a_directory_fails_the_command_but_not_the_others(tmp_path, capsys):
+    spec = write_spec(tmp_path, seeds=(0, 1))
+    write_analysis(tmp_path, "good", "../toy.yaml")
+    write_analysis(tmp_path, "bad", "../toy.yaml")
+    bad = tmp_path / "analysis" / "bad.yaml"
+    bad.write_text(bad.read_text().replace("title:", "titel:"))
+    run_sweep(spec)
+    assert main(["reproduce", str(tmp_path / "analysis")]) == 2
+    captured = capsys.readouterr()
+    assert f"{bad}: unknown key 'titel'" in captured.err and "1 analysis spec(s) failed: bad" in captured.err
+    assert (tmp_path / "out" / "toy" / "reproduce" / "good" / "claims.csv").is_file()

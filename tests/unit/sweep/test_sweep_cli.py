@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import subprocess
@@ -41,6 +42,16 @@ def test_overrides_may_follow_the_options(tmp_path, capsys):
         assert exit_.value.code == 2 and f"unrecognized arguments: {' '.join(stray)}" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # compare takes no overrides
         main(["compare", str(spec), "a=1"])
+
+
+def test_overrides_before_and_after_options_keep_their_order():
+    from klear_lab.cli_args import parse_args
+    from klear_lab.cli_sweep import add_sweep_commands
+
+    parser = argparse.ArgumentParser(prog="klear-lab")
+    add_sweep_commands(parser.add_subparsers(dest="command", required=True))
+    args = parse_args(parser, ["sweep", "s.yaml", "a=1", "--workers", "2", "b=2", "--", "c=3"])
+    assert args.overrides == ["a=1", "b=2", "c=3"] and args.workers == 2
 
 
 def test_wandb_export_writes_config_and_runs_nothing(tmp_path, capsys):

@@ -1,0 +1,61 @@
+"""Welch's interval behind the reproduction verdicts: t quantiles, degrees of freedom, coverage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from klear_lab.analysis.reproduce import verdict
+from klear_lab.analysis.stats import t_quantile, welch_interval
+
+
+@pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (2, 4.3027), (5, 2.5706), (10, 2.2281), (30, 2.0423),
+                                              (1000, 1.9623)])
+def test_t_quantiles_match_the_table(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_fractional_df_lies_between_its_neighbours():
+    assert t_quantile(0.975, 2) > t_quantile(0.975, 2.5) > t_quantile(0.975, 3)
+    with pytest.raises(ValueError):
+        t_quantile(0.4, 3)
+
+
+def test_welch_by_hand():
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.5])
+    va, vb = 1.0 / 3, 0.125 / 2                       # sample variances / n
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 1)
+    d, lo, hi = welch_interval(a, b)
+    assert d == pytest.approx(1.75)
+    assert hi - d == pytest.approx(d - lo) == pytest.approx(t_quantile(0.975, df) * math.sqrt(va + vb))
+
+
+def test_degenerate_inputs():
+    assert all(math.isnan(v) for v in welch_interval(np.array([]), np.array([1.0, 2.0])))
+    d, lo, hi = welch_interval(np.array([0.5]), np.array([0.25, 0.35]))
+    assert d == pytest.approx(0.2) and math.isnan(lo) and math.isnan(hi)
+    assert welch_interval(np.array([0.8, 0.8]), np.array([0.7, 0.7])) == pytest.approx((0.1, 0.1, 0.1))
+    # float32-logged equal means: a tie, not a difference of 1e-8
+    assert welch_interval(np.array([0.85750001, 0.85750001]), np.array([0.8575, 0.8575])) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_arms_that_do_not_differ_are_rarely_called(n):
+    """Same distribution in both arms: a decisive verdict at most ~5 % of the time (a percentile
+    bootstrap at n = 2 calls about one comparison in three)."""
+    rng = np.random.default_rng(n)
+    decisive = 0
+    for _ in range(2000):
+        a, b = rng.normal(0.8, 0.03, n), rng.normal(0.8, 0.03, n)
+        d, lo, hi = welch_interval(a, b)
+        decisive += verdict(d, lo, hi, "maximize", n, n) in ("reproduced", "contradicted")
+    assert decisive / 2000 < 0.065
+
+
+def test_a_real_difference_is_found_with_enough_seeds():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.85, 0.01, 5), rng.normal(0.80, 0.01, 5)
+    assert verdict(*welch_interval(a, b), "maximize", 5, 5) == "reproduced"
+    assert verdict(*welch_interval(b, a), "maximize", 5, 5) == "contradicted"
