@@ -54,7 +54,7 @@ def _reproduce(args: argparse.Namespace) -> int:
                 analysis = load_analysis(p)
                 print(f"ok: {p}: {analysis.title} ({len(analysis.sweeps)} sweep(s), {len(analysis.claims)} claim(s))")
             else:
-                reps.append(run_reproduction(p, args.target, args.out_dir))
+                reps.append(run_reproduction(p, args.target, args.out_dir, wandb=not args.no_wandb))
         except NoResults as exc:
             if not many:
                 raise
@@ -113,6 +113,7 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="sweep directory or spec (default: the first of the analysis's sweeps that has results)")
     p.add_argument("--out-dir", default=None, help="where to write (default: SWEEP_DIR/reproduce/ANALYSIS)")
     p.add_argument("--validate-only", action="store_true", help="check the analysis specs, read no study")
+    p.add_argument("--no-wandb", action="store_true", help="do not log the reproduction as a W&B run")
     p.add_argument("--summary", default=None, help="with a directory: also write the claims summary (markdown) here")
     p.set_defaults(func=_reproduce)
     p = subparsers.add_parser("dashboard", help="serve optuna-dashboard for a sweep's study")

@@ -21,9 +21,10 @@ class NoResults(ConfigError):
 
 
 def run_reproduction(analysis_path: str | Path, target: str | Path | None = None,
-                     out_dir: str | Path | None = None, console: Any = None) -> Reproduction:
+                     out_dir: str | Path | None = None, console: Any = None, wandb: bool = True) -> Reproduction:
     """Load the analysis, find its sweep (``target``: a sweep dir or spec; default: the first of the
-    analysis's sweeps with results), write ``SWEEP_DIR/reproduce/NAME/`` and print the tables."""
+    analysis's sweeps with results), write ``SWEEP_DIR/reproduce/NAME/``, print the tables and
+    (``wandb``) log them as a W&B run in the sweep's group."""
     from klear_lab.analysis.report import write_reproduction
     from klear_lab.analysis.reproduce import reproduce
     from klear_lab.sweep.compare import load_records
@@ -36,7 +37,16 @@ def run_reproduction(analysis_path: str | Path, target: str | Path | None = None
     ref = _ref_for(analysis, spec, _source_spec(where))
     study = open_study(spec, url, create=False, heartbeat=False)
     rep = reproduce(analysis, ref, spec, load_records(spec, study))
-    write_reproduction(rep, Path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name, console)
+    out = Path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
+    png = write_reproduction(rep, out, console)
+    if wandb:
+        from klear_lab.analysis.wandb_log import log_reproduction
+        from klear_lab.console import make_console
+
+        run_dir = log_reproduction(rep, out, png)
+        if run_dir is not None:
+            (console or make_console()).print(f"W&B run: {run_dir} (group {spec.wandb_group or spec.name}, "
+                                              "job type reproduce; `wandb sync` it if offline)")
     return rep
 
 

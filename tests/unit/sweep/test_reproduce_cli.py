@@ -52,9 +52,17 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys):
     assert not list(out_dir.glob(".*tmp*"))                  # no temporary files left behind
     printed = capsys.readouterr().out
     assert "reproduced" in printed and "contradicted" in printed and str(out_dir / "report.md") in printed
+    # one offline W&B run in the sweep's group, with the tables and the figure
+    runs = list((out_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and str(runs[0]) in printed and "job type reproduce" in printed
+    assert list(runs[0].glob("run-*.wandb"))[0].stat().st_size > 0
+    media = {p.name.split("_")[0] for p in (runs[0] / "files" / "media").rglob("*") if p.is_file()}
+    assert media >= {"arms", "claims", "deltas"}, media
 
     # the sweep directory (its frozen spec) as an explicit target, and another output dir
-    assert main(["reproduce", str(analysis), str(tmp_path / "out" / "toy"), "--out-dir", str(tmp_path / "r")]) == 0
+    assert main(["reproduce", str(analysis), str(tmp_path / "out" / "toy"), "--out-dir", str(tmp_path / "r"),
+                 "--no-wandb"]) == 0
+    assert not (tmp_path / "r" / "wandb").exists()
     assert pd.read_csv(tmp_path / "r" / "claims.csv")["verdict"].tolist() == ["reproduced", "contradicted"]
 
     # a directory of analyses: the one with results is reproduced, the other is skipped

@@ -1,0 +1,56 @@
+"""Log a reproduction as its own W&B run in the sweep's group (job type ``reproduce``).
+
+The trials of a sweep are W&B runs grouped by sweep; the reproduction joins that group with the
+arms and claims tables, the delta figure and the verdict counts in its summary, so a dashboard
+shows the paper's numbers and the verdicts next to the runs they came from. W&B settings
+(mode, project, entity) are the sweep's base experiment's, offline by default like every run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from klear_lab.analysis.reproduce import Reproduction
+
+
+def wandb_settings(rep: Reproduction) -> dict:
+    """The base experiment's ``tracking.wandb`` with the sweep's project override."""
+    from klear_lab.config.compose import compose
+
+    wb = dict(compose(rep.sweep.experiment, rep.sweep.overrides)["tracking"]["wandb"])
+    if rep.sweep.wandb_project:
+        wb["project"] = rep.sweep.wandb_project
+    return wb
+
+
+def log_reproduction(rep: Reproduction, out_dir: Path, png: Path | None) -> Path | None:
+    """One W&B run with the tables, figure and verdict counts; returns its local directory (None when off)."""
+    wb = wandb_settings(rep)
+    if not wb["enabled"] or wb["mode"] == "disabled":
+        return None
+    import wandb
+
+    verdicts = Counter(v.split(" (")[0].replace(" ", "_") for v in rep.claims.get("verdict", []))
+    run = wandb.init(
+        project=wb["project"], entity=wb["entity"], mode=wb["mode"], dir=str(out_dir),
+        group=rep.sweep.wandb_group or rep.sweep.name, job_type="reproduce",
+        name=f"reproduce-{rep.analysis.name}", tags=[f"analysis={rep.analysis.name}", f"sweep={rep.sweep.name}"],
+        config={"analysis": str(rep.analysis.path), "title": rep.analysis.title, "source": rep.analysis.source,
+                "sweep": rep.sweep.name, "objective": rep.sweep.metric, "direction": rep.sweep.direction,
+                "paper": rep.analysis.paper, "benchmarks": rep.analysis.benchmarks},
+        settings=wandb.Settings(silent=True, console="off"), reinit="finish_previous",
+    )
+    try:
+        payload = {"reproduce/arms": wandb.Table(dataframe=rep.arms)}
+        if not rep.claims.empty:
+            payload["reproduce/claims"] = wandb.Table(dataframe=rep.claims)
+        if png is not None:
+            payload["reproduce/deltas"] = wandb.Image(str(png))
+        run.log(payload)
+        run.summary.update({f"reproduce/{k}": verdicts.get(k, 0)
+                            for k in ("reproduced", "contradicted", "inconclusive", "no_result")}
+                           | {"reproduce/trials_complete": rep.n_complete})
+        return Path(run.dir).parent
+    finally:
+        run.finish()
