@@ -153,12 +153,12 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f".init-{config_hash(parent)}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        run_dir = find_completed_run(out, config_hash(parent))
+        run_dir = find_completed_run(out, config_hash(parent), seed=parent["run"]["seed"])
         if run_dir is None:
             from klear_lab.run import run_experiment
 
             run_dir = run_experiment(parent).run_dir
-    m["name_or_path"] = str(run_dir.resolve())  # the real directory, also when linked from another sweep
+    m["name_or_path"] = str(run_dir.resolve())
 
 
 def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +171,9 @@ def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return parent
 
 
-def find_completed_run(out_dir: Path, cfg_hash: str) -> Path | None:
-    """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``."""
+def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None) -> Path | None:
+    """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``
+    (and, given ``seed``, whose saved config has that ``run.seed``: the hash leaves seeds out)."""
     import json
 
     found = []
@@ -182,6 +183,17 @@ def find_completed_run(out_dir: Path, cfg_hash: str) -> Path | None:
         except (OSError, ValueError):
             continue
         if info.get("status") == "completed" and info.get("config_hash") == cfg_hash \
-                and (path.parent / "model" / "config.json").is_file():
+                and (path.parent / "model" / "config.json").is_file() \
+                and (seed is None or saved_seed(path.parent) == seed):
             found.append(path.parent)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def saved_seed(run_dir: Path) -> int | None:
+    """``run.seed`` of a run directory's saved ``config.yaml`` (None when unreadable)."""
+    import yaml
+
+    try:
+        return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("run", {}).get("seed")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None

@@ -44,6 +44,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise KlearError(f"{path}: a directory of analyses takes no sweep target or --out-dir")
     if args.summary and (not many or args.validate_only):
         raise KlearError("--summary goes with a directory of analyses (klear-lab reproduce analysis/ --summary F)")
+    if args.summary and Path(args.summary).is_dir():
+        raise KlearError(f"--summary {args.summary}: is a directory; give a file name such as claims.md")
     paths = sorted(path.glob("*.yaml")) if many else [path]
     if not paths:
         raise KlearError(f"{path}: no analysis specs (*.yaml) in this directory")
@@ -107,7 +109,7 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_compare)
     p = subparsers.add_parser("reproduce", help="a paper table or figure next to a sweep's results (analysis/*.yaml)",
                               description="Put the paper's numbers beside a sweep's arms and check each of the "
-                                          "paper's claims against it (bootstrap 95 %% intervals over seeds).")
+                                          "paper's claims against it (Welch t 95 %% intervals over seeds).")
     p.add_argument("analysis", help="analysis spec (analysis/fig2_clip.yaml) or a directory of them (analysis/)")
     p.add_argument("target", nargs="?", default=None,
                    help="sweep directory or spec (default: the first of the analysis's sweeps that has results)")

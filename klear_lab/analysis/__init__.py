@@ -40,14 +40,27 @@ def run_reproduction(analysis_path: str | Path, target: str | Path | None = None
     out = Path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
     png = write_reproduction(rep, out, console)
     if wandb:
-        from klear_lab.analysis.wandb_log import log_reproduction
-        from klear_lab.console import make_console
-
-        run_dir = log_reproduction(rep, out, png)
-        if run_dir is not None:
-            (console or make_console()).print(f"W&B run: {run_dir} (group {spec.wandb_group or spec.name}, "
-                                              "job type reproduce; `wandb sync` it if offline)")
+        _log_to_wandb(rep, out, png, console)
     return rep
+
+
+def _log_to_wandb(rep: Reproduction, out: Path, png: Path | None, console: Any) -> None:
+    """Log the reproduction as a W&B run; a W&B failure (no API key, no network) only warns:
+    the tables are already on disk."""
+    from klear_lab.analysis.wandb_log import log_reproduction
+    from klear_lab.console import make_console
+
+    console = console or make_console()
+    try:
+        logged = log_reproduction(rep, out, png)
+    except Exception as exc:  # noqa: BLE001 - wandb raises many types; the report must survive them
+        console.print(f"W&B logging skipped: {type(exc).__name__}: {exc}; the report is in {out}", markup=False)
+        return
+    if logged is not None:
+        run_dir, url = logged
+        where = url or f"{run_dir} (offline: `wandb sync` it)"
+        console.print(f"W&B run: {where}, group {rep.sweep.wandb_group or rep.sweep.name}, job type reproduce",
+                      markup=False)
 
 
 def _first_with_results(analysis: Analysis) -> Path:

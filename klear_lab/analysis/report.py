@@ -37,7 +37,7 @@ def interval(row: Any) -> str:
     if math.isnan(d):
         return "–"
     if math.isnan(lo):
-        return f"{d:+.4g} [no interval: 1 seed]"
+        return f"{d:+.4g} [no interval]"
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
 
 

@@ -44,11 +44,15 @@ class Reproduction:
 
 def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
     """``reproduced`` / ``contradicted`` / ``inconclusive (...)`` / ``no result`` for "better beats than"."""
-    if n_better == 0 or n_than == 0:
+    if n_better == 0 or n_than == 0 or math.isnan(delta):
         return "no result"
     sign = 1.0 if direction == "maximize" else -1.0
-    enough = min(n_better, n_than) >= MIN_SEEDS_FOR_VERDICT and not math.isnan(lo)
-    if enough:
+    if min(n_better, n_than) < MIN_SEEDS_FOR_VERDICT:
+        why = f"; under {MIN_SEEDS_FOR_VERDICT} seeds per arm"
+    elif math.isnan(lo):
+        why = "; no spread across seeds to size an interval"
+    else:
+        why = ""
         low, high = sorted((sign * lo, sign * hi))
         if low > 0:
             return "reproduced"
@@ -56,13 +60,13 @@ def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n
             return "contradicted"
     lean = sign * delta
     how = "tie" if lean == 0 else "leans the paper's way" if lean > 0 else "leans the other way"
-    return f"inconclusive ({how}{'' if enough else f'; under {MIN_SEEDS_FOR_VERDICT} seeds per arm'})"
+    return f"inconclusive ({how}{why})"
 
 
 def objective_values(records: list[TrialRecord], label: str, metric: str) -> np.ndarray:
     """The objective of every completed trial of sweep arm ``label``."""
     vals = [r.metrics.get(metric) for r in records if r.arm == label and r.state == "COMPLETE"]
-    return np.array([v for v in vals if v is not None and not math.isnan(v)], dtype=float)
+    return np.array([v for v in vals if v is not None and math.isfinite(v)], dtype=float)
 
 
 def sweep_arm_for(ref: SweepRef, analysis: Analysis) -> dict[str, str]:

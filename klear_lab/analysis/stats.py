@@ -12,13 +12,15 @@ import math
 
 import numpy as np
 
-TIE_TOLERANCE = 1e-6  # relative: float32-logged equal means differ by ~1e-8
+TIE_TOLERANCE = 1e-6  # relative to the means: float32-logged equal means differ by ~1e-8
+MAX_P = 0.9995  # the fixed-step integration below is accurate to ~1e-5 up to here (df >= 1)
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Quantile of Student's t with ``df`` (> 0, may be fractional) degrees of freedom, for p in (0.5, 1)."""
-    if not 0.5 < p < 1.0 or df <= 0:
-        raise ValueError(f"need 0.5 < p < 1 and df > 0, got p={p}, df={df}")
+    """Quantile of Student's t with ``df`` (> 0, finite, may be fractional) degrees of freedom,
+    for 0.5 < p <= 0.9995 (intervals up to 99.9 %)."""
+    if not 0.5 < p <= MAX_P or not (df > 0 and math.isfinite(df)):
+        raise ValueError(f"need 0.5 < p <= {MAX_P} and a finite df > 0, got p={p}, df={df}")
     log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
 
     def cdf(x: float) -> float:  # 0.5 + integral of the density over [0, x] (Simpson, 2,000 panels)
@@ -36,19 +38,29 @@ def t_quantile(p: float, df: float) -> float:
 
 
 def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """mean(a) - mean(b) and its Welch t interval; NaN bounds when either arm has under 2 values."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    """mean(a) - mean(b) and its Welch t interval.
+
+    The bounds are NaN when either arm has under 2 finite values, or when no arm varies across
+    seeds (no spread to size an interval with: a zero-width interval would call any difference).
+    """
+    a, b = _finite(a), _finite(b)
     if not len(a) or not len(b):
         return math.nan, math.nan, math.nan
+    scale = max(abs(float(a.mean())), abs(float(b.mean())), 1e-12)
     d = float(a.mean() - b.mean())
-    if abs(d) <= TIE_TOLERANCE * max(1.0, abs(float(a.mean())), abs(float(b.mean()))):
+    if abs(d) <= TIE_TOLERANCE * scale:
         d = 0.0
     if len(a) < 2 or len(b) < 2:
         return d, math.nan, math.nan
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     se = math.sqrt(va + vb)
-    if se <= TIE_TOLERANCE * max(1.0, abs(d)):  # every seed gave the same value in both arms
-        return d, d, d
+    if se <= TIE_TOLERANCE * scale:
+        return d, math.nan, math.nan
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = t_quantile(0.5 + level / 2, df) * se
     return d, d - half, d + half
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    return values[np.isfinite(values)]

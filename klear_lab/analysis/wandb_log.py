@@ -15,17 +15,22 @@ from klear_lab.analysis.reproduce import Reproduction
 
 
 def wandb_settings(rep: Reproduction) -> dict:
-    """The base experiment's ``tracking.wandb`` with the sweep's project override."""
+    """``tracking.wandb`` of the sweep's trials: the frozen spec's experiment and overrides (CLI
+    overrides at sweep time included) when the sweep directory has one, with the spec's project."""
     from klear_lab.config.compose import compose
+    from klear_lab.sweep.spec import load_spec
 
-    wb = dict(compose(rep.sweep.experiment, rep.sweep.overrides)["tracking"]["wandb"])
-    if rep.sweep.wandb_project:
-        wb["project"] = rep.sweep.wandb_project
+    frozen = rep.sweep.sweep_dir / "spec.yaml"
+    spec = load_spec(frozen) if frozen.is_file() else rep.sweep
+    wb = dict(compose(spec.experiment, spec.overrides)["tracking"]["wandb"])
+    if spec.wandb_project:
+        wb["project"] = spec.wandb_project
     return wb
 
 
-def log_reproduction(rep: Reproduction, out_dir: Path, png: Path | None) -> Path | None:
-    """One W&B run with the tables, figure and verdict counts; returns its local directory (None when off)."""
+def log_reproduction(rep: Reproduction, out_dir: Path, png: Path | None) -> tuple[Path, str | None] | None:
+    """One W&B run with the tables, figure and verdict counts: (local directory, URL when online),
+    or None when the sweep's runs have W&B off."""
     wb = wandb_settings(rep)
     if not wb["enabled"] or wb["mode"] == "disabled":
         return None
@@ -51,6 +56,8 @@ def log_reproduction(rep: Reproduction, out_dir: Path, png: Path | None) -> Path
         run.summary.update({f"reproduce/{k}": verdicts.get(k, 0)
                             for k in ("reproduced", "contradicted", "inconclusive", "no_result")}
                            | {"reproduce/trials_complete": rep.n_complete})
-        return Path(run.dir).parent
-    finally:
-        run.finish()
+    except BaseException:
+        run.finish(exit_code=1)
+        raise
+    run.finish()
+    return Path(run.dir).parent, (run.url if wb["mode"] == "online" else None)

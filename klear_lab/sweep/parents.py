@@ -6,13 +6,14 @@ quickstart SFT took about 370 s that way. Trained here first, in its own process
 the trials then find it by config hash (threads and output dir are not part of the hash).
 Skipped when an axis changes the parent, for custom runners, and when there is no ``init_from``.
 A starting point another sweep under the same ``out_dir`` already trained with the same config
-is linked in instead of retrained (``link_sibling_start``): the embedded RL ablation sweeps all
-start from the quickstart SFT model.
+and seed is shared (hard-linked) instead of retrained (``share_sibling_start``): the embedded RL
+ablation sweeps all start from the quickstart SFT model.
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -61,44 +62,45 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     log(f"sweep {spec.name}: {reused[-1] if reused else 'starting point ready'} in {time.time() - started:.1f}s")
 
 
-def link_sibling_start(cfg: dict[str, Any]) -> Path | None:
-    """Link a completed starting point with the same config hash and seed from another sweep under
+def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
+    """Bring a completed starting point with the same config hash and seed from another sweep under
     the same ``out_dir`` (``sweep_runs/*/runs``) into this sweep's runs dir, so it is not trained again.
 
-    Trials then find it by hash as usual. If the other sweep's directory goes away, the link no
-    longer counts as a completed run: the next ``klear-lab sweep`` replaces it or trains its own.
+    The copy is made of hard links (no extra disk; a plain copy across file systems), so it
+    stays valid if the other sweep is deleted, and every trial of this sweep keeps the same
+    starting point. Trials then find it by hash as usual. Returns the source, or None.
     """
     from klear_lab import builders
     from klear_lab.tracking import config_hash
 
     runs = Path(cfg["run"]["out_dir"])
     parent = builders.parent_config(cfg)
-    wanted = config_hash(parent)
-    if builders.find_completed_run(runs, wanted) is not None:
+    wanted, seed = config_hash(parent), parent["run"]["seed"]
+    if builders.find_completed_run(runs, wanted, seed) is not None:
         return None
     found = [run for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
-             for run in [builders.find_completed_run(other, wanted)]
-             if run is not None and _seed_of(run) == parent["run"]["seed"]]
+             for run in [builders.find_completed_run(other, wanted, seed)] if run is not None]
     if not found:
         return None
-    best = max(found, key=lambda p: p.stat().st_mtime)
+    source = max(found, key=lambda p: p.stat().st_mtime)
     runs.mkdir(parents=True, exist_ok=True)
-    link = runs / best.name
-    if link.is_symlink() and not link.exists():  # left dangling by an earlier, deleted source
-        link.unlink()
-    with contextlib.suppress(FileExistsError):  # another sweep linked it a moment ago
-        link.symlink_to(best.resolve(), target_is_directory=True)
-    return best
-
-
-def _seed_of(run_dir: Path) -> int | None:
-    """``run.seed`` of a run directory's saved config (the config hash leaves the seed out)."""
-    import yaml
-
+    tmp = runs / f".sharing-{source.name}-{os.getpid()}"
     try:
-        return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("run", {}).get("seed")
-    except (OSError, yaml.YAMLError):
-        return None
+        shutil.copytree(source, tmp, copy_function=_link_or_copy, symlinks=True)
+        os.rename(tmp, runs / source.name)  # atomic: trials never see half a copy
+    except OSError:
+        if builders.find_completed_run(runs, wanted, seed) is None:  # not a lost race with another sweep
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return source
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def main(argv: list[str]) -> int:
@@ -109,7 +111,7 @@ def main(argv: list[str]) -> int:
     cfg = compose(experiment, overrides)
     cfg["run"]["out_dir"] = runs
     cfg["trainer"]["num_threads"] = int(threads)  # the parent run takes its threads from here
-    reused = link_sibling_start(cfg)
+    reused = share_sibling_start(cfg)
     if reused is not None:
         print(f"starting point: reusing {reused} (same config, trained by another sweep)", flush=True)
     builders.resolve_init_from(cfg)

@@ -10,7 +10,7 @@ import yaml
 
 from klear_lab import builders
 from klear_lab.config.compose import compose
-from klear_lab.sweep.parents import ParentRunError, link_sibling_start, needs_parent, train_parent
+from klear_lab.sweep.parents import ParentRunError, needs_parent, share_sibling_start, train_parent
 from klear_lab.sweep.spec import load_spec
 from klear_lab.tracking import config_hash
 
@@ -71,33 +71,29 @@ def test_no_shared_parent_when_an_axis_changes_it(tmp_path):
 def test_another_sweep_reuses_the_starting_point(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     first = load_spec(_spec(tmp_path, TINY_PARENT))
+    parent_hash = config_hash(compose(tmp_path / "parent.yaml"))
     train_parent(first, _base(first), threads=1, log=lambda line: None)
-    found = builders.find_completed_run(first.runs_dir, config_hash(compose(tmp_path / "parent.yaml")))
+    found = builders.find_completed_run(first.runs_dir, parent_hash)
     second = load_spec(_spec(tmp_path, TINY_PARENT, axes={"rl.alpha": [0.0, 0.1]}), name="second")
     lines: list[str] = []
     train_parent(second, _base(second), threads=1, log=lines.append)
-    link = second.runs_dir / found.name
-    assert link.is_symlink() and link.resolve() == found.resolve()
-    assert [p for p in second.runs_dir.iterdir() if not p.name.startswith(".")] == [link]  # nothing trained
+    copy = second.runs_dir / found.name
+    assert [p for p in second.runs_dir.iterdir() if not p.name.startswith(".")] == [copy]  # nothing trained
+    weights = next((found / "model").glob("*.safetensors"))
+    assert (copy / "model" / weights.name).stat().st_ino == weights.stat().st_ino  # hard links, no extra disk
     assert any(f"reusing {found}" in line for line in lines), lines
     trial = compose(tmp_path / "child.yaml", [f"run.out_dir={second.runs_dir}", "trainer.num_threads=1"])
     builders.resolve_init_from(trial)
-    assert trial["model"]["name_or_path"] == str(found.resolve())  # the real directory in the saved config
-    assert link_sibling_start(trial) is None  # already present here: nothing more to link
+    assert trial["model"]["name_or_path"] == str(copy.resolve())
+    assert share_sibling_start(trial) is None  # already here: nothing more to share
 
-    # a starting point trained with another seed is a different model: not reused
-    other_seed = load_spec(_spec(tmp_path, {**TINY_PARENT, "run": {"seed": 7}}), name="seven")
-    train_parent(other_seed, _base(other_seed), threads=1, log=lambda line: None)
-    assert not any(p.is_symlink() for p in other_seed.runs_dir.iterdir())
-
-    # the first sweep's directory gone: its link in the second dangles and no longer counts; a
-    # new sweep trains its own, and relinking over a dangling link of the same name works
+    # the first sweep deleted: the second keeps its starting point, so its later trials start alike
     shutil.rmtree(first.sweep_dir)
-    assert builders.find_completed_run(second.runs_dir, config_hash(compose(tmp_path / "parent.yaml"))) is None
-    third = load_spec(_spec(tmp_path, TINY_PARENT), name="third")
-    train_parent(third, _base(third), threads=1, log=lambda line: None)
-    own = builders.find_completed_run(third.runs_dir, config_hash(compose(tmp_path / "parent.yaml")))
-    assert own is not None and not own.is_symlink()
-    (second.runs_dir / own.name).symlink_to(tmp_path / "gone", target_is_directory=True)  # same name, dangling
-    train_parent(second, _base(second), threads=1, log=lambda line: None)
-    assert (second.runs_dir / own.name).resolve() == own.resolve()
+    assert builders.find_completed_run(second.runs_dir, parent_hash, seed=0) == copy
+
+    # a starting point with another seed is a different model: not shared, trained here
+    seven = load_spec(_spec(tmp_path, {**TINY_PARENT, "run": {"seed": 7}}), name="seven")
+    train_parent(seven, _base(seven), threads=1, log=lambda line: None)
+    own = builders.find_completed_run(seven.runs_dir, parent_hash, seed=7)
+    assert own is not None and own.name != copy.name
+    assert builders.find_completed_run(seven.runs_dir, parent_hash, seed=0) is None

@@ -151,7 +151,7 @@ def test_a_sweep_not_listed_in_the_analysis_matches_by_label(tmp_path):
     mine = load_spec(write_spec(tmp_path, name="mine", lrs=(0.001, 0.003)))
     ref = _ref_for(analysis, mine, Path(mine.path))
     assert ref.labels == ["lr=0.001", "lr=0.003"] and ref.spec_path == Path(mine.path)
-    rep = reproduce(analysis, ref, mine, records({"lr=0.001": [0.1, 0.1], "lr=0.003": [0.3, 0.3]}))
+    rep = reproduce(analysis, ref, mine, records({"lr=0.001": [0.1, 0.11], "lr=0.003": [0.3, 0.31]}))
     assert rep.claims["verdict"].tolist() == ["no result", "contradicted", "no result"]
     with pytest.raises(ConfigError, match="matches the baseline '0.001'"):
         other = load_spec(write_spec(tmp_path, name="other", lrs=(0.002, 0.003)))

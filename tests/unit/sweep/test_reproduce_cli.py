@@ -28,7 +28,11 @@ def run_sweep(spec) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
-def test_reproduce_a_finished_sweep(tmp_path, capsys):
+def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
+    import wandb
+
+    inits, real_init = [], wandb.init
+    monkeypatch.setattr(wandb, "init", lambda **kw: inits.append(kw) or real_init(**kw))
     spec = write_spec(tmp_path, seeds=(0, 1))
     write_analysis(tmp_path, "toy_table", "../toy.yaml")
     write_analysis(tmp_path, "other_table", "../other.yaml")
@@ -56,6 +60,8 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys):
     runs = list((out_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and str(runs[0]) in printed and "job type reproduce" in printed
     assert list(runs[0].glob("run-*.wandb"))[0].stat().st_size > 0
+    assert [(k["group"], k["job_type"], k["name"], k["mode"]) for k in inits] == [
+        ("toy", "reproduce", "reproduce-toy_table", "offline")]
     media = {p.name.split("_")[0] for p in (runs[0] / "files" / "media").rglob("*") if p.is_file()}
     assert media >= {"arms", "claims", "deltas"}, media
 
@@ -103,3 +109,19 @@ def test_a_bad_analysis_in_a_directory_fails_the_command_but_not_the_others(tmp_
     captured = capsys.readouterr()
     assert f"{bad}: unknown key 'titel'" in captured.err and "1 analysis spec(s) failed: bad" in captured.err
     assert (tmp_path / "out" / "toy" / "reproduce" / "good" / "claims.csv").is_file()
+
+
+def test_a_wandb_failure_does_not_lose_the_report(tmp_path, capsys, monkeypatch):
+    import wandb
+
+    spec = write_spec(tmp_path, seeds=(0, 1))
+    write_analysis(tmp_path, "toy_table", "../toy.yaml")
+    run_sweep(spec)
+
+    def no_key(**kwargs):
+        raise wandb.errors.UsageError("api_key not configured (no-tty)")
+
+    monkeypatch.setattr(wandb, "init", no_key)
+    assert main(["reproduce", str(tmp_path / "analysis" / "toy_table.yaml")]) == 0
+    assert "W&B logging skipped: UsageError: api_key not configured" in capsys.readouterr().out
+    assert (tmp_path / "out" / "toy" / "reproduce" / "toy_table" / "report.md").is_file()

@@ -19,8 +19,10 @@ def test_t_quantiles_match_the_table(df, expected):
 
 def test_fractional_df_lies_between_its_neighbours():
     assert t_quantile(0.975, 2) > t_quantile(0.975, 2.5) > t_quantile(0.975, 3)
-    with pytest.raises(ValueError):
-        t_quantile(0.4, 3)
+    assert t_quantile(0.9995, 1) == pytest.approx(636.619, rel=1e-4)       # the largest p it accepts
+    for p, df in [(0.4, 3), (0.9999, 1), (0.975, math.inf), (0.975, math.nan), (0.975, 0)]:
+        with pytest.raises(ValueError):
+            t_quantile(p, df)
 
 
 def test_welch_by_hand():
@@ -36,9 +38,20 @@ def test_degenerate_inputs():
     assert all(math.isnan(v) for v in welch_interval(np.array([]), np.array([1.0, 2.0])))
     d, lo, hi = welch_interval(np.array([0.5]), np.array([0.25, 0.35]))
     assert d == pytest.approx(0.2) and math.isnan(lo) and math.isnan(hi)
-    assert welch_interval(np.array([0.8, 0.8]), np.array([0.7, 0.7])) == pytest.approx((0.1, 0.1, 0.1))
+    # no arm varies across seeds: nothing to size an interval with (a zero width would call anything)
+    d, lo, hi = welch_interval(np.array([0.8, 0.8]), np.array([0.7, 0.7]))
+    assert d == pytest.approx(0.1) and math.isnan(lo) and math.isnan(hi)
+    assert verdict(d, lo, hi, "maximize", 2, 2) == (
+        "inconclusive (leans the paper's way; no spread across seeds to size an interval)")
     # float32-logged equal means: a tie, not a difference of 1e-8
-    assert welch_interval(np.array([0.85750001, 0.85750001]), np.array([0.8575, 0.8575])) == (0.0, 0.0, 0.0)
+    assert welch_interval(np.array([0.85750001, 0.8]), np.array([0.8575, 0.80000001]))[0] == 0.0
+    # one arm constant: Welch's df falls back to the other arm's n - 1
+    d, lo, hi = welch_interval(np.array([0.8, 0.8, 0.8]), np.array([0.6, 0.7]))
+    assert hi - d == pytest.approx(12.7062 * math.sqrt(0.005 / 2), rel=1e-4)
+    # infinities are dropped like NaN (a run that diverged), not turned into a NaN interval
+    d, lo, hi = welch_interval(np.array([0.9, 0.8, math.inf]), np.array([0.6, 0.7, math.nan]))
+    assert d == pytest.approx(0.2) and not math.isnan(lo)
+    assert verdict(math.nan, math.nan, math.nan, "maximize", 2, 2) == "no result"
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
