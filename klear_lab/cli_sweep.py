@@ -36,7 +36,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from klear_lab.analysis import NoResults, load_analysis, run_reproduction
-    from klear_lab.analysis.report import atomic_write, print_summary, summary_markdown
+    from klear_lab.analysis.report import print_summary, summary_markdown
+    from klear_lab.tracking import atomic_write
 
     path = Path(args.analysis)
     many = path.is_dir()

@@ -69,10 +69,18 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write atomically (temp file + rename) so a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    """Write atomically so a reader never sees half a file."""
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True, default=str)))
+
+
+def atomic_write(path: Path, write: Any) -> None:
+    """``write(tmp)`` then rename onto ``path``: readers never see half a file, a failure leaves the old one."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:

@@ -88,12 +88,9 @@ def _source_spec(target: Path) -> Path:
 def _ref_for(analysis: Analysis, spec: Any, source: Path) -> SweepRef:
     """The analysis's entry for this sweep: the one naming its spec file, else the one with the same
     arm labels, else a new entry matching arms by label (checked like the listed ones)."""
-    from klear_lab.analysis.spec import make_ref
-    from klear_lab.sweep.grid import grid_arms
+    from klear_lab.analysis.spec import grid_labels, make_ref
 
-    if spec.sampler != "grid":
-        raise ConfigError(f"{spec.path}: sampler {spec.sampler!r}; a reproduction needs a grid sweep")
-    labels = [arm.label for arm in grid_arms(spec)]
+    labels = grid_labels(spec)
     for ref in analysis.sweeps:
         if ref.spec_path.resolve() == source.resolve():
             return ref

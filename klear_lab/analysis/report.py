@@ -7,13 +7,13 @@ temporary name and renamed, so an interrupted report never leaves half a file.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from klear_lab.analysis.reproduce import Reproduction
+from klear_lab.tracking import atomic_write
 
 
 def num(value: float, signed: bool = False, decimals: int | None = None) -> str:
@@ -141,14 +141,7 @@ def _claims_frame(rep: Reproduction) -> pd.DataFrame:
     return rep.claims if not rep.claims.empty else pd.DataFrame(columns=["claim", "verdict"])
 
 
-def atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp)`` then rename onto ``path``: readers never see half a file, a failure leaves the old one."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"]
 
 
 def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
@@ -157,7 +150,7 @@ def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
              f"{row['n better']}/{row['n than']}", row["verdict"]]
             for rep in reps for _, row in rep.claims.iterrows()]
     lines = ["# The paper's claims on this machine's sweeps", ""]
-    lines += _md_table(["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"], rows)
+    lines += _md_table(SUMMARY_HEADER, rows)
     if skipped:
         lines += ["", "Not run yet: " + ", ".join(f"`{name}`" for name in skipped)]
     return "\n".join(lines) + "\n"
@@ -172,7 +165,7 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
 
     console = console or make_console()
     table = Table(title="the paper's claims on this machine's sweeps")
-    for col in ("table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"):
+    for col in SUMMARY_HEADER:
         table.add_column(col)
     for rep in reps:
         for _, row in rep.claims.iterrows():

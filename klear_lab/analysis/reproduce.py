@@ -69,19 +69,9 @@ def objective_values(records: list[TrialRecord], label: str, metric: str) -> np.
     return np.array([v for v in vals if v is not None and math.isfinite(v)], dtype=float)
 
 
-def sweep_arm_for(ref: SweepRef, analysis: Analysis) -> dict[str, str]:
-    """Paper arm -> the sweep arm label standing for it (paper arms without one are left out)."""
-    out: dict[str, str] = {}
-    for label in ref.labels:
-        arm = ref.paper_arm(label, list(analysis.paper))
-        if arm is not None:
-            out.setdefault(arm, label)
-    return out
-
-
 def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord]) -> Reproduction:
     """Both tables for ``records`` of the sweep ``spec`` (pure: no files, no study)."""
-    label_of = sweep_arm_for(ref, analysis)
+    label_of = ref.label_of
     values = {label: objective_values(records, label, spec.metric) for label in ref.labels}
     base_vals = values[label_of[analysis.baseline]]
     rows = [_arm_row(analysis, arm, label_of.get(arm), values, base_vals) for arm in analysis.paper]

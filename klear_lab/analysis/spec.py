@@ -50,6 +50,7 @@ class SweepRef:
     spec_path: Path
     arms: dict[str, str] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)  # the sweep's grid arm labels
+    label_of: dict[str, str] = field(default_factory=dict)  # paper arm -> the sweep arm standing for it
 
     def paper_arm(self, label: str, paper_arms: list[str]) -> str | None:
         """The paper arm a sweep arm label stands for, or None."""
@@ -179,7 +180,7 @@ def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str]
             raise analysis.err(f"{key}.arms.{label}", f"not an arm of {spec_path.name} (arms: {', '.join(labels)})")
         if arm not in analysis.paper:
             raise analysis.err(f"{key}.arms.{label}", f"{arm!r} is not a paper arm ({', '.join(analysis.paper)})")
-    matched: dict[str, str] = {}
+    matched = ref.label_of
     for label in labels:
         arm = ref.paper_arm(label, list(analysis.paper))
         if arm is not None and arm in matched:
@@ -194,26 +195,29 @@ def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str]
 
 
 def sweep_labels(analysis: Analysis, key: str, spec_path: Path) -> list[str]:
-    """The grid arm labels of a sweep spec (errors name the analysis key)."""
-    from klear_lab.sweep.grid import grid_arms
+    """The grid arm labels of a sweep spec file (errors name the analysis key)."""
     from klear_lab.sweep.spec import load_spec
 
     if not spec_path.is_file():
         raise analysis.err(key, f"{spec_path}: no such sweep spec")
     try:
-        spec = load_spec(spec_path)
+        return grid_labels(load_spec(spec_path))
     except ConfigError as exc:
         raise analysis.err(key, str(exc)) from exc
+
+
+def grid_labels(spec: Any) -> list[str]:
+    """The arm labels of a loaded grid sweep spec; other samplers have no fixed arms to match."""
+    from klear_lab.sweep.grid import grid_arms
+
     if spec.sampler != "grid":
-        raise analysis.err(key, f"{spec_path.name} uses sampler {spec.sampler!r}; a reproduction needs a grid")
+        raise ConfigError(f"{spec.path}: sampler {spec.sampler!r}; a reproduction needs a grid sweep")
     return [arm.label for arm in grid_arms(spec)]
 
 
 def _check_coverage(analysis: Analysis) -> None:
     """Every paper arm is matched by some sweep (a typo in an arm name fails here)."""
-    matched: set[str] = set()
-    for ref in analysis.sweeps:
-        matched |= {ref.paper_arm(label, list(analysis.paper)) for label in ref.labels} - {None}
+    matched = {arm for ref in analysis.sweeps for arm in ref.label_of}
     missing = [arm for arm in analysis.paper if arm not in matched]
     if missing:
         raise analysis.err("paper", f"arm {missing[0]!r} is matched by no sweep arm; name it in a sweep's `arms:` map")

@@ -41,8 +41,13 @@ def needs_parent(spec: SweepSpec, base: dict[str, Any]) -> bool:
 
 
 def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any = print) -> None:
-    """Train (or find) the parent run in a child process; a failure stops the sweep before any trial."""
+    """Share or train the parent run (training in a child process); a failure stops the sweep
+    before any trial."""
     if not needs_parent(spec, base):
+        return
+    shared = share_sibling_start({**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}})
+    if shared is not None:
+        log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
         return
     log_path = spec.sweep_dir / "parent.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,15 +56,11 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     log(f"sweep {spec.name}: starting point (model.init_from) on {threads} thread(s), log {log_path}")
     started = time.time()
     with open(log_path, "ab") as out:
-        offset = out.tell()
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
     if code != 0:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment} failed "
                           f"(exit {code}); see {log_path}")
-    with open(log_path, "rb") as f:
-        f.seek(offset)
-        reused = [line for line in f.read().decode(errors="replace").splitlines() if " reusing " in line]
-    log(f"sweep {spec.name}: {reused[-1] if reused else 'starting point ready'} in {time.time() - started:.1f}s")
+    log(f"sweep {spec.name}: starting point ready in {time.time() - started:.1f}s")
 
 
 def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
@@ -111,9 +112,6 @@ def main(argv: list[str]) -> int:
     cfg = compose(experiment, overrides)
     cfg["run"]["out_dir"] = runs
     cfg["trainer"]["num_threads"] = int(threads)  # the parent run takes its threads from here
-    reused = share_sibling_start(cfg)
-    if reused is not None:
-        print(f"starting point: reusing {reused} (same config, trained by another sweep)", flush=True)
     builders.resolve_init_from(cfg)
     print(f"starting point: {cfg['model']['name_or_path']}", flush=True)
     return 0
