@@ -3,7 +3,7 @@
 The paper reports one benchmark score per arm; a sweep reports its objective per trial (several
 seeds per arm). Neither scale is the other's, so the comparison is about *differences*: each
 arm's delta against the baseline arm, the paper's per benchmark and ours with a Welch t 95 %
-interval over seeds (``analysis.stats``). A claim "A beats B" is
+interval over seeds (``klear_lab.stats``). A claim "A beats B" is
 
 - ``reproduced`` when our interval for A - B lies entirely on the better side of 0,
 - ``contradicted`` when it lies entirely on the worse side,
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.analysis.spec import Analysis, SweepRef
-from klear_lab.analysis.stats import welch_interval
+from klear_lab.stats import welch_interval
 from klear_lab.sweep.compare import TrialRecord
 from klear_lab.sweep.spec import SweepSpec
 

@@ -1,8 +1,11 @@
 """The ablation table: one row per arm, mean ± std (n) across seeds, delta vs baseline with a 95 % CI.
 
-The delta is mean(arm) - mean(baseline) of the objective; its interval is a percentile
+The delta is mean(arm) - mean(baseline) of the objective, with two 95 % intervals: a percentile
 bootstrap that resamples each arm's seeds independently (numpy ``default_rng(seed)``, so the
-table is reproducible). Outputs in ``SWEEP_DIR/compare/``: ``table.csv``, ``table.md`` and
+table is reproducible), and Welch's t interval (``klear_lab.stats``). With a handful of seeds the
+bootstrap interval is far too narrow (2 seeds: it excludes 0 for about 1 in 3 pairs of arms that do
+not differ); Welch's widens with few seeds, so read a difference as real only when it excludes 0.
+Outputs in ``SWEEP_DIR/compare/``: ``table.csv``, ``table.md`` and
 ``curves.png`` (each arm's metric over steps, mean across seeds with a ±std band, read from
 each trial's ``metrics.csv``).
 """
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from klear_lab.stats import welch_interval
 from klear_lab.sweep.grid import grid_arms, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
 
@@ -101,24 +105,28 @@ def _values(records: list[TrialRecord], metric: str) -> np.ndarray:
 def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, baseline: str | None,
                 seed: int) -> None:
     base = _values([r for r in done if r.arm == baseline], objective) if baseline else np.array([])
-    deltas, lows, highs = [], [], []
+    cols: dict[str, list[float]] = {k: [] for k in ("delta", "delta ci low", "delta ci high",
+                                                     "welch ci low", "welch ci high")}
     for arm in df["arm"]:
         vals = _values([r for r in done if r.arm == arm], objective)
-        d, lo, hi = bootstrap_diff(vals, base, seed=seed) if len(vals) and len(base) else (math.nan,) * 3
-        deltas.append(d)
-        lows.append(lo)
-        highs.append(hi)
-    df["delta"], df["delta ci low"], df["delta ci high"] = deltas, lows, highs
+        both = len(vals) and len(base)
+        d, lo, hi = bootstrap_diff(vals, base, seed=seed) if both else (math.nan,) * 3
+        _, w_lo, w_hi = welch_interval(vals, base) if both else (math.nan,) * 3
+        for k, v in zip(cols, (d, lo, hi, w_lo, w_hi)):
+            cols[k].append(v)
+    for k, v in cols.items():
+        df[k] = v
 
 
 def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
-    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap interval."""
+    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals."""
     names = [objective, *[m for m in metrics if m != objective]]
-    head = ["arm", *names, f"Δ {objective} vs {baseline} [95% CI]", "pruned", "failed"]
+    head = ["arm", *names, f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI", "pruned", "failed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():
         arm = f"**{row['arm']}** ★" if row["best"] else row["arm"]
-        cells = [arm, *[cell(row, m) for m in names], delta_cell(row), str(row["pruned"]), str(row["failed"])]
+        cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
+                 str(row["pruned"]), str(row["failed"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -143,6 +151,13 @@ def delta_cell(row: Any) -> str:
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
 
 
+def welch_cell(row: Any) -> str:
+    """``[-0.21, +0.27]``; ``–`` for the baseline, or when an arm has under 2 seeds or no spread."""
+    if row["baseline"] or math.isnan(row["welch ci low"]):
+        return "–"
+    return f"[{row['welch ci low']:+.3g}, {row['welch ci high']:+.3g}]"
+
+
 def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,
                   ) -> pd.DataFrame:
     """Build, print (Rich) and save the table and curves of a sweep's study."""
@@ -157,11 +172,13 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     """Summarize ``records``, write table.csv / table.md / curves.png, print the Rich table."""
     from klear_lab.sweep.curves import plot_curves
     from klear_lab.sweep.render import print_table
+    from klear_lab.tracking import atomic_write
 
     df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_dir / "table.csv", index=False)
-    (out_dir / "table.md").write_text(to_markdown(df, spec.metric, spec.metrics, baseline))
+    atomic_write(out_dir / "table.csv", lambda tmp: df.to_csv(tmp, index=False))
+    markdown = to_markdown(df, spec.metric, spec.metrics, baseline)
+    atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(markdown))
     png = plot_curves(records, [spec.metric, *spec.metrics], out_dir / "curves.png", order)
     print_table(df, spec, baseline, out_dir, png, console)
     return df

@@ -59,6 +59,8 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from klear_lab.tracking import atomic_write
+
     fig, axes = plt.subplots(1, len(per_metric), figsize=(5.5 * len(per_metric), 4), squeeze=False)
     for ax, (metric, curves) in zip(axes[0], per_metric.items(), strict=False):
         for arm, c in curves.items():
@@ -73,6 +75,6 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
         ax.legend(fontsize=8)
     fig.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=120)
+    atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return out_path

@@ -17,7 +17,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     from rich.table import Table
 
     from klear_lab.console import make_console
-    from klear_lab.sweep.compare import cell, delta_cell
+    from klear_lab.sweep.compare import cell, delta_cell, welch_cell
 
     console = console or make_console()
     names = [spec.metric, *[m for m in spec.metrics if m != spec.metric]]
@@ -25,12 +25,13 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     table.add_column("arm", style="bold")
     for m in names:
         table.add_column(m, justify="right")
-    table.add_column(f"Δ {spec.metric} [95% CI]", justify="right")
+    table.add_column(f"Δ {spec.metric} [bootstrap 95% CI]", justify="right")
+    table.add_column("Welch t 95% CI", justify="right")
     table.add_column("pruned/failed", justify="right")
     for _, row in df.iterrows():
         arm = escape(f"★ {row['arm']}" if row["best"] else row["arm"])  # axis values may hold brackets
         counts = f"{row['pruned']}/{row['failed']}"
-        table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), counts,
+        table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row), counts,
                       style="green" if row["best"] else None)
     console.print(table)
     console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from klear_lab.analysis.reproduce import verdict
-from klear_lab.analysis.stats import t_quantile, welch_interval
+from klear_lab.stats import t_quantile, welch_interval
 
 
 @pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (2, 4.3027), (5, 2.5706), (10, 2.2281), (30, 2.0423),

@@ -69,6 +69,23 @@ def test_summarize_rows_best_and_deltas():
     assert abs(row["val/acc mean"] - 0.6) < 0.02 and row["train/loss n"] == 5
 
 
+def test_welch_interval_beside_the_bootstrap_one():
+    """Two seeds per arm, 0.12 apart with a 0.10 spread within each arm: the bootstrap interval is
+    the range of pairwise differences, [+0.02, +0.22], and excludes 0; Welch's (2 degrees of
+    freedom, t = 4.303) does not. Both are in the CSV and the markdown."""
+    acc = {("a", 0): 0.50, ("a", 1): 0.60, ("b", 0): 0.62, ("b", 1): 0.72}
+    records = [TrialRecord(arm, seed, "COMPLETE", {"val/acc": v}) for (arm, seed), v in acc.items()]
+    df = summarize(records, "val/acc", [], "maximize", "a", ["a", "b"])
+    b = df.set_index("arm").loc["b"]
+    assert abs(b["delta"] - 0.12) < 1e-12 and b["delta ci low"] > 0  # bootstrap: "significant"
+    half = 4.303 * math.sqrt(0.005 / 2 + 0.005 / 2)  # var 0.005 per arm, df = 2
+    assert abs(b["welch ci low"] - (0.12 - half)) < 1e-3 and abs(b["welch ci high"] - (0.12 + half)) < 1e-3
+    assert b["welch ci low"] < 0 < b["welch ci high"]
+    md = to_markdown(df, "val/acc", [], "a")
+    assert "Welch t 95% CI" in md.splitlines()[0]
+    assert f"[{b['welch ci low']:+.3g}, {b['welch ci high']:+.3g}]" in md.splitlines()[3]
+
+
 def test_minimize_marks_lowest():
     df = summarize(_records(), "val/acc", [], "minimize", "ppo")
     assert df.loc[df["best"], "arm"].tolist() == ["cispo"]
