@@ -7,16 +7,20 @@ the trials then find it by config hash (threads and output dir are not part of t
 Skipped when an axis changes the parent, for custom runners, and when there is no ``init_from``.
 A starting point another sweep under the same ``out_dir`` already trained with the same config
 and seed is shared (hard-linked) instead of retrained (``share_sibling_start``): the embedded RL
-ablation sweeps all start from the quickstart SFT model.
+ablation sweeps all start from the quickstart SFT model. A lock per starting point in ``out_dir``
+makes a sweep started while another trains it wait and share it, rather than train it again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +49,36 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     before any trial."""
     if not needs_parent(spec, base):
         return
-    shared = share_sibling_start({**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}})
-    if shared is not None:
-        log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
-        return
+    cfg = {**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}}
+    with _start_lock(cfg, lambda: log(f"sweep {spec.name}: starting point: waiting for another sweep "
+                                      "training the same one, to share it")):
+        shared = share_sibling_start(cfg)
+        if shared is not None:
+            log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
+            return
+        _train(spec, threads, log)
+
+
+@contextlib.contextmanager
+def _start_lock(cfg: dict[str, Any], on_wait: Any) -> Iterator[None]:
+    """An exclusive lock on one starting point (config hash and seed) for every sweep under ``out_dir``:
+    a sweep started while another trains it waits (``on_wait`` says so), then shares it."""
+    from klear_lab import builders
+    from klear_lab.tracking import config_hash
+
+    parent = builders.parent_config(cfg)
+    out_dir = Path(cfg["run"]["out_dir"]).parent.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / f".start-{config_hash(parent)}-s{parent['run']['seed']}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _train(spec: SweepSpec, threads: int, log: Any) -> None:
     log_path = spec.sweep_dir / "parent.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "klear_lab.sweep.parents", str(spec.experiment), str(spec.runs_dir), str(threads),

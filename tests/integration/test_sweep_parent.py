@@ -97,3 +97,33 @@ def test_another_sweep_reuses_the_starting_point(tmp_path, monkeypatch):
     own = builders.find_completed_run(seven.runs_dir, parent_hash, seed=7)
     assert own is not None and own.name != copy.name
     assert builders.find_completed_run(seven.runs_dir, parent_hash, seed=0) is None
+
+
+def test_two_sweeps_started_together_train_the_starting_point_once(tmp_path, monkeypatch):
+    """The second sweep waits on the first one's lock, then shares what it trained."""
+    import threading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    first = load_spec(_spec(tmp_path, TINY_PARENT))
+    second = load_spec(_spec(tmp_path, TINY_PARENT, axes={"rl.alpha": [0.0, 0.1]}), name="second")
+    logs: dict[str, list[str]] = {"first": [], "second": []}
+    started = threading.Event()
+
+    def run_first() -> None:
+        def log(line: str) -> None:
+            logs["first"].append(line)
+            if "starting point (model.init_from)" in line:
+                started.set()  # the lock is held and training has begun
+        train_parent(first, _base(first), threads=1, log=log)
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    assert started.wait(60)
+    train_parent(second, _base(second), threads=1, log=logs["second"].append)
+    thread.join()
+    parent_hash = config_hash(compose(tmp_path / "parent.yaml"))
+    trained = builders.find_completed_run(first.runs_dir, parent_hash, seed=0)
+    assert trained is not None and any("ready" in line for line in logs["first"])
+    assert any("waiting for another sweep" in line for line in logs["second"]), logs["second"]
+    assert any(f"reusing {trained}" in line for line in logs["second"]), logs["second"]
+    assert not (second.sweep_dir / "parent.log").exists()  # the second sweep trained nothing
