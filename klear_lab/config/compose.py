@@ -83,6 +83,11 @@ def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"{label}: override {item!r} must look like key=value")
+        try:  # one at a time, so the error names the bad one
+            OmegaConf.from_dotlist([item])
+        except (OmegaConfBaseException, yaml.YAMLError) as exc:
+            hint = " (values are YAML: inside {...} write `key: value`, with a space)" if "{" in item else ""
+            raise ConfigError(f"{label}: cannot parse override {item!r}{hint}: {' '.join(str(exc).split())}") from None
     try:
         return label, OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))  # type: ignore[return-value]
     except OmegaConfBaseException as exc:

@@ -59,6 +59,10 @@ def test_list_index_override(tmp_path):
     ("optim: {lr: [1\n", [], ["e.yaml:", "malformed YAML"]),
     ("- 1\n- 2\n", [], ["top level must be a mapping"]),
     ("run: {seed: '${nope}'}\n", [], ["interpolation"]),
+    # malformed YAML in an override: the override is named (it was a raw yaml.ScannerError traceback)
+    ("", ["rl.steps=3", "data.sources=[{name:arith_r1,levels:[1]}]"],
+     ["command line", "'data.sources=[{name:arith_r1,levels:[1]}]'", "`key: value`, with a space"]),
+    ("", ["optim.lr=[1"], ["command line", "'optim.lr=[1'", "did not find expected"]),
 ])
 def test_errors_name_the_place(tmp_path, body, overrides, needles):
     exp = write(tmp_path / "e.yaml", body)
