@@ -166,7 +166,7 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
     console = console or make_console()
     table = Table(title="the paper's claims on this machine's sweeps")
     for col in SUMMARY_HEADER:
-        table.add_column(col)
+        table.add_column(escape(col))  # "[95% CI]" is not a style: Rich would drop it
     for rep in reps:
         for _, row in rep.claims.iterrows():
             style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])

@@ -21,11 +21,12 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
 
     console = console or make_console()
     names = [spec.metric, *[m for m in spec.metrics if m != spec.metric]]
-    table = Table(title=f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}")
+    # every header is escaped: Rich reads "[bootstrap 95% CI]" as a markup tag and drops it
+    table = Table(title=escape(f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}"))
     table.add_column("arm", style="bold")
     for m in names:
-        table.add_column(m, justify="right")
-    table.add_column(f"Δ {spec.metric} [bootstrap 95% CI]", justify="right")
+        table.add_column(escape(m), justify="right")
+    table.add_column(escape(f"Δ {spec.metric} [bootstrap 95% CI]"), justify="right")
     table.add_column("Welch t 95% CI", justify="right")
     table.add_column("pruned/failed", justify="right")
     for _, row in df.iterrows():

@@ -78,6 +78,7 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "skipped:" in out and "other_table.yaml: no results yet" in out and "Toy toy_table" in out
     assert "the paper's claims on this machine's sweeps" in out and "not run yet: other_table" in out
+    assert "ours Δ [95% CI]" in out  # escaped: Rich would read the brackets as a markup tag and drop them
     text = summary.read_text()
     assert "| Toy toy_table | 0.002 beats 0.001 | `toy` |" in text and "| reproduced |" in text
     assert "Not run yet: `other_table`" in text

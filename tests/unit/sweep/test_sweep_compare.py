@@ -136,6 +136,7 @@ def test_write_comparison_outputs(tmp_path):
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     text = console.export_text()
     assert "★ gppo" in text and "baseline" in text and str(png) in text
+    assert "Δ val/acc [bootstrap 95% CI]" in text and "Welch t 95% CI" in text  # brackets are not markup
     assert len(df) == 3
 
 
