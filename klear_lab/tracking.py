@@ -70,7 +70,7 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write atomically so a reader never sees half a file."""
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True, default=str)))
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str)))
 
 
 def atomic_write(path: Path, write: Any) -> None:

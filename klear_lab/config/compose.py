@@ -80,18 +80,16 @@ def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
 
 def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
     """Hydra-style ``key=value`` overrides (values parsed as YAML)."""
+    merged = OmegaConf.create()
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"{label}: override {item!r} must look like key=value")
-        try:  # one at a time, so the error names the bad one
-            OmegaConf.from_dotlist([item])
+        try:  # merged one at a time (what from_dotlist does), so an error names the bad one
+            merged.merge_with_dotlist([item])
         except (OmegaConfBaseException, yaml.YAMLError) as exc:
             hint = " (values are YAML: inside {...} write `key: value`, with a space)" if "{" in item else ""
             raise ConfigError(f"{label}: cannot parse override {item!r}{hint}: {' '.join(str(exc).split())}") from None
-    try:
-        return label, OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))  # type: ignore[return-value]
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"{label}: cannot parse overrides {overrides}: {exc}") from None
+    return label, OmegaConf.to_container(merged)  # type: ignore[return-value]
 
 
 def merge_layers(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
