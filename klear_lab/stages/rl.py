@@ -43,6 +43,7 @@ class RLStage:
     cfg: dict[str, Any]
     module: RLModule
     batches: list[list[Record]]
+    data_stats: dict[str, float]  # prompt pool after filter and mix (data/records, data/kept_frac/<source>)
 
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
         cfg, rl = self.cfg, self.cfg["rl"]
@@ -51,6 +52,8 @@ class RLStage:
             cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(cfg, run_dir), *callbacks],
             val_check_interval=rl["eval_every"] or None, max_epochs=1,
         )
+        for logger in loggers:
+            logger.log_metrics(self.data_stats, step=0)
         loader = DataLoader(self.batches, batch_size=None, shuffle=False, collate_fn=lambda b: b)
         val = DataLoader([0], batch_size=1)
         trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
@@ -69,6 +72,7 @@ class RLStage:
             trainer.validate(self.module, dataloaders=val, verbose=False)
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(gain_summary(self.module.evals))
+        metrics.update(self.data_stats)
         metrics.update({"perf/train_seconds": train_s, "rl/rollout_steps": float(len(self.batches)),
                         "train/steps": float(trainer.global_step),
                         "perf/torch_threads": float(torch.get_num_threads())})
@@ -98,7 +102,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])
     if hasattr(engine_cfg, "check_available"):
         engine_cfg.check_available()
-    records, _ = builders.build_train_records(cfg)
+    records, data_stats = builders.build_train_records(cfg)
     if not records:
         raise DataError("RL needs prompts: data.sources produced none")
     eval_records = builders.build_eval_records(cfg)
@@ -123,4 +127,4 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         settings=settings, optim=builders.optim_settings(cfg, updates), eval_records=eval_records,
         eval_rewards=builders.build_eval_rewards(cfg), use_reference=rl["kl_coef"] > 0,
     )
-    return RLStage(cfg, module, prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"]))
+    return RLStage(cfg, module, prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"]), data_stats)

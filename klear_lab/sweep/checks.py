@@ -15,7 +15,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import Arm, grid_arms, resolve_baseline, trial_layer
 from klear_lab.sweep.spec import SweepSpec
 
-METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/")
+METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/", "data/", "plan/")
 """Namespaces run_experiment logs under (Lightning ``self.log`` names, summary.json keys)."""
 KNOWN_METRICS = frozenset({"val/acc", "train/loss", "val/loss", "perf/tokens_per_s", "rl/reward_mean"})
 """Named here so the list of documented metrics has one home; any prefixed name is also accepted."""

@@ -7,7 +7,10 @@ Difficulty levels (one family drawn uniformly within a level, constants drawn pe
 
 Every family carries its reference solution twice: as source text (what the teacher writes, and
 ``Record.answer``) and as a Python callable of ours, used to compute test outputs and to grade
-the subtly wrong variants ("bugs") a noisy teacher writes. Model code is never executed here.
+the subtly wrong variants ("bugs") a noisy teacher writes. A task can also carry flawed hidden
+tests, written from one of its bugs (``with_flawed_tests``), and a strong solver's estimated pass
+rate on them (``solver_pass_rate``), for the paper's test-case filter. Model code is never
+executed here.
 """
 
 from __future__ import annotations
@@ -169,6 +172,38 @@ def make_task(rng: random.Random, level: int, n_tests: int = 12) -> Task:
             break
     drawn = list(cases.values())
     return Task(family, tuple(drawn[:N_SHOWN]), tuple(drawn[N_SHOWN:]))
+
+
+def with_flawed_tests(task: Task, rng: random.Random) -> Task:
+    """``task`` with hidden tests whose outputs come from one of its failing bugs.
+
+    Models the flawed test cases of scraped code data (paper §3.2.1): the shown examples still
+    follow the rule, but the grader expects a wrong solution's outputs, so the reference fails
+    some tests and that bug passes them all. Unchanged if every failing bug raises on a test.
+    """
+    bugs = [bug for bug in failing_bugs(task)
+            if not any(isinstance(_output(bug.fn, case["input"]), Exception) for case in task.tests)]
+    if not bugs:
+        return task
+    bug = rng.choice(bugs)
+    tests = tuple({"input": case["input"], "output": _output(bug.fn, case["input"])} for case in task.tests)
+    return Task(task.family, task.examples, tests)
+
+
+def solver_pass_rate(task: Task, rng: random.Random, samples: int = 16, error: float = 0.02) -> float:
+    """Share of ``samples`` strong-solver answers that pass every hidden test.
+
+    The solver writes the reference, or with probability ``error`` one of the family's bugs:
+    the embedded stand-in for the paper's pass@16 of DeepSeek-R1 samples (§3.2.1), which is
+    near 1 on sound tasks and near 0 on tasks with flawed tests.
+    """
+    passes = {id(v): pass_rate(v.fn, task.tests) == 1.0 for v in (task.family.ref, *task.family.bugs)}
+    hits = 0
+    for _ in range(samples):
+        wrong = rng.random() < error and task.family.bugs
+        variant = rng.choice(task.family.bugs) if wrong else task.family.ref
+        hits += passes[id(variant)]
+    return hits / samples
 
 
 def source(family: Family, variant: Variant) -> str:

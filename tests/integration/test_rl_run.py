@@ -142,3 +142,22 @@ def test_policy_from_a_checkpoint_trains_in_train_mode_with_dropout_off(tmp_path
     assert not [w for w in caught if "in eval mode" in str(w.message)]
     assert metrics["rl/ratio_min"] == pytest.approx(1.0, abs=1e-6)  # dropout noise would move it
     assert metrics["rl/ratio_max"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_code_rl_filters_flawed_tests_and_logs_the_prompt_pool(tmp_path):
+    """Real code reward (sandboxed) on a random tiny policy; the band filter drops flawed-test tasks."""
+    import csv
+
+    cfg = compose(ROOT / "experiments/quickstart/code_rl.yaml", [
+        f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null",
+        "data.sources=[{name: code, n_prompts: 60, flawed_tests: 0.5}]",
+        "data.filter={name: band, min_pass_rate: 0.5}", "rl.steps=1", "rl.prompts_per_step=2",
+        "rl.group_size=2", "rl.minibatch_prompts=2", "rl.max_new_tokens=8", "rl.eval_every=0",
+        "data.eval_sources.0.n_prompts=2", "eval.max_new_tokens=4", "trainer.checkpoint=false",
+        "tracking.wandb.enabled=false"])
+    result = run_experiment(cfg)
+    kept = result.metrics["data/kept_frac/code"]
+    assert 0.2 < kept < 0.8 and result.metrics["data/records"] == round(60 * kept)
+    with open(result.run_dir / "csv" / "metrics.csv") as fh:
+        logged = [row for row in csv.DictReader(fh) if row.get("data/records")]
+    assert float(logged[0]["data/records"]) == result.metrics["data/records"]

@@ -23,6 +23,11 @@ class CodeSource:
     ``f`` failing some hidden tests) and ``style`` (``full`` reasoning with example checks,
     ``terse``, ``noisy``). ``levels``/``level_weights`` set the difficulty mix (see
     ``world.programs``); ``n_tests`` hidden tests per task (verl samples at most 16).
+
+    ``flawed_tests`` is the share of tasks whose hidden tests were written from a wrong solution,
+    as in scraped code data (paper §3.2.1; 0 = sound tests). Every record carries
+    ``meta["pass_rate"]``: the share of 16 strong-solver answers that pass its hidden tests
+    (the paper's pass@16 annotation), which the ``band`` filter's ``min_pass_rate`` reads.
     """
 
     n_prompts: int = 2000
@@ -34,9 +39,12 @@ class CodeSource:
     quality_rank: int = 1
     seed_offset: int = 0
     n_tests: int = 12
+    flawed_tests: float = 0.0
 
     def __post_init__(self) -> None:
         check_teacher_fields(self, STYLES, programs.LEVELS)
+        if not 0.0 <= self.flawed_tests <= 1.0:
+            raise ValueError(f"flawed_tests must be in [0, 1], got {self.flawed_tests}")
         for field in ("n_prompts", "responses_per_prompt", "n_tests"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
@@ -50,14 +58,20 @@ class CodeSource:
         rng = random.Random(f"{self.name}/{split}/{seed + self.seed_offset}")
         out: list[Record] = []
         for i, level, task, prompt in distinct_prompts(rng, self.n_prompts, split, self._draw):
+            uid = f"{self.name}/{split}/{i}"
+            # a stream of its own, so adding flawed tests leaves the drawn tasks and responses as they were
+            side = random.Random(f"{uid}/{seed + self.seed_offset}/tests")
+            if side.random() < self.flawed_tests:
+                task = programs.with_flawed_tests(task, side)
+            pass_rate = programs.solver_pass_rate(task, side)
             for j in range(self.responses_per_prompt if split == "train" else 1):
                 wrong = rng.random() < self.teacher_error
                 response, correct = programs.solve(task, style=self.style, wrong=wrong, rng=rng)
                 out.append(Record(
-                    uid=f"{self.name}/{split}/{i}/{j}", source=self.name, task="code",
+                    uid=f"{uid}/{j}", source=self.name, task="code",
                     prompt=prompt, answer=programs.source(task.family, task.family.ref), difficulty=level,
                     response=response, response_correct=correct, tests=task.tests,
-                    meta={"family": task.family.name},
+                    meta={"family": task.family.name, "pass_rate": pass_rate},
                 ))
         return out
 

@@ -50,3 +50,23 @@ class CodeScrape(CodeSource):
     teacher_error: float = 0.4
     style: str = "noisy"
     quality_rank: int = 4
+
+
+@SOURCE.register("code_web")
+@dataclass(frozen=True)
+class CodeWeb(CodeSource):
+    """Web answers: 50 % wrong, checks mixed with filler lines. Rank 5."""
+
+    teacher_error: float = 0.5
+    style: str = "noisy"
+    quality_rank: int = 5
+
+
+@SOURCE.register("code_forum")
+@dataclass(frozen=True)
+class CodeForum(CodeSource):
+    """Forum answers: 60 % wrong, the rule without checks. Rank 6."""
+
+    teacher_error: float = 0.6
+    style: str = "terse"
+    quality_rank: int = 6

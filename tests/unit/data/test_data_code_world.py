@@ -92,9 +92,9 @@ def test_responses_per_prompt_train_only():
 
 
 def test_teachers_ranked_by_quality():
-    names = ["code_r1", "code_qwq", "code_distill", "code_scrape"]
+    names = ["code_r1", "code_qwq", "code_distill", "code_scrape", "code_web", "code_forum"]
     teachers = [SOURCE.build({"name": n, "n_prompts": 600}) for n in names]
-    assert [t.quality_rank for t in teachers] == [1, 2, 3, 4]
+    assert [t.quality_rank for t in teachers] == [1, 2, 3, 4, 5, 6]
     errors = [sum(not r.response_correct for r in t.records(0, "train")) for t in teachers]
     assert errors == sorted(errors) and errors[0] < errors[-1]
     assert all(r.source == "code_qwq" for r in teachers[1].records(0, "eval"))
@@ -111,3 +111,44 @@ def test_validation_names_field(field, value):
 def test_bad_split():
     with pytest.raises(ValueError, match="split"):
         CodeSource(n_prompts=1).records(0, "test")
+
+
+def test_flawed_tests_fail_the_reference_and_leave_the_rest_as_drawn():
+    sound = CodeSource(n_prompts=300).records(0, "train")
+    flawed = CodeSource(n_prompts=300, flawed_tests=0.5).records(0, "train")
+    assert [(r.prompt, r.response, r.answer) for r in sound] == [(r.prompt, r.response, r.answer) for r in flawed]
+    changed = [(s, f) for s, f in zip(sound, flawed, strict=True) if s.tests != f.tests]
+    assert 100 < len(changed) < 200  # about half the tasks (the rest had no usable bug, or drew sound)
+    for s, f in changed:
+        ref = _compile(f.answer)
+        assert _passes(ref, s.tests) and not _passes(ref, f.tests)
+        assert [t["input"] for t in s.tests] == [t["input"] for t in f.tests]
+        assert f.meta["pass_rate"] < 0.5 <= s.meta["pass_rate"]
+        # the shown examples still follow the rule: every one appears with the reference's output
+        for line in f.prompt.splitlines()[1:-1]:
+            call, expected = line.split(" == ")
+            assert repr(eval(call, {"f": ref})) == expected  # noqa: S307 - our own generated examples
+
+
+def test_pass_rate_annotation_feeds_the_band_filter():
+    from klear_lab.data.filters.band import BandFilter
+
+    records = CodeSource(n_prompts=200, flawed_tests=0.3).records(1, "train")
+    kept = BandFilter(min_pass_rate=0.5)(records)
+    assert all(_passes(_compile(r.answer), r.tests) for r in kept)
+    assert len(records) - len(kept) == sum(not _passes(_compile(r.answer), r.tests) for r in records) > 30
+
+
+def test_solver_pass_rate_is_the_share_of_passing_samples():
+    import random
+
+    task = programs.make_task(random.Random(0), 2)
+    assert programs.solver_pass_rate(task, random.Random(1), samples=16, error=0.0) == 1.0
+    assert programs.solver_pass_rate(task, random.Random(1), samples=16, error=1.0) == 0.0  # bugs all fail
+    flawed = programs.with_flawed_tests(task, random.Random(2))
+    assert programs.solver_pass_rate(flawed, random.Random(1), samples=16, error=0.0) == 0.0
+
+
+def test_flawed_tests_validated():
+    with pytest.raises(ConfigError, match="flawed_tests"):
+        SOURCE.build({"name": "code", "flawed_tests": 1.5})
