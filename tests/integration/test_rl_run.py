@@ -145,8 +145,10 @@ def test_policy_from_a_checkpoint_trains_in_train_mode_with_dropout_off(tmp_path
 
 
 def test_code_rl_filters_flawed_tests_and_logs_the_prompt_pool(tmp_path):
-    """Real code reward (sandboxed) on a random tiny policy; the band filter drops flawed-test tasks."""
+    """Code RL with the band filter: exactly the sound tasks are kept, and the pool size is logged."""
     import csv
+
+    from klear_lab.data.sources.code import CodeSource
 
     cfg = compose(ROOT / "experiments/quickstart/code_rl.yaml", [
         f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null",
@@ -156,8 +158,9 @@ def test_code_rl_filters_flawed_tests_and_logs_the_prompt_pool(tmp_path):
         "data.eval_sources.0.n_prompts=2", "eval.max_new_tokens=4", "trainer.checkpoint=false",
         "tracking.wandb.enabled=false"])
     result = run_experiment(cfg)
-    kept = result.metrics["data/kept_frac/code"]
-    assert 0.2 < kept < 0.8 and result.metrics["data/records"] == round(60 * kept)
+    sound = sum(r.meta["pass_rate"] >= 0.5 for r in CodeSource(n_prompts=60, flawed_tests=0.5).records(0, "train"))
+    assert 10 < sound < 50
+    assert result.metrics["data/records"] == sound and result.metrics["data/kept_frac/code"] == sound / 60
     with open(result.run_dir / "csv" / "metrics.csv") as fh:
         logged = [row for row in csv.DictReader(fh) if row.get("data/records")]
     assert float(logged[0]["data/records"]) == result.metrics["data/records"]

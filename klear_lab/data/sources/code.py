@@ -28,6 +28,8 @@ class CodeSource:
     as in scraped code data (paper §3.2.1; 0 = sound tests). Every record carries
     ``meta["pass_rate"]``: the share of 16 strong-solver answers that pass its hidden tests
     (the paper's pass@16 annotation), which the ``band`` filter's ``min_pass_rate`` reads.
+    ``response_correct`` says whether the teacher wrote the rule's reference, which fails some
+    flawed tests.
     """
 
     n_prompts: int = 2000
@@ -59,18 +61,17 @@ class CodeSource:
         out: list[Record] = []
         for i, level, task, prompt in distinct_prompts(rng, self.n_prompts, split, self._draw):
             uid = f"{self.name}/{split}/{i}"
-            # a stream of its own, so adding flawed tests leaves the drawn tasks and responses as they were
+            # a stream of its own, and teachers answer the sound task: flawed tests change nothing else drawn
             side = random.Random(f"{uid}/{seed + self.seed_offset}/tests")
-            if side.random() < self.flawed_tests:
-                task = programs.with_flawed_tests(task, side)
-            pass_rate = programs.solver_pass_rate(task, side)
+            graded = programs.with_flawed_tests(task, side) if side.random() < self.flawed_tests else task
+            pass_rate = programs.solver_pass_rate(graded, side)
             for j in range(self.responses_per_prompt if split == "train" else 1):
                 wrong = rng.random() < self.teacher_error
                 response, correct = programs.solve(task, style=self.style, wrong=wrong, rng=rng)
                 out.append(Record(
                     uid=f"{uid}/{j}", source=self.name, task="code",
                     prompt=prompt, answer=programs.source(task.family, task.family.ref), difficulty=level,
-                    response=response, response_correct=correct, tests=task.tests,
+                    response=response, response_correct=correct, tests=graded.tests,
                     meta={"family": task.family.name, "pass_rate": pass_rate},
                 ))
         return out

@@ -114,9 +114,10 @@ def test_bad_split():
 
 
 def test_flawed_tests_fail_the_reference_and_leave_the_rest_as_drawn():
-    sound = CodeSource(n_prompts=300).records(0, "train")
-    flawed = CodeSource(n_prompts=300, flawed_tests=0.5).records(0, "train")
-    assert [(r.prompt, r.response, r.answer) for r in sound] == [(r.prompt, r.response, r.answer) for r in flawed]
+    sound = CodeSource(n_prompts=300, teacher_error=0.4).records(0, "train")
+    flawed = CodeSource(n_prompts=300, teacher_error=0.4, flawed_tests=0.5).records(0, "train")
+    drawn = [(r.prompt, r.response, r.answer, r.response_correct) for r in sound]
+    assert drawn == [(r.prompt, r.response, r.answer, r.response_correct) for r in flawed]
     changed = [(s, f) for s, f in zip(sound, flawed, strict=True) if s.tests != f.tests]
     assert 100 < len(changed) < 200  # about half the tasks (the rest had no usable bug, or drew sound)
     for s, f in changed:
