@@ -37,10 +37,34 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         if old is not None and old != base:
             raise ConfigError(f"{spec.path}: study {spec.name!r} already exists with a different base "
                               f"({old}); rename the sweep (name:) or delete its storage")
+        check_choices_unchanged(study, spec)
         study.set_user_attr(BASE_ATTR, base)
         added = _enqueue_missing(study, spec, arms) if spec.sampler == "grid" else 0
         study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
     return added
+
+
+def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
+    """Refuse, before any trial is claimed, a spec whose seeds or axis values differ from the study's.
+
+    Optuna fixes a categorical parameter's choices at its first trial in a study ("does not support
+    dynamic value space"), so a trial of the changed spec would fail only once a worker had claimed it.
+
+    Raises:
+        ConfigError: naming the spec key (``seeds`` or the axis) and the choices the study holds.
+    """
+    expected = {axis.key: (axis.key, [encode(v) for v in axis.values]) for axis in spec.axes if not axis.is_range}
+    if spec.sampler == "grid":
+        expected[SEED_PARAM] = ("seeds", list(spec.seeds))
+    for trial in study.get_trials(deepcopy=False):
+        for name, dist in trial.distributions.items():
+            if name in expected and isinstance(dist, optuna.distributions.CategoricalDistribution):
+                key, choices = expected.pop(name)
+                if list(dist.choices) != choices:
+                    raise ConfigError(
+                        f"{spec.path}: {key}: study {spec.name!r} was run with {list(dist.choices)}, the spec "
+                        f"now says {choices}; Optuna cannot change a categorical parameter's choices within a "
+                        f"study: run the new spec as a new study (--name NEW) or delete {spec.sweep_dir}")
 
 
 def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:

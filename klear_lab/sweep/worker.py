@@ -121,7 +121,12 @@ def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
 def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
     storage = study._storage  # public storage API behind the study
     trial = optuna.trial.Trial(study, trial_id)
-    values, seed, label = trial_values(trial, ctx.spec)
+    try:
+        values, seed, label = trial_values(trial, ctx.spec)
+    except ValueError as exc:  # Optuna refused the parameters: fail the trial rather than leave it RUNNING
+        trial.set_user_attr("error", str(exc))
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        raise
     trials_dir = ctx.spec.sweep_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
     stem = trials_dir / f"trial-{trial.number:04d}"

@@ -112,3 +112,21 @@ def test_threads_per_trial_divides_cores(monkeypatch):
     assert threads_per_trial(2, 0) == 4 and threads_per_trial(16, 0) == 1 and threads_per_trial(2, 3) is None
     env = trial_env(4, 2)
     assert env["OMP_NUM_THREADS"] == env["RAYON_NUM_THREADS"] == "4" and env["KLEAR_PARALLEL_WORKERS"] == "2"
+
+
+@pytest.mark.parametrize(("change", "key"), [("seeds", "seeds"), ("axis", "optim.lr")])
+def test_resume_refuses_changed_choices_before_claiming(tmp_path, change, key):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    tid = take_trial(study, spec, lock)
+    trial = optuna.trial.Trial(study, tid)
+    trial_values(trial, spec)  # records the categorical choices, as a worker does
+    study.tell(trial, 1.0)
+    if change == "seeds":
+        spec.seeds = [0, 1, 2]
+    else:
+        spec.axes[0].values = [*spec.axes[0].values, 0.004]
+    waiting = len(study.get_trials(states=(TrialState.WAITING,)))
+    with pytest.raises(ConfigError, match=rf"{key}: study .* was run with .*--name NEW"):
+        prepare_study(study, spec, arms, lock)
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == waiting  # nothing enqueued
