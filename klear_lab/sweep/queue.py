@@ -53,18 +53,24 @@ def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
     Raises:
         ConfigError: naming the spec key (``seeds`` or the axis) and the choices the study holds.
     """
-    expected = {axis.key: (axis.key, [encode(v) for v in axis.values]) for axis in spec.axes if not axis.is_range}
+    Categorical = optuna.distributions.CategoricalDistribution
+    expected = {axis.key: (axis.key, Categorical([encode(v) for v in axis.values]))
+                for axis in spec.axes if not axis.is_range}
     if spec.sampler == "grid":
-        expected[SEED_PARAM] = ("seeds", list(spec.seeds))
+        expected[SEED_PARAM] = ("seeds", Categorical(list(spec.seeds)))
     for trial in study.get_trials(deepcopy=False):
-        for name, dist in trial.distributions.items():
-            if name in expected and isinstance(dist, optuna.distributions.CategoricalDistribution):
-                key, choices = expected.pop(name)
-                if list(dist.choices) != choices:
-                    raise ConfigError(
-                        f"{spec.path}: {key}: study {spec.name!r} was run with {list(dist.choices)}, the spec "
-                        f"now says {choices}; Optuna cannot change a categorical parameter's choices within a "
-                        f"study: run the new spec as a new study (--name NEW) or delete {spec.sweep_dir}")
+        for name in expected.keys() & trial.distributions.keys():
+            (key, new), old = expected.pop(name), trial.distributions[name]
+            try:  # Optuna's own rule, the one suggest_* would apply once a worker had claimed a trial
+                optuna.distributions.check_distribution_compatibility(old, new)
+            except ValueError:
+                was = list(old.choices) if isinstance(old, Categorical) else old
+                raise ConfigError(
+                    f"{spec.path}: {key}: study {spec.name!r} was run with {was}, the spec now says "
+                    f"{list(new.choices)}; Optuna cannot change a categorical parameter's choices within a "
+                    f"study: run the new spec as a new study (--name NEW) or delete {spec.sweep_dir}") from None
+        if not expected:
+            return
 
 
 def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:

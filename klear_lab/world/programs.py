@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import random
 import string
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -181,12 +182,15 @@ def with_flawed_tests(task: Task, rng: random.Random) -> Task:
     follow the rule, but the grader expects a wrong solution's outputs, so the reference fails
     some tests and that bug passes them all. Unchanged if every failing bug raises on a test.
     """
-    bugs = [bug for bug in failing_bugs(task)
-            if not any(isinstance(_output(bug.fn, case["input"]), Exception) for case in task.tests)]
-    if not bugs:
+    usable = []  # each failing bug's outputs on the hidden tests, kept when none is an exception
+    for bug in failing_bugs(task):
+        outputs = [_output(bug.fn, case["input"]) for case in task.tests]
+        if not any(isinstance(out, Exception) for out in outputs):
+            usable.append(outputs)
+    if not usable:
         return task
-    bug = rng.choice(bugs)
-    tests = tuple({"input": case["input"], "output": _output(bug.fn, case["input"])} for case in task.tests)
+    outputs = rng.choice(usable)
+    tests = tuple({"input": case["input"], "output": out} for case, out in zip(task.tests, outputs, strict=True))
     return Task(task.family, task.examples, tests)
 
 
@@ -197,12 +201,9 @@ def solver_pass_rate(task: Task, rng: random.Random, samples: int = 16, error: f
     the embedded stand-in for the paper's pass@16 of DeepSeek-R1 samples (§3.2.1), which is
     near 1 on sound tasks and near 0 on tasks with flawed tests.
     """
-    passes = {id(v): pass_rate(v.fn, task.tests) == 1.0 for v in (task.family.ref, *task.family.bugs)}
-    hits = 0
-    for _ in range(samples):
-        wrong = rng.random() < error and task.family.bugs
-        variant = rng.choice(task.family.bugs) if wrong else task.family.ref
-        hits += passes[id(variant)]
+    bugs = task.family.bugs
+    drawn = Counter(rng.choice(bugs) if rng.random() < error and bugs else task.family.ref for _ in range(samples))
+    hits = sum(n for variant, n in drawn.items() if pass_rate(variant.fn, task.tests) == 1.0)
     return hits / samples
 
 
