@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.stats import welch_interval
-from klear_lab.sweep.grid import grid_arms, resolve_baseline
+from klear_lab.sweep.grid import grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
 
 N_BOOT = 10_000
@@ -36,6 +36,7 @@ class TrialRecord:
     state: str
     metrics: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
+    point: str | None = None
 
 
 def records_from_study(study: Any) -> list[TrialRecord]:
@@ -44,15 +45,22 @@ def records_from_study(study: Any) -> list[TrialRecord]:
     for t in study.get_trials(deepcopy=False):
         if "arm" in t.user_attrs:
             out.append(TrialRecord(t.user_attrs["arm"], t.user_attrs.get("seed", 0), t.state.name,
-                                   dict(t.user_attrs.get("metrics") or {}), t.user_attrs.get("run_dir")))
+                                   dict(t.user_attrs.get("metrics") or {}), t.user_attrs.get("run_dir"),
+                                   t.user_attrs.get("point")))
     return out
 
 
 def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
-    """The study's trial records, with objective/table metrics a run logged but did not return."""
+    """The study's trial records, with objective/table metrics a run logged but did not return.
+
+    A grid keeps the spec's points only: a study may hold seeds or axis values the spec has dropped.
+    """
     from klear_lab.sweep.trial import fill_from_csv
 
     records = records_from_study(study)
+    if spec.sampler == "grid":
+        wanted = {point_key(arm.params, seed) for arm in grid_arms(spec) for seed in spec.seeds}
+        records = [r for r in records if r.point in wanted]
     for r in records:  # runs from before a metric was added to the spec, or that only logged it
         if r.state == "COMPLETE":
             fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])

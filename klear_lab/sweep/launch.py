@@ -18,6 +18,7 @@ from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.worker import WorkerContext, cpu_cores, run_workers, threads_per_trial
 
 JOIN_WAIT_S = 600
@@ -73,7 +74,10 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     lock = StudyLock(url, spec.name)
     base = compose(spec.experiment, spec.overrides)
     if not join:
-        added = prepare_study(study, spec, arms, lock)
+        before = study.study_name
+        study, added = prepare_study(study, spec, arms, lock)
+        if study.study_name != before:
+            log(f"sweep {spec.name}: {superseded_note(study)}")
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
             f"dir {spec.sweep_dir}")
         train_parent(spec, base, cpu_cores(), log)

@@ -35,8 +35,9 @@ def serve_dashboard(target: str | Path, host: str = "127.0.0.1", port: int = 808
     """Serve optuna-dashboard for the sweep's storage (blocks until interrupted)."""
     import optuna_dashboard
 
-    from klear_lab.sweep.storage import make_storage
+    from klear_lab.sweep.storage import make_storage, open_study
 
     spec, url = locate(target)
-    print(f"optuna-dashboard for study {spec.name!r} ({url}) at http://{host}:{port}/dashboard", flush=True)
+    current = open_study(spec, url, create=False, heartbeat=False).study_name  # NAME@v2 once widened
+    print(f"optuna-dashboard for study {current!r} ({url}) at http://{host}:{port}/dashboard", flush=True)
     optuna_dashboard.run_server(make_storage(url), host=host, port=port)

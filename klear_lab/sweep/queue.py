@@ -4,7 +4,8 @@ Optuna's GridSampler hands the same point to two parallel workers; here every po
 enqueued once (``study.enqueue_trial``) and workers only take WAITING trials, so the
 finished study holds each point x seed exactly once. Re-running enqueues only the points
 with no COMPLETE, PRUNED, RUNNING or WAITING trial (failed ones), so a resume never repeats
-finished work. ``tpe``/``random`` sweeps ask the sampler for new trials up to ``n_trials``.
+finished work; a grid spec that gained seeds or axis values continues in a successor study
+(``successor.py``). ``tpe``/``random`` sweeps ask the sampler for new trials up to ``n_trials``.
 """
 
 from __future__ import annotations
@@ -19,16 +20,21 @@ from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, decode, encode, enqueue_params, point_key
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock
+from klear_lab.sweep.successor import CHOICES_ATTR, widen_choices
 
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 BASE_ATTR, READY_ATTR = "klear.base", "klear.points"
 
 
-def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: StudyLock) -> int:
-    """Record the base config, enqueue missing grid points; return how many were enqueued.
+def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: StudyLock,
+                  ) -> tuple[optuna.Study, int]:
+    """Record the base config, enqueue missing grid points; return the study to run and how many were enqueued.
+
+    The study returned is ``study``, or its successor when the grid spec added seeds or axis values.
 
     Raises:
-        ConfigError: the study exists but was started from another base experiment/overrides.
+        ConfigError: the study exists but was started from another base experiment/overrides; a
+            ``tpe``/``random`` spec changed a categorical axis; a widened grid has running trials.
     """
     base = {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
             "overrides": list(spec.overrides), "sampler": spec.sampler}
@@ -37,27 +43,29 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         if old is not None and old != base:
             raise ConfigError(f"{spec.path}: study {spec.name!r} already exists with a different base "
                               f"({old}); rename the sweep (name:) or delete its storage")
-        check_choices_unchanged(study, spec)
+        if spec.sampler == "grid":
+            study = widen_choices(study, spec)
+        else:
+            check_choices_unchanged(study, spec)
         study.set_user_attr(BASE_ATTR, base)
         added = _enqueue_missing(study, spec, arms) if spec.sampler == "grid" else 0
         study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
-    return added
+    return study, added
 
 
 def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
-    """Refuse, before any trial is claimed, a spec whose seeds or axis values differ from the study's.
+    """Refuse, before any trial is claimed, a ``tpe``/``random`` spec whose categorical axis changed.
 
     Optuna fixes a categorical parameter's choices at its first trial in a study ("does not support
     dynamic value space"), so a trial of the changed spec would fail only once a worker had claimed it.
+    The sampler draws from those choices, so unlike a grid (``successor.py``) they cannot be widened.
 
     Raises:
-        ConfigError: naming the spec key (``seeds`` or the axis) and the choices the study holds.
+        ConfigError: naming the axis and the choices the study holds.
     """
     Categorical = optuna.distributions.CategoricalDistribution
     expected = {axis.key: (axis.key, Categorical([encode(v) for v in axis.values]))
                 for axis in spec.axes if not axis.is_range}
-    if spec.sampler == "grid":
-        expected[SEED_PARAM] = ("seeds", Categorical(list(spec.seeds)))
     for trial in study.get_trials(deepcopy=False):
         for name in expected.keys() & trial.distributions.keys():
             (key, new), old = expected.pop(name), trial.distributions[name]
@@ -109,9 +117,11 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock) -> int | N
 def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, Any], int, str]:
     """The trial's axis values (decoded), seed and arm label; records params and user attrs."""
     values: dict[str, Any] = {}
+    study_choices = trial.study.user_attrs.get(CHOICES_ATTR, {}) if spec.sampler == "grid" else {}
     for axis in spec.axes:
         if not axis.is_range:
-            values[axis.key] = decode(trial.suggest_categorical(axis.key, [encode(v) for v in axis.values]))
+            choices = study_choices.get(axis.key) or [encode(v) for v in axis.values]
+            values[axis.key] = decode(trial.suggest_categorical(axis.key, choices))
         elif _is_int_range(axis):
             values[axis.key] = trial.suggest_int(axis.key, int(axis.low), int(axis.high), log=axis.log,
                                                  step=int(axis.step or 1))
@@ -120,7 +130,7 @@ def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, 
                                                    step=axis.step)
     attrs = trial.user_attrs
     if spec.sampler == "grid":
-        seed = trial.suggest_categorical(SEED_PARAM, list(spec.seeds))
+        seed = trial.suggest_categorical(SEED_PARAM, study_choices.get(SEED_PARAM) or list(spec.seeds))
     else:
         seed = attrs.get("seed", spec.seeds[trial.number % len(spec.seeds)])
     label = attrs.get("arm") or arm_label(spec.axes, values)

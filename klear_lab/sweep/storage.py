@@ -25,6 +25,8 @@ from sqlalchemy.engine import make_url
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.spec import SweepSpec
 
+SUCCESSOR_ATTR = "klear.successor"  # set on a study continued elsewhere (see ``successor.py``)
+
 
 def default_storage_url(spec: SweepSpec) -> str:
     """The spec's ``storage``, else an SQLite file ``study.db`` in the sweep directory."""
@@ -70,18 +72,30 @@ def make_pruner(name: str, n_startup_trials: int = 1) -> optuna.pruners.BasePrun
 
 
 def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = True) -> optuna.Study:
-    """Create (or resume) the study named ``spec.name``; with ``create=False`` it must exist."""
+    """Create (or resume) the study named ``spec.name``; with ``create=False`` it must exist.
+
+    A study continued in a successor (a widened grid, ``successor.py``) hands over to it: the
+    returned study is the current one, whose ``study_name`` may be ``NAME@v2``.
+    """
     with StudyLock(url, "klear-lab storage init").hold():  # concurrent schema creation races
         storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
         kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
                   "pruner": make_pruner(spec.pruner, len(spec.seeds))}
         if create:
-            return optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs)
+            return _current(optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs), kwargs)
     try:
-        return optuna.load_study(**kwargs)
+        return _current(optuna.load_study(**kwargs), kwargs)
     except KeyError:
         raise ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
                           f"`klear-lab sweep {spec.path}` first") from None
+
+
+def _current(study: optuna.Study, kwargs: dict) -> optuna.Study:
+    seen = {study.study_name}
+    while (successor := study.user_attrs.get(SUCCESSOR_ATTR)) and successor not in seen:
+        seen.add(successor)
+        study = optuna.load_study(**{**kwargs, "study_name": successor})
+    return study
 
 
 class StudyLock:

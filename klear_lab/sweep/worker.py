@@ -163,7 +163,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
 
 def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> dict[str, Any]:
     spec = ctx.spec
-    return {"storage": ctx.url, "study": spec.name, "trial_id": trial._trial_id, "number": trial.number,
+    return {"storage": ctx.url, "study": trial.study.study_name, "trial_id": trial._trial_id, "number": trial.number,
             "spec": str(ctx.frozen_spec.resolve()), "runner": spec.runner, "objective": spec.metric,
             "metrics": spec.metrics, "pruner": spec.pruner, "pruner_startup": len(spec.seeds),
             "config": cfg}

@@ -92,6 +92,21 @@ def test_two_sweep_processes_run_each_point_once(tmp_path):
     assert (spec.sweep_dir / "compare" / "table.md").is_file()
 
 
+def test_adding_seeds_and_an_arm_reruns_nothing(tmp_path):
+    spec_path = fx.write_spec(tmp_path, name="grow", lrs=(0.001, 0.002), seeds=(0,))
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 0, log.read_text()[-3000:]
+    fx.write_spec(tmp_path, name="grow", lrs=(0.001, 0.002, 0.003), seeds=(0, 1))  # the same file, edited
+    assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 0, log.read_text()[-3000:]
+    assert "continuing in study 'grow@v2', a copy of 'grow' with its 2 trials" in log.read_text()
+    spec, study = _study(spec_path)
+    assert study.study_name == "grow@v2" and sorted(_complete_per_point(study).values()) == [1] * 6
+    calls = [(lr, s) for lr, s, _, _ in fx.invocations(spec.sweep_dir)]
+    assert sorted(calls) == [(lr, s) for lr in (0.001, 0.002, 0.003) for s in (0, 1)]  # each point ran once
+    table = pd.read_csv(spec.sweep_dir / "compare" / "table.csv")
+    assert table["arm"].tolist() == ["lr=0.001", "lr=0.002", "lr=0.003"] and table["n"].tolist() == [2, 2, 2]
+
+
 @pytest.mark.parametrize("trial_start", ["preloaded", "fresh"])
 def test_kill_9_mid_trial_then_resume(tmp_path, trial_start):
     spec_path = fx.write_spec(tmp_path, name="killme", trial_start=trial_start)

@@ -27,8 +27,8 @@ def _setup(tmp_path, **extra):
 
 def test_enqueue_is_idempotent(tmp_path):
     spec, arms, url, study, lock = _setup(tmp_path)
-    assert prepare_study(study, spec, arms, lock) == 6
-    assert prepare_study(study, spec, arms, lock) == 0
+    assert prepare_study(study, spec, arms, lock) == (study, 6)
+    assert prepare_study(study, spec, arms, lock) == (study, 0)
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert len(waiting) == 6
     assert {t.user_attrs["arm"] for t in waiting} == {"lr=0.001", "lr=0.002", "lr=0.003"}
@@ -73,7 +73,7 @@ def test_failed_points_are_reenqueued_on_resume(tmp_path):
     tid = take_trial(study, spec, lock)
     study.tell(optuna.trial.Trial(study, tid), state=TrialState.FAIL)
     assert len(missing_points(study, spec, arms)) == 6
-    assert prepare_study(study, spec, arms, lock) == 1  # only the failed point comes back
+    assert prepare_study(study, spec, arms, lock)[1] == 1  # only the failed point comes back
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 6
 
 
@@ -114,19 +114,99 @@ def test_threads_per_trial_divides_cores(monkeypatch):
     assert env["OMP_NUM_THREADS"] == env["RAYON_NUM_THREADS"] == "4" and env["KLEAR_PARALLEL_WORKERS"] == "2"
 
 
-@pytest.mark.parametrize(("change", "key"), [("seeds", "seeds"), ("axis", "optim.lr")])
-def test_resume_refuses_changed_choices_before_claiming(tmp_path, change, key):
-    spec, arms, url, study, lock = _setup(tmp_path)
-    prepare_study(study, spec, arms, lock)
+def _run_one(study, spec, lock, value=1.0):
     tid = take_trial(study, spec, lock)
     trial = optuna.trial.Trial(study, tid)
-    trial_values(trial, spec)  # records the categorical choices, as a worker does
-    study.tell(trial, 1.0)
+    values, seed, label = trial_values(trial, spec)  # records the categorical choices, as a worker does
+    study.tell(trial, value)
+    return values, seed
+
+
+def _widen(spec, change):
     if change == "seeds":
         spec.seeds = [0, 1, 2]
-    else:
-        spec.axes[0].values = [*spec.axes[0].values, 0.004]
+        return ["lr=0.001", "lr=0.002", "lr=0.003"], [2]
+    spec.axes[0].values = [*spec.axes[0].values, 0.004]
+    spec.axes[0].labels = [*spec.axes[0].labels, "0.004"]
+    return ["lr=0.004"], [0, 1]
+
+
+@pytest.mark.parametrize("change", ["seeds", "axis"])
+def test_widened_grid_continues_in_a_successor_study(tmp_path, change):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock, 1.0)
+    tid = take_trial(study, spec, lock)
+    study.tell(optuna.trial.Trial(study, tid), state=TrialState.FAIL)  # its retry must survive the copy
+    before = [(t.number, t.state, t.value, t.params, t.user_attrs) for t in study.get_trials()]
+    new_arms, new_seeds = _widen(spec, change)
+    arms = check_spec(spec)
+    successor, added = prepare_study(study, spec, arms, lock)
+    assert successor.study_name == "toy@v2" and added == 1 + len(new_arms) * len(new_seeds)
+    copied = successor.get_trials()[:len(before)]
+    assert [(t.number, t.state, t.value, t.params, t.user_attrs) for t in copied] == before
+    old = study.get_trials()  # the old study: finished trials untouched, waiting ones handed over
+    assert [t.state for t in old[:2]] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert all(t.state == TrialState.FAIL and t.user_attrs["superseded_by"] == "toy@v2" for t in old[2:])
+    assert open_study(spec, url, create=False).study_name == "toy@v2"
+    done = {t.user_attrs["point"] for t in copied if t.state == TrialState.COMPLETE}
+    ran = []
+    while (tid := take_trial(successor, spec, lock)) is not None:  # no "dynamic value space" refusal
+        trial = optuna.trial.Trial(successor, tid)
+        values, seed, label = trial_values(trial, spec)
+        ran.append((label, seed))
+        successor.tell(trial, 2.0)
+    assert len(ran) == len(arms) * len(spec.seeds) - 1
+    assert not done & {t.user_attrs["point"] for t in successor.trials[2:]}
+    assert {(a, s) for a in new_arms for s in new_seeds} <= set(ran)
+    assert missing_points(successor, spec, arms) == []
+
+
+def test_a_second_widening_chains_and_open_study_follows(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock)
+    _widen(spec, "seeds")
+    v2, _ = prepare_study(study, spec, check_spec(spec), lock)
+    _run_one(v2, spec, lock)
+    _widen(spec, "axis")
+    v3, added = prepare_study(open_study(spec, url, create=True), spec, check_spec(spec), lock)
+    assert v3.study_name == "toy@v3" and added == 3
+    assert open_study(spec, url, create=False).study_name == "toy@v3"
+    assert [t.state for t in v3.get_trials()][:2] == [TrialState.COMPLETE, TrialState.COMPLETE]
+
+
+def test_widening_waits_for_running_trials(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    take_trial(study, spec, lock)  # RUNNING, heartbeat fresh: a live worker somewhere
     waiting = len(study.get_trials(states=(TrialState.WAITING,)))
-    with pytest.raises(ConfigError, match=rf"{key}: study .* was run with .*--name NEW"):
+    _widen(spec, "seeds")
+    with pytest.raises(ConfigError, match=r"adds seeds \[2\].*trial\(s\) \[0\] .* are running"):
+        prepare_study(study, spec, check_spec(spec), lock)
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == waiting
+    assert optuna.get_all_study_names(study._storage) == ["toy"]
+
+
+def test_dropping_a_seed_keeps_the_study_and_the_table_shows_the_spec(tmp_path):
+    from klear_lab.sweep.compare import load_records
+
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    while take_trial(study, spec, lock) is not None:
+        pass
+    for t in study.get_trials():
+        study.tell(optuna.trial.Trial(study, t._trial_id), 1.0)
+    spec.seeds = [1]
+    assert prepare_study(study, spec, arms, lock) == (study, 0)
+    assert {(r.arm, r.seed) for r in load_records(spec, study)} == {(a.label, 1) for a in arms}
+
+
+def test_tpe_refuses_a_changed_categorical_axis_before_claiming(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path, sampler="tpe", n_trials=4)
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock)
+    spec.axes[0].values = [*spec.axes[0].values, 0.004]
+    with pytest.raises(ConfigError, match=r"optim.lr: study .* was run with .*--name NEW"):
         prepare_study(study, spec, arms, lock)
-    assert len(study.get_trials(states=(TrialState.WAITING,))) == waiting  # nothing enqueued
+    assert study.get_trials(states=(TrialState.WAITING,)) == []

@@ -1,0 +1,140 @@
+"""Widen a grid sweep (another seed, another axis value) without rerunning what finished.
+
+Optuna fixes a categorical parameter's choices at its first trial in a study ("does not support
+dynamic value space"), and a grid sweep's axis values and seeds are categorical parameters. So
+when a grid spec adds a value, the sweep continues in a successor study ``NAME@v2`` (then
+``@v3``...) in the same storage: every trial of the old study is copied in order (same numbers,
+states, values, parameters, attributes and intermediate values) with the widened choices, and
+the new points are enqueued there. The old study keeps its finished trials untouched; its
+WAITING trials are failed (their copies wait in the successor) and it points to the successor
+(``storage.SUCCESSOR_ATTR``), which ``storage.open_study`` follows, so every command, ``--join``
+from another machine included, lands on the current study.
+
+Dropping a value needs none of this: the study keeps its choices (``CHOICES_ATTR``, what workers
+suggest from) and the comparison table shows the spec's grid only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.grid import SEED_PARAM, encode
+from klear_lab.sweep.spec import SweepSpec
+from klear_lab.sweep.storage import SUCCESSOR_ATTR
+
+CHOICES_ATTR, SUPERSEDES_ATTR = "klear.choices", "klear.supersedes"
+
+Choices = dict[str, list[Any]]  # Optuna parameter name -> encoded categorical choices
+
+
+def spec_choices(spec: SweepSpec) -> dict[str, tuple[str, list[Any]]]:
+    """Parameter name -> (spec key, encoded choices) for the categorical axes, and the seed for grids."""
+    out = {axis.key: (axis.key, [encode(v) for v in axis.values]) for axis in spec.axes if not axis.is_range}
+    if spec.sampler == "grid":
+        out[SEED_PARAM] = ("seeds", list(spec.seeds))
+    return out
+
+
+def recorded_choices(study: optuna.Study) -> Choices:
+    """The choices the study's parameters were created with (its attribute, else its trials)."""
+    if CHOICES_ATTR in study.user_attrs:
+        return {k: list(v) for k, v in study.user_attrs[CHOICES_ATTR].items()}
+    out: Choices = {}
+    for trial in study.get_trials(deepcopy=False):  # studies from before the attribute existed
+        for name, dist in trial.distributions.items():
+            if isinstance(dist, CategoricalDistribution) and name not in out:
+                out[name] = list(dist.choices)
+    return out
+
+
+def widen_choices(study: optuna.Study, spec: SweepSpec) -> optuna.Study:
+    """Make the grid study's choices cover the spec's; return the study to run (maybe a successor).
+
+    Raises:
+        ConfigError: the spec adds values while trials of the study are running.
+    """
+    recorded = recorded_choices(study)
+    merged: Choices = dict(recorded)
+    added: dict[str, list[Any]] = {}
+    for name, (key, values) in spec_choices(spec).items():
+        old = recorded.get(name)
+        new = [v for v in values if old is not None and v not in old]
+        merged[name] = values if old is None else [*old, *new]
+        if new:
+            added[key] = new
+    if added:
+        study = _supersede(study, spec, {n: c for n, c in merged.items() if n in recorded}, added)
+    study.set_user_attr(CHOICES_ATTR, merged)
+    return study
+
+
+def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, added: dict[str, list[Any]],
+               ) -> optuna.Study:
+    """Copy ``study`` into a new study whose categorical parameters have ``choices``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # trials of killed workers: failed, retries enqueued
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    what = "; ".join(f"{key} {values}" for key, values in added.items())
+    if running:
+        raise ConfigError(
+            f"{spec.path}: the spec adds {what}, which needs a new Optuna study (a categorical parameter's "
+            f"choices are fixed within one), but trial(s) {running} of study {study.study_name!r} are running; "
+            "let them finish or stop their workers, then run the same command again")
+    storage = study._storage  # the storage API behind the study is public
+    name = _free_name(storage, spec.name)
+    successor = optuna.create_study(study_name=name, storage=storage, direction=study.direction,
+                                    sampler=study.sampler, pruner=study.pruner)
+    for key, value in study.user_attrs.items():
+        successor.set_user_attr(key, value)
+    dists = {n: CategoricalDistribution(c) for n, c in choices.items()}
+    old_trials = study.get_trials(deepcopy=False)
+    for trial in old_trials:
+        successor.add_trial(_copy(trial, dists))
+    copied = successor.get_trials(deepcopy=False)
+    if [t.number for t in copied] != [t.number for t in old_trials]:
+        raise RuntimeError(f"copying study {study.study_name!r} into {name!r} renumbered its trials")
+    successor.set_user_attr(SUPERSEDES_ATTR, {"study": study.study_name, "added": added, "copied": len(copied)})
+    study.set_user_attr(SUCCESSOR_ATTR, name)
+    for trial in old_trials:  # their copies wait in the successor; no worker may run them here too
+        if trial.state == TrialState.WAITING:
+            storage.set_trial_user_attr(trial._trial_id, "superseded_by", name)
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    return successor
+
+
+def _copy(trial: FrozenTrial, dists: dict[str, CategoricalDistribution]) -> FrozenTrial:
+    start = trial.datetime_start
+    if start is None and trial.state.is_finished():  # failed while WAITING: it never started
+        start = trial.datetime_complete
+    return FrozenTrial(
+        number=trial.number, state=trial.state, value=None, values=trial.values, datetime_start=start,
+        datetime_complete=trial.datetime_complete, params=dict(trial.params),
+        distributions={n: dists.get(n, d) for n, d in trial.distributions.items()},
+        user_attrs=dict(trial.user_attrs), system_attrs=dict(trial.system_attrs),
+        intermediate_values=dict(trial.intermediate_values), trial_id=trial._trial_id)
+
+
+def _free_name(storage: Any, root: str) -> str:
+    taken = set(optuna.get_all_study_names(storage))
+    version = 2
+    while f"{root}@v{version}" in taken:
+        version += 1
+    return f"{root}@v{version}"
+
+
+def superseded_note(study: optuna.Study) -> str | None:
+    """One line on what this study continues, for the sweep's log; None for an original study."""
+    info = study.user_attrs.get(SUPERSEDES_ATTR)
+    if not info:
+        return None
+    what = "; ".join(f"{key} {values}" for key, values in info["added"].items())
+    return (f"the spec added {what}: continuing in study {study.study_name!r}, a copy of "
+            f"{info['study']!r} with its {info['copied']} trials (finished ones are "
+            "not rerun; Optuna fixes a categorical parameter's choices within a study)")
