@@ -9,7 +9,6 @@ from typing import Any
 
 import yaml
 
-from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
@@ -72,7 +71,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     frozen = freeze_spec(spec, url)
     study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
-    base = compose(spec.experiment, spec.overrides)
+    base = spec.compose()
     if not join:
         before = study.study_name
         study, added = prepare_study(study, spec, arms, lock)

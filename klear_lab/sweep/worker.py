@@ -24,7 +24,6 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
@@ -135,7 +134,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     try:
         with _COMPOSE_LOCK:
             layer = trial_layer(ctx.spec, values, seed, trial.number, ctx.threads, label)
-            cfg = compose(ctx.spec.experiment, ctx.spec.overrides, [layer])
+            cfg = ctx.spec.compose([layer])
     except ConfigError as exc:
         trial.set_user_attr("error", str(exc))
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
