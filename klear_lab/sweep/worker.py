@@ -30,7 +30,7 @@ from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import run_trial_process
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
-from klear_lab.sweep.storage import StudyLock, open_study
+from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 
 _COMPOSE_LOCK = threading.Lock()
 
@@ -82,6 +82,9 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
             optuna.storages.fail_stale_trials(study)
         trial_id = take_trial(study, ctx.spec, lock)
         if trial_id is None:
+            if SUCCESSOR_ATTR in study.user_attrs:  # the grid was widened: its work moved to a copy
+                study = current_study(study)
+                continue
             if count(study, (TrialState.RUNNING, TrialState.WAITING)) == 0:
                 return
             ctx.stop.wait(ctx.poll_s)
