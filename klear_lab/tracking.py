@@ -93,13 +93,17 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
     wb = cfg["tracking"]["wandb"]
     if wb["enabled"] and wb["mode"] != "disabled":
         run = cfg["run"]
-        loggers.append(WandbLogger(
+        logger = WandbLogger(
             name=run_dir.name, id=identity["run_id"], save_dir=str(run_dir), project=wb["project"],
             entity=wb["entity"], offline=wb["mode"] == "offline", group=identity["group"],
             job_type=identity["job_type"], tags=identity["tags"], notes=run["notes"] or None,
             config={**cfg, "_identity": identity}, log_model=False, reinit="finish_previous",
             settings={"silent": True, "console": "off"},
-        ))
+        )
+        # Lightning always passes anonymous=None to wandb.init, which recent wandb answers with a
+        # deprecation warning in every run's log ("The anonymous setting has no effect").
+        getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+        loggers.append(logger)
     return loggers
 
 

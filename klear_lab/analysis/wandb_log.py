@@ -17,12 +17,11 @@ from klear_lab.analysis.reproduce import Reproduction
 def wandb_settings(rep: Reproduction) -> dict:
     """``tracking.wandb`` of the sweep's trials: the frozen spec's experiment and overrides (CLI
     overrides at sweep time included) when the sweep directory has one, with the spec's project."""
-    from klear_lab.config.compose import compose
     from klear_lab.sweep.spec import load_spec
 
     frozen = rep.sweep.sweep_dir / "spec.yaml"
     spec = load_spec(frozen) if frozen.is_file() else rep.sweep
-    wb = dict(compose(spec.experiment, spec.overrides)["tracking"]["wandb"])
+    wb = dict(spec.compose()["tracking"]["wandb"])
     if spec.wandb_project:
         wb["project"] = spec.wandb_project
     return wb

@@ -12,7 +12,8 @@ resume with different overrides is refused.
 
 Pipeline: ``spec.load_spec`` parses the YAML, ``checks.check_spec`` composes every axis value
 and grid arm through ``compose()`` (errors name the spec file and key) before any trial;
-``queue.prepare_study`` enqueues every grid point x seed once; ``parents.train_parent`` trains a
+``queue.prepare_study`` enqueues every grid point x seed once (a grid that gained seeds or axis
+values continues in a copy of its study, ``successor``); ``parents.train_parent`` trains a
 shared ``model.init_from`` starting point on every core (once; trials then find it by hash); ``worker`` threads claim
 WAITING trials, compose ``base + overrides + [sweep trial N]`` and start one process per trial
 (``launcher``: forked from a forkserver that imported torch & co. once, or with

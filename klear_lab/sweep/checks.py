@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import Arm, grid_arms, resolve_baseline, trial_layer
 from klear_lab.sweep.spec import SweepSpec
@@ -85,9 +84,10 @@ def _check_base(spec: SweepSpec) -> None:
     if spec.experiment is not None and not spec.experiment.is_file():
         raise spec.err("experiment", f"{spec.experiment} not found")
     try:
-        compose(spec.experiment, spec.overrides)
-    except ConfigError as exc:
-        raise ConfigError(f"{spec.path}: base experiment: {exc}") from None
+        spec.compose()
+    except ConfigError as exc:  # an error in the spec's own overrides already names the spec
+        msg = str(exc)
+        raise ConfigError(msg if msg.startswith(f"{spec.path}: ") else f"{spec.path}: base experiment: {msg}") from None
 
 
 def _probe_values(axis: Any) -> list[Any]:
@@ -101,6 +101,6 @@ def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: s
     seed = spec.seeds[0]
     layer = trial_layer(spec, values, seed, None, None, "check")
     try:
-        compose(spec.experiment, spec.overrides, [layer])
+        spec.compose([layer])
     except ConfigError as exc:
         raise spec.err(key, f"{what}: {exc}") from None

@@ -9,7 +9,6 @@ from typing import Any
 
 import yaml
 
-from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
@@ -17,7 +16,7 @@ from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
-from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.worker import WorkerContext, cpu_cores, run_workers, threads_per_trial
 
@@ -72,7 +71,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     frozen = freeze_spec(spec, url)
     study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
-    base = compose(spec.experiment, spec.overrides)
+    base = spec.compose()
     if not join:
         before = study.study_name
         study, added = prepare_study(study, spec, arms, lock)
@@ -93,6 +92,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         launcher.kill_all()
         log("interrupted: rerun the same command to resume")
         return 130
+    study = current_study(study)  # a sweep started alongside may have widened the grid meanwhile
     log(f"sweep {spec.name}: workers done in {time.time() - started:.1f}s; trials {grid_status(study)}")
     return _finish(spec, study, arms, compare and not join, log)
 

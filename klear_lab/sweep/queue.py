@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, decode, encode, enqueue_params, point_key
 from klear_lab.sweep.spec import SweepSpec
-from klear_lab.sweep.storage import StudyLock
+from klear_lab.sweep.storage import StudyLock, current_study
 from klear_lab.sweep.successor import CHOICES_ATTR, widen_choices
 
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
@@ -39,6 +39,7 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
     base = {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
             "overrides": list(spec.overrides), "sampler": spec.sampler}
     with lock.hold():
+        study = current_study(study)  # another sweep process may have widened it since we opened it
         old = study.user_attrs.get(BASE_ATTR)
         if old is not None and old != base:
             raise ConfigError(f"{spec.path}: study {spec.name!r} already exists with a different base "

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from klear_lab.config.compose import load_yaml
+from klear_lab.config.compose import Layer, compose, dotlist_layer, load_yaml
 from klear_lab.errors import ConfigError
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -87,6 +87,7 @@ class SweepSpec:
     metric: str
     direction: str
     overrides: list[str] = field(default_factory=list)
+    cli_overrides: list[str] = field(default_factory=list)  # the last of ``overrides``, for error labels
     metrics: list[str] = field(default_factory=list)
     baseline: dict[str, Any] | str | None = None
     sampler: str = "grid"
@@ -113,6 +114,18 @@ class SweepSpec:
     def runs_dir(self) -> Path:
         """Absolute directory of the trials' run directories (and of a shared starting point's)."""
         return self.sweep_dir.resolve() / "runs"
+
+    def override_layers(self) -> list[Layer]:
+        """``overrides`` as config layers labelled by where each came from (the spec or the command line),
+        so an error in one names its source."""
+        own = self.overrides[:len(self.overrides) - len(self.cli_overrides)]
+        cli = self.overrides[len(own):]
+        return ([dotlist_layer(own, f"{self.path}: overrides")] if own else []) + (
+            [dotlist_layer(cli)] if cli else [])
+
+    def compose(self, extra_layers: list[Layer] | None = None) -> dict[str, Any]:
+        """The base experiment with ``overrides`` (and ``extra_layers``, e.g. a trial's), composed."""
+        return compose(self.experiment, None, [*self.override_layers(), *(extra_layers or [])])
 
     def err(self, key: str, message: str) -> ConfigError:
         """A ConfigError naming this spec file and ``key``."""
@@ -146,6 +159,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         seeds=get.integers("seeds", [0]),
         metric="", direction="maximize",
         overrides=get.strings("overrides", []) + list(cli_overrides or []),
+        cli_overrides=list(cli_overrides or []),
         metrics=get.strings("metrics", []),
         baseline=raw.get("baseline"),
         sampler=get.choice("sampler", SAMPLERS, "grid"),

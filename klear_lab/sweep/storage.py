@@ -82,19 +82,21 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
         kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
                   "pruner": make_pruner(spec.pruner, len(spec.seeds))}
         if create:
-            return _current(optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs), kwargs)
+            return current_study(optuna.create_study(direction=spec.direction, load_if_exists=True, **kwargs))
     try:
-        return _current(optuna.load_study(**kwargs), kwargs)
+        return current_study(optuna.load_study(**kwargs))
     except KeyError:
         raise ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
                           f"`klear-lab sweep {spec.path}` first") from None
 
 
-def _current(study: optuna.Study, kwargs: dict) -> optuna.Study:
+def current_study(study: optuna.Study) -> optuna.Study:
+    """``study``, or the successor it was continued in (a widened grid, ``successor.py``), transitively."""
     seen = {study.study_name}
     while (successor := study.user_attrs.get(SUCCESSOR_ATTR)) and successor not in seen:
         seen.add(successor)
-        study = optuna.load_study(**{**kwargs, "study_name": successor})
+        study = optuna.load_study(study_name=successor, storage=study._storage, sampler=study.sampler,
+                                  pruner=study.pruner)
     return study
 
 

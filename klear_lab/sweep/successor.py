@@ -69,14 +69,19 @@ def widen_choices(study: optuna.Study, spec: SweepSpec) -> optuna.Study:
         if new:
             added[key] = new
     if added:
-        study = _supersede(study, spec, {n: c for n, c in merged.items() if n in recorded}, added)
+        study = _supersede(study, spec, merged, {n for n in merged if n in recorded}, added)
     study.set_user_attr(CHOICES_ATTR, merged)
     return study
 
 
-def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, added: dict[str, list[Any]],
-               ) -> optuna.Study:
-    """Copy ``study`` into a new study whose categorical parameters have ``choices``."""
+def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, recorded: set[str],
+               added: dict[str, list[Any]]) -> optuna.Study:
+    """Copy ``study`` into a new study whose categorical parameters have ``choices``.
+
+    Called under the study's lock, on a study with no successor. The copy records its choices first
+    and the old study points to it last, so a crash in between leaves an unreachable copy, which the
+    next attempt replaces (names with ``@`` are never a spec's).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)  # trials of killed workers: failed, retries enqueued
@@ -88,12 +93,16 @@ def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, added: di
             f"choices are fixed within one), but trial(s) {running} of study {study.study_name!r} are running; "
             "let them finish or stop their workers, then run the same command again")
     storage = study._storage  # the storage API behind the study is public
-    name = _free_name(storage, spec.name)
+    name = _next_name(study.study_name)
+    if name in optuna.get_all_study_names(storage):  # left by a crash half-way through a copy
+        optuna.delete_study(study_name=name, storage=storage)
     successor = optuna.create_study(study_name=name, storage=storage, direction=study.direction,
                                     sampler=study.sampler, pruner=study.pruner)
+    successor.set_user_attr(CHOICES_ATTR, choices)
     for key, value in study.user_attrs.items():
-        successor.set_user_attr(key, value)
-    dists = {n: CategoricalDistribution(c) for n, c in choices.items()}
+        if key not in (CHOICES_ATTR, SUPERSEDES_ATTR, SUCCESSOR_ATTR):
+            successor.set_user_attr(key, value)
+    dists = {n: CategoricalDistribution(choices[n]) for n in recorded}
     old_trials = study.get_trials(deepcopy=False)
     for trial in old_trials:
         successor.add_trial(_copy(trial, dists))
@@ -121,12 +130,10 @@ def _copy(trial: FrozenTrial, dists: dict[str, CategoricalDistribution]) -> Froz
         intermediate_values=dict(trial.intermediate_values), trial_id=trial._trial_id)
 
 
-def _free_name(storage: Any, root: str) -> str:
-    taken = set(optuna.get_all_study_names(storage))
-    version = 2
-    while f"{root}@v{version}" in taken:
-        version += 1
-    return f"{root}@v{version}"
+def _next_name(name: str) -> str:
+    """``NAME`` -> ``NAME@v2``, ``NAME@v2`` -> ``NAME@v3``."""
+    root, _, version = name.partition("@v")
+    return f"{root}@v{int(version) + 1 if version.isdigit() else 2}"
 
 
 def superseded_note(study: optuna.Study) -> str | None:

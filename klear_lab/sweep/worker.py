@@ -24,14 +24,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import run_trial_process
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
-from klear_lab.sweep.storage import StudyLock, open_study
+from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 
 _COMPOSE_LOCK = threading.Lock()
 
@@ -83,6 +82,9 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
             optuna.storages.fail_stale_trials(study)
         trial_id = take_trial(study, ctx.spec, lock)
         if trial_id is None:
+            if SUCCESSOR_ATTR in study.user_attrs:  # the grid was widened: its work moved to a copy
+                study = current_study(study)
+                continue
             if count(study, (TrialState.RUNNING, TrialState.WAITING)) == 0:
                 return
             ctx.stop.wait(ctx.poll_s)
@@ -135,7 +137,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     try:
         with _COMPOSE_LOCK:
             layer = trial_layer(ctx.spec, values, seed, trial.number, ctx.threads, label)
-            cfg = compose(ctx.spec.experiment, ctx.spec.overrides, [layer])
+            cfg = ctx.spec.compose([layer])
     except ConfigError as exc:
         trial.set_user_attr("error", str(exc))
         storage.set_trial_state_values(trial_id, TrialState.FAIL)

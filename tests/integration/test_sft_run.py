@@ -16,7 +16,7 @@ from klear_lab.run import run_experiment
 QUICKSTART = str(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml")
 
 
-def test_sft_smoke_run_and_reproduce_from_saved_config(repo_root, tiny_sft_overrides, monkeypatch):
+def test_sft_smoke_run_and_reproduce_from_saved_config(repo_root, tiny_sft_overrides, monkeypatch, capfd):
     monkeypatch.chdir(repo_root)
     result = run_experiment(compose(QUICKSTART, tiny_sft_overrides))
     run_dir = result.run_dir
@@ -33,6 +33,7 @@ def test_sft_smoke_run_and_reproduce_from_saved_config(repo_root, tiny_sft_overr
     assert losses, "train/loss logged to CSV"
     offline = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(offline) == 1 and offline[0].stat().st_size > 0
+    assert "anonymous setting" not in capfd.readouterr().err  # Lightning's anonymous=None, dropped
     # reproduce from the saved resolved config and seed: same loss curve
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     again = run_experiment(saved)

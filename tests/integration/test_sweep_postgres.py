@@ -61,3 +61,29 @@ def test_two_workers_share_a_postgres_study(tmp_path, pg_url):
     assert len(calls) == 6 and len({(lr, s) for lr, s, _, _ in calls}) == 6
     assert {sweep_pid for *_, sweep_pid in calls} == {main.pid, joiner.pid}  # the joined worker took work too
     assert (spec.sweep_dir / "compare" / "table.csv").is_file()  # written by the main process
+
+
+def _wait_ok(procs, log: Path) -> None:
+    for proc in procs:
+        try:
+            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(log.read_text()[-3000:]) from None
+
+
+def test_widened_grid_continues_on_postgres_and_a_joined_worker_follows(tmp_path, pg_url):
+    spec_path = fx.write_spec(tmp_path, name="pggrow", lrs=(0.001, 0.002), seeds=(0,), storage=pg_url)
+    log = tmp_path / "sweep.log"
+    _wait_ok([fx.start_sweep(spec_path, "--workers", "1", log=log)], log)
+    fx.write_spec(tmp_path, name="pggrow", lrs=(0.001, 0.002, 0.003), seeds=(0, 1), storage=pg_url)
+    main = fx.start_sweep(spec_path, "--workers", "1", sleep=1.0, log=log)
+    joiner = fx.start_sweep(spec_path, "--join", "--workers", "1", sleep=1.0, log=log)
+    _wait_ok([main, joiner], log)
+    spec = load_spec(spec_path)
+    study = open_study(spec, pg_url, create=False, heartbeat=False)
+    assert study.study_name == "pggrow@v2"
+    assert sorted(t.user_attrs["point"] for t in study.get_trials() if t.state.name == "COMPLETE") == sorted(
+        {t.user_attrs["point"] for t in study.get_trials()})
+    calls = fx.invocations(spec.sweep_dir)
+    assert sorted((lr, s) for lr, s, _, _ in calls) == [(lr, s) for lr in (0.001, 0.002, 0.003) for s in (0, 1)]

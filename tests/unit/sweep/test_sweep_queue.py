@@ -210,3 +210,51 @@ def test_tpe_refuses_a_changed_categorical_axis_before_claiming(tmp_path):
     with pytest.raises(ConfigError, match=r"optim.lr: study .* was run with .*--name NEW"):
         prepare_study(study, spec, arms, lock)
     assert study.get_trials(states=(TrialState.WAITING,)) == []
+
+
+def test_two_sweeps_widening_together_make_one_copy(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock)
+    stale = open_study(spec, url, create=True)  # a second sweep process opened the study too
+    _widen(spec, "seeds")
+    arms = check_spec(spec)
+    first, added = prepare_study(study, spec, arms, lock)
+    second, again = prepare_study(stale, spec, arms, lock)  # it takes the lock after the first
+    assert first.study_name == second.study_name == "toy@v2" and (added, again) == (3, 0)
+    assert sorted(optuna.get_all_study_names(study._storage)) == ["toy", "toy@v2"]
+    assert "klear.successor" not in first.user_attrs
+
+
+def test_a_copy_left_half_way_is_replaced(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock)
+    orphan = optuna.create_study(study_name="toy@v2", storage=study._storage)  # crashed mid-copy
+    orphan.enqueue_trial({"optim.lr": 0.001, "run.seed": 0})
+    _widen(spec, "seeds")
+    successor, _ = prepare_study(study, spec, check_spec(spec), lock)
+    assert successor.study_name == "toy@v2" and successor.trials[0].state == TrialState.COMPLETE
+    assert len(successor.trials) == 9
+
+
+def test_a_running_worker_follows_the_grid_to_its_copy(tmp_path, monkeypatch):
+    from klear_lab.sweep import worker
+
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock)
+    monkeypatch.setattr(worker, "open_study", lambda *a, **k: study)  # opened before the widening
+    ran = []
+
+    def fake_run(ctx, own, trial_id, index):
+        trial = optuna.trial.Trial(own, trial_id)
+        values, seed, label = trial_values(trial, spec)
+        ran.append((own.study_name, label, seed))
+        own.tell(trial, 1.0)
+
+    monkeypatch.setattr(worker, "run_trial", fake_run)
+    _widen(spec, "seeds")
+    prepare_study(open_study(spec, url, create=True), spec, check_spec(spec), lock)
+    worker.worker_loop(worker.WorkerContext(spec, url, tmp_path / "spec.yaml", 1, 1, poll_s=0.01), 0)
+    assert len(ran) == 8 and {name for name, *_ in ran} == {"toy@v2"}

@@ -128,3 +128,11 @@ def test_trial_start(tmp_path):
     assert needs_fresh({"trainer": {"devices": 2, "strategy": "auto"}})
     assert needs_fresh({"trainer": {"devices": "auto", "strategy": "auto"}})
     assert needs_fresh({"trainer": {"devices": 1, "strategy": "ddp"}})
+
+
+@pytest.mark.parametrize("bad", ["optim.lrr=3", "optim.lr", "data.mix={name:top_k}"])
+def test_override_errors_name_the_spec_or_the_command_line(tmp_path, bad):
+    from_spec = _error(_edit(write_spec(tmp_path), overrides=["sft.max_steps=2", bad]))
+    assert from_spec.startswith(f"{tmp_path}/toy.yaml: overrides: ") and "command line" not in from_spec
+    from_cli = _error(_edit(write_spec(tmp_path), overrides=["sft.max_steps=2"]), [bad])
+    assert "command line" in from_cli and "overrides" not in from_cli.replace("override ", "")
