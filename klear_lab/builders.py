@@ -128,6 +128,14 @@ def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[
     return texts + [r.prompt for r in eval_records]
 
 
+def eval_sampling(cfg: dict[str, Any]):
+    """How held-out completions are drawn (``eval.samples``, ``temperature``, ``top_p``; the run seed)."""
+    from klear_lab.eval.heldout import Sampling
+
+    ev = cfg["eval"]
+    return Sampling(samples=ev["samples"], temperature=ev["temperature"], top_p=ev["top_p"], seed=cfg["run"]["seed"])
+
+
 def optim_settings(cfg: dict[str, Any], total_steps: int):
     from klear_lab.modules.optim import OptimSettings
 

@@ -17,8 +17,20 @@ def check(cfg: dict[str, Any]) -> None:
     _require(cfg["optim"]["schedule"] in ("cosine", "constant"), "optim.schedule",
              f"must be 'cosine' or 'constant', got {cfg['optim']['schedule']!r}")
     _require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")
+    check_eval(cfg["eval"])
     if cfg["run"]["kind"] == "rl":
         check_rl(cfg)
+
+
+def check_eval(ev: dict[str, Any]) -> None:
+    _require(ev["samples"] >= 1, "eval.samples", f"must be >= 1, got {ev['samples']}")
+    _require(ev["temperature"] >= 0, "eval.temperature", f"must be >= 0 (0 = greedy), got {ev['temperature']}")
+    _require(0 < ev["top_p"] <= 1, "eval.top_p", f"must be in (0, 1], got {ev['top_p']}")
+    _require(ev["samples"] == 1 or ev["temperature"] > 0, "eval.samples",
+             f"is {ev['samples']} with eval.temperature 0: greedy samples are all the same; set "
+             "eval.temperature (the paper's avg@k: 0.6 with eval.top_p 0.95)")
+    _require(ev["batch_size"] >= 1 and ev["max_new_tokens"] >= 1, "eval.batch_size/eval.max_new_tokens",
+             "must be >= 1")
 
 
 def check_rl(cfg: dict[str, Any]) -> None:

@@ -63,7 +63,7 @@ class DataSection:
     filter: dict = component("difficulty_filter", "none")
     eval_sources: list = components("source", {"name": "arith", "levels": [1], "level_weights": [1.0],
                                                "n_prompts": 200})
-    """Held-out sets (their ``eval`` split) scored by greedy decoding with the task's verifier."""
+    """Held-out sets (their ``eval`` split) scored with the task's verifier (decoding: the ``eval`` section)."""
     world_seed: int = 0
     """Seed of the embedded task world (fixed across run seeds, so replicates share data)."""
     max_length: int = 512
@@ -131,7 +131,7 @@ class RLSection:
     overlong_buffer: int = 32
     overlong_penalty: float = 1.0
     eval_every: int = 10
-    """Held-out greedy evaluation every N rollout steps (and before the first and after the last)."""
+    """Held-out evaluation (``eval``: greedy or avg@k) every N rollout steps, before the first and after the last."""
 
 
 @dataclass
@@ -140,6 +140,14 @@ class EvalSection:
     """Validation interval in optimizer steps; 0 = at the end only."""
     max_new_tokens: int = 160
     batch_size: int = 100
+    """Sequences per ``generate`` call (a problem's ``samples`` count as that many)."""
+    samples: int = 1
+    """Completions per held-out problem; ``val/acc`` is their mean pass@1, the paper's avg@k
+    (avg@32 on AIME, avg@4 on LiveCodeBench in its ablations). More than 1 needs a temperature."""
+    temperature: float = 0.0
+    """0 = greedy decoding; the paper evaluates at 0.6."""
+    top_p: float = 1.0
+    """Nucleus sampling for ``temperature`` > 0; the paper uses 0.95."""
     reward: dict = component("reward", "math_verify")
     code_reward: dict = component("reward", "code")
 

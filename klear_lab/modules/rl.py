@@ -18,7 +18,7 @@ import lightning as L
 import torch
 
 from klear_lab.data.records import Record
-from klear_lab.eval.greedy import EvalResult, evaluate
+from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate
 from klear_lab.modules.optim import OptimSettings, configure_adamw
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
 from klear_lab.rl.overlong import overlong_penalty
@@ -42,6 +42,7 @@ class RLSettings:
     seed: int
     max_eval_new_tokens: int
     eval_batch_size: int
+    eval_sampling: Sampling = GREEDY
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -180,7 +181,7 @@ class RLModule(L.LightningModule):
         if not self.eval_records:
             return
         result = evaluate(self.policy, self.tokenizer, self.eval_records, self.eval_rewards,
-                          self.s.max_eval_new_tokens, self.s.eval_batch_size)
+                          self.s.max_eval_new_tokens, self.s.eval_batch_size, self.s.eval_sampling)
         self.evals.append((self.global_step, result))
         self.log_dict(result.metrics("val"))
 

@@ -68,9 +68,10 @@ def log_samples_table(loggers: list, result, n: int, key: str) -> None:
     wb = wandb_logger(loggers)
     if wb is None or n <= 0:
         return
-    rows = [[r.prompt, c, r.answer, ok] for r, c, ok in
-            zip(result.records[:n], result.completions[:n], result.correct[:n])]
-    wb.log_table(key=key, columns=["prompt", "completion", "answer", "correct"], data=rows)
+    rows = [[r.prompt, c[0], r.answer, ok[0], score] for r, c, ok, score in
+            zip(result.records[:n], result.completions[:n], result.verdicts[:n], result.scores[:n])]
+    # one completion per problem; "score" is the fraction of its eval.samples that pass
+    wb.log_table(key=key, columns=["prompt", "completion", "answer", "correct", "score"], data=rows)
 
 
 def finish_loggers(loggers: list, summary: dict[str, float]) -> Path | None:

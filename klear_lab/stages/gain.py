@@ -1,7 +1,7 @@
 """Did RL help? Start vs final held-out accuracy with a paired bootstrap interval on the gain.
 
-Both evaluations score the same problems greedily, so the gain's noise is the problem sampling:
-a paired bootstrap over problems gives its 95 % interval.
+Both evaluations score the same problems (each problem's score: 0/1 greedy, or the fraction of its
+``eval.samples`` that pass), so a paired bootstrap over problems gives the gain's 95 % interval.
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import random
 
 
-def paired_bootstrap(before: list[bool], after: list[bool], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+def paired_bootstrap(before: list[float], after: list[float], n_boot: int = 2000, seed: int = 0,
+                     ) -> tuple[float, float]:
     """95 % interval of mean(after) - mean(before), resampling problems with replacement."""
     n = len(before)
     if n == 0:
         return 0.0, 0.0
-    diffs = [int(a) - int(b) for a, b in zip(after, before)]
+    diffs = [float(a) - float(b) for a, b in zip(after, before)]
     rng = random.Random(seed)
     stats = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
     return stats[int(0.025 * n_boot)], stats[int(0.975 * n_boot) - 1]
@@ -25,9 +26,9 @@ def gain_summary(evals: list) -> dict[str, float]:
     if len(evals) < 2:
         return {}
     (_, first), (_, last) = evals[0], evals[-1]
-    lo, hi = paired_bootstrap(first.correct, last.correct)
-    acc0 = sum(first.correct) / len(first.correct)
-    acc1 = sum(last.correct) / len(last.correct)
+    lo, hi = paired_bootstrap(first.scores, last.scores)
+    acc0 = sum(first.scores) / len(first.scores)
+    acc1 = sum(last.scores) / len(last.scores)
     return {"val/acc_start": acc0, "val/acc_final": acc1, "val/gain": acc1 - acc0,
-            "val/gain_ci95_low": lo, "val/gain_ci95_high": hi, "val/n": float(len(first.correct)),
-            "val/acc_best": max(sum(r.correct) / len(r.correct) for _, r in evals)}
+            "val/gain_ci95_low": lo, "val/gain_ci95_high": hi, "val/n": float(len(first.scores)),
+            "val/acc_best": max(sum(r.scores) / len(r.scores) for _, r in evals)}

@@ -116,6 +116,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         top_p=rl["top_p"], grad_clip=cfg["optim"]["grad_clip"], overlong=rl["overlong"],
         overlong_buffer=rl["overlong_buffer"], overlong_penalty=rl["overlong_penalty"], seed=cfg["run"]["seed"],
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
+        eval_sampling=builders.eval_sampling(cfg),
     )
     module = RLModule(
         policy, tokenizer, engine=engine_cfg.start(policy, tokenizer), reward=builders.build(REWARD, rl["reward"]),

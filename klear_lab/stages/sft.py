@@ -92,7 +92,8 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     module = SFTModule(
         model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
-        eval_batch_size=cfg["eval"]["batch_size"], compile_forward=cfg["trainer"]["compile"],
+        eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=builders.eval_sampling(cfg),
+        compile_forward=cfg["trainer"]["compile"],
     )
     return SFTStage(cfg, module, dm, plan)
 

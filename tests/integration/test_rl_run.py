@@ -164,3 +164,16 @@ def test_code_rl_filters_flawed_tests_and_logs_the_prompt_pool(tmp_path):
     with open(result.run_dir / "csv" / "metrics.csv") as fh:
         logged = [row for row in csv.DictReader(fh) if row.get("data/records")]
     assert float(logged[0]["data/records"]) == result.metrics["data/records"]
+
+
+def test_rl_gain_from_avg_at_k_evaluations(tmp_path, reward_plugin):
+    cfg = compose(ROOT / "experiments/quickstart/rl.yaml", [
+        f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null",
+        "model.tiny.size=2m", f"plugins=[{reward_plugin}]", "rl.reward=test_digit_count", "rl.group_filter=none",
+        "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.minibatch_prompts=2", "rl.max_new_tokens=8",
+        "rl.eval_every=0", "data.sources.0.n_prompts=10", "data.eval_sources.0.n_prompts=3", "eval.max_new_tokens=8",
+        "eval.samples=3", "eval.temperature=0.6", "eval.top_p=0.95", "trainer.checkpoint=false",
+        "tracking.wandb.enabled=false"])
+    m = run_experiment(cfg).metrics
+    assert m["val/samples"] == 3 and m["val/n"] == 3 and m["val/acc"] <= m["val/pass_at_k"]
+    assert m["val/gain"] == pytest.approx(m["val/acc_final"] - m["val/acc_start"])

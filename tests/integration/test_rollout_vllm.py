@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from klear_lab.data.sft import prompt_ids
-from klear_lab.eval.greedy import generate as greedy_generate
+from klear_lab.eval.heldout import generate as greedy_generate
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
 

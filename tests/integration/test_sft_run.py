@@ -101,3 +101,12 @@ def test_examples_longer_than_max_length_are_dropped_with_a_warning(tiny_sft_ove
         stage = prepare_sft(cfg)
     dropped = stage.plan["plan/dropped_too_long"]
     assert 30 < dropped < 90 and f"{int(dropped)} of 120" in str(caught[0].message)
+
+
+def test_avg_at_k_evaluation_in_a_run(repo_root, tiny_sft_overrides, monkeypatch):
+    """``eval.samples=4`` at the paper's temperature: val/acc is mean pass@1 over the samples."""
+    monkeypatch.chdir(repo_root)
+    cfg = compose(QUICKSTART, [*tiny_sft_overrides, "eval.samples=4", "eval.temperature=0.6", "eval.top_p=0.95"])
+    summary = json.loads((run_experiment(cfg).run_dir / "summary.json").read_text())
+    assert summary["val/samples"] == 4 and summary["val/n"] == 8
+    assert 0.0 <= summary["val/acc"] <= summary["val/pass_at_k"] <= 1.0

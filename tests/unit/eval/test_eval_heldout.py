@@ -1,0 +1,105 @@
+"""Held-out evaluation: greedy, and the paper's avg@k (k seeded samples per problem, mean pass@1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from klear_lab.config.compose import compose
+from klear_lab.data.records import Record
+from klear_lab.errors import ConfigError
+from klear_lab.eval.heldout import EvalResult, Sampling, evaluate, generate
+from klear_lab.models.tokenizer import train_tokenizer
+from klear_lab.registry import MODEL, SOURCE
+from klear_lab.stages.gain import gain_summary
+
+MAX_NEW = 12
+
+
+def _rec(i: int, level: int = 1) -> Record:
+    return Record(uid=f"r{i}", source="arith", task="math", prompt=f"p{i}", answer=str(i), difficulty=level)
+
+
+def test_avg_at_k_metrics_by_hand():
+    result = EvalResult([_rec(0, 1), _rec(1, 1), _rec(2, 2)], [["a"] * 4] * 3,
+                        [[True, False, False, False], [False] * 4, [True, True, True, False]])
+    m = result.metrics("val")
+    assert result.scores == [0.25, 0.0, 0.75] and result.samples == 4
+    assert m["val/acc"] == pytest.approx(1 / 3) and m["val/pass_at_k"] == pytest.approx(2 / 3)
+    assert m["val/level1/acc"] == pytest.approx(0.125) and m["val/level2/acc"] == 0.75
+    assert m["val/arith/acc"] == pytest.approx(1 / 3) and m["val/samples"] == 4 and m["val/n"] == 3
+
+
+def test_greedy_result_keeps_its_metrics():
+    m = EvalResult([_rec(0), _rec(1)], [["a"], ["b"]], [[True], [False]]).metrics("val")
+    assert m == {"val/acc": 0.5, "val/n": 2.0, "val/arith/acc": 0.5, "val/level1/acc": 0.5}
+
+
+def test_gain_uses_fractional_scores():
+    recs = [_rec(i) for i in range(4)]
+    start = EvalResult(recs, [["x"] * 2] * 4, [[False, False], [True, False], [True, True], [False, True]])
+    end = EvalResult(recs, [["x"] * 2] * 4, [[True, False], [True, True], [True, True], [False, True]])
+    g = gain_summary([(0, start), (10, end)])
+    assert g["val/acc_start"] == 0.5 and g["val/acc_final"] == 0.75 and g["val/gain"] == 0.25
+    # per-problem differences 0.5, 0.5, 0, 0: a resample is all 0 or all 0.5 with probability 1/16 each
+    assert (g["val/gain_ci95_low"], g["val/gain_ci95_high"]) == (0.0, 0.5)
+
+
+@dataclass
+class _Verdict:
+    acc: bool
+
+
+class _Spy:
+    """A verifier that records what it saw: passes completions of even length."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, str]] = []
+
+    def __call__(self, completions, records):
+        self.seen += [(c, r.uid) for c, r in zip(completions, records)]
+        return [_Verdict(len(c) % 2 == 0) for c in completions]
+
+
+@pytest.fixture(scope="module")
+def world():
+    recs = SOURCE.build({"name": "arith_r1", "n_prompts": 30}).records(0, "train")
+    tok = train_tokenizer([r.prompt + r.response for r in recs], vocab_size=300)
+    torch.manual_seed(0)
+    model = MODEL.build({"name": "qwen2", "size": "2m"}).build(tok)
+    return tok, model, recs[:3]
+
+
+def test_samples_are_seeded_and_leave_the_rng_alone(world):
+    tok, model, recs = world
+    spy = _Spy()
+    state = torch.get_rng_state()
+    a = evaluate(model, tok, recs, {"math": spy}, MAX_NEW, 4, Sampling(samples=3, temperature=1.0, seed=5))
+    assert torch.equal(torch.get_rng_state(), state), "evaluation must not move the training RNG"
+    assert [len(c) for c in a.completions] == [3, 3, 3] and len(spy.seen) == 9
+    assert [uid for _, uid in spy.seen] == [r.uid for r in recs for _ in range(3)]  # each sample vs its record
+    assert a.verdicts == [[len(c) % 2 == 0 for c in cs] for cs in a.completions]
+    b = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4, Sampling(samples=3, temperature=1.0, seed=5))
+    c = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4, Sampling(samples=3, temperature=1.0, seed=6))
+    assert a.completions == b.completions and a.completions != c.completions
+    assert len({x for cs in a.completions for x in cs}) > 3  # the samples differ from one another
+
+
+def test_greedy_evaluation_is_generate(world):
+    tok, model, recs = world
+    result = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4)
+    assert [c[0] for c in result.completions] == generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4)
+    assert result.samples == 1
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    (["eval.samples=4"], "eval.samples is 4 with eval.temperature 0"),
+    (["eval.samples=0", "eval.temperature=0.6"], "eval.samples must be >= 1"),
+    (["eval.temperature=-1"], "eval.temperature must be >= 0"),
+    (["eval.top_p=0"], "eval.top_p must be in (0, 1]"),
+])
+def test_bad_eval_sampling_is_refused(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        compose(None, ["run.kind=sft", *override])
