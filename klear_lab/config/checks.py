@@ -29,6 +29,8 @@ def check_eval(ev: dict[str, Any]) -> None:
     _require(ev["samples"] == 1 or ev["temperature"] > 0, "eval.samples",
              f"is {ev['samples']} with eval.temperature 0: greedy samples are all the same; set "
              "eval.temperature (the paper's avg@k: 0.6 with eval.top_p 0.95)")
+    _require(ev["top_p"] == 1 or ev["temperature"] > 0, "eval.top_p",
+             f"is {ev['top_p']} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
     _require(ev["batch_size"] >= 1 and ev["max_new_tokens"] >= 1, "eval.batch_size/eval.max_new_tokens",
              "must be >= 1")
 

@@ -72,27 +72,37 @@ class EvalResult:
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
     """Left-padded batched ``generate`` with the KV cache; returns the decoded completions."""
+    from klear_lab.rl.rollout.hf import clean_generation_config
+
     was_training = model.training
     model.eval()
     out: list[str] = []
     device = next(model.parameters()).device
-    for start in range(0, len(prompts), batch_size):
-        chunk = [prompt_ids(tokenizer, p) for p in prompts[start:start + batch_size]]
-        width = max(len(c) for c in chunk)
-        ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, c in enumerate(chunk):
-            ids[i, width - len(c):] = torch.tensor(c)
-            mask[i, width - len(c):] = 1
-        gen = model.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-            do_sample=do_sample, temperature=temperature if do_sample else None,
-            top_p=top_p if do_sample and top_p < 1.0 else None, top_k=None,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        )
-        out += tokenizer.batch_decode(gen[:, width:], skip_special_tokens=False)
+    with clean_generation_config(model, do_sample):  # no hub penalties / min_p / top_k in the protocol
+        for start in range(0, len(prompts), batch_size):
+            out += _generate_batch(model, tokenizer, prompts[start:start + batch_size], max_new_tokens, device,
+                                   do_sample, temperature, top_p)
     model.train(was_training)
     return [_strip_special(text, tokenizer) for text in out]
+
+
+def _generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, device, do_sample: bool,
+                    temperature: float, top_p: float) -> list[str]:
+    """One left-padded ``generate`` call: the decoded completions (special tokens kept)."""
+    chunk = [prompt_ids(tokenizer, p) for p in prompts]
+    width = max(len(c) for c in chunk)
+    ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)  # [b, P]
+    mask = torch.zeros_like(ids)
+    for i, c in enumerate(chunk):
+        ids[i, width - len(c):] = torch.tensor(c)
+        mask[i, width - len(c):] = 1
+    gen = model.generate(  # the clean generation config sets top_k 0 when sampling: no top-k cut
+        input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+        do_sample=do_sample, temperature=temperature if do_sample else None,
+        top_p=top_p if do_sample and top_p < 1.0 else None,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    return tokenizer.batch_decode(gen[:, width:], skip_special_tokens=False)
 
 
 def _cuda_ids(device: torch.device) -> list[int]:

@@ -77,7 +77,7 @@ class HFRolloutRuntime(RolloutRuntime):
         flat = [ids for ids in encoded for _ in range(n)]  # prompt-major, N = B*n
         samples: list[Sample] = []
         sample = temperature > 0
-        with _seeded(seed, self.model), _eval_mode(self.model), _clean_generation_config(self.model, sample):
+        with _seeded(seed, self.model), _eval_mode(self.model), clean_generation_config(self.model, sample):
             for start in range(0, len(flat), self.config.batch_size):
                 chunk = flat[start:start + self.config.batch_size]
                 samples += self._generate_chunk(chunk, max_new_tokens, temperature, top_p)
@@ -185,7 +185,7 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _clean_generation_config(model: torch.nn.Module, sample: bool) -> Iterator[None]:
+def clean_generation_config(model: torch.nn.Module, sample: bool) -> Iterator[None]:
     """Hide the model's generation defaults (hub temperature/top_k/penalties) during the call.
 
     Temperature and top-p are applied by :class:`SampleLogProbs`; ``top_k=0`` turns off

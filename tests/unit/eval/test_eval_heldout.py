@@ -98,8 +98,44 @@ def test_greedy_evaluation_is_generate(world):
     (["eval.samples=4"], "eval.samples is 4 with eval.temperature 0"),
     (["eval.samples=0", "eval.temperature=0.6"], "eval.samples must be >= 1"),
     (["eval.temperature=-1"], "eval.temperature must be >= 0"),
-    (["eval.top_p=0"], "eval.top_p must be in (0, 1]"),
+    (["eval.top_p=0", "eval.temperature=0.6"], "eval.top_p must be in (0, 1]"),
+    (["eval.top_p=0.95"], "eval.top_p is 0.95 with eval.temperature 0"),
 ])
 def test_bad_eval_sampling_is_refused(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         compose(None, ["run.kind=sft", *override])
+
+
+def test_each_sample_belongs_to_its_own_record(world):
+    tok, model, recs = world
+    near_greedy = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4, Sampling(samples=2, temperature=1e-6))
+    greedy = generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4)
+    assert near_greedy.completions == [[g, g] for g in greedy]
+    assert len(set(greedy)) > 1  # records differ, so samples attached to the wrong record would show
+
+
+def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatch):
+    tok, model, recs = world
+    greedy = generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4)
+    model.generation_config.repetition_penalty = 50.0  # as a checkpoint's generation_config.json might
+    try:
+        with torch.no_grad():  # the hub setting does change raw generate(): the check below can fail
+            ids = torch.tensor([tok(recs[0].prompt)["input_ids"]])
+            raw = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=tok.pad_token_id)
+            plain = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=tok.pad_token_id,
+                                   repetition_penalty=1.0)
+        assert not torch.equal(raw, plain)
+        assert generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4) == greedy
+        seen = []
+        real = model.generate
+
+        def spy(**kwargs):
+            seen.append((kwargs, model.generation_config.top_k, model.generation_config.repetition_penalty))
+            return real(**kwargs)
+
+        monkeypatch.setattr(model, "generate", spy)
+        evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 6, Sampling(samples=2, temperature=0.6, top_p=0.95))
+    finally:
+        model.generation_config.repetition_penalty = 1.0
+    kwargs, top_k, penalty = seen[0]
+    assert (kwargs["do_sample"], kwargs["temperature"], kwargs["top_p"], top_k, penalty) == (True, 0.6, 0.95, 0, None)
