@@ -1,4 +1,4 @@
-"""``klear-lab`` command line: train, config, components (+ sweep, compare, reproduce, dashboard).
+"""``klear-lab`` command line: train, eval, config, components (+ sweep, compare, reproduce, dashboard).
 
 Exit codes: 0 success, 2 bad input (config, data, CLI usage), 1 anything else.
 """
@@ -26,6 +26,14 @@ def _train(args: argparse.Namespace) -> int:
 
     result = run_experiment(cfg)
     _print_result(result)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from klear_lab.run import run_experiment
+    from klear_lab.stages.eval import eval_config
+
+    _print_result(run_experiment(eval_config(args.target, args.overrides)))
     return 0
 
 
@@ -96,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides (Hydra-style dotlist)")
     p.add_argument("--dry-run", action="store_true", help="build on the meta device and print the plan")
     p.set_defaults(func=_train)
+    p = sub.add_parser("eval", help="score a trained model on held-out sets (greedy or avg@k)")
+    p.add_argument("target", help="a finished run directory (its config and final model) or an experiment YAML")
+    p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.samples=32 eval.temperature=0.6 eval.top_p=0.95")
+    p.set_defaults(func=_eval)
     p = sub.add_parser("config", help="print the resolved config")
     p.add_argument("experiment")
     p.add_argument("overrides", nargs="*")

@@ -41,10 +41,12 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> Run
         from klear_lab.stages.sft import prepare_sft as prepare
     elif kind == "rl":
         from klear_lab.stages.rl import prepare_rl as prepare
+    elif kind == "eval":
+        from klear_lab.stages.eval import prepare_eval as prepare
     else:
         from klear_lab.errors import ConfigError
 
-        raise ConfigError(f"run.kind must be 'sft' or 'rl', got {kind!r}")
+        raise ConfigError(f"run.kind must be 'sft', 'rl' or 'eval', got {kind!r}")
     from klear_lab.stages.common import without_upstream_noise
 
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet

@@ -13,7 +13,8 @@ KL = ("k1", "k2", "k3", "kl", "mse", "low_var_kl")
 
 
 def check(cfg: dict[str, Any]) -> None:
-    _require(cfg["run"]["kind"] in ("sft", "rl"), "run.kind", f"must be 'sft' or 'rl', got {cfg['run']['kind']!r}")
+    _require(cfg["run"]["kind"] in ("sft", "rl", "eval"), "run.kind",
+             f"must be 'sft', 'rl' or 'eval', got {cfg['run']['kind']!r}")
     _require(cfg["optim"]["schedule"] in ("cosine", "constant"), "optim.schedule",
              f"must be 'cosine' or 'constant', got {cfg['optim']['schedule']!r}")
     _require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")

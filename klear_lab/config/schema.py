@@ -26,7 +26,7 @@ class RunSection:
     name: str = "run"
     """Run name prefix; the run id adds a timestamp. Used as W&B job name."""
     kind: str = "sft"
-    """Stage: ``sft`` or ``rl``."""
+    """Stage: ``sft``, ``rl`` or ``eval`` (score a trained model only: ``klear-lab eval RUN_DIR``)."""
     seed: int = 0
     experiment: str = ""
     """The experiment file this config was composed from (filled in by ``compose``)."""

@@ -1,0 +1,93 @@
+"""``klear-lab eval``: score a finished run's model again (avg@k), as a run of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.run import run_experiment
+from klear_lab.stages.eval import eval_config
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = str(ROOT / "experiments/quickstart/sft.yaml")
+# A 3-step model answers nothing right; this verifier passes about half of any sampled completions,
+# so equal metrics below mean equal samples.
+EVEN_LENGTH = """
+from dataclasses import dataclass
+from klear_lab.registry import REWARD
+from klear_lab.rewards.base import RewardOutput
+
+@REWARD.register("test_even_length")
+@dataclass(frozen=True)
+class EvenLength:
+    \"\"\"Test verifier: a completion passes when its length is even.\"\"\"
+    def __call__(self, completions, records):
+        return [RewardOutput(score=0.0, acc=len(c) % 2 == 0, format_ok=True) for c in completions]
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trained")
+    plugin = out / "even_length.py"
+    plugin.write_text(EVEN_LENGTH)
+    cfg = compose(QUICKSTART, [f"run.out_dir={out}", f"plugins=[{plugin}]", "eval.reward=test_even_length",
+                               "data.sources.0.n_prompts=120", "sft.max_steps=3",
+                               "data.eval_sources.0.n_prompts=6", "eval.max_new_tokens=16", "trainer.checkpoint=false",
+                               "sft.tokens_per_micro_batch=1000", "eval.samples=3", "eval.temperature=0.6",
+                               "eval.top_p=0.95", "tracking.wandb.enabled=false"])
+    return run_experiment(cfg)
+
+
+def test_eval_of_a_run_repeats_its_final_evaluation(trained, tmp_path):
+    cfg = eval_config(trained.run_dir, [f"run.out_dir={tmp_path}"])
+    assert cfg["run"]["kind"] == "eval" and cfg["model"]["name_or_path"] == str(trained.run_dir.resolve())
+    result = run_experiment(cfg)
+    assert 0 < trained.metrics["val/acc"] < 1
+    for key in ("val/acc", "val/pass_at_k", "val/samples", "val/n"):  # same model, seed and protocol
+        assert result.metrics[key] == pytest.approx(trained.metrics[key]), key
+    rows = [json.loads(line) for line in (result.run_dir / "eval_samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(len(r["completions"]) == len(r["verdicts"]) == 3 for r in rows)
+    assert sum(r["score"] for r in rows) / 6 == pytest.approx(result.metrics["val/acc"])
+    saved = yaml.safe_load((result.run_dir / "config.yaml").read_text())
+    assert run_experiment(saved).metrics["val/acc"] == result.metrics["val/acc"]  # reproducible from its config
+
+
+def test_eval_command_with_another_protocol(trained, tmp_path):
+    cmd = [sys.executable, "-m", "klear_lab.cli", "eval", str(trained.run_dir), f"run.out_dir={tmp_path}",
+           "eval.samples=1", "eval.temperature=0", "eval.top_p=1.0", "tracking.wandb.enabled=false"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**_env(), "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    run_dir = next(tmp_path.glob("*-eval-*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["val/n"] == 6 and "val/pass_at_k" not in summary and "val/acc" in out.stdout
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (lambda tmp: tmp / "missing", "no such run directory or experiment file"),
+    (lambda tmp: tmp, "not a finished run directory"),
+])
+def test_bad_eval_targets(tmp_path, make, needle):
+    with pytest.raises(ConfigError, match=needle):
+        eval_config(make(tmp_path))
+
+
+def test_eval_of_an_experiment_needs_a_trained_model(tmp_path, capsys):
+    from klear_lab.cli import main
+
+    assert main(["eval", QUICKSTART, f"run.out_dir={tmp_path}", "model.init_from=null"]) == 2
+    assert "model.name_or_path: an eval run needs a trained model" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
