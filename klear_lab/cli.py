@@ -33,7 +33,13 @@ def _eval(args: argparse.Namespace) -> int:
     from klear_lab.run import run_experiment
     from klear_lab.stages.eval import eval_config
 
-    _print_result(run_experiment(eval_config(args.target, args.overrides)))
+    cfg = eval_config(args.target, args.overrides)
+    if args.dry_run:
+        from klear_lab.dry_run import dry_run
+
+        dry_run(cfg)
+        return 0
+    _print_result(run_experiment(cfg))
     return 0
 
 
@@ -107,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="score a trained model on held-out sets (greedy or avg@k)")
     p.add_argument("target", help="a finished run directory (its config and final model) or an experiment YAML")
     p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.samples=32 eval.temperature=0.6 eval.top_p=0.95")
+    p.add_argument("--dry-run", action="store_true", help="print the evaluation plan, load nothing")
     p.set_defaults(func=_eval)
     p = sub.add_parser("config", help="print the resolved config")
     p.add_argument("experiment")

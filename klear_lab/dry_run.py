@@ -71,10 +71,16 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     t, m = cfg["trainer"], cfg["model"]
     devices = t["devices"] if isinstance(t["devices"], int) and t["devices"] > 0 else 1
     rows = [("model", m["name_or_path"] or f"tiny {m['tiny']['name']} {m['tiny'].get('size', '')}"),
-            ("parameters", f"{params / 1e6:,.1f} M"),
-            ("weights+grads+AdamW (fp32 master)", f"{params * 16 / 2**30:,.1f} GiB before sharding"),
-            ("accelerator / devices / strategy / precision",
-             f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
+            ("parameters", f"{params / 1e6:,.1f} M")]
+    if cfg["run"]["kind"] == "eval":
+        ev = cfg["eval"]
+        decoding = (f"avg@{ev['samples']}, temperature {ev['temperature']:g}, top_p {ev['top_p']:g}"
+                    if ev["temperature"] > 0 else "greedy")
+        return [*rows, ("weights (inference)", f"{params * 4 / 2**30:,.1f} GiB in fp32, one device"),
+                ("evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens, {ev['batch_size']} per batch")]
+    rows += [("weights+grads+AdamW (fp32 master)", f"{params * 16 / 2**30:,.1f} GiB before sharding"),
+             ("accelerator / devices / strategy / precision",
+              f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
     if cfg["run"]["kind"] == "sft":
         s = cfg["sft"]
         max_len = cfg["data"]["max_length"]

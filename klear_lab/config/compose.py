@@ -79,7 +79,8 @@ def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
 
 
 def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
-    """Hydra-style ``key=value`` overrides (values parsed as YAML)."""
+    """Hydra-style ``key=value`` overrides (values parsed as YAML); relative ``.py`` plugins and
+    ``model.init_from`` are made absolute against the working directory."""
     merged = OmegaConf.create()
     for item in overrides:
         if "=" not in item or item.startswith("="):
@@ -89,7 +90,9 @@ def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
         except (OmegaConfBaseException, yaml.YAMLError) as exc:
             hint = " (values are YAML: inside {...} write `key: value`, with a space)" if "{" in item else ""
             raise ConfigError(f"{label}: cannot parse override {item!r}{hint}: {' '.join(str(exc).split())}") from None
-    return label, OmegaConf.to_container(merged)  # type: ignore[return-value]
+    body: dict[str, Any] = OmegaConf.to_container(merged)  # type: ignore[assignment]
+    _absolutize_plugins(body, Path.cwd())  # typed paths are the shell's: the saved config works from anywhere
+    return label, body
 
 
 def merge_layers(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -72,40 +72,59 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
 
     path = Path(target)
     if path.is_dir():
-        saved = path / "config.yaml"
-        if not saved.is_file() or not (path / "model" / "config.json").is_file():
-            raise ConfigError(f"{path}: not a finished run directory (needs config.yaml and model/); give a "
-                              "run directory or an experiment file")
+        experiment, layer = saved_run(path)
+    elif path.is_file():
         from klear_lab.config.compose import load_yaml
 
-        experiment = saved
-        name = (load_yaml(saved).get("run") or {}).get("name") or path.name
-        layer = {"run": {"kind": "eval", "name": f"{name}-eval"},
-                 "model": {"name_or_path": str(path.resolve()), "init_from": None}}
-    elif path.is_file():
-        experiment, layer = path, {"run": {"kind": "eval"}}
+        name = (load_yaml(path).get("run") or {}).get("name") or path.stem
+        experiment, layer = path, {"run": {"kind": "eval", "name": f"{name}-eval", "job_type": "eval"}}
     else:
         raise ConfigError(f"{path}: no such run directory or experiment file")
     return compose(experiment, None, [("klear-lab eval", layer), *([dotlist_layer(overrides)] if overrides else [])])
 
 
+def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
+    """A completed run directory's saved config and the layer that turns it into its evaluation.
+
+    The eval run keeps the run's W&B group (a sweep's, say) with job type ``eval`` and a tag naming
+    the run it scores, and is written beside that run unless ``run.out_dir`` says otherwise.
+    """
+    from klear_lab.config.compose import load_yaml
+
+    saved, status = path / "config.yaml", path / "run.json"
+    if not saved.is_file() or not (path / "model" / "config.json").is_file() or not status.is_file():
+        raise ConfigError(f"{path}: not a run directory with a final model (needs config.yaml, run.json and "
+                          "model/); give a run directory or an experiment file")
+    state = json.loads(status.read_text()).get("status")
+    if state != "completed":
+        raise ConfigError(f"{status}: status is {state!r}: only a completed run has a final model to score")
+    run = load_yaml(saved).get("run") or {}
+    name = run.get("name") or path.name
+    layer = {"run": {"kind": "eval", "name": f"{name}-eval", "job_type": "eval", "out_dir": str(path.resolve().parent),
+                     "tags": ["eval", f"evaluates:{path.name}", *(run.get("tags") or [])]},
+             "model": {"name_or_path": str(path.resolve()), "init_from": None}}
+    return saved, layer
+
+
 def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     """Everything that may fail on bad input happens here, before the run directory exists."""
-    m = cfg["model"]
-    if not m["name_or_path"] and not m["init_from"]:
-        raise ConfigError("model.name_or_path: an eval run needs a trained model: a run directory or an HF "
-                          "checkpoint (or model.init_from: EXPERIMENT.yaml); `klear-lab eval RUN_DIR` sets it")
+    if not cfg["model"]["name_or_path"]:  # init_from would score the starting point, not this experiment
+        raise ConfigError("model.name_or_path: an eval run scores a trained model: give a run directory "
+                          "(`klear-lab eval RUN_DIR`) or model.name_or_path=RUN_DIR_or_HF_CHECKPOINT")
+    device = _device(cfg)
     builders.set_threads(cfg)
     records = builders.build_eval_records(cfg)
     if not records:
         raise DataError("data.eval_sources: an eval run needs held-out problems; none were built")
-    builders.resolve_init_from(cfg)
     tokenizer, model = builders.build_tokenizer_and_model(cfg, [])
-    model = model.to(_device(cfg))
+    model = model.to(device)
     return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), builders.eval_sampling(cfg))
 
 
 def _device(cfg: dict[str, Any]) -> torch.device:
-    """One device: CUDA when ``trainer.accelerator`` allows it and one is present, else CPU."""
-    wants_gpu = cfg["trainer"]["accelerator"] in ("auto", "gpu", "cuda")
-    return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+    """One device: CUDA for ``trainer.accelerator`` gpu/cuda (required) or auto (when present), else CPU."""
+    accelerator = cfg["trainer"]["accelerator"]
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.accelerator is {accelerator!r} but no CUDA device is visible; "
+                          "set trainer.accelerator=cpu (or auto) to evaluate on the CPU")
+    return torch.device("cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu")

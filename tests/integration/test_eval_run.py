@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,12 +48,13 @@ def trained(tmp_path_factory):
 
 
 def test_eval_of_a_run_repeats_its_final_evaluation(trained, tmp_path):
-    cfg = eval_config(trained.run_dir, [f"run.out_dir={tmp_path}"])
+    cfg = eval_config(trained.run_dir, [f"run.out_dir={tmp_path}", "tracking.wandb.enabled=true"])
     assert cfg["run"]["kind"] == "eval" and cfg["model"]["name_or_path"] == str(trained.run_dir.resolve())
     result = run_experiment(cfg)
     assert 0 < trained.metrics["val/acc"] < 1
     for key in ("val/acc", "val/pass_at_k", "val/samples", "val/n"):  # same model, seed and protocol
         assert result.metrics[key] == pytest.approx(trained.metrics[key]), key
+    assert result.wandb_dir is not None and list(result.wandb_dir.glob("run-*.wandb"))  # a W&B run of its own
     rows = [json.loads(line) for line in (result.run_dir / "eval_samples.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(len(r["completions"]) == len(r["verdicts"]) == 3 for r in rows)
     assert sum(r["score"] for r in rows) / 6 == pytest.approx(result.metrics["val/acc"])
@@ -70,9 +72,35 @@ def test_eval_command_with_another_protocol(trained, tmp_path):
     assert summary["val/n"] == 6 and "val/pass_at_k" not in summary and "val/acc" in out.stdout
 
 
+def test_eval_run_is_labelled_and_written_beside_the_run_it_scores(trained, tmp_path, capsys):
+    from klear_lab.cli import main
+
+    moved = tmp_path / "elsewhere" / trained.run_dir.name  # a run directory copied to another place
+    shutil.copytree(trained.run_dir, moved)
+    cfg = eval_config(moved)
+    assert cfg["run"]["out_dir"] == str(moved.parent) and cfg["run"]["job_type"] == "eval"
+    assert cfg["run"]["tags"][:2] == ["eval", f"evaluates:{moved.name}"] and cfg["run"]["name"].endswith("-eval")
+    assert main(["eval", str(moved), "--dry-run"]) == 0
+    assert "avg@3, temperature 0.6, top_p 0.95" in capsys.readouterr().out
+    assert [p.name for p in moved.parent.iterdir()] == [moved.name]  # a dry run writes nothing
+
+
+def _run_dir(tmp: Path, status: str | None, model: bool = True) -> Path:
+    run = tmp / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "config.yaml").write_text("run: {name: x, kind: sft}\n")
+    if model:
+        (run / "model" / "config.json").write_text("{}")
+    if status:
+        (run / "run.json").write_text(json.dumps({"status": status}))
+    return run
+
+
 @pytest.mark.parametrize(("make", "needle"), [
     (lambda tmp: tmp / "missing", "no such run directory or experiment file"),
-    (lambda tmp: tmp, "not a finished run directory"),
+    (lambda tmp: _run_dir(tmp, "completed", model=False), "not a run directory with a final model"),
+    (lambda tmp: _run_dir(tmp, None), "not a run directory with a final model"),
+    (lambda tmp: _run_dir(tmp, "failed"), r"run.json: status is 'failed': only a completed run"),
 ])
 def test_bad_eval_targets(tmp_path, make, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -82,8 +110,8 @@ def test_bad_eval_targets(tmp_path, make, needle):
 def test_eval_of_an_experiment_needs_a_trained_model(tmp_path, capsys):
     from klear_lab.cli import main
 
-    assert main(["eval", QUICKSTART, f"run.out_dir={tmp_path}", "model.init_from=null"]) == 2
-    assert "model.name_or_path: an eval run needs a trained model" in capsys.readouterr().err
+    assert main(["eval", QUICKSTART, f"run.out_dir={tmp_path}"]) == 2
+    assert "model.name_or_path: an eval run scores a trained model" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing written
 
 

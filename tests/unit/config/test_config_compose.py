@@ -88,3 +88,13 @@ def test_circular_base(tmp_path):
 def test_missing_experiment_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         compose(tmp_path / "nope.yaml")
+
+
+def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
+    """A saved config must work from any directory: typed plugin / init_from paths are the shell's."""
+    from klear_lab.config.compose import dotlist_layer
+
+    monkeypatch.chdir(tmp_path)
+    _, body = dotlist_layer(["plugins=[my_reward.py,some.module]", "model.init_from=exp/sft.yaml"])
+    assert body["plugins"] == [str(tmp_path / "my_reward.py"), "some.module"]
+    assert body["model"]["init_from"] == str(tmp_path / "exp" / "sft.yaml")
