@@ -124,7 +124,8 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
              max_new_tokens: int, batch_size: int, sampling: Sampling = GREEDY) -> EvalResult:
     """Decode ``sampling.samples`` completions of every record and verify each with ``rewards[record.task]``."""
     k = sampling.samples
-    prompts = [r.prompt for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
+    repeated = [r for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
+    prompts = [r.prompt for r in repeated]
     if sampling.temperature == 0:
         flat = generate(model, tokenizer, prompts, max_new_tokens, batch_size)
     else:
@@ -132,7 +133,6 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
             torch.manual_seed(sampling.seed)
             flat = generate(model, tokenizer, prompts, max_new_tokens, batch_size, do_sample=True,
                             temperature=sampling.temperature, top_p=sampling.top_p)
-    repeated = [r for r in records for _ in range(k)]
     ok = [False] * len(flat)
     for task, reward in rewards.items():
         idx = [i for i, r in enumerate(repeated) if r.task == task]

@@ -73,8 +73,9 @@ class SFTModule(L.LightningModule):
         result = evaluate(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
                           self.max_new_tokens, self.eval_batch_size, self.eval_sampling)
         self.last_eval = result
-        self.log_dict(result.metrics("val"), prog_bar=False)
-        self.log("val_acc", result.metrics("val")["val/acc"], prog_bar=True, logger=False)
+        metrics = result.metrics("val")
+        self.log_dict(metrics, prog_bar=False)
+        self.log("val_acc", metrics["val/acc"], prog_bar=True, logger=False)
 
     def configure_optimizers(self):
         return configure_adamw(self.model, self.optim)

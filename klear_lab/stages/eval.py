@@ -74,10 +74,7 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
     if path.is_dir():
         experiment, layer = saved_run(path)
     elif path.is_file():
-        from klear_lab.config.compose import load_yaml
-
-        name = (load_yaml(path).get("run") or {}).get("name") or path.stem
-        experiment, layer = path, {"run": {"kind": "eval", "name": f"{name}-eval", "job_type": "eval"}}
+        experiment, layer = path, {"run": _eval_run(path, path.stem)[1]}
     else:
         raise ConfigError(f"{path}: no such run directory or experiment file")
     return compose(experiment, None, [("klear-lab eval", layer), *([dotlist_layer(overrides)] if overrides else [])])
@@ -89,8 +86,6 @@ def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
     The eval run keeps the run's W&B group (a sweep's, say) with job type ``eval`` and a tag naming
     the run it scores, and is written beside that run unless ``run.out_dir`` says otherwise.
     """
-    from klear_lab.config.compose import load_yaml
-
     saved, status = path / "config.yaml", path / "run.json"
     if not saved.is_file() or not (path / "model" / "config.json").is_file() or not status.is_file():
         raise ConfigError(f"{path}: not a run directory with a final model (needs config.yaml, run.json and "
@@ -98,12 +93,17 @@ def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
     state = json.loads(status.read_text()).get("status")
     if state != "completed":
         raise ConfigError(f"{status}: status is {state!r}: only a completed run has a final model to score")
-    run = load_yaml(saved).get("run") or {}
-    name = run.get("name") or path.name
-    layer = {"run": {"kind": "eval", "name": f"{name}-eval", "job_type": "eval", "out_dir": str(path.resolve().parent),
-                     "tags": ["eval", f"evaluates:{path.name}", *(run.get("tags") or [])]},
-             "model": {"name_or_path": str(path.resolve()), "init_from": None}}
-    return saved, layer
+    run, layer = _eval_run(saved, path.name)
+    layer.update(out_dir=str(path.resolve().parent), tags=["eval", f"evaluates:{path.name}", *(run.get("tags") or [])])
+    return saved, {"run": layer, "model": {"name_or_path": str(path.resolve()), "init_from": None}}
+
+
+def _eval_run(config_file: Path, fallback_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the file's ``run`` section, the ``run`` layer of its evaluation: kind, ``<name>-eval``, job type)."""
+    from klear_lab.config.compose import load_yaml
+
+    run = load_yaml(config_file).get("run") or {}
+    return run, {"kind": "eval", "name": f"{run.get('name') or fallback_name}-eval", "job_type": "eval"}
 
 
 def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
@@ -123,8 +123,8 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
 
 def _device(cfg: dict[str, Any]) -> torch.device:
     """One device: CUDA for ``trainer.accelerator`` gpu/cuda (required) or auto (when present), else CPU."""
-    accelerator = cfg["trainer"]["accelerator"]
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    accelerator, cuda = cfg["trainer"]["accelerator"], torch.cuda.is_available()
+    if accelerator in ("gpu", "cuda") and not cuda:
         raise ConfigError(f"trainer.accelerator is {accelerator!r} but no CUDA device is visible; "
                           "set trainer.accelerator=cpu (or auto) to evaluate on the CPU")
-    return torch.device("cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu")
+    return torch.device("cuda" if cuda and accelerator in ("auto", "gpu", "cuda") else "cpu")

@@ -20,7 +20,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, decode, encode, enqueue_params, point_key
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock, current_study
-from klear_lab.sweep.successor import CHOICES_ATTR, widen_choices
+from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
 
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 BASE_ATTR, READY_ATTR = "klear.base", "klear.points"
@@ -65,8 +65,7 @@ def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
         ConfigError: naming the axis and the choices the study holds.
     """
     Categorical = optuna.distributions.CategoricalDistribution
-    expected = {axis.key: (axis.key, Categorical([encode(v) for v in axis.values]))
-                for axis in spec.axes if not axis.is_range}
+    expected = {name: (key, Categorical(values)) for name, (key, values) in spec_choices(spec).items()}
     for trial in study.get_trials(deepcopy=False):
         for name in expected.keys() & trial.distributions.keys():
             (key, new), old = expected.pop(name), trial.distributions[name]

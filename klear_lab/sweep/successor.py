@@ -69,13 +69,13 @@ def widen_choices(study: optuna.Study, spec: SweepSpec) -> optuna.Study:
         if new:
             added[key] = new
     if added:
-        study = _supersede(study, spec, merged, {n for n in merged if n in recorded}, added)
+        study = _supersede(study, spec, merged, added)
     study.set_user_attr(CHOICES_ATTR, merged)
     return study
 
 
-def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, recorded: set[str],
-               added: dict[str, list[Any]]) -> optuna.Study:
+def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, added: dict[str, list[Any]],
+               ) -> optuna.Study:
     """Copy ``study`` into a new study whose categorical parameters have ``choices``.
 
     Called under the study's lock, on a study with no successor. The copy records its choices first
@@ -86,10 +86,9 @@ def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, recorded:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)  # trials of killed workers: failed, retries enqueued
     running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-    what = "; ".join(f"{key} {values}" for key, values in added.items())
     if running:
         raise ConfigError(
-            f"{spec.path}: the spec adds {what}, which needs a new Optuna study (a categorical parameter's "
+            f"{spec.path}: the spec adds {_describe(added)}, which needs a new Optuna study (a categorical parameter's "
             f"choices are fixed within one), but trial(s) {running} of study {study.study_name!r} are running; "
             "let them finish or stop their workers, then run the same command again")
     storage = study._storage  # the storage API behind the study is public
@@ -102,7 +101,7 @@ def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, recorded:
     for key, value in study.user_attrs.items():
         if key not in (CHOICES_ATTR, SUPERSEDES_ATTR, SUCCESSOR_ATTR):
             successor.set_user_attr(key, value)
-    dists = {n: CategoricalDistribution(choices[n]) for n in recorded}
+    dists = {n: CategoricalDistribution(c) for n, c in choices.items()}  # only parameters trials have are used
     old_trials = study.get_trials(deepcopy=False)
     for trial in old_trials:
         successor.add_trial(_copy(trial, dists))
@@ -130,6 +129,11 @@ def _copy(trial: FrozenTrial, dists: dict[str, CategoricalDistribution]) -> Froz
         intermediate_values=dict(trial.intermediate_values), trial_id=trial._trial_id)
 
 
+def _describe(added: dict[str, list[Any]]) -> str:
+    """``seeds [2]; optim.lr [0.004]``."""
+    return "; ".join(f"{key} {values}" for key, values in added.items())
+
+
 def _next_name(name: str) -> str:
     """``NAME`` -> ``NAME@v2``, ``NAME@v2`` -> ``NAME@v3``."""
     root, _, version = name.partition("@v")
@@ -141,7 +145,6 @@ def superseded_note(study: optuna.Study) -> str | None:
     info = study.user_attrs.get(SUPERSEDES_ATTR)
     if not info:
         return None
-    what = "; ".join(f"{key} {values}" for key, values in info["added"].items())
-    return (f"the spec added {what}: continuing in study {study.study_name!r}, a copy of "
+    return (f"the spec added {_describe(info['added'])}: continuing in study {study.study_name!r}, a copy of "
             f"{info['study']!r} with its {info['copied']} trials (finished ones are "
             "not rerun; Optuna fixes a categorical parameter's choices within a study)")
