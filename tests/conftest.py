@@ -29,3 +29,26 @@ def tiny_sft_overrides(tmp_path) -> list[str]:
     return [f"run.out_dir={tmp_path / 'runs'}", "data.sources.0.n_prompts=120", "sft.max_steps=3",
             "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=24", "trainer.checkpoint=false",
             "sft.tokens_per_micro_batch=1000", "trainer.log_every_n_steps=1"]
+
+
+def _reference_greedy(model, tokenizer, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """Greedy completions the plainest way: one prompt at a time, no padding, no KV cache, argmax of a
+    full forward pass per token. The oracle the batched engines are checked against."""
+    from klear_lab.data.sft import prompt_ids
+    from klear_lab.rl.rollout.base import decode_response
+
+    eos = tokenizer.eos_token_id
+    out = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids, new = prompt_ids(tokenizer, prompt), []
+            while len(new) < max_new_tokens and (not new or new[-1] != eos):
+                logits = model(torch.tensor([ids + new])).logits[0, -1]  # [V]
+                new.append(int(logits.argmax()))
+            out.append(decode_response(tokenizer, new, [eos]))
+    return out
+
+
+@pytest.fixture
+def reference_greedy():
+    return _reference_greedy

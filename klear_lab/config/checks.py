@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.errors import ConfigError
+from klear_lab.eval.engine import ENGINES
 from klear_lab.registry import ADVANTAGE, ROLLOUT
 
 OVERLONG = ("none", "mask", "penalty")
@@ -34,6 +35,7 @@ def check_eval(ev: dict[str, Any]) -> None:
              f"is {ev['top_p']} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
     _require(ev["batch_size"] >= 1 and ev["max_new_tokens"] >= 1, "eval.batch_size/eval.max_new_tokens",
              "must be >= 1")
+    _require(ev["engine"] in ENGINES, "eval.engine", f"must be one of {ENGINES}, got {ev['engine']!r}")
 
 
 def check_rl(cfg: dict[str, Any]) -> None:

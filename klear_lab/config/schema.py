@@ -148,6 +148,9 @@ class EvalSection:
     """0 = greedy decoding; the paper evaluates at 0.6."""
     top_p: float = 1.0
     """Nucleus sampling for ``temperature`` > 0; the paper uses 0.95."""
+    engine: str = "generate"
+    """``generate`` (transformers, ``batch_size`` per call) or ``rollout``: the run's rollout engine
+    (``rl.rollout``, e.g. vLLM; in RL the same running engine), what paper-scale avg@k needs."""
     reward: dict = component("reward", "math_verify")
     code_reward: dict = component("reward", "code")
 

@@ -6,8 +6,9 @@ table, avg@32 / avg@4 in its ablations; ``../shared/docs/paper.md`` §5). ``Samp
 settings; ``val/acc`` is then the mean over problems of the fraction of their k samples that pass,
 and ``val/pass_at_k`` the fraction of problems with at least one passing sample. The samples come
 from a torch RNG forked and seeded from the run seed, so an evaluation is reproducible from the saved
-config (batched sampling makes them depend on ``eval.batch_size`` too) and does not move the
-training RNG.
+config (with ``generate``, batched sampling makes them depend on ``eval.batch_size`` too) and does
+not move the training RNG. ``eval.engine: rollout`` decodes with the run's rollout engine instead
+(vLLM at scale; ``klear_lab.eval.engine``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import torch
-
 from klear_lab.data.records import Record
-from klear_lab.data.sft import prompt_ids
+from klear_lab.eval.engine import EvalEngine
+from klear_lab.rl.rollout.hf import HFRollout
 
 
 @dataclass(frozen=True)
@@ -68,71 +68,20 @@ class EvalResult:
         return out
 
 
-@torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int,
-             do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
-    """Left-padded batched ``generate`` with the KV cache; returns the decoded completions."""
-    from klear_lab.rl.rollout.hf import clean_generation_config
-
-    was_training = model.training
-    model.eval()
-    out: list[str] = []
-    device = next(model.parameters()).device
-    with clean_generation_config(model, do_sample):  # no hub penalties / min_p / top_k in the protocol
-        for start in range(0, len(prompts), batch_size):
-            out += _generate_batch(model, tokenizer, prompts[start:start + batch_size], max_new_tokens, device,
-                                   do_sample, temperature, top_p)
-    model.train(was_training)
-    return [_strip_special(text, tokenizer) for text in out]
-
-
-def _generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, device, do_sample: bool,
-                    temperature: float, top_p: float) -> list[str]:
-    """One left-padded ``generate`` call: the decoded completions (special tokens kept)."""
-    chunk = [prompt_ids(tokenizer, p) for p in prompts]
-    width = max(len(c) for c in chunk)
-    ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)  # [b, P]
-    mask = torch.zeros_like(ids)
-    for i, c in enumerate(chunk):
-        ids[i, width - len(c):] = torch.tensor(c)
-        mask[i, width - len(c):] = 1
-    gen = model.generate(  # the clean generation config sets top_k 0 when sampling: no top-k cut
-        input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-        do_sample=do_sample, temperature=temperature if do_sample else None,
-        top_p=top_p if do_sample and top_p < 1.0 else None,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    return tokenizer.batch_decode(gen[:, width:], skip_special_tokens=False)
-
-
-def _cuda_ids(device: torch.device) -> list[int]:
-    """The CUDA device whose RNG ``fork_rng`` must save and restore (none on CPU)."""
-    if device.type != "cuda":
-        return []
-    return [device.index if device.index is not None else torch.cuda.current_device()]
-
-
-def _strip_special(text: str, tokenizer) -> str:
-    """Cut at EOS and drop padding, keeping ``<think>`` tags (they are graded)."""
-    eos = tokenizer.eos_token
-    if eos and eos in text:
-        text = text[: text.index(eos)]
-    return text.replace(tokenizer.pad_token or "\0", "")
-
-
 def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object],
-             max_new_tokens: int, batch_size: int, sampling: Sampling = GREEDY) -> EvalResult:
-    """Decode ``sampling.samples`` completions of every record and verify each with ``rewards[record.task]``."""
+             max_new_tokens: int, batch_size: int, sampling: Sampling = GREEDY,
+             engine: EvalEngine | None = None) -> EvalResult:
+    """Decode ``sampling.samples`` completions of every record and verify each with ``rewards[record.task]``.
+
+    Decoding is the ``hf`` rollout engine's (transformers ``generate``, ``batch_size`` sequences per
+    call, the model's hub generation defaults set aside), or ``engine``'s (``eval.engine: rollout``),
+    which batches by its own settings.
+    """
     k = sampling.samples
     repeated = [r for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
-    prompts = [r.prompt for r in repeated]
-    if sampling.temperature == 0:
-        flat = generate(model, tokenizer, prompts, max_new_tokens, batch_size)
-    else:
-        with torch.random.fork_rng(devices=_cuda_ids(next(model.parameters()).device)):
-            torch.manual_seed(sampling.seed)
-            flat = generate(model, tokenizer, prompts, max_new_tokens, batch_size, do_sample=True,
-                            temperature=sampling.temperature, top_p=sampling.top_p)
+    runtime = engine.runtime(model, tokenizer) if engine else HFRollout(batch_size=batch_size).start(model, tokenizer)
+    flat = runtime.generate([r.prompt for r in records], n=k, max_new_tokens=max_new_tokens,  # prompt-major
+                            temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed).texts
     ok = [False] * len(flat)
     for task, reward in rewards.items():
         idx = [i for i, r in enumerate(repeated) if r.task == task]

@@ -18,6 +18,7 @@ import lightning as L
 import torch
 
 from klear_lab.data.records import Record
+from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate
 from klear_lab.modules.optim import OptimSettings, configure_adamw
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
@@ -64,14 +65,15 @@ class RLModule(L.LightningModule):
 
     def __init__(self, policy, tokenizer, *, engine, reward, advantage, clip, aggregation, group_filter,
                  weights: ObjectiveWeights, settings: RLSettings, optim: OptimSettings,
-                 eval_records: list[Record], eval_rewards: dict, use_reference: bool = False) -> None:
+                 eval_records: list[Record], eval_rewards: dict, eval_engine: EvalEngine | None = None,
+                 use_reference: bool = False) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.policy, self.tokenizer, self.engine = policy, tokenizer, engine
         self.reward, self.advantage, self.clip = reward, advantage, clip
         self.aggregation, self.group_filter, self.weights = aggregation, group_filter, weights
         self.s, self.optim = settings, optim
-        self.eval_records, self.eval_rewards = eval_records, eval_rewards
+        self.eval_records, self.eval_rewards, self.eval_engine = eval_records, eval_rewards, eval_engine
         disable_dropout(policy.train())
         self.reference = copy.deepcopy(policy).eval().requires_grad_(False) if use_reference else None
         self.evals: list[tuple[int, EvalResult]] = []
@@ -181,7 +183,7 @@ class RLModule(L.LightningModule):
         if not self.eval_records:
             return
         result = evaluate(self.policy, self.tokenizer, self.eval_records, self.eval_rewards,
-                          self.s.max_eval_new_tokens, self.s.eval_batch_size, self.s.eval_sampling)
+                          self.s.max_eval_new_tokens, self.s.eval_batch_size, self.s.eval_sampling, self.eval_engine)
         self.evals.append((self.global_step, result))
         self.log_dict(result.metrics("val"))
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
+from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate
 from klear_lab.modules.optim import OptimSettings, configure_adamw
 
@@ -30,7 +31,8 @@ class SFTModule(L.LightningModule):
 
     def __init__(self, model, tokenizer, *, optim: OptimSettings, eval_rewards: dict,
                  eval_records: list[Record], max_new_tokens: int, eval_batch_size: int,
-                 eval_sampling: Sampling = GREEDY, log_samples: int = 8, compile_forward: bool = False) -> None:
+                 eval_sampling: Sampling = GREEDY, eval_engine: EvalEngine | None = None, log_samples: int = 8,
+                 compile_forward: bool = False) -> None:
         super().__init__()
         self.model, self.tokenizer, self.optim = model, tokenizer, optim
         # Only the training forward is compiled: generation in evaluation keeps the eager model (its
@@ -38,7 +40,7 @@ class SFTModule(L.LightningModule):
         self._train_forward = torch.compile(model.forward) if compile_forward else model.forward
         self.eval_rewards, self.eval_records = eval_rewards, eval_records
         self.max_new_tokens, self.eval_batch_size, self.log_samples = max_new_tokens, eval_batch_size, log_samples
-        self.eval_sampling = eval_sampling
+        self.eval_sampling, self.eval_engine = eval_sampling, eval_engine
         self.last_eval: EvalResult | None = None
         self._tokens, self._t0 = 0, None
 
@@ -71,7 +73,7 @@ class SFTModule(L.LightningModule):
         if not self.eval_records or self.trainer.sanity_checking:
             return
         result = evaluate(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
-                          self.max_new_tokens, self.eval_batch_size, self.eval_sampling)
+                          self.max_new_tokens, self.eval_batch_size, self.eval_sampling, self.eval_engine)
         self.last_eval = result
         metrics = result.metrics("val")
         self.log_dict(metrics, prog_bar=False)

@@ -20,6 +20,7 @@ import torch
 from klear_lab import builders
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
+from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import EvalResult, Sampling, evaluate
 from klear_lab.stages.common import finish_loggers, log_samples_table
 from klear_lab.tracking import atomic_write, make_loggers
@@ -33,13 +34,18 @@ class EvalStage:
     records: list[Record]
     rewards: dict[str, Any]
     sampling: Sampling
+    engine: EvalEngine | None = None
 
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
         cfg = self.cfg
         loggers = make_loggers(cfg, run_dir, identity)
         start = time.perf_counter()
-        result = evaluate(self.model, self.tokenizer, self.records, self.rewards, cfg["eval"]["max_new_tokens"],
-                          cfg["eval"]["batch_size"], self.sampling)
+        try:
+            result = evaluate(self.model, self.tokenizer, self.records, self.rewards, cfg["eval"]["max_new_tokens"],
+                              cfg["eval"]["batch_size"], self.sampling, self.engine)
+        finally:
+            if self.engine is not None:
+                self.engine.close()
         metrics = {**result.metrics("val"), "perf/eval_seconds": time.perf_counter() - start,
                    "perf/torch_threads": float(torch.get_num_threads())}
         write_samples(run_dir / "eval_samples.jsonl", result)
@@ -118,7 +124,8 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
         raise DataError("data.eval_sources: an eval run needs held-out problems; none were built")
     tokenizer, model = builders.build_tokenizer_and_model(cfg, [])
     model = model.to(device)
-    return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), builders.eval_sampling(cfg))
+    return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), builders.eval_sampling(cfg),
+                     builders.eval_engine(cfg))
 
 
 def _device(cfg: dict[str, Any]) -> torch.device:

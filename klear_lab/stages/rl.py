@@ -63,13 +63,14 @@ class RLStage:
                 if self.module.reference is not None:  # frozen, in eval mode on purpose; the policy trains
                     warnings.filterwarnings("ignore", r"Found \d+ module\(s\) in eval mode", PossibleUserWarning)
                 trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val)
+            train_s = time.perf_counter() - start
+            last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
+                          if k.startswith(("train/", "perf/", "rl/", "reward/"))}
+            save_model(self.module.policy, self.module.tokenizer, run_dir / "model")  # kept if evaluation fails
+            if not rl["eval_every"] or len(self.batches) % rl["eval_every"]:
+                trainer.validate(self.module, dataloaders=val, verbose=False)  # eval.engine rollout: still running
         finally:
             self.module.engine.close()
-        train_s = time.perf_counter() - start
-        last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
-                      if k.startswith(("train/", "perf/", "rl/", "reward/"))}
-        if not rl["eval_every"] or len(self.batches) % rl["eval_every"]:
-            trainer.validate(self.module, dataloaders=val, verbose=False)
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(gain_summary(self.module.evals))
         metrics.update(self.data_stats)
@@ -80,7 +81,6 @@ class RLStage:
         if wb is not None and self.module.last_samples:
             wb.log_table(key="rollout/samples", columns=["prompt", "response", "answer", "reward"],
                          data=self.module.last_samples[: cfg["tracking"]["wandb"]["log_samples"]])
-        save_model(self.module.policy, self.module.tokenizer, run_dir / "model")
         return metrics, finish_loggers(loggers, metrics)
 
 
@@ -118,14 +118,16 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
         eval_sampling=builders.eval_sampling(cfg),
     )
+    engine = engine_cfg.start(policy, tokenizer)
     module = RLModule(
-        policy, tokenizer, engine=engine_cfg.start(policy, tokenizer), reward=builders.build(REWARD, rl["reward"]),
+        policy, tokenizer, engine=engine, reward=builders.build(REWARD, rl["reward"]),
         advantage=builders.build(ADVANTAGE, rl["advantage"]), clip=builders.build(CLIP, rl["clip"]),
         aggregation=builders.build(AGGREGATION, rl["aggregation"]),
         group_filter=builders.build(GROUP_FILTER, rl["group_filter"]),
         weights=ObjectiveWeights(alpha=rl["alpha"], entropy_coef=rl["entropy_coef"], kl_coef=rl["kl_coef"],
                                  kl_estimator=rl["kl_estimator"]),
         settings=settings, optim=builders.optim_settings(cfg, updates), eval_records=eval_records,
-        eval_rewards=builders.build_eval_rewards(cfg), use_reference=rl["kl_coef"] > 0,
+        eval_rewards=builders.build_eval_rewards(cfg), eval_engine=builders.eval_engine(cfg, shared=engine),
+        use_reference=rl["kl_coef"] > 0,
     )
     return RLStage(cfg, module, prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"]), data_stats)

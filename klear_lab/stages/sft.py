@@ -43,11 +43,17 @@ class SFTStage:
             logger.log_hyperparams({})
             logger.log_metrics(self.plan, step=0)
         start = time.perf_counter()
-        trainer.fit(self.module, datamodule=self.datamodule)
-        train_s = time.perf_counter() - start
-        last_train = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}
-        if not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1):
-            trainer.validate(self.module, datamodule=self.datamodule, verbose=False)
+        try:
+            trainer.fit(self.module, datamodule=self.datamodule)
+            train_s = time.perf_counter() - start
+            last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
+                          if k.startswith(("train/", "perf/"))}
+            save_model(self.module.model, self.module.tokenizer, run_dir / "model")  # kept if evaluation fails
+            if not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1):
+                trainer.validate(self.module, datamodule=self.datamodule, verbose=False)
+        finally:
+            if self.module.eval_engine is not None:
+                self.module.eval_engine.close()
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
@@ -55,7 +61,6 @@ class SFTStage:
                         "perf/torch_threads": float(torch.get_num_threads())})
         if self.module.last_eval:
             log_samples_table(loggers, self.module.last_eval, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
-        save_model(self.module.model, self.module.tokenizer, run_dir / "model")
         return metrics, finish_loggers(loggers, metrics)
 
 
@@ -93,7 +98,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
         eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=builders.eval_sampling(cfg),
-        compile_forward=cfg["trainer"]["compile"],
+        eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"],
     )
     return SFTStage(cfg, module, dm, plan)
 

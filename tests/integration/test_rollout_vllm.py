@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from klear_lab.data.sft import prompt_ids
-from klear_lab.eval.heldout import generate as greedy_generate
+from klear_lab.eval.engine import EvalEngine
+from klear_lab.eval.heldout import Sampling, evaluate
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
 
@@ -83,10 +84,10 @@ def test_rollout_contract_and_logp_equal_hf(world):
     assert torch.equal(ro.response_ids, again.response_ids) and again.texts == ro.texts
 
 
-def test_greedy_matches_hf_greedy(world):
+def test_greedy_matches_hf_greedy(world, reference_greedy):
     tok, model, prompts, rt = world
     ro = rt.generate(prompts, n=2, max_new_tokens=12, temperature=0.0)
-    expected = greedy_generate(model, tok, prompts, 12, batch_size=8)
+    expected = reference_greedy(model, tok, prompts, 12)
     assert ro.texts == [t for t in expected for _ in range(2)]
 
 
@@ -129,6 +130,28 @@ def test_path_sync_reloads_tied_lm_head(world):
     finally:
         rt.config = dataclasses.replace(rt.config, weight_sync="auto")
     assert (torch.tensor(rt.score([seq])[0]) - hf_logp(model, seq, 1)).abs().max() < ATOL
+
+
+def test_held_out_evaluation_on_the_engine(world):
+    """``eval.engine: rollout``: greedy equals HF ``generate``; avg@k samples are seeded per request,
+    so a record's samples do not depend on which other records share the batch."""
+    tok, model, _, rt = world
+    rt.sync_weights(model)  # earlier tests changed the model
+    recs = SOURCE.build({"name": "arith_r1", "n_prompts": 40}).records(0, "train")[:4]
+    rewards = {"math": lambda completions, records: [Verdict(len(c) % 2 == 0) for c in completions]}
+    engine = EvalEngine(shared=rt)
+    greedy = evaluate(model, tok, recs, rewards, 12, 8, engine=engine)
+    assert greedy.completions == evaluate(model, tok, recs, rewards, 12, 8).completions
+    k3 = Sampling(samples=3, temperature=1.0, top_p=0.95, seed=5)
+    four = evaluate(model, tok, recs, rewards, 12, 8, k3, engine)
+    assert four.completions[:2] == evaluate(model, tok, recs[:2], rewards, 12, 8, k3, engine).completions
+    assert four.completions != evaluate(model, tok, recs, rewards, 12, 8, Sampling(3, 1.0, 0.95, 6), engine).completions
+    assert len({c for cs in four.completions for c in cs}) > 4
+
+
+@dataclasses.dataclass
+class Verdict:
+    acc: bool
 
 
 def test_engine_module_does_not_import_vllm():

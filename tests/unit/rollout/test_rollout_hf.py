@@ -9,7 +9,6 @@ import torch
 
 from klear_lab.data.sft import prompt_ids
 from klear_lab.errors import ConfigError
-from klear_lab.eval.heldout import generate as greedy_generate
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
 from klear_lab.rl.rollout.base import Rollout
@@ -107,12 +106,20 @@ def test_top_p_logp_is_the_renormalised_nucleus(world):
     assert gaps.max() > 0.1 and (gaps <= -torch.log(torch.tensor(0.5)) + 1e-4).all()
 
 
-def test_greedy_matches_eval_greedy_generate(world):
+def test_greedy_matches_unbatched_argmax(world, reference_greedy):
     tok, model, prompts = world
-    ro = _engine(world, batch_size=4).generate(prompts, n=1, max_new_tokens=MAX_NEW, temperature=0.0)
-    assert ro.texts == greedy_generate(model, tok, prompts, MAX_NEW, batch_size=4)
-    for i, ref in enumerate(_teacher_forced(model, ro, 1.0)):  # greedy reports log_softmax(logits)
-        torch.testing.assert_close(ro.sample_logp[i, :len(ref)], ref, atol=1e-4, rtol=0)
+    bias = model.lm_head.bias
+    with torch.no_grad():
+        bias[tok.eos_token_id] = 0.0  # greedy would pick the favoured EOS first: all texts empty
+    try:
+        ro = _engine(world, batch_size=4).generate(prompts, n=1, max_new_tokens=MAX_NEW, temperature=0.0)
+        assert ro.texts == reference_greedy(model.eval(), tok, prompts, MAX_NEW)
+        assert len(set(ro.texts)) == len(prompts) and min(map(len, ro.texts)) > 0
+        for i, ref in enumerate(_teacher_forced(model, ro, 1.0)):  # greedy reports log_softmax(logits)
+            torch.testing.assert_close(ro.sample_logp[i, :len(ref)], ref, atol=1e-4, rtol=0)
+    finally:
+        with torch.no_grad():
+            bias[tok.eos_token_id] = 3.0
 
 
 def test_seed_determinism_and_rng_isolation(world):
