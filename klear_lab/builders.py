@@ -23,12 +23,15 @@ def build(registry, node: dict[str, Any], **runtime: Any) -> Any:
 def set_threads(cfg: dict[str, Any]) -> int:
     """Torch threads: explicit, or cores divided by the parallel workers of a sweep.
 
-    Two processes with torch's default threads on 2 cores run 3x slower than one (environment.md).
+    Two processes with torch's default threads on 2 cores run 3x slower than one (environment.md);
+    a CPU DDP run's ``trainer.devices`` processes count as that many.
     """
+    from klear_lab.distributed import local_processes
+
     n = cfg["trainer"]["num_threads"]
     if n <= 0:
         workers = max(int(os.environ.get("KLEAR_PARALLEL_WORKERS", "1")), 1)
-        n = max(cpu_cores() // workers, 1)
+        n = max(cpu_cores() // (workers * local_processes(cfg["trainer"])), 1)
     torch.set_num_threads(n)
     return n
 
@@ -138,8 +141,12 @@ def eval_sampling(cfg: dict[str, Any]):
 
 def eval_engine(cfg: dict[str, Any], shared=None):
     """``eval.engine: rollout``: an :class:`EvalEngine` on ``shared`` (RL's running engine) or on a
-    fresh engine of kind ``rl.rollout`` (checked importable now); ``generate``: None."""
-    if cfg["eval"]["engine"] != "rollout":
+    fresh engine of kind ``rl.rollout`` (checked importable now); ``generate``: None.
+
+    An ``hf`` rollout engine is what ``generate`` runs anyway: None too, so ``eval.batch_size`` (not
+    ``rl.rollout.batch_size``) batches the evaluation either way.
+    """
+    if cfg["eval"]["engine"] != "rollout" or cfg["rl"]["rollout"]["name"] == "hf":
         return None
     from klear_lab.eval.engine import EvalEngine
 

@@ -10,6 +10,7 @@ import os
 import sys
 
 from klear_lab.cli_args import parse_args
+from klear_lab.distributed import joined_run_dir
 from klear_lab.errors import KlearError
 
 
@@ -25,7 +26,8 @@ def _train(args: argparse.Namespace) -> int:
     from klear_lab.run import run_experiment
 
     result = run_experiment(cfg)
-    _print_result(result)
+    if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
+        _print_result(result)
     return 0
 
 

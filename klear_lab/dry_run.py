@@ -105,7 +105,7 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     decoding = (f"avg@{ev['samples']}, temperature {ev['temperature']:g}, top_p {ev['top_p']:g}"
                 if ev["temperature"] > 0 else "greedy")
     engine = f"transformers generate, {ev['batch_size']} per batch"
-    if ev["engine"] == "rollout":
+    if ev["engine"] == "rollout" and cfg["rl"]["rollout"]["name"] != "hf":  # hf: the generate path
         engine = f"rollout engine {cfg['rl']['rollout']['name']!r}"
         try:
             from klear_lab.builders import eval_engine

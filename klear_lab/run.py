@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab import tracking
+from klear_lab.distributed import exported_run_dir, joined_run_dir
 
 
 @dataclass
@@ -50,12 +51,17 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> Run
     from klear_lab.stages.common import without_upstream_noise
 
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
+    joined = joined_run_dir()
+    if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
+        with without_upstream_noise():
+            metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [])
+        return RunResult(joined, metrics, None)
     run_dir = tracking.create_run_dir(cfg)
     identity = tracking.identity_of(cfg, run_dir)
     tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running"})
     try:
-        with without_upstream_noise():
+        with without_upstream_noise(), exported_run_dir(run_dir):
             metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [])
     except BaseException as exc:
         tracking.write_json(run_dir / "run.json", {**identity, "status": "failed",

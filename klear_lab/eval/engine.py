@@ -5,12 +5,14 @@ sequences per call. ``rollout`` decodes with the run's rollout engine (``rl.roll
 
 * in RL it is the very engine that samples the rollouts. It already holds the policy's latest
   weights (they are pushed after every update), and no second copy of the model claims GPU memory;
-* in SFT and eval runs an engine of that kind is started at the first evaluation; before each later
-  one it gets the model's current weights.
+* in SFT and eval runs an engine of that kind is started before training when SFT evaluates during
+  training (so an engine that cannot decode this model fails before any step), else at the final
+  evaluation; before each later evaluation it gets the model's current weights.
 
-At paper scale (avg@32 of up to 32K-token responses every 10 RL steps) HF ``generate`` takes hours
-where vLLM takes minutes. With ``rollout`` the samples come from per-request seeds drawn from the run
-seed, so they do not depend on ``eval.batch_size``.
+An ``hf`` rollout engine is what ``generate`` runs anyway, so ``rollout`` with it changes nothing
+(``builders.eval_engine``). At paper scale (avg@32 of up to 32K-token responses every 10 RL steps) HF
+``generate`` takes hours where vLLM takes minutes. vLLM draws each problem's samples from a
+per-request seed (from the run seed), so they do not depend on which problems share a batch.
 """
 
 from __future__ import annotations

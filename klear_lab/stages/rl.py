@@ -16,11 +16,12 @@ from torch.utils.data import DataLoader
 
 from klear_lab import builders
 from klear_lab.data.records import Record
-from klear_lab.errors import DataError
+from klear_lab.distributed import MULTI_DEVICE_RL, several_devices
+from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.stages.common import finish_loggers, make_trainer, save_model
+from klear_lab.stages.common import finish_loggers, make_trainer, save_model, write_samples
 from klear_lab.stages.gain import gain_summary
 from klear_lab.tracking import make_loggers
 
@@ -56,9 +57,9 @@ class RLStage:
             logger.log_metrics(self.data_stats, step=0)
         loader = DataLoader(self.batches, batch_size=None, shuffle=False, collate_fn=lambda b: b)
         val = DataLoader([0], batch_size=1)
-        trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
-        start = time.perf_counter()
         try:
+            trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
+            start = time.perf_counter()
             with warnings.catch_warnings():
                 if self.module.reference is not None:  # frozen, in eval mode on purpose; the policy trains
                     warnings.filterwarnings("ignore", r"Found \d+ module\(s\) in eval mode", PossibleUserWarning)
@@ -73,6 +74,8 @@ class RLStage:
             self.module.engine.close()
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(gain_summary(self.module.evals))
+        if self.module.evals:
+            write_samples(run_dir / "eval_samples.jsonl", self.module.evals[-1][1])  # the final evaluation
         metrics.update(self.data_stats)
         metrics.update({"perf/train_seconds": train_s, "rl/rollout_steps": float(len(self.batches)),
                         "train/steps": float(trainer.global_step),
@@ -97,6 +100,8 @@ def rl_callbacks(cfg: dict[str, Any], run_dir: Path) -> list:
 def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     """Builds everything; bad input fails here, before a run directory exists."""
     rl = cfg["rl"]
+    if several_devices(cfg["trainer"]):
+        raise ConfigError(f"trainer.devices={cfg['trainer']['devices']!r}: {MULTI_DEVICE_RL}")
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])
@@ -118,16 +123,20 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
         eval_sampling=builders.eval_sampling(cfg),
     )
-    engine = engine_cfg.start(policy, tokenizer)
-    module = RLModule(
-        policy, tokenizer, engine=engine, reward=builders.build(REWARD, rl["reward"]),
-        advantage=builders.build(ADVANTAGE, rl["advantage"]), clip=builders.build(CLIP, rl["clip"]),
-        aggregation=builders.build(AGGREGATION, rl["aggregation"]),
-        group_filter=builders.build(GROUP_FILTER, rl["group_filter"]),
-        weights=ObjectiveWeights(alpha=rl["alpha"], entropy_coef=rl["entropy_coef"], kl_coef=rl["kl_coef"],
-                                 kl_estimator=rl["kl_estimator"]),
-        settings=settings, optim=builders.optim_settings(cfg, updates), eval_records=eval_records,
-        eval_rewards=builders.build_eval_rewards(cfg), eval_engine=builders.eval_engine(cfg, shared=engine),
-        use_reference=rl["kl_coef"] > 0,
-    )
+    parts = {
+        "reward": builders.build(REWARD, rl["reward"]), "advantage": builders.build(ADVANTAGE, rl["advantage"]),
+        "clip": builders.build(CLIP, rl["clip"]), "aggregation": builders.build(AGGREGATION, rl["aggregation"]),
+        "group_filter": builders.build(GROUP_FILTER, rl["group_filter"]),
+        "weights": ObjectiveWeights(alpha=rl["alpha"], entropy_coef=rl["entropy_coef"], kl_coef=rl["kl_coef"],
+                                    kl_estimator=rl["kl_estimator"]),
+        "settings": settings, "optim": builders.optim_settings(cfg, updates), "eval_records": eval_records,
+        "eval_rewards": builders.build_eval_rewards(cfg), "use_reference": rl["kl_coef"] > 0,
+    }
+    engine = engine_cfg.start(policy, tokenizer)  # last: nothing after it may leave it running
+    try:
+        module = RLModule(policy, tokenizer, engine=engine, eval_engine=builders.eval_engine(cfg, shared=engine),
+                          **parts)
+    except BaseException:
+        engine.close()
+        raise
     return RLStage(cfg, module, prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"]), data_stats)

@@ -19,7 +19,12 @@ def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
             obj.check_available()
     except Exception as exc:  # noqa: BLE001 - reported, not fatal, in a plan
         engine = f"NOT AVAILABLE HERE: {exc}"
+    from klear_lab.distributed import several_devices
+
+    devices = ("NOT SUPPORTED: multi-device RL is not implemented (one device per run)"
+               if several_devices(cfg["trainer"]) else "one")
     return [
+        ("training devices", devices),
         (f"rollout engine {rl['rollout']['name']!r}", engine),
         ("clip / aggregation / advantage",
          f"{rl['clip']['name']} / {rl['aggregation']['name']} / {rl['advantage']['name']}"),

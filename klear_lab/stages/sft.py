@@ -18,7 +18,7 @@ from klear_lab.data.datamodule import SFTDataModule
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
 from klear_lab.modules.sft import SFTModule
-from klear_lab.stages.common import finish_loggers, log_samples_table, make_trainer, save_model
+from klear_lab.stages.common import finish_loggers, log_samples_table, make_trainer, save_model, write_samples
 from klear_lab.tracking import make_loggers
 
 
@@ -44,6 +44,8 @@ class SFTStage:
             logger.log_metrics(self.plan, step=0)
         start = time.perf_counter()
         try:
+            if every and self.module.eval_engine is not None:  # needed mid-training: fail now, not after N steps
+                self.module.eval_engine.runtime(self.module.model, self.module.tokenizer)
             trainer.fit(self.module, datamodule=self.datamodule)
             train_s = time.perf_counter() - start
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
@@ -58,8 +60,10 @@ class SFTStage:
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
                         "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9),
-                        "perf/torch_threads": float(torch.get_num_threads())})
+                        "perf/torch_threads": float(torch.get_num_threads()),
+                        "perf/world_size": float(trainer.world_size)})
         if self.module.last_eval:
+            write_samples(run_dir / "eval_samples.jsonl", self.module.last_eval)
             log_samples_table(loggers, self.module.last_eval, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
         return metrics, finish_loggers(loggers, metrics)
 

@@ -98,6 +98,15 @@ def run_job(job: dict[str, Any]) -> int:
     """Execute one trial job; return the process exit code (0 complete/pruned, 1 failed)."""
     import optuna
 
+    from klear_lab.distributed import joined_run_dir
+
+    if joined_run_dir() is not None:  # a DDP rank > 0 of a multi-device trial: train; rank 0 reports to Optuna
+        from klear_lab.plugins import load_plugins
+
+        load_plugins(job["config"].get("plugins") or [])
+        resolve_runner(job["runner"])(job["config"])
+        return 0
+
     from klear_lab.plugins import load_plugins
     from klear_lab.sweep.storage import make_storage
 

@@ -61,15 +61,18 @@ def assert_eval_run_repeats(run, out: Path) -> None:
     rows = [json.loads(line) for line in (scored.run_dir / "eval_samples.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(len(r["completions"]) == 3 for r in rows)
     assert len({c for r in rows for c in r["completions"]}) > 6
+    final = [json.loads(line) for line in (run.run_dir / "eval_samples.jsonl").read_text().splitlines()]
+    assert [r["completions"] for r in final] == [r["completions"] for r in rows]  # sample for sample
 
 
 def test_sft_and_its_eval_run_decode_on_vllm(tmp_path, plugin):
     cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [
         f"run.out_dir={tmp_path}", f"plugins=[{plugin}]", "eval.reward=test_even_length_vllm",
-        "data.sources.0.n_prompts=120", "sft.max_steps=3", "data.eval_sources.0.n_prompts=6",
+        "data.sources.0.n_prompts=120", "sft.max_steps=4", "eval.every_n_steps=2", "optim.lr=1e-3",
+        "data.eval_sources.0.n_prompts=6",
         "eval.max_new_tokens=16", "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000", "eval.samples=3",
         "eval.temperature=0.6", "eval.top_p=0.95", "tracking.wandb.enabled=false", *ENGINE])
-    trained = run_experiment(cfg)
+    trained = run_experiment(cfg)  # evaluations at steps 2 and 4: the engine gets the weights in between
     assert trained.metrics["val/samples"] == 3 and 0 < trained.metrics["val/acc"] < 1
 
     assert_eval_run_repeats(trained, tmp_path / "eval")

@@ -140,10 +140,12 @@ def test_held_out_evaluation_on_the_engine(world):
     recs = SOURCE.build({"name": "arith_r1", "n_prompts": 40}).records(0, "train")[:4]
     rewards = {"math": lambda completions, records: [Verdict(len(c) % 2 == 0) for c in completions]}
     engine = EvalEngine(shared=rt)
+    state = torch.get_rng_state()
     greedy = evaluate(model, tok, recs, rewards, 12, 8, engine=engine)
     assert greedy.completions == evaluate(model, tok, recs, rewards, 12, 8).completions
     k3 = Sampling(samples=3, temperature=1.0, top_p=0.95, seed=5)
     four = evaluate(model, tok, recs, rewards, 12, 8, k3, engine)
+    assert torch.equal(torch.get_rng_state(), state), "evaluation must not move the training RNG"
     assert four.completions[:2] == evaluate(model, tok, recs[:2], rewards, 12, 8, k3, engine).completions
     assert four.completions != evaluate(model, tok, recs, rewards, 12, 8, Sampling(3, 1.0, 0.95, 6), engine).completions
     assert len({c for cs in four.completions for c in cs}) > 4

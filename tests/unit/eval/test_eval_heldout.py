@@ -89,9 +89,11 @@ def test_samples_are_seeded_and_leave_the_rng_alone(world):
 
 def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     tok, model, recs = world
+    expected = reference_greedy(model.eval(), tok, [r.prompt for r in recs], MAX_NEW)
+    model.train()
     result = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 2)  # batches of 2, left-padded
-    assert [c[0] for c in result.completions] == reference_greedy(model.eval(), tok, [r.prompt for r in recs], MAX_NEW)
-    assert result.samples == 1 and model.training is False
+    assert [c[0] for c in result.completions] == expected
+    assert result.samples == 1 and model.training, "evaluation restores train mode"
 
 
 @pytest.mark.parametrize(("override", "needle"), [

@@ -1,0 +1,83 @@
+"""One run, several processes: what rank > 0 of a Lightning DDP run must and must not do.
+
+Lightning's DDP launcher (``trainer.strategy=ddp``, one node) starts local ranks 1..N-1 by running
+this process's command line again, with ``LOCAL_RANK`` set, at the first ``trainer.fit`` or
+``validate``. Such a process goes through ``run_experiment`` from the start; it must join the run of
+rank 0 rather than make a second run directory, W&B run and summary. Rank 0 therefore exports its
+run directory in ``KLEAR_RUN_DIR`` before training; a process that finds it together with a
+``LOCAL_RANK`` above 0 is a joined rank: it builds the same data and model (same seed), trains its
+shard, and writes nothing of its own. Only rank 0 saves the model and finishes loggers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+RUN_DIR_ENV = "KLEAR_RUN_DIR"
+
+
+def local_rank() -> int:
+    """This process's local rank as Lightning's launcher set it (0 when not launched by it)."""
+    value = os.environ.get("LOCAL_RANK", "0")
+    return int(value) if value.isdigit() else 0
+
+
+def joined_run_dir() -> Path | None:
+    """The run directory of rank 0 when this process is a rank > 0 Lightning relaunched, else None."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    return Path(run_dir) if run_dir and local_rank() > 0 else None
+
+
+def is_rank_zero() -> bool:
+    """True in the process that owns the run's files (Lightning's own view of the global rank)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+@contextlib.contextmanager
+def exported_run_dir(run_dir: Path) -> Iterator[None]:
+    """Let ranks that Lightning launches during the block join ``run_dir`` (the variable is removed after)."""
+    previous = os.environ.get(RUN_DIR_ENV)
+    os.environ[RUN_DIR_ENV] = str(run_dir)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+        else:
+            os.environ[RUN_DIR_ENV] = previous
+
+
+def local_processes(trainer_cfg: dict) -> int:
+    """Training processes this run starts on this machine: CPU DDP runs ``devices`` of them."""
+    devices, accelerator = trainer_cfg.get("devices", 1), trainer_cfg.get("accelerator", "auto")
+    if accelerator == "cpu" and isinstance(devices, int) and devices > 1:
+        return devices
+    return 1
+
+
+MULTI_DEVICE_RL = (
+    "RL runs on one device per run: under DDP each rank would draw its own prompt batches and the group "
+    "filter can give ranks different numbers of updates, which DDP's gradient all-reduce cannot match "
+    "(the run would hang). Multi-device RL is not implemented; set trainer.devices=1 (vLLM's "
+    "rl.rollout.tensor_parallel_size can still spread generation over GPUs)")
+
+
+def several_devices(trainer_cfg: dict) -> bool:
+    """Whether Lightning would train on more than one device (or node) with this ``trainer`` section."""
+    devices = trainer_cfg.get("devices", 1)
+    if int(trainer_cfg.get("num_nodes", 1) or 1) > 1:
+        return True
+    if isinstance(devices, (list, tuple)):
+        return len(devices) > 1
+    if devices in ("auto", -1, "-1"):  # every visible GPU
+        import torch
+
+        return trainer_cfg.get("accelerator") != "cpu" and torch.cuda.device_count() > 1
+    if isinstance(devices, str) and "," in devices:  # "0,1": device indices
+        return len([d for d in devices.split(",") if d.strip()]) > 1
+    return int(devices) > 1

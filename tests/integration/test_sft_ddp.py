@@ -1,0 +1,105 @@
+"""SFT under Lightning DDP on the CPU (gloo, 2 processes): one run, evaluation sharded over the ranks.
+
+Lightning starts rank 1 by running the command again; it must join rank 0's run (one run directory,
+one W&B run, one summary) and rank 0 alone writes files. The held-out problems are split between the
+ranks and gathered back in order, so the numbers equal a single-process ``klear-lab eval`` of the
+saved model (greedy decoding, a verifier that depends on the record and the completion).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.run import run_experiment
+from klear_lab.stages.eval import eval_config
+
+ROOT = Path(__file__).resolve().parents[2]
+PER_RECORD = """
+import zlib
+from dataclasses import dataclass
+from klear_lab.registry import REWARD
+from klear_lab.rewards.base import RewardOutput
+
+@REWARD.register("test_per_record_ddp")
+@dataclass(frozen=True)
+class PerRecord:
+    \"\"\"Test verifier: passes about half of the (record, completion) pairs, so a completion scored
+    against the wrong record would change the numbers.\"\"\"
+    def __call__(self, completions, records):
+        return [RewardOutput(score=0.0, acc=zlib.crc32((c + r.uid).encode()) % 2 == 0, format_ok=True)
+                for c, r in zip(completions, records)]
+"""
+
+
+def test_sft_on_two_cpu_processes_is_one_run(tmp_path):
+    plugin = tmp_path / "per_record.py"
+    plugin.write_text(PER_RECORD)
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/sft.yaml"),
+           f"run.out_dir={out}", "data.sources.0.n_prompts=120", "sft.max_steps=3", "data.eval_sources.0.n_prompts=15",
+           "eval.max_new_tokens=24", "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000",
+           f"plugins=[{plugin}]", "eval.reward=test_per_record_ddp",
+           "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**env, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.count("run finished") == 1  # rank 1 reports nothing
+    (run_dir,) = out.iterdir()  # rank 1 joined rank 0's run
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["perf/world_size"] == 2 and summary["perf/torch_threads"] == 1  # 2 cores / 2 processes
+    assert summary["val/n"] == 15 and 0 < summary["val/acc"] < 1
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
+    assert (run_dir / "model" / "config.json").is_file()
+
+    single = run_experiment(eval_config(run_dir, [f"run.out_dir={tmp_path / 'eval'}", "trainer.devices=1",
+                                                  "tracking.wandb.enabled=false"]))
+    assert single.metrics["val/acc"] == pytest.approx(summary["val/acc"])
+
+
+def test_rl_on_several_devices_is_refused_before_anything_is_written(tmp_path, capsys):
+    from klear_lab.cli import main
+
+    cfg = compose(None, ["run.kind=rl", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"])
+    with pytest.raises(ConfigError, match="Multi-device RL is not implemented"):
+        run_experiment(cfg)
+    assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), f"run.out_dir={tmp_path}",
+                 "trainer.devices=2", "trainer.accelerator=cpu"]) == 2
+    assert "trainer.devices=2: RL runs on one device per run" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_sweep_trial_on_two_cpu_processes_reports_once(tmp_path):
+    """A multi-device trial starts fresh; its rank 1 trains but leaves Optuna to rank 0."""
+    spec = tmp_path / "ddp.yaml"
+    spec.write_text(f"""
+experiment: {ROOT / 'experiments/quickstart/sft.yaml'}
+overrides: [data.sources.0.n_prompts=120, sft.max_steps=3, data.eval_sources.0.n_prompts=8, eval.max_new_tokens=24,
+            trainer.checkpoint=false, sft.tokens_per_micro_batch=1000, trainer.accelerator=cpu, trainer.devices=2,
+            trainer.strategy=ddp, tracking.wandb.enabled=false]
+axes: {{optim.lr: [0.001]}}
+seeds: [0]
+objective: {{metric: val/acc, direction: maximize}}
+sampler: grid
+workers: 1
+out_dir: {tmp_path / 'out'}
+""")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    done = subprocess.run([sys.executable, "-m", "klear_lab.cli", "sweep", str(spec)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**env, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trials {'COMPLETE': 1}" in done.stdout
+    (run_dir,) = (tmp_path / "out" / "ddp" / "runs").iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["perf/world_size"] == 2
+    log = (tmp_path / "out" / "ddp" / "trials" / "trial-0000.log").read_text()
+    assert "GLOBAL_RANK: 1" in log and "Traceback" not in log
