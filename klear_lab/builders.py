@@ -23,15 +23,17 @@ def build(registry, node: dict[str, Any], **runtime: Any) -> Any:
 def set_threads(cfg: dict[str, Any]) -> int:
     """Torch threads: explicit, or cores divided by the parallel workers of a sweep.
 
-    Two processes with torch's default threads on 2 cores run 3x slower than one (environment.md);
-    a CPU DDP run's ``trainer.devices`` processes count as that many.
+    Two processes with torch's default threads on 2 cores run 3x slower than one (environment.md).
+    The count is the run's: a CPU DDP run's ``trainer.devices`` processes share it (so a sweep's
+    cores // workers per trial stays right for multi-process trials).
     """
     from klear_lab.distributed import local_processes
 
     n = cfg["trainer"]["num_threads"]
     if n <= 0:
         workers = max(int(os.environ.get("KLEAR_PARALLEL_WORKERS", "1")), 1)
-        n = max(cpu_cores() // (workers * local_processes(cfg["trainer"])), 1)
+        n = max(cpu_cores() // workers, 1)
+    n = max(n // local_processes(cfg["trainer"]), 1)
     torch.set_num_threads(n)
     return n
 
@@ -152,6 +154,13 @@ def eval_engine(cfg: dict[str, Any], shared=None):
 
     if shared is not None:
         return EvalEngine(shared=shared)
+    from klear_lab.distributed import several_devices
+
+    if several_devices(cfg["trainer"]):
+        raise ConfigError(f"eval.engine: rollout with {cfg['rl']['rollout']['name']!r} on several devices "
+                          f"(trainer.devices={cfg['trainer']['devices']!r}) is not supported yet: every rank would "
+                          "start its own engine. Use eval.engine=generate, or score the finished run with "
+                          "`klear-lab eval RUN_DIR eval.engine=rollout`")
     engine = build(ROLLOUT, cfg["rl"]["rollout"])
     if hasattr(engine, "check_available"):
         engine.check_available()
@@ -185,7 +194,13 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run_dir = find_completed_run(out, config_hash(parent), seed=parent["run"]["seed"])
         if run_dir is None:
+            from klear_lab.distributed import several_devices
             from klear_lab.run import run_experiment
+
+            if several_devices(parent["trainer"]):  # its DDP launcher would re-run this command, not the parent's
+                raise ConfigError(f"model.init_from {m['init_from']!r} trains on several devices and has no completed "
+                                  f"run in {out}: train it first with `klear-lab train {m['init_from']} "
+                                  f"run.out_dir={out}`")
 
             run_dir = run_experiment(parent).run_dir
     m["name_or_path"] = str(run_dir.resolve())

@@ -53,11 +53,13 @@ def exported_run_dir(run_dir: Path) -> Iterator[None]:
 
 
 def local_processes(trainer_cfg: dict) -> int:
-    """Training processes this run starts on this machine: CPU DDP runs ``devices`` of them."""
-    devices, accelerator = trainer_cfg.get("devices", 1), trainer_cfg.get("accelerator", "auto")
-    if accelerator == "cpu" and isinstance(devices, int) and devices > 1:
-        return devices
-    return 1
+    """CPU training processes this run starts on this machine: ``devices`` of them for DDP on the CPU
+    (``accelerator`` cpu, or auto without CUDA), else 1 (GPU ranks use their own device)."""
+    import torch
+
+    accelerator = trainer_cfg.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    return device_count(trainer_cfg) if on_cpu else 1
 
 
 MULTI_DEVICE_RL = (
@@ -67,17 +69,20 @@ MULTI_DEVICE_RL = (
     "rl.rollout.tensor_parallel_size can still spread generation over GPUs)")
 
 
-def several_devices(trainer_cfg: dict) -> bool:
-    """Whether Lightning would train on more than one device (or node) with this ``trainer`` section."""
+def device_count(trainer_cfg: dict) -> int:
+    """Devices (processes) Lightning trains on with this ``trainer`` section, on one machine."""
     devices = trainer_cfg.get("devices", 1)
-    if int(trainer_cfg.get("num_nodes", 1) or 1) > 1:
-        return True
     if isinstance(devices, (list, tuple)):
-        return len(devices) > 1
-    if devices in ("auto", -1, "-1"):  # every visible GPU
+        return len(devices)
+    if devices in ("auto", -1, "-1"):  # every visible GPU; one CPU process
         import torch
 
-        return trainer_cfg.get("accelerator") != "cpu" and torch.cuda.device_count() > 1
+        return max(torch.cuda.device_count(), 1) if trainer_cfg.get("accelerator") != "cpu" else 1
     if isinstance(devices, str) and "," in devices:  # "0,1": device indices
-        return len([d for d in devices.split(",") if d.strip()]) > 1
-    return int(devices) > 1
+        return len([d for d in devices.split(",") if d.strip()])
+    return max(int(devices), 1)
+
+
+def several_devices(trainer_cfg: dict) -> bool:
+    """Whether Lightning would train on more than one device with this ``trainer`` section."""
+    return device_count(trainer_cfg) > 1

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from klear_lab.builders import resolve_model_dir
 from klear_lab.console import make_console
+from klear_lab.distributed import device_count
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
 
@@ -69,7 +70,7 @@ def estimated_examples(cfg: dict[str, Any]) -> int | None:
 
 def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     t, m = cfg["trainer"], cfg["model"]
-    devices = t["devices"] if isinstance(t["devices"], int) and t["devices"] > 0 else 1
+    devices = device_count(t)
     rows = [("model", m["name_or_path"] or f"tiny {m['tiny']['name']} {m['tiny'].get('size', '')}"),
             ("parameters", f"{params / 1e6:,.1f} M")]
     if cfg["run"]["kind"] == "eval":

@@ -163,7 +163,8 @@ class TrainerSection:
     """Passed to Lightning: ``ddp``, ``fsdp``, ``deepspeed_stage_2``... on GPUs."""
     precision: str = "32-true"
     num_threads: int = 0
-    """torch threads; 0 = cores // parallel workers (KLEAR_PARALLEL_WORKERS)."""
+    """torch threads of the run; 0 = cores // parallel workers (KLEAR_PARALLEL_WORKERS). A CPU DDP
+    run's processes share them (each gets num_threads // devices)."""
     log_every_n_steps: int = 5
     checkpoint: bool = True
     compile: bool = False

@@ -26,6 +26,17 @@ def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     return loss, keep.sum()
 
 
+def data_parallel(strategy) -> bool:
+    """Whether every rank holds the whole model (DDP), so ranks may decode different problems.
+
+    Under FSDP or DeepSpeed every forward pass gathers parameters from all ranks, so all ranks must
+    decode the same sequences (as before sharding existed): evaluation is then not split.
+    """
+    from lightning.pytorch.strategies import DDPStrategy
+
+    return isinstance(strategy, DDPStrategy) and not type(strategy).__name__.startswith("DeepSpeed")
+
+
 class SFTModule(L.LightningModule):
     """Thin system: a causal LM, its tokenizer and the eval verifiers are injected."""
 
@@ -55,7 +66,8 @@ class SFTModule(L.LightningModule):
         logits = self(batch["input_ids"], batch["position_ids"])  # [B, L, V]
         loss_sum, n_tokens = masked_token_ce(logits, batch["labels"])
         loss = loss_sum / n_tokens.clamp(min=1)
-        self._tokens += int(batch["real_tokens"])
+        # every rank's batch: rank 0's count times the ranks (their packed rows hold about as many tokens)
+        self._tokens += int(batch["real_tokens"]) * self.trainer.world_size
         elapsed = max(time.perf_counter() - self._t0, 1e-6)
         self.log_dict({
             "train/loss": loss.detach(),
@@ -72,9 +84,10 @@ class SFTModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.eval_records or self.trainer.sanity_checking:
             return
+        world = self.trainer.world_size if data_parallel(self.trainer.strategy) else 1
         result = evaluate_sharded(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
                                   self.max_new_tokens, self.eval_batch_size, self.eval_sampling, self.eval_engine,
-                                  self.global_rank, self.trainer.world_size)
+                                  self.global_rank if world > 1 else 0, world)
         self.last_eval = result
         metrics = result.metrics("val")
         self.log_dict(metrics, prog_bar=False, sync_dist=True)  # equal on every rank: the mean is the value

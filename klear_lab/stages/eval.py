@@ -75,6 +75,7 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
         experiment, layer = path, {"run": _eval_run(path, path.stem)[1]}
     else:
         raise ConfigError(f"{path}: no such run directory or experiment file")
+    layer["trainer"] = {"devices": 1, "strategy": "auto"}  # one process, one device (a DDP run's config says more)
     return compose(experiment, None, [("klear-lab eval", layer), *([dotlist_layer(overrides)] if overrides else [])])
 
 

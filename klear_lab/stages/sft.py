@@ -59,7 +59,7 @@ class SFTStage:
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
-                        "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9),
+                        "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9),  # all ranks
                         "perf/torch_threads": float(torch.get_num_threads()),
                         "perf/world_size": float(trainer.world_size)})
         if self.module.last_eval:
@@ -109,15 +109,21 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
 
 def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: int,
              model: torch.nn.Module) -> dict[str, float]:
-    """Derived quantities (steps, tokens per step), computed once and logged."""
-    accum = cfg["sft"]["grad_accum"]
-    steps_per_epoch = max(dm.batches_per_epoch() // accum, 1)
+    """Derived quantities (steps, tokens per step), computed once and logged.
+
+    Under DDP each of the ``world`` ranks sees 1/world of the rows per epoch (Lightning's
+    DistributedSampler), so an epoch has 1/world the optimizer steps, each world times the tokens.
+    """
+    from klear_lab.distributed import device_count
+
+    accum, world = cfg["sft"]["grad_accum"], device_count(cfg["trainer"])
+    steps_per_epoch = max(dm.batches_per_epoch() // (accum * world), 1)
     epochs_steps = math.ceil(cfg["sft"]["epochs"] * steps_per_epoch)
     total = cfg["sft"]["max_steps"] if cfg["sft"]["max_steps"] > 0 else epochs_steps
     return {
         "plan/total_steps": float(total), "plan/steps_per_epoch": float(steps_per_epoch),
         "plan/examples": float(len(examples)), "plan/dropped_too_long": float(dropped),
-        "plan/tokens_per_step": float(dm.rows_per_batch * accum * dm.capacity),
+        "plan/tokens_per_step": float(dm.rows_per_batch * accum * dm.capacity * world),
         "plan/params": float(sum(p.numel() for p in model.parameters())),
         "perf/packing_efficiency_data": dm.efficiency,
     }

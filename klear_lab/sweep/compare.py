@@ -99,8 +99,10 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     df = pd.DataFrame(rows)
     _add_deltas(df, done, objective, baseline, seed)
     means = df[f"{objective} mean"]
-    best = means.idxmax() if direction == "maximize" else means.idxmin()
-    df["best"] = [i == best and not math.isnan(means[i]) for i in df.index] if means.notna().any() else False
+    df["best"] = False  # no arm completed: no best (pandas refuses idxmax over all-NaN)
+    if means.notna().any():
+        best = means.idxmax() if direction == "maximize" else means.idxmin()
+        df["best"] = [i == best for i in df.index]
     df["baseline"] = df["arm"] == baseline
     return df
 

@@ -99,14 +99,6 @@ def run_job(job: dict[str, Any]) -> int:
     import optuna
 
     from klear_lab.distributed import joined_run_dir
-
-    if joined_run_dir() is not None:  # a DDP rank > 0 of a multi-device trial: train; rank 0 reports to Optuna
-        from klear_lab.plugins import load_plugins
-
-        load_plugins(job["config"].get("plugins") or [])
-        resolve_runner(job["runner"])(job["config"])
-        return 0
-
     from klear_lab.plugins import load_plugins
     from klear_lab.sweep.storage import make_storage
 
@@ -116,6 +108,10 @@ def run_job(job: dict[str, Any]) -> int:
     trial = optuna.trial.Trial(study, job["trial_id"])
     cfg = job["config"]
     callbacks = _callbacks(trial, job)
+    if joined_run_dir() is not None:  # a DDP rank > 0 of a multi-device trial: train; rank 0 reports to Optuna
+        load_plugins(cfg.get("plugins") or [])  # the pruning callback too: its broadcasts pair with rank 0's
+        resolve_runner(job["runner"])(cfg, callbacks=callbacks)
+        return 0
     try:
         load_plugins(cfg.get("plugins") or [])
         result = resolve_runner(job["runner"])(cfg, callbacks=callbacks)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
@@ -59,11 +60,15 @@ def test_sft_on_two_cpu_processes_is_one_run(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["perf/world_size"] == 2 and summary["perf/torch_threads"] == 1  # 2 cores / 2 processes
     assert summary["val/n"] == 15 and 0 < summary["val/acc"] < 1
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    rows = saved["sft"]["tokens_per_micro_batch"] // saved["data"]["max_length"]
+    assert summary["plan/tokens_per_step"] == 2 * rows * saved["data"]["max_length"]  # both ranks' batches
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
     assert (run_dir / "model" / "config.json").is_file()
 
-    single = run_experiment(eval_config(run_dir, [f"run.out_dir={tmp_path / 'eval'}", "trainer.devices=1",
-                                                  "tracking.wandb.enabled=false"]))
+    cfg = eval_config(run_dir, [f"run.out_dir={tmp_path / 'eval'}", "tracking.wandb.enabled=false"])
+    assert cfg["trainer"]["devices"] == 1  # an eval run is one process
+    single = run_experiment(cfg)
     assert single.metrics["val/acc"] == pytest.approx(summary["val/acc"])
 
 
@@ -80,17 +85,19 @@ def test_rl_on_several_devices_is_refused_before_anything_is_written(tmp_path, c
 
 
 def test_a_sweep_trial_on_two_cpu_processes_reports_once(tmp_path):
-    """A multi-device trial starts fresh; its rank 1 trains but leaves Optuna to rank 0."""
+    """A multi-device trial starts fresh; its rank 1 trains (with the pruning callback, whose broadcasts
+    pair with rank 0's) but leaves Optuna to rank 0."""
     spec = tmp_path / "ddp.yaml"
     spec.write_text(f"""
 experiment: {ROOT / 'experiments/quickstart/sft.yaml'}
 overrides: [data.sources.0.n_prompts=120, sft.max_steps=3, data.eval_sources.0.n_prompts=8, eval.max_new_tokens=24,
             trainer.checkpoint=false, sft.tokens_per_micro_batch=1000, trainer.accelerator=cpu, trainer.devices=2,
-            trainer.strategy=ddp, tracking.wandb.enabled=false]
+            trainer.strategy=ddp, tracking.wandb.enabled=false, eval.every_n_steps=1]
 axes: {{optim.lr: [0.001]}}
 seeds: [0]
 objective: {{metric: val/acc, direction: maximize}}
 sampler: grid
+pruner: median                 # its callback broadcasts after every evaluation: rank 1 must take part
 workers: 1
 out_dir: {tmp_path / 'out'}
 """)

@@ -149,3 +149,10 @@ def test_metrics_missing_from_the_result_come_from_metrics_csv(tmp_path):
     assert metrics == {"val/acc": 0.5}  # booleans and non-numbers are dropped
     assert fill_from_csv(metrics, run_dir, ["val/acc", "train/loss", "rl/none"]) == ["train/loss"]
     assert metrics == {"val/acc": 0.5, "train/loss": 1 / 30}
+
+
+def test_a_sweep_whose_every_trial_failed_still_gets_its_table(tmp_path):
+    records = [TrialRecord("ppo", 0, "FAIL", {}, None), TrialRecord("gppo", 0, "FAIL", {}, None)]
+    df = summarize(records, "val/acc", [], "maximize", "ppo")
+    assert not df["best"].any() and df["failed"].tolist() == [1, 1]
+    assert "gppo" in to_markdown(df, "val/acc", [], "ppo")

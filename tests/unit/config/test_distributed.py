@@ -1,0 +1,51 @@
+"""Device and process counting for DDP runs, and what depends on it (threads, refusals)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klear_lab import builders
+from klear_lab.config.compose import compose
+from klear_lab.distributed import device_count, exported_run_dir, joined_run_dir, local_processes
+from klear_lab.errors import ConfigError
+
+
+@pytest.mark.parametrize(("devices", "count"), [(1, 1), (2, 2), ("2", 2), ("0,1", 2), ("1,", 1), ([0, 1], 2),
+                                                ([3], 1), ("auto", max(torch.cuda.device_count(), 1))])
+def test_device_count(devices, count):
+    assert device_count({"devices": devices, "accelerator": "auto"}) == count
+
+
+def test_cpu_processes_share_the_runs_threads(monkeypatch):
+    monkeypatch.setattr(builders, "cpu_cores", lambda: 8)
+    monkeypatch.delenv("KLEAR_PARALLEL_WORKERS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        cpu = {"accelerator": "cpu", "devices": 2}
+        assert local_processes(cpu) == 2
+        assert builders.set_threads({"trainer": {**cpu, "num_threads": 0}}) == 4
+        assert builders.set_threads({"trainer": {**cpu, "num_threads": 6}}) == 3  # a sweep's share, split
+        monkeypatch.setenv("KLEAR_PARALLEL_WORKERS", "2")
+        assert builders.set_threads({"trainer": {**cpu, "num_threads": 0}}) == 2
+        assert builders.set_threads({"trainer": {"accelerator": "gpu", "devices": 2, "num_threads": 6}}) == 6
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_only_a_relaunched_rank_joins(monkeypatch, tmp_path):
+    monkeypatch.delenv("KLEAR_RUN_DIR", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert joined_run_dir() is None  # no run to join
+    with exported_run_dir(tmp_path):
+        assert joined_run_dir() == tmp_path
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        assert joined_run_dir() is None  # rank 0 owns the run
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert joined_run_dir() is None  # the variable is gone after the run
+
+
+def test_vllm_evaluation_on_several_devices_is_refused():
+    cfg = compose(None, ["run.kind=sft", "eval.engine=rollout", "rl.rollout.name=vllm", "trainer.devices=2"])
+    with pytest.raises(ConfigError, match="every rank would start its own engine"):
+        builders.eval_engine(cfg)
