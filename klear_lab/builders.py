@@ -216,9 +216,10 @@ def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return parent
 
 
-def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None) -> Path | None:
+def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, need_model: bool = True) -> Path | None:
     """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``
-    (and, given ``seed``, whose saved config has that ``run.seed``: the hash leaves seeds out)."""
+    (and, given ``seed``, whose saved config has that ``run.seed``: the hash leaves seeds out),
+    holding a final model unless ``need_model`` is False (eval runs have none)."""
     import json
 
     found = []
@@ -228,7 +229,7 @@ def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None) ->
         except (OSError, ValueError):
             continue
         if info.get("status") == "completed" and info.get("config_hash") == cfg_hash \
-                and (path.parent / "model" / "config.json").is_file() \
+                and (not need_model or (path.parent / "model" / "config.json").is_file()) \
                 and (seed is None or saved_seed(path.parent) == seed):
             found.append(path.parent)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None

@@ -28,7 +28,18 @@ def _compare(args: argparse.Namespace) -> int:
 
     spec, url = locate(args.target)
     study = open_study(spec, url, create=False, heartbeat=False)
-    compare_study(spec, study)
+    if args.rescore:
+        from klear_lab.config.compose import dotlist_layer
+        from klear_lab.sweep.rescore import rescore_study
+
+        dotlist_layer(args.rescore)  # a malformed key=value stops here, before any scoring
+        _, failed = rescore_study(spec, study, args.rescore)
+        if failed:
+            print(f"klear-lab: {failed} trial(s) could not be scored (see above); the table counts them as failed",
+                  file=sys.stderr)
+            return 1
+    else:
+        compare_study(spec, study)
     return 0
 
 
@@ -107,6 +118,9 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_sweep)
     p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)")
     p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
+    p.add_argument("--rescore", nargs="+", metavar="KEY=VALUE", default=None,
+                   help="score every finished trial again with these eval overrides (e.g. eval.samples=8 "
+                        "eval.temperature=0.6 eval.top_p=0.95), as eval runs, then compare those numbers")
     p.set_defaults(func=_compare)
     p = subparsers.add_parser("reproduce", help="a paper table or figure next to a sweep's results (analysis/*.yaml)",
                               description="Put the paper's numbers beside a sweep's arms and check each of the "

@@ -79,19 +79,31 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
     return compose(experiment, None, [("klear-lab eval", layer), *([dotlist_layer(overrides)] if overrides else [])])
 
 
+def unscorable(path: Path) -> str | None:
+    """Why ``path`` is not a completed run directory with a final model, or None when it is."""
+    saved, status = path / "config.yaml", path / "run.json"
+    if not saved.is_file() or not (path / "model" / "config.json").is_file() or not status.is_file():
+        return (f"{path}: not a run directory with a final model (needs config.yaml, run.json and model/); "
+                "give a run directory or an experiment file")
+    try:
+        state = json.loads(status.read_text()).get("status")
+    except ValueError:
+        state = "unreadable"
+    if state != "completed":
+        return f"{status}: status is {state!r}: only a completed run has a final model to score"
+    return None
+
+
 def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
     """A completed run directory's saved config and the layer that turns it into its evaluation.
 
     The eval run keeps the run's W&B group (a sweep's, say) with job type ``eval`` and a tag naming
     the run it scores, and is written beside that run unless ``run.out_dir`` says otherwise.
     """
-    saved, status = path / "config.yaml", path / "run.json"
-    if not saved.is_file() or not (path / "model" / "config.json").is_file() or not status.is_file():
-        raise ConfigError(f"{path}: not a run directory with a final model (needs config.yaml, run.json and "
-                          "model/); give a run directory or an experiment file")
-    state = json.loads(status.read_text()).get("status")
-    if state != "completed":
-        raise ConfigError(f"{status}: status is {state!r}: only a completed run has a final model to score")
+    problem = unscorable(path)
+    if problem:
+        raise ConfigError(problem)
+    saved = path / "config.yaml"
     run, layer = _eval_run(saved, path.name)
     layer.update(out_dir=str(path.resolve().parent), tags=["eval", f"evaluates:{path.name}", *(run.get("tags") or [])])
     return saved, {"run": layer, "model": {"name_or_path": str(path.resolve()), "init_from": None}}

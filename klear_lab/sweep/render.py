@@ -11,7 +11,7 @@ from klear_lab.sweep.spec import SweepSpec
 
 
 def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir: Path,
-                png: Path | None, console: Any = None) -> None:
+                png: Path | None, console: Any = None, title: str | None = None) -> None:
     """One row per arm; best arm starred; where the CSV, markdown, PNG and W&B runs are."""
     from rich.markup import escape
     from rich.table import Table
@@ -22,7 +22,8 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     console = console or make_console()
     names = [spec.metric, *[m for m in spec.metrics if m != spec.metric]]
     # every header is escaped: Rich reads "[bootstrap 95% CI]" as a markup tag and drops it
-    table = Table(title=escape(f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}"))
+    rescored = title is not None
+    table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}"))
     table.add_column("arm", style="bold")
     for m in names:
         table.add_column(escape(m), justify="right")
@@ -36,6 +37,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
                       style="green" if row["best"] else None)
     console.print(table)
     console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")
-    console.print(f"curves: {png}" if png else "curves: none (no metrics.csv with them in the run dirs)")
+    if png or not rescored:  # a rescoring has one number per run: no curves to speak of
+        console.print(f"curves: {png}" if png else "curves: none (no metrics.csv with them in the run dirs)")
     console.print(f"runs: {spec.sweep_dir / 'runs'} (W&B offline runs inside; `wandb sync` them), "
                   f"W&B group {spec.wandb_group or spec.name}")

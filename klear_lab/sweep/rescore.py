@@ -1,0 +1,126 @@
+"""``klear-lab compare SWEEP --rescore key=value ...``: score every finished trial again, then compare.
+
+Sweeps are cheap to run with greedy evaluation on a few hundred problems, which is noisy; the paper
+scores with avg@k (k samples at temperature 0.6, top_p 0.95). Rescoring runs ``klear-lab eval`` on
+each completed trial's run with the given overrides (``eval.samples=8 eval.temperature=0.6
+eval.top_p=0.95``, another ``data.eval_sources``...). Each evaluation is a run of its own, written
+beside the trial's run in the sweep's W&B group with job type ``eval``. A trial already scored with the
+same evaluation config is not scored again, so an interrupted rescore resumes. Every trial's eval
+config is built before any is scored (bad overrides stop first); a trial whose run is gone or whose
+evaluation fails is a failed row, said in the log, and the command exits 1. The table of the new
+numbers (held-out metrics only: ``val/*``) goes to ``SWEEP_DIR/rescore-<hash of the overrides>/``
+with ``rescore.json`` naming the overrides and each trial's eval run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from klear_lab.sweep.compare import TrialRecord, load_records, summarize, to_markdown
+from klear_lab.sweep.grid import grid_arms, resolve_baseline
+from klear_lab.sweep.spec import SweepSpec
+
+
+def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: Any = None,
+                  log: Any = print) -> tuple[pd.DataFrame, int]:
+    """Score each completed trial with ``overrides`` (skipping ones already scored); the table and
+    the number of trials that could not be scored."""
+    trials = load_records(spec, study)
+    plans = [plan_trial(spec, r, overrides, log) for r in trials]  # every config before any scoring
+    records, runs, failed = [], {}, 0
+    for trial, (r, cfg) in zip(trials, plans):
+        if cfg is None:
+            failed += trial.state == "COMPLETE"  # finished, but its run is gone or unusable now
+            records.append(r)
+            continue
+        try:
+            metrics, eval_dir = score(cfg, log)
+        except Exception as exc:  # noqa: BLE001 - one trial's failure is a failed row, not a lost table
+            log(f"rescore: {r.run_dir}: evaluation failed: {type(exc).__name__}: {exc}")
+            records.append(dataclasses.replace(r, state="FAIL", metrics={}))
+            failed += 1
+            continue
+        records.append(dataclasses.replace(r, metrics=metrics, run_dir=str(eval_dir)))
+        runs[r.run_dir] = str(eval_dir)
+    return write_table(spec, records, overrides, runs, console), failed
+
+
+def plan_trial(spec: SweepSpec, r: TrialRecord, overrides: list[str],
+               log: Any) -> tuple[TrialRecord, dict[str, Any] | None]:
+    """(the trial's record, its eval config), or (its record, None) when there is nothing to score: a
+    failed record when its run is gone or unusable. Bad overrides raise :class:`ConfigError`.
+
+    A sweep directory moved since keeps its trials' runs in its own ``runs/``: looked for there first.
+    """
+    from klear_lab.stages.eval import eval_config, unscorable
+
+    blank = TrialRecord(r.arm, r.seed, r.state, {}, r.run_dir, r.point)
+    if r.state != "COMPLETE":
+        return blank, None
+    here = spec.runs_dir / Path(r.run_dir).name if r.run_dir else None
+    run_dir = here if here is not None and here.is_dir() else Path(r.run_dir or "")
+    problem = unscorable(run_dir) if r.run_dir else "the trial recorded no run directory"
+    if problem:
+        log(f"rescore: trial {r.arm} seed {r.seed}: cannot be scored, counted as failed: {problem}")
+        return dataclasses.replace(blank, state="FAIL"), None
+    return dataclasses.replace(blank, run_dir=str(run_dir)), eval_config(run_dir, overrides)
+
+
+def score(cfg: dict[str, Any], log: Any = print) -> tuple[dict[str, float], Path]:
+    """The metrics of one eval config: from an earlier identical eval run, or a new one."""
+    from klear_lab.builders import find_completed_run
+    from klear_lab.run import run_experiment
+    from klear_lab.tracking import config_hash
+
+    name = Path(cfg["model"]["name_or_path"]).name
+    done = find_completed_run(Path(cfg["run"]["out_dir"]), config_hash(cfg), seed=cfg["run"]["seed"], need_model=False)
+    if done is not None and (done / "summary.json").is_file():
+        log(f"rescore: {name}: scored before ({done.name})")
+        summary = json.loads((done / "summary.json").read_text())
+        return {k: float(v) for k, v in summary.items() if isinstance(v, (int, float))}, done
+    log(f"rescore: {name}: scoring")
+    result = run_experiment(cfg)
+    return result.metrics, result.run_dir
+
+
+def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str], runs: dict[str, str],
+                console: Any = None) -> pd.DataFrame:
+    """table.csv, table.md and rescore.json in ``SWEEP_DIR/rescore-<tag>/``; the Rich table printed."""
+    from klear_lab.sweep.render import print_table
+    from klear_lab.tracking import atomic_write, write_json
+
+    order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
+    baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
+    table_spec = dataclasses.replace(spec, metrics=held_out_metrics(spec, records))
+    df = summarize(records, table_spec.metric, table_spec.metrics, spec.direction, baseline, order)
+    out_dir = spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})
+    atomic_write(out_dir / "table.csv", lambda tmp: df.to_csv(tmp, index=False))
+    markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline)
+    atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(f"Rescored: {' '.join(overrides)}\n\n{markdown}"))
+    title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {spec.metric}, baseline {baseline}"
+    print_table(df, table_spec, baseline, out_dir, None, console, title=title)
+    return df
+
+
+def held_out_metrics(spec: SweepSpec, records: list[TrialRecord]) -> list[str]:
+    """The spec's table metrics an eval run produces (``val/*``, but not RL's ``val/gain``), plus
+    ``val/pass_at_k`` when the rescoring draws several samples."""
+    produced = {k for r in records for k in r.metrics}
+    names = [m for m in spec.metrics if m.startswith("val/") and m in produced]
+    return names + (["val/pass_at_k"] if "val/pass_at_k" in produced and "val/pass_at_k" not in names else [])
+
+
+def overrides_tag(overrides: list[str]) -> str:
+    """A short name for what the overrides set (the last value of a repeated key wins; order-free)."""
+    from klear_lab.config.compose import dotlist_layer
+
+    _, layer = dotlist_layer(overrides)
+    return hashlib.sha256(json.dumps(layer, sort_keys=True, default=str).encode()).hexdigest()[:8]

@@ -1,0 +1,112 @@
+"""``klear-lab compare SWEEP --rescore ...``: every finished trial scored again (avg@k), then compared.
+
+A real sweep of two tiny SFT trials, then real eval runs of their models; a second call finds the
+eval runs it made and scores nothing again; bad overrides stop before anything is scored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RESCORE = ["eval.samples=2", "eval.temperature=0.8"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rescore")
+    overrides = ["data.sources.0.n_prompts=120", "sft.max_steps=3", "data.eval_sources.0.n_prompts=8",
+                 "eval.max_new_tokens=16", "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000"]
+    body = {"name": "rescored", "experiment": str(REPO / "experiments/quickstart/sft.yaml"), "overrides": overrides,
+            "axes": {"optim.lr": [0.001, 0.002]}, "seeds": [0], "baseline": {"optim.lr": 0.001},
+            "objective": {"metric": "val/acc", "direction": "maximize"}, "metrics": ["train/loss", "val/level1/acc"],
+            "out_dir": str(tmp / "out")}
+    spec = tmp / "spec.yaml"
+    spec.write_text(yaml.safe_dump(body, sort_keys=False))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    done = subprocess.run([sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec), "--workers", "2",
+                           "--no-compare"], cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return spec, tmp / "out" / "rescored"
+
+
+def _eval_dirs(sweep_dir: Path) -> list[Path]:
+    return sorted(p for p in (sweep_dir / "runs").iterdir() if "-eval-" in p.name)
+
+
+def test_bad_overrides_score_nothing(sweep, capsys):
+    from klear_lab.cli import main
+
+    spec, sweep_dir = sweep
+    assert main(["compare", str(spec), "--rescore", "eval.samples=4"]) == 2
+    assert "eval.samples is 4 with eval.temperature 0" in capsys.readouterr().err
+    assert main(["compare", str(spec), "--rescore", "eval.samples"]) == 2
+    assert "must look like key=value" in capsys.readouterr().err
+    assert _eval_dirs(sweep_dir) == []
+
+
+def test_rescoring_scores_each_trial_once_and_tables_the_new_numbers(sweep, capsys):
+    from klear_lab.cli import main
+
+    spec, sweep_dir = sweep
+    assert main(["compare", str(spec), "--rescore", *RESCORE]) == 0
+    first = _eval_dirs(sweep_dir)
+    assert len(first) == 2
+    (out_dir,) = sweep_dir.glob("rescore-*")
+    runs = json.loads((out_dir / "rescore.json").read_text())
+    assert runs["overrides"] == RESCORE and sorted(map(Path, runs["eval_runs"].values())) == first
+    table = pd.read_csv(out_dir / "table.csv").set_index("arm")
+    for trial_run, eval_run in runs["eval_runs"].items():
+        summary = json.loads((Path(eval_run) / "summary.json").read_text())
+        saved = yaml.safe_load((Path(eval_run) / "config.yaml").read_text())
+        assert summary["val/samples"] == 2 and saved["run"]["job_type"] == "eval"
+        assert f"evaluates:{Path(trial_run).name}" in saved["run"]["tags"]
+        arm = "lr=0.001" if "lr-0.001" in trial_run else "lr=0.002"
+        assert table.loc[arm, "val/acc mean"] == pytest.approx(summary["val/acc"])  # the eval run's number
+        assert table.loc[arm, "val/pass_at_k mean"] == pytest.approx(summary["val/pass_at_k"])
+    assert "train/loss mean" not in table.columns and "val/level1/acc mean" in table.columns  # held-out only
+    assert "rescored (eval.samples=2 eval.temperature=0.8)" in capsys.readouterr().out
+
+    assert main(["compare", str(spec), "--rescore", *reversed(RESCORE)]) == 0  # same overrides, other order
+    assert _eval_dirs(sweep_dir) == first and capsys.readouterr().out.count("scored before") == 2
+    assert list(sweep_dir.glob("rescore-*")) == [out_dir]
+
+
+def test_a_trial_run_deleted_since_counts_as_failed(sweep, capsys):
+    from klear_lab.cli import main
+
+    spec, sweep_dir = sweep
+    trial = next(p for p in (sweep_dir / "runs").iterdir() if "lr-0.002" in p.name and "-eval-" not in p.name)
+    (trial / "model").rename(trial / "model.moved")
+    try:  # the other trial is still scored and tabled; the command says one could not be (exit 1)
+        assert main(["compare", str(spec), "--rescore", "eval.samples=3", "eval.temperature=0.8"]) == 1
+    finally:
+        (trial / "model.moved").rename(trial / "model")
+    out = capsys.readouterr()
+    assert "cannot be scored, counted as failed" in out.out and "1 trial(s) could not be scored" in out.err
+    (out_dir,) = [p for p in sweep_dir.glob("rescore-*") if "eval.samples=3" in (p / "table.md").read_text()]
+    table = pd.read_csv(out_dir / "table.csv").set_index("arm")
+    assert table.loc["lr=0.002", "failed"] == 1
+    assert table.loc["lr=0.001", "n"] == 1 and table.loc["lr=0.002", "n"] == 0
+
+
+def test_a_moved_sweep_scores_the_runs_in_its_own_directory(sweep, tmp_path, capsys):
+    """A sweep directory copied elsewhere (its study file with it) scores its own copies of the runs."""
+    import shutil
+
+    from klear_lab.cli import main
+
+    _, sweep_dir = sweep
+    moved = tmp_path / "elsewhere" / sweep_dir.name
+    shutil.copytree(sweep_dir, moved, ignore=shutil.ignore_patterns("*-eval-*", "rescore-*"))
+    assert main(["compare", str(moved), "--rescore", *RESCORE]) == 0
+    assert len(_eval_dirs(moved)) == 2  # written beside the copies, not into the original
+    assert capsys.readouterr().out.count("rescore:") == 2
