@@ -108,12 +108,15 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     engine = f"transformers generate, {ev['batch_size']} per batch"
     if ev["engine"] == "rollout" and cfg["rl"]["rollout"]["name"] != "hf":  # hf: the generate path
         engine = f"rollout engine {cfg['rl']['rollout']['name']!r}"
-        try:
-            from klear_lab.builders import eval_engine
+        if cfg["run"]["kind"] == "rl":  # the run's own engine, shared: its own row says if it is available
+            engine += " (shared with the rollouts)"
+        else:
+            try:
+                from klear_lab.builders import eval_engine
 
-            eval_engine(cfg)
-        except Exception as exc:  # noqa: BLE001 - reported, not fatal, in a plan
-            engine += f" NOT AVAILABLE HERE: {exc}"
+                eval_engine(cfg)
+            except Exception as exc:  # noqa: BLE001 - reported, not fatal, in a plan
+                engine += f" NOT AVAILABLE HERE: {exc}"
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 

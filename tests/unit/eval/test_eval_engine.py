@@ -143,3 +143,9 @@ def test_the_plan_names_the_engine():
     row = eval_row(compose(None, ["run.kind=sft", "eval.engine=rollout", "rl.rollout.name=vllm"]))[1]
     assert "rollout engine 'vllm'" in row
     assert ("NOT AVAILABLE HERE" in row) == (importlib.util.find_spec("vllm") is None)
+
+
+def test_an_rl_plan_shares_the_rollout_engine_for_evaluation():
+    cfg = compose(None, ["run.kind=rl", "eval.engine=rollout", "rl.rollout.name=vllm", "trainer.devices=2"])
+    row = eval_row(cfg)[1]
+    assert row.endswith("rollout engine 'vllm' (shared with the rollouts)")  # not the several-devices refusal
