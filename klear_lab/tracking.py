@@ -96,7 +96,7 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
         logger = WandbLogger(
             name=run_dir.name, id=identity["run_id"], save_dir=str(run_dir), project=wb["project"],
             entity=wb["entity"], offline=wb["mode"] == "offline", group=identity["group"],
-            job_type=identity["job_type"], tags=identity["tags"], notes=run["notes"] or None,
+            job_type=identity["job_type"], tags=wandb_tags(identity["tags"]), notes=run["notes"] or None,
             config={**cfg, "_identity": identity}, log_model=False, reinit="finish_previous",
             settings={"silent": True, "console": "off"},
         )
@@ -105,6 +105,21 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
         getattr(logger, "_wandb_init", {}).pop("anonymous", None)
         loggers.append(logger)
     return loggers
+
+
+WANDB_TAG_MAX = 64  # W&B refuses a run whose tags are longer (at its first log, after the work is done)
+
+
+def wandb_tags(tags: list[Any]) -> list[str]:
+    """Tags W&B accepts: at most 64 characters (a longer one keeps its start and a hash of the whole),
+    none empty, no repeats. ``run.json`` keeps the full tags."""
+    out: list[str] = []
+    for tag in map(str, tags):
+        if len(tag) > WANDB_TAG_MAX:
+            tag = f"{tag[:WANDB_TAG_MAX - 9]}~{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
+        if tag and tag not in out:
+            out.append(tag)
+    return out
 
 
 def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:

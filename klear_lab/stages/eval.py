@@ -39,6 +39,8 @@ class EvalStage:
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
         cfg = self.cfg
         loggers = make_loggers(cfg, run_dir, identity)
+        for logger in loggers:  # starts the W&B run now: a refusal there costs no decoding
+            logger.log_hyperparams({})
         start = time.perf_counter()
         try:
             result = evaluate(self.model, self.tokenizer, self.records, self.rewards, cfg["eval"]["max_new_tokens"],
@@ -50,7 +52,6 @@ class EvalStage:
                    "perf/torch_threads": float(torch.get_num_threads())}
         write_samples(run_dir / "eval_samples.jsonl", result)
         for logger in loggers:
-            logger.log_hyperparams({})
             logger.log_metrics(metrics, step=0)
         log_samples_table(loggers, result, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
         return metrics, finish_loggers(loggers, metrics)
@@ -105,7 +106,8 @@ def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(problem)
     saved = path / "config.yaml"
     run, layer = _eval_run(saved, path.name)
-    layer.update(out_dir=str(path.resolve().parent), tags=["eval", f"evaluates:{path.name}", *(run.get("tags") or [])])
+    scored = json.loads((path / "run.json").read_text()).get("run_id") or path.name[-40:]  # its W&B run id
+    layer.update(out_dir=str(path.resolve().parent), tags=["eval", f"evaluates:{scored}", *(run.get("tags") or [])])
     return saved, {"run": layer, "model": {"name_or_path": str(path.resolve()), "init_from": None}}
 
 

@@ -68,7 +68,8 @@ def test_rescoring_scores_each_trial_once_and_tables_the_new_numbers(sweep, caps
         summary = json.loads((Path(eval_run) / "summary.json").read_text())
         saved = yaml.safe_load((Path(eval_run) / "config.yaml").read_text())
         assert summary["val/samples"] == 2 and saved["run"]["job_type"] == "eval"
-        assert f"evaluates:{Path(trial_run).name}" in saved["run"]["tags"]
+        trial_id = json.loads((Path(trial_run) / "run.json").read_text())["run_id"]
+        assert f"evaluates:{trial_id}" in saved["run"]["tags"] and len(f"evaluates:{trial_id}") <= 64
         arm = "lr=0.001" if "lr-0.001" in trial_run else "lr=0.002"
         assert table.loc[arm, "val/acc mean"] == pytest.approx(summary["val/acc"])  # the eval run's number
         assert table.loc[arm, "val/pass_at_k mean"] == pytest.approx(summary["val/pass_at_k"])

@@ -49,3 +49,4 @@ def test_vllm_evaluation_on_several_devices_is_refused():
     cfg = compose(None, ["run.kind=sft", "eval.engine=rollout", "rl.rollout.name=vllm", "trainer.devices=2"])
     with pytest.raises(ConfigError, match="every rank would start its own engine"):
         builders.eval_engine(cfg)
+
