@@ -29,11 +29,9 @@ def _compare(args: argparse.Namespace) -> int:
     spec, url = locate(args.target)
     study = open_study(spec, url, create=False, heartbeat=False)
     if args.rescore:
-        from klear_lab.config.compose import dotlist_layer
         from klear_lab.sweep.rescore import rescore_study
 
-        dotlist_layer(args.rescore)  # a malformed key=value stops here, before any scoring
-        _, failed = rescore_study(spec, study, args.rescore)
+        _, failed = rescore_study(spec, study, args.rescore)  # bad overrides raise before any scoring
         if failed:
             print(f"klear-lab: {failed} trial(s) could not be scored (see above); the table counts them as failed",
                   file=sys.stderr)

@@ -52,3 +52,21 @@ def _reference_greedy(model, tokenizer, prompts: list[str], max_new_tokens: int)
 @pytest.fixture
 def reference_greedy():
     return _reference_greedy
+
+
+def _tiny_lm(n_records: int):
+    """A seeded tiny Qwen2 (2m) with a tokenizer trained on 30 arithmetic records, and the first
+    ``n_records`` of them: the model evaluation tests decode with."""
+    from klear_lab.models.tokenizer import train_tokenizer
+    from klear_lab.registry import MODEL, SOURCE
+
+    recs = SOURCE.build({"name": "arith_r1", "n_prompts": 30}).records(0, "train")
+    tok = train_tokenizer([r.prompt + r.response for r in recs], vocab_size=300)
+    torch.manual_seed(0)
+    model = MODEL.build({"name": "qwen2", "size": "2m"}).build(tok)
+    return tok, model, recs[:n_records]
+
+
+@pytest.fixture(scope="session")
+def make_tiny_lm():
+    return _tiny_lm

@@ -17,7 +17,10 @@ per-request seed (from the run seed), so they do not depend on which problems sh
 
 from __future__ import annotations
 
-from klear_lab.rl.rollout.base import RolloutRuntime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # config checks import ENGINES: keep torch out of config composition
+    from klear_lab.rl.rollout.base import RolloutRuntime
 
 ENGINES = ("generate", "rollout")
 

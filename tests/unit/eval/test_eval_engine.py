@@ -14,8 +14,7 @@ from klear_lab.dry_run import eval_row
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
-from klear_lab.models.tokenizer import train_tokenizer
-from klear_lab.registry import MODEL, SOURCE
+from klear_lab.registry import MODEL
 from klear_lab.rl.rollout.base import RolloutRuntime
 from klear_lab.rl.rollout.hf import HFRollout
 
@@ -32,12 +31,8 @@ def even_length(completions, records):
 
 
 @pytest.fixture(scope="module")
-def world():
-    recs = SOURCE.build({"name": "arith_r1", "n_prompts": 30}).records(0, "train")
-    tok = train_tokenizer([r.prompt + r.response for r in recs], vocab_size=300)
-    torch.manual_seed(0)
-    model = MODEL.build({"name": "qwen2", "size": "2m"}).build(tok)
-    return tok, model, recs[:4]
+def world(make_tiny_lm):
+    return make_tiny_lm(4)
 
 
 def test_greedy_through_an_engine_is_argmax_decoding(world, reference_greedy):

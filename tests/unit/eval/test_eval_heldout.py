@@ -11,8 +11,6 @@ from klear_lab.config.compose import compose
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError
 from klear_lab.eval.heldout import EvalResult, Sampling, evaluate
-from klear_lab.models.tokenizer import train_tokenizer
-from klear_lab.registry import MODEL, SOURCE
 from klear_lab.stages.gain import gain_summary
 
 MAX_NEW = 12
@@ -64,12 +62,8 @@ class _Spy:
 
 
 @pytest.fixture(scope="module")
-def world():
-    recs = SOURCE.build({"name": "arith_r1", "n_prompts": 30}).records(0, "train")
-    tok = train_tokenizer([r.prompt + r.response for r in recs], vocab_size=300)
-    torch.manual_seed(0)
-    model = MODEL.build({"name": "qwen2", "size": "2m"}).build(tok)
-    return tok, model, recs[:3]
+def world(make_tiny_lm):
+    return make_tiny_lm(3)
 
 
 def test_samples_are_seeded_and_leave_the_rng_alone(world):
