@@ -62,11 +62,30 @@ def local_processes(trainer_cfg: dict) -> int:
     return device_count(trainer_cfg) if on_cpu else 1
 
 
-MULTI_DEVICE_RL = (
-    "RL runs on one device per run: under DDP each rank would draw its own prompt batches and the group "
-    "filter can give ranks different numbers of updates, which DDP's gradient all-reduce cannot match "
-    "(the run would hang). Multi-device RL is not implemented; set trainer.devices=1 (vLLM's "
-    "rl.rollout.tensor_parallel_size can still spread generation over GPUs)")
+def multi_device_rl_problem(cfg: dict) -> str | None:
+    """Why this RL config cannot train on its ``trainer.devices`` (None when it can, or on one device).
+
+    Multi-device RL is data parallel (``klear_lab.rl.data_parallel``): every rank holds the whole
+    policy and generates with it, so only DDP strategies qualify, launched by re-running the command
+    (not spawned). vLLM engines are refused: every rank would start one on the same GPU.
+    """
+    devices = device_count(cfg["trainer"])
+    if devices <= 1:
+        return None
+    strategy, prompts = str(cfg["trainer"]["strategy"]), cfg["rl"]["prompts_per_step"]
+    if not (strategy == "auto" or strategy.startswith("ddp")) or any(
+            k in strategy for k in ("spawn", "fork", "notebook")):
+        return (f"trainer.strategy={strategy!r}: RL on several devices is data parallel; every rank generates "
+                "with the whole policy, so it needs trainer.strategy=ddp (FSDP, DeepSpeed and spawned "
+                "processes are not supported for RL)")
+    if cfg["rl"]["rollout"]["name"] == "vllm":
+        return (f"rl.rollout=vllm with trainer.devices={cfg['trainer']['devices']!r}: every rank would start its "
+                "own vLLM engine on the same GPU. Use trainer.devices=1 (rl.rollout.tensor_parallel_size spreads "
+                "generation over GPUs) or rl.rollout=hf")
+    if prompts % devices:
+        return (f"rl.prompts_per_step={prompts} does not split evenly over trainer.devices={devices}: each rank "
+                "generates for an equal share of the step's prompts")
+    return None
 
 
 def device_count(trainer_cfg: dict) -> int:
@@ -86,3 +105,14 @@ def device_count(trainer_cfg: dict) -> int:
 def several_devices(trainer_cfg: dict) -> bool:
     """Whether Lightning would train on more than one device with this ``trainer`` section."""
     return device_count(trainer_cfg) > 1
+
+
+def data_parallel(strategy) -> bool:
+    """Whether every rank holds the whole model (DDP), so ranks may decode different problems.
+
+    Under FSDP or DeepSpeed every forward pass gathers parameters from all ranks, so all ranks must
+    decode the same sequences (as before sharding existed): evaluation is then not split.
+    """
+    from lightning.pytorch.strategies import DDPStrategy
+
+    return isinstance(strategy, DDPStrategy) and not type(strategy).__name__.startswith("DeepSpeed")

@@ -5,10 +5,13 @@ advantages -> old log-probs (once, before the first update) -> ``B' / minibatch`
 updates, each possibly accumulated over micro-batches -> push the new weights to the engine.
 With one update per rollout batch the ratio is 1 and every clip variant is the same, so the
 minibatch count is what makes clip ablations meaningful. The math lives in ``klear_lab.rl``.
+Under DDP each rank runs this loop on its share of the step's prompts and the ranks take every
+update together (``klear_lab.rl.data_parallel`` says how).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections import defaultdict
@@ -18,12 +21,20 @@ import lightning as L
 import torch
 
 from klear_lab.data.records import Record
+from klear_lab.distributed import data_parallel
 from klear_lab.eval.engine import EvalEngine
-from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate
+from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
+from klear_lab.rl.data_parallel import (
+    merge_rank_metrics,
+    rank_minibatches,
+    rank_prompts,
+    weights_fingerprint,
+    zero_loss,
+)
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
 from klear_lab.rl.overlong import overlong_penalty
-from klear_lab.rl.steps import group_rows, minibatch_groups, response_logp, score_groups, split_rows
+from klear_lab.rl.steps import group_rows, response_logp, score_groups, split_rows
 from klear_lab.rl.types import AggContext, PolicyBatch
 
 
@@ -86,10 +97,12 @@ class RLModule(L.LightningModule):
     # ---------------------------------------------------------------- training
     def training_step(self, batch: list[Record], batch_idx: int) -> None:
         self._t0 = self._t0 or time.perf_counter()
+        rank, world = self._rank_world()
+        batch = rank_prompts(batch, rank, world)  # every rank is given the whole step's prompts
         times, t = {}, time.perf_counter()
         rollout = self.engine.generate([r.prompt for r in batch], n=self.s.group_size,
                                        max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
-                                       top_p=self.s.top_p, seed=self.s.seed * 100_003 + batch_idx)
+                                       top_p=self.s.top_p, seed=self.s.seed * 100_003 + batch_idx + rank * 1_000_003)
         times["generate"], t = time.perf_counter() - t, time.perf_counter()
         records = [r for r in batch for _ in range(self.s.group_size)]
         groups = score_groups(self.reward, rollout.texts, records, self.s.group_size)
@@ -99,22 +112,60 @@ class RLModule(L.LightningModule):
         times["score"], t = time.perf_counter() - t, time.perf_counter()
         metrics = rollout_metrics(groups, scores, keep, rollout)
         kept = keep.nonzero().flatten().tolist()
-        if kept:
+        plan = self._minibatch_plan(kept, rank, world)
+        summed: list[str] = []
+        if plan:  # some rank kept a group: every rank joins every update
             rows = group_rows(kept, self.s.group_size)
             old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
-            metrics.update(self._update(rollout, rows, mask, adv, groups.acc.reshape(-1), old_logp, ref_logp, kept))
+            update = self._update(rollout, rows, mask, adv, groups.acc.reshape(-1), old_logp, ref_logp, plan, world)
+            summed = [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step")]
+            metrics.update(update)
             self.engine.sync_weights(self.policy)
             times["update"] = time.perf_counter() - t
         self._tokens += int(rollout.response_mask.sum())
-        step_s = sum(times.values())
         metrics.update({f"perf/time_{k}_s": v for k, v in times.items()})
         metrics["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(times["generate"], 1e-9)
-        metrics["perf/step_s"] = step_s
+        metrics["perf/step_s"] = sum(times.values())
+        if world > 1:
+            slowest = [k for k in metrics if k.startswith("perf/time_") or k == "perf/step_s"]  # ranks wait for it
+            metrics = self._merge_ranks(metrics, [*summed, "perf/generated_tokens_per_s"], slowest, world)
         self.log_dict(metrics, on_step=True, on_epoch=False)
         self.last_samples = [[r.prompt, txt, r.answer, float(s)] for r, txt, s in
                              zip(records[:: self.s.group_size], rollout.texts[:: self.s.group_size],
                                  groups.scores[:, 0].tolist())]
+
+    def _rank_world(self) -> tuple[int, int]:
+        """(rank, ranks) of data-parallel training; (0, 1) on one device."""
+        if self._trainer is None or not data_parallel(self.trainer.strategy):
+            return 0, 1
+        return self.global_rank, self.trainer.world_size
+
+    def _minibatch_plan(self, kept: list[int], rank: int, world: int) -> list[list[int]]:
+        """This rank's kept groups per optimizer update of one epoch (no updates when no rank kept any)."""
+        if world == 1:
+            return rank_minibatches(kept, [len(kept)], rank, self.s.minibatch_prompts)
+        counts = self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist()  # [world]
+        return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts)
+
+    def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str],
+                     world: int) -> dict[str, float]:
+        """Every rank logs the same values: its metrics merged with the other ranks' (``reward/std`` is
+        then the mean of the ranks' own spreads, not the spread of the whole batch)."""
+        import torch.distributed as dist
+
+        parts: list = [None] * world
+        dist.all_gather_object(parts, (metrics, summed, slowest))
+        return merge_rank_metrics(parts)
+
+    def on_train_end(self) -> None:
+        """Under DDP, fail loudly if the ranks' policies drifted apart (they take every update together)."""
+        _, world = self._rank_world()
+        if world > 1:
+            prints = self.all_gather(weights_fingerprint(self.policy)).reshape(world, 2).cpu()  # [world, 2]
+            if not torch.allclose(prints, prints[:1].expand_as(prints), rtol=1e-9, atol=0.0):
+                raise RuntimeError(f"DDP ranks hold different policy weights after training (sum, sum of "
+                                   f"squares per rank: {prints.tolist()}): a gradient all-reduce was missed")
 
     def _shape_rewards(self, scores: torch.Tensor, rollout) -> tuple[torch.Tensor, torch.Tensor]:
         """Overlong handling: a soft penalty on the scores, or truncated responses leave the loss."""
@@ -129,30 +180,39 @@ class RLModule(L.LightningModule):
 
     @torch.no_grad()
     def _behaviour_logp(self, rollout, rows, mask):
-        """Old log-probs from the training policy before the first update (the engine's own may differ)."""
+        """Old log-probs from the training policy before the first update (the engine's own may differ).
+
+        None when this rank kept no group (under DDP it still joins the updates, with zero gradients)."""
+        if not len(rows):
+            return None, None
         prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
         args = (prompts, rollout.response_ids[rows], mask[rows], self.tokenizer.pad_token_id, self.s.temperature)
         old, _ = response_logp(self.policy, *args)
         ref = response_logp(self.reference, *args)[0] if self.reference is not None else None
         return old, ref
 
-    def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, kept) -> dict[str, float]:
+    def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world) -> dict[str, float]:
+        """``ppo_epochs`` passes over ``plan`` (this rank's kept groups per update). Under DDP a rank
+        whose chunk is empty still joins the update's gradient all-reduce, with a zero gradient."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         index = {int(r): i for i, r in enumerate(rows.tolist())}  # rollout row -> position in rows
         sums: dict[str, float] = defaultdict(float)
         n_updates = 0
         for _ in range(self.s.ppo_epochs):
-            for mb_groups in minibatch_groups(kept, self.s.minibatch_prompts):
+            for mb_groups in plan:
                 mb = group_rows(mb_groups, self.s.group_size)
-                local = torch.tensor([index[int(r)] for r in mb])
-                ctx = AggContext.from_mask(mask[mb], max_len=self.s.max_new_tokens)
-                pos_ctx = AggContext.from_mask(mask[mb] * acc[mb].float()[:, None], max_len=self.s.max_new_tokens)
+                local = torch.tensor([index[int(r)] for r in mb], dtype=torch.long)
+                ctx, pos_ctx = self._contexts(mask[mb], mask[mb] * acc[mb].float()[:, None], world)
                 opt.zero_grad()
-                for micro, micro_local in zip(split_rows(mb, self.s.micro_batch_seqs),
-                                              split_rows(local, self.s.micro_batch_seqs)):
-                    m = self._micro_step(rollout, micro, micro_local, mask, adv, acc, old_logp, ref_logp, ctx, pos_ctx)
+                micros = list(zip(split_rows(mb, self.s.micro_batch_seqs), split_rows(local, self.s.micro_batch_seqs)))
+                for i, (micro, micro_local) in enumerate(micros if len(mb) else []):
+                    with self._gradient_sync(last=i == len(micros) - 1):
+                        m = self._micro_step(rollout, micro, micro_local, mask, adv, acc, old_logp, ref_logp, ctx,
+                                             pos_ctx, world)
                     for k, v in m.items():
                         sums[k] += v
+                if not len(mb):
+                    self.manual_backward(zero_loss(self.policy))  # joins the all-reduce of the others' gradients
                 grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
                 opt.step()
                 sched.step()
@@ -161,16 +221,36 @@ class RLModule(L.LightningModule):
         return {f"rl/{k}" if k not in ("pg_loss", "loss") else f"train/{k}": v / max(n_updates, 1)
                 for k, v in sums.items()} | {"rl/updates_per_step": float(n_updates)}
 
-    def _micro_step(self, rollout, rows, local, mask, adv, acc, old_logp, ref_logp, ctx, pos_ctx) -> dict[str, float]:
+    def _contexts(self, mask: torch.Tensor, pos_mask: torch.Tensor, world: int) -> tuple[AggContext, AggContext]:
+        """Aggregation counts of the update's minibatch and of its positives; under DDP summed over the
+        ranks' shares of it (one all-reduce)."""
+        ctx, pos = (AggContext.from_mask(m, max_len=self.s.max_new_tokens) for m in (mask, pos_mask))
+        if world == 1:
+            return ctx, pos
+        counts = torch.tensor([ctx.num_tokens, ctx.num_seqs, pos.num_tokens, pos.num_seqs], device=self.device)
+        counts = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()  # NCCL: on the GPU
+        return (AggContext(num_tokens=counts[0], num_seqs=counts[1], max_len=ctx.max_len),
+                AggContext(num_tokens=counts[2], num_seqs=counts[3], max_len=ctx.max_len))
+
+    def _gradient_sync(self, last: bool):
+        """Under DDP only an update's last backward all-reduces; earlier micro-batches accumulate locally."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = self.trainer.strategy.model if self._trainer is not None else None
+        if last or not isinstance(model, DistributedDataParallel):
+            return contextlib.nullcontext()
+        return model.no_sync()
+
+    def _micro_step(self, rollout, rows, local, mask, adv, acc, old_logp, ref_logp, ctx, pos_ctx,
+                    world: int = 1) -> dict[str, float]:
         prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
-        want_entropy = True
         logp, entropy = response_logp(self.policy, prompts, rollout.response_ids[rows], mask[rows],
-                                      self.tokenizer.pad_token_id, self.s.temperature, with_entropy=want_entropy)
+                                      self.tokenizer.pad_token_id, self.s.temperature, with_entropy=True)
         batch = PolicyBatch(logp=logp, old_logp=old_logp[local], adv=adv[rows], mask=mask[rows],
                             positive=acc[rows], ref_logp=None if ref_logp is None else ref_logp[local],
                             entropy=entropy if self.weights.entropy_coef else entropy.detach())
         loss, metrics = rl_objective(self.clip, self.aggregation, batch, ctx, self.weights, pos_ctx)
-        self.manual_backward(loss)
+        self.manual_backward(loss * world)  # DDP averages gradients over ranks; x world keeps the global sum
         share = float(mask[rows].sum()) / max(ctx.num_tokens, 1.0)  # token-weighted mean of clip metrics
         return {k: float(v) * (1.0 if k in ("loss", "pg_loss", "positive_loss", "entropy", "kl") else share)
                 for k, v in metrics.items() if k != "num_tokens"}
@@ -182,10 +262,12 @@ class RLModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.eval_records:
             return
-        result = evaluate(self.policy, self.tokenizer, self.eval_records, self.eval_rewards,
-                          self.s.max_eval_new_tokens, self.s.eval_batch_size, self.s.eval_sampling, self.eval_engine)
+        rank, world = self._rank_world()  # under DDP the ranks split the problems and gather the results
+        result = evaluate_sharded(self.policy, self.tokenizer, self.eval_records, self.eval_rewards,
+                                  self.s.max_eval_new_tokens, self.s.eval_batch_size, self.s.eval_sampling,
+                                  self.eval_engine, rank, world)
         self.evals.append((self.global_step, result))
-        self.log_dict(result.metrics("val"))
+        self.log_dict(result.metrics("val"), sync_dist=world > 1)  # equal on every rank: the mean is the value
 
     def configure_optimizers(self):
         return configure_adamw(self.policy, self.optim)

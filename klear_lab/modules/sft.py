@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
+from klear_lab.distributed import data_parallel
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
@@ -24,17 +25,6 @@ def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     keep = flat != IGNORE
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1])[keep].float(), flat[keep], reduction="sum")
     return loss, keep.sum()
-
-
-def data_parallel(strategy) -> bool:
-    """Whether every rank holds the whole model (DDP), so ranks may decode different problems.
-
-    Under FSDP or DeepSpeed every forward pass gathers parameters from all ranks, so all ranks must
-    decode the same sequences (as before sharding existed): evaluation is then not split.
-    """
-    from lightning.pytorch.strategies import DDPStrategy
-
-    return isinstance(strategy, DDPStrategy) and not type(strategy).__name__.startswith("DeepSpeed")
 
 
 class SFTModule(L.LightningModule):

@@ -76,11 +76,6 @@ def score_groups(reward, texts: list[str], records: list[Record], group_size: in
     )
 
 
-def minibatch_groups(kept: list[int], minibatch_prompts: int) -> list[list[int]]:
-    """Split the kept groups (prompt indices) into consecutive minibatches of at most ``minibatch_prompts``."""
-    return [kept[i: i + minibatch_prompts] for i in range(0, len(kept), minibatch_prompts)]
-
-
 def group_rows(groups: list[int], group_size: int) -> torch.Tensor:
     """Sequence rows of the given groups: group g owns rows g*G .. g*G+G-1."""
     return torch.tensor([g * group_size + j for g in groups for j in range(group_size)], dtype=torch.long)

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from klear_lab import builders
 from klear_lab.data.records import Record
-from klear_lab.distributed import MULTI_DEVICE_RL, several_devices
+from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
@@ -52,6 +52,7 @@ class RLStage:
         trainer = make_trainer(
             cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(cfg, run_dir), *callbacks],
             val_check_interval=rl["eval_every"] or None, max_epochs=1,
+            use_distributed_sampler=False,  # under DDP every rank takes the whole step; the module splits it
         )
         for logger in loggers:
             logger.log_metrics(self.data_stats, step=0)
@@ -79,7 +80,8 @@ class RLStage:
         metrics.update(self.data_stats)
         metrics.update({"perf/train_seconds": train_s, "rl/rollout_steps": float(len(self.batches)),
                         "train/steps": float(trainer.global_step),
-                        "perf/torch_threads": float(torch.get_num_threads())})
+                        "perf/torch_threads": float(torch.get_num_threads()),
+                        "perf/world_size": float(trainer.world_size)})
         wb = next((lg for lg in loggers if type(lg).__name__ == "WandbLogger"), None)
         if wb is not None and self.module.last_samples:
             wb.log_table(key="rollout/samples", columns=["prompt", "response", "answer", "reward"],
@@ -100,8 +102,9 @@ def rl_callbacks(cfg: dict[str, Any], run_dir: Path) -> list:
 def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     """Builds everything; bad input fails here, before a run directory exists."""
     rl = cfg["rl"]
-    if several_devices(cfg["trainer"]):
-        raise ConfigError(f"trainer.devices={cfg['trainer']['devices']!r}: {MULTI_DEVICE_RL}")
+    problem = multi_device_rl_problem(cfg)
+    if problem:
+        raise ConfigError(problem)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])

@@ -19,12 +19,14 @@ def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
             obj.check_available()
     except Exception as exc:  # noqa: BLE001 - reported, not fatal, in a plan
         engine = f"NOT AVAILABLE HERE: {exc}"
-    from klear_lab.distributed import several_devices
+    from klear_lab.distributed import multi_device_rl_problem
 
-    devices = ("NOT SUPPORTED: multi-device RL is not implemented (one device per run)"
-               if several_devices(cfg["trainer"]) else "one")
+    n, problem = devices, multi_device_rl_problem(cfg)
+    devices_row = (f"NOT SUPPORTED: {problem}" if problem else
+                   f"{n} (DDP: each rank generates {b // n} prompts x {g}; gradients all-reduced per update)"
+                   if n > 1 else "one")
     return [
-        ("training devices", devices),
+        ("training devices", devices_row),
         (f"rollout engine {rl['rollout']['name']!r}", engine),
         ("clip / aggregation / advantage",
          f"{rl['clip']['name']} / {rl['aggregation']['name']} / {rl['advantage']['name']}"),

@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from klear_lab.config.compose import compose
-from klear_lab.errors import ConfigError
 from klear_lab.run import run_experiment
 from klear_lab.stages.eval import eval_config
 
@@ -70,18 +68,6 @@ def test_sft_on_two_cpu_processes_is_one_run(tmp_path):
     assert cfg["trainer"]["devices"] == 1  # an eval run is one process
     single = run_experiment(cfg)
     assert single.metrics["val/acc"] == pytest.approx(summary["val/acc"])
-
-
-def test_rl_on_several_devices_is_refused_before_anything_is_written(tmp_path, capsys):
-    from klear_lab.cli import main
-
-    cfg = compose(None, ["run.kind=rl", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"])
-    with pytest.raises(ConfigError, match="Multi-device RL is not implemented"):
-        run_experiment(cfg)
-    assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), f"run.out_dir={tmp_path}",
-                 "trainer.devices=2", "trainer.accelerator=cpu"]) == 2
-    assert "trainer.devices=2: RL runs on one device per run" in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())
 
 
 def test_a_sweep_trial_on_two_cpu_processes_reports_once(tmp_path):

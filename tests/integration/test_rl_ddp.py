@@ -1,0 +1,167 @@
+"""RL under Lightning DDP on the CPU (gloo, 2 processes): one run whose ranks share every update.
+
+Each rank generates for half of the step's prompts. The test's group filter keeps one group per rank
+and the global minibatch is one group, so each update holds one rank's group while the other rank
+joins with a zero gradient, and each real update is accumulated over two micro-batches of which only
+the last all-reduces. A mismatched all-reduce would hang the run (timeout); a missed one would leave
+the ranks with different weights, which the module's end-of-training fingerprint check turns into a
+failed run (checked by disabling gradient sync: the run fails with "DDP ranks hold different policy
+weights"). A second test compares two steps of two ranks with the same steps in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from klear_lab.cli import main
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.run import run_experiment
+from klear_lab.stages.eval import eval_config
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = """
+import zlib
+from dataclasses import dataclass
+import torch
+from klear_lab.registry import GROUP_FILTER, REWARD
+from klear_lab.rewards.base import RewardOutput
+
+@REWARD.register("test_ddp_digits")
+@dataclass(frozen=True)
+class Digits:
+    \"\"\"Test reward with variance inside every group: the number of digits in the response.\"\"\"
+    def __call__(self, completions, records):
+        return [RewardOutput(score=float(sum(ch.isdigit() for ch in c)), acc=False, format_ok=True)
+                for c in completions]
+
+@REWARD.register("test_ddp_per_record")
+@dataclass(frozen=True)
+class PerRecord:
+    \"\"\"Test verifier: passes about half of the (record, completion) pairs, so a completion from other
+    weights, or scored against the wrong record, changes the numbers.\"\"\"
+    def __call__(self, completions, records):
+        return [RewardOutput(score=0.0, acc=zlib.crc32((c + r.uid).encode()) % 2 == 0, format_ok=True)
+                for c, r in zip(completions, records)]
+
+@REWARD.register("test_ddp_all_correct")
+@dataclass(frozen=True)
+class AllCorrect:
+    \"\"\"Test reward: every response is correct (zero advantages; the alpha term alone trains).\"\"\"
+    def __call__(self, completions, records):
+        return [RewardOutput(score=1.0, acc=True, format_ok=True) for _ in completions]
+
+@GROUP_FILTER.register("test_ddp_keep_first")
+@dataclass(frozen=True)
+class KeepFirst:
+    \"\"\"Test filter: keeps the first group of each rank's batch.\"\"\"
+    def __call__(self, scores, acc):
+        keep = torch.zeros(scores.shape[0], dtype=torch.bool)
+        keep[0] = True
+        return keep
+"""
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("plugins") / "ddp_rl_plugin.py"
+    path.write_text(PLUGIN)
+    return path
+
+
+def overrides(out: Path, plugin: Path) -> list[str]:
+    return [f"run.out_dir={out}", "model.init_from=null", "model.tiny.size=2m", f"plugins=[{plugin}]",
+            "rl.reward=test_ddp_digits", "rl.group_filter=test_ddp_keep_first", "rl.steps=2",
+            "rl.prompts_per_step=4", "rl.group_size=4", "rl.minibatch_prompts=1", "rl.micro_batch_seqs=2",
+            "rl.max_new_tokens=16", "rl.eval_every=0", "rl.alpha=0.0", "optim.lr=0.05", "optim.warmup_steps=0",
+            "data.sources.0.n_prompts=20", "data.eval_sources.0.n_prompts=12", "eval.max_new_tokens=8",
+            "eval.reward=test_ddp_per_record", "trainer.checkpoint=false", "trainer.accelerator=cpu"]
+
+
+def test_rl_on_two_cpu_processes_is_one_run_with_shared_updates(tmp_path, plugin):
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/rl.yaml"),
+           *overrides(out, plugin), "trainer.devices=2", "trainer.strategy=ddp"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**env, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.count("run finished") == 1
+    (run_dir,) = out.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["perf/world_size"] == 2 and summary["perf/torch_threads"] == 1
+    assert summary["rl/kept_group_frac"] == 0.5  # 1 of each rank's 2 prompts
+    assert summary["rl/updates_per_step"] == 2  # 2 kept groups over both ranks, 1 per update
+    assert summary["train/steps"] == 4  # 2 rollout steps x 2 updates, the same on both ranks
+    assert summary["val/n"] == 12 and 0 < summary["val/acc"] < 1
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
+    assert sum(1 for _ in (run_dir / "eval_samples.jsonl").open()) == 12
+
+    cfg = eval_config(run_dir, [f"run.out_dir={tmp_path / 'eval'}", "tracking.wandb.enabled=false"])
+    single = run_experiment(cfg)  # rank 0's saved weights on all 12 problems, one process
+    assert single.metrics["val/acc"] == pytest.approx(summary["val/acc"])
+    rows = [json.loads(line) for line in (run_dir / "eval_samples.jsonl").open()]
+    again = [json.loads(line) for line in (single.run_dir / "eval_samples.jsonl").open()]
+    assert [r["completions"] for r in rows] == [r["completions"] for r in again]  # rank 1 decoded the same
+
+
+def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin):
+    """Near-greedy rollouts (top_p 1e-6) make both runs decode the same responses, so each of the 2 steps'
+    2 updates (2 of the 4 prompts each, x 2 responses) must have the same gradient whether one process
+    or two ranks compute it: ranks normalise by global token counts and scale by world against DDP's
+    mean (without the scaling the gradient norm halves: checked)."""
+    args = [*overrides(tmp_path / "runs", plugin), "rl.reward=test_ddp_all_correct", "rl.group_filter=none",
+            "rl.alpha=1.0", "rl.top_p=1e-6", "rl.steps=2", "rl.group_size=2", "rl.minibatch_prompts=2",
+            "data.eval_sources.0.n_prompts=2", "tracking.wandb.enabled=false"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/rl.yaml"), *args,
+           "run.name=two_ranks", "trainer.devices=2", "trainer.strategy=ddp"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**env, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (ddp_dir,) = (tmp_path / "runs").iterdir()
+    ddp = json.loads((ddp_dir / "summary.json").read_text())
+    one = run_experiment(compose(ROOT / "experiments/quickstart/rl.yaml", [*args, "run.name=one_process"]))
+    assert ddp["perf/world_size"] == 2 and one.metrics["perf/world_size"] == 1
+    assert ddp["rl/updates_per_step"] == one.metrics["rl/updates_per_step"] == 2
+    assert ddp["rl/grad_norm"] > 0
+    assert ddp["rl/grad_norm"] == pytest.approx(one.metrics["rl/grad_norm"], rel=1e-4)
+    assert ddp["rl/positive_loss"] == pytest.approx(one.metrics["rl/positive_loss"], rel=1e-4)
+    a = load_file(ddp_dir / "model" / "model.safetensors")
+    b = load_file(one.run_dir / "model" / "model.safetensors")
+    # Adam's first step moves each weight by about lr (0.05); coordinates whose gradient is near Adam's
+    # eps differ by float noise in the sum order (measured: 3e-5)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-4
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("trainer.strategy=fsdp", "trainer.strategy='fsdp': RL on several devices is data parallel"),
+    ("trainer.strategy=ddp_spawn", "trainer.strategy='ddp_spawn'"),
+    ("rl.rollout=vllm", "rl.rollout=vllm with trainer.devices=2"),
+    ("rl.prompts_per_step=5", "rl.prompts_per_step=5 does not split evenly over trainer.devices=2"),
+])
+def test_multi_device_rl_that_cannot_work_is_refused_before_anything_is_written(tmp_path, plugin, capsys,
+                                                                                 override, needle):
+    args = [*overrides(tmp_path / "runs", plugin), "trainer.devices=2", "trainer.strategy=ddp", override]
+    with pytest.raises(ConfigError, match="several devices|devices=2"):
+        run_experiment(compose(ROOT / "experiments/quickstart/rl.yaml", args))
+    assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), *args]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_says_how_the_ranks_split_a_step(tmp_path, plugin, capsys):
+    args = [*overrides(tmp_path / "runs", plugin), "trainer.devices=2", "trainer.strategy=ddp"]
+    assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "--dry-run"]) == 0
+    assert "2 (DDP: each rank generates 2 prompts x 4" in capsys.readouterr().out
+    assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "trainer.strategy=fsdp",
+                 "--dry-run"]) == 0
+    assert "NOT SUPPORTED: trainer.strategy='fsdp'" in capsys.readouterr().out
