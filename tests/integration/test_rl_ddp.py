@@ -165,3 +165,32 @@ def test_dry_run_says_how_the_ranks_split_a_step(tmp_path, plugin, capsys):
     assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "trainer.strategy=fsdp",
                  "--dry-run"]) == 0
     assert "NOT SUPPORTED: trainer.strategy='fsdp'" in capsys.readouterr().out
+
+
+def test_an_rl_sweep_trial_on_two_cpu_processes_reports_once(tmp_path, plugin):
+    """A 2-rank RL trial with a pruner: evaluations during training broadcast the pruning decision, so
+    rank 1 must run the same callbacks; only rank 0 reports to Optuna."""
+    spec = tmp_path / "ddp_rl.yaml"
+    extra = [o for o in overrides(tmp_path / "unused", plugin) if not o.startswith("run.out_dir")]
+    spec.write_text(f"""
+experiment: {ROOT / 'experiments/quickstart/rl.yaml'}
+overrides: {json.dumps([*extra, "rl.eval_every=1", "trainer.devices=2", "trainer.strategy=ddp",
+                        "tracking.wandb.enabled=false"])}
+axes: {{rl.clip: [gppo]}}
+seeds: [0]
+objective: {{metric: val/acc, direction: maximize}}
+sampler: grid
+pruner: median
+workers: 1
+out_dir: {tmp_path / 'out'}
+""")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    done = subprocess.run([sys.executable, "-m", "klear_lab.cli", "sweep", str(spec)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**env, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trials {'COMPLETE': 1}" in done.stdout
+    (run_dir,) = (tmp_path / "out" / "ddp_rl" / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["perf/world_size"] == 2 and summary["rl/updates_per_step"] == 2
+    log = (tmp_path / "out" / "ddp_rl" / "trials" / "trial-0000.log").read_text()
+    assert "GLOBAL_RANK: 1" in log and "Traceback" not in log
