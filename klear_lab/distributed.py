@@ -116,3 +116,12 @@ def data_parallel(strategy) -> bool:
     from lightning.pytorch.strategies import DDPStrategy
 
     return isinstance(strategy, DDPStrategy) and not type(strategy).__name__.startswith("DeepSpeed")
+
+
+def rank_and_world(module) -> tuple[int, int]:
+    """(rank, ranks) over which a LightningModule's data-parallel work splits: (0, 1) when it is not
+    attached to a trainer or the strategy is not DDP (see :func:`data_parallel`)."""
+    trainer = module._trainer
+    if trainer is None or not data_parallel(trainer.strategy) or trainer.world_size <= 1:
+        return 0, 1
+    return module.global_rank, trainer.world_size

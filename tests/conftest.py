@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -21,6 +23,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
 def repo_root() -> str:
     return REPO
+
+
+def _klear_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python -m klear_lab.cli ARGS`` in a fresh process from the repository root, offline, without
+    the DDP rank variables of any enclosing run (Lightning relaunches it with its own)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    return subprocess.run([sys.executable, "-m", "klear_lab.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**base, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **env})
+
+
+@pytest.fixture
+def klear_cli():
+    """:func:`_klear_cli`: run the CLI as a user would, in its own process."""
+    return _klear_cli
 
 
 @pytest.fixture

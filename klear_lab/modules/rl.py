@@ -21,7 +21,7 @@ import lightning as L
 import torch
 
 from klear_lab.data.records import Record
-from klear_lab.distributed import data_parallel
+from klear_lab.distributed import rank_and_world
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
@@ -97,7 +97,7 @@ class RLModule(L.LightningModule):
     # ---------------------------------------------------------------- training
     def training_step(self, batch: list[Record], batch_idx: int) -> None:
         self._t0 = self._t0 or time.perf_counter()
-        rank, world = self._rank_world()
+        rank, world = rank_and_world(self)
         batch = rank_prompts(batch, rank, world)  # every rank is given the whole step's prompts
         times, t = {}, time.perf_counter()
         rollout = self.engine.generate([r.prompt for r in batch], n=self.s.group_size,
@@ -135,17 +135,10 @@ class RLModule(L.LightningModule):
                              zip(records[:: self.s.group_size], rollout.texts[:: self.s.group_size],
                                  groups.scores[:, 0].tolist())]
 
-    def _rank_world(self) -> tuple[int, int]:
-        """(rank, ranks) of data-parallel training; (0, 1) on one device."""
-        if self._trainer is None or not data_parallel(self.trainer.strategy):
-            return 0, 1
-        return self.global_rank, self.trainer.world_size
-
     def _minibatch_plan(self, kept: list[int], rank: int, world: int) -> list[list[int]]:
         """This rank's kept groups per optimizer update of one epoch (no updates when no rank kept any)."""
-        if world == 1:
-            return rank_minibatches(kept, [len(kept)], rank, self.s.minibatch_prompts)
-        counts = self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist()  # [world]
+        counts = ([len(kept)] if world == 1 else  # [world]
+                  self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist())
         return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts)
 
     def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str],
@@ -160,7 +153,7 @@ class RLModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         """Under DDP, fail loudly if the ranks' policies drifted apart (they take every update together)."""
-        _, world = self._rank_world()
+        _, world = rank_and_world(self)
         if world > 1:
             prints = self.all_gather(weights_fingerprint(self.policy)).reshape(world, 2).cpu()  # [world, 2]
             if not torch.allclose(prints, prints[:1].expand_as(prints), rtol=1e-9, atol=0.0):
@@ -204,14 +197,15 @@ class RLModule(L.LightningModule):
                 local = torch.tensor([index[int(r)] for r in mb], dtype=torch.long)
                 ctx, pos_ctx = self._contexts(mask[mb], mask[mb] * acc[mb].float()[:, None], world)
                 opt.zero_grad()
-                micros = list(zip(split_rows(mb, self.s.micro_batch_seqs), split_rows(local, self.s.micro_batch_seqs)))
-                for i, (micro, micro_local) in enumerate(micros if len(mb) else []):
+                micros = list(zip(split_rows(mb, self.s.micro_batch_seqs),
+                                  split_rows(local, self.s.micro_batch_seqs))) if len(mb) else []
+                for i, (micro, micro_local) in enumerate(micros):
                     with self._gradient_sync(last=i == len(micros) - 1):
                         m = self._micro_step(rollout, micro, micro_local, mask, adv, acc, old_logp, ref_logp, ctx,
                                              pos_ctx, world)
                     for k, v in m.items():
                         sums[k] += v
-                if not len(mb):
+                if not micros:
                     self.manual_backward(zero_loss(self.policy))  # joins the all-reduce of the others' gradients
                 grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
                 opt.step()
@@ -262,7 +256,7 @@ class RLModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.eval_records:
             return
-        rank, world = self._rank_world()  # under DDP the ranks split the problems and gather the results
+        rank, world = rank_and_world(self)  # under DDP the ranks split the problems and gather the results
         result = evaluate_sharded(self.policy, self.tokenizer, self.eval_records, self.eval_rewards,
                                   self.s.max_eval_new_tokens, self.s.eval_batch_size, self.s.eval_sampling,
                                   self.eval_engine, rank, world)

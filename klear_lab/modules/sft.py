@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
-from klear_lab.distributed import data_parallel
+from klear_lab.distributed import rank_and_world
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
@@ -74,10 +74,10 @@ class SFTModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.eval_records or self.trainer.sanity_checking:
             return
-        world = self.trainer.world_size if data_parallel(self.trainer.strategy) else 1
+        rank, world = rank_and_world(self)
         result = evaluate_sharded(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
                                   self.max_new_tokens, self.eval_batch_size, self.eval_sampling, self.eval_engine,
-                                  self.global_rank if world > 1 else 0, world)
+                                  rank, world)
         self.last_eval = result
         metrics = result.metrics("val")
         self.log_dict(metrics, prog_bar=False, sync_dist=True)  # equal on every rank: the mean is the value

@@ -12,9 +12,6 @@ weights"). A second test compares two steps of two ranks with the same steps in 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -85,13 +82,10 @@ def overrides(out: Path, plugin: Path) -> list[str]:
             "eval.reward=test_ddp_per_record", "trainer.checkpoint=false", "trainer.accelerator=cpu"]
 
 
-def test_rl_on_two_cpu_processes_is_one_run_with_shared_updates(tmp_path, plugin):
+def test_rl_on_two_cpu_processes_is_one_run_with_shared_updates(tmp_path, plugin, klear_cli):
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/rl.yaml"),
-           *overrides(out, plugin), "trainer.devices=2", "trainer.strategy=ddp"]
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**env, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "200"})
+    done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *overrides(out, plugin),
+                     "trainer.devices=2", "trainer.strategy=ddp", WANDB_MODE="offline")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.count("run finished") == 1
@@ -113,7 +107,7 @@ def test_rl_on_two_cpu_processes_is_one_run_with_shared_updates(tmp_path, plugin
     assert [r["completions"] for r in rows] == [r["completions"] for r in again]  # rank 1 decoded the same
 
 
-def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin):
+def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_cli):
     """Near-greedy rollouts (top_p 1e-6) make both runs decode the same responses, so each of the 2 steps'
     2 updates (2 of the 4 prompts each, x 2 responses) must have the same gradient whether one process
     or two ranks compute it: ranks normalise by global token counts and scale by world against DDP's
@@ -121,11 +115,8 @@ def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin):
     args = [*overrides(tmp_path / "runs", plugin), "rl.reward=test_ddp_all_correct", "rl.group_filter=none",
             "rl.alpha=1.0", "rl.top_p=1e-6", "rl.steps=2", "rl.group_size=2", "rl.minibatch_prompts=2",
             "data.eval_sources.0.n_prompts=2", "tracking.wandb.enabled=false"]
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/rl.yaml"), *args,
-           "run.name=two_ranks", "trainer.devices=2", "trainer.strategy=ddp"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**env, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "run.name=two_ranks",
+                     "trainer.devices=2", "trainer.strategy=ddp")
     assert done.returncode == 0, done.stderr[-3000:]
     (ddp_dir,) = (tmp_path / "runs").iterdir()
     ddp = json.loads((ddp_dir / "summary.json").read_text())
@@ -167,7 +158,7 @@ def test_dry_run_says_how_the_ranks_split_a_step(tmp_path, plugin, capsys):
     assert "NOT SUPPORTED: trainer.strategy='fsdp'" in capsys.readouterr().out
 
 
-def test_an_rl_sweep_trial_on_two_cpu_processes_reports_once(tmp_path, plugin):
+def test_an_rl_sweep_trial_on_two_cpu_processes_reports_once(tmp_path, plugin, klear_cli):
     """A 2-rank RL trial with a pruner: evaluations during training broadcast the pruning decision, so
     rank 1 must run the same callbacks; only rank 0 reports to Optuna."""
     spec = tmp_path / "ddp_rl.yaml"
@@ -184,9 +175,7 @@ pruner: median
 workers: 1
 out_dir: {tmp_path / 'out'}
 """)
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    done = subprocess.run([sys.executable, "-m", "klear_lab.cli", "sweep", str(spec)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**env, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    done = klear_cli("sweep", str(spec))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trials {'COMPLETE': 1}" in done.stdout
     (run_dir,) = (tmp_path / "out" / "ddp_rl" / "runs").iterdir()

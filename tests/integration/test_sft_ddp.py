@@ -9,9 +9,6 @@ saved model (greedy decoding, a verifier that depends on the record and the comp
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,18 +35,15 @@ class PerRecord:
 """
 
 
-def test_sft_on_two_cpu_processes_is_one_run(tmp_path):
+def test_sft_on_two_cpu_processes_is_one_run(tmp_path, klear_cli):
     plugin = tmp_path / "per_record.py"
     plugin.write_text(PER_RECORD)
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/sft.yaml"),
+    done = klear_cli("train", str(ROOT / "experiments/quickstart/sft.yaml"),
            f"run.out_dir={out}", "data.sources.0.n_prompts=120", "sft.max_steps=3", "data.eval_sources.0.n_prompts=15",
            "eval.max_new_tokens=24", "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000",
            f"plugins=[{plugin}]", "eval.reward=test_per_record_ddp",
-           "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**env, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "COLUMNS": "200"})
+           "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", WANDB_MODE="offline")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.count("run finished") == 1  # rank 1 reports nothing
@@ -70,7 +64,7 @@ def test_sft_on_two_cpu_processes_is_one_run(tmp_path):
     assert single.metrics["val/acc"] == pytest.approx(summary["val/acc"])
 
 
-def test_a_sweep_trial_on_two_cpu_processes_reports_once(tmp_path):
+def test_a_sweep_trial_on_two_cpu_processes_reports_once(tmp_path, klear_cli):
     """A multi-device trial starts fresh; its rank 1 trains (with the pruning callback, whose broadcasts
     pair with rank 0's) but leaves Optuna to rank 0."""
     spec = tmp_path / "ddp.yaml"
@@ -87,9 +81,7 @@ pruner: median                 # its callback broadcasts after every evaluation:
 workers: 1
 out_dir: {tmp_path / 'out'}
 """)
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    done = subprocess.run([sys.executable, "-m", "klear_lab.cli", "sweep", str(spec)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**env, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"})
+    done = klear_cli("sweep", str(spec))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trials {'COMPLETE': 1}" in done.stdout
     (run_dir,) = (tmp_path / "out" / "ddp" / "runs").iterdir()
