@@ -1,4 +1,4 @@
-"""``klear-lab`` command line: train, eval, config, components (+ sweep, compare, reproduce, dashboard).
+"""``klear-lab`` command line: train, resume, eval, config, components (+ sweep, compare, reproduce, dashboard).
 
 Exit codes: 0 success, 2 bad input (config, data, CLI usage), 1 anything else.
 """
@@ -27,6 +27,16 @@ def _train(args: argparse.Namespace) -> int:
 
     result = run_experiment(cfg)
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
+        _print_result(result)
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from klear_lab.resume import resume_config
+    from klear_lab.run import run_experiment
+
+    result = run_experiment(resume_config(args.run_dir), resume=args.run_dir)
+    if joined_run_dir() is None:
         _print_result(result)
     return 0
 
@@ -112,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides (Hydra-style dotlist)")
     p.add_argument("--dry-run", action="store_true", help="build on the meta device and print the plan")
     p.set_defaults(func=_train)
+    p = sub.add_parser("resume", help="continue a stopped SFT or RL run from its last checkpoint")
+    p.add_argument("run_dir", help="the run directory (config.yaml, run.json, checkpoints/last.ckpt)")
+    p.set_defaults(func=_resume)
     p = sub.add_parser("eval", help="score a trained model on held-out sets (greedy or avg@k)")
     p.add_argument("target", help="a finished run directory (its config and final model) or an experiment YAML")
     p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.samples=32 eval.temperature=0.6 eval.top_p=0.95")

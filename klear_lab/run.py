@@ -9,6 +9,7 @@ from typing import Any
 
 from klear_lab import tracking
 from klear_lab.distributed import exported_run_dir, joined_run_dir
+from klear_lab.resume import checkpoint_log_step, checkpoint_path, saved_identity, set_aside_later_rows
 
 
 @dataclass
@@ -26,7 +27,8 @@ class RunResult:
     wandb_dir: Path | None = None
 
 
-def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> RunResult:
+def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
+                   resume: str | Path | None = None) -> RunResult:
     """Run one experiment from a resolved config (``klear_lab.config.compose.compose``).
 
     Everything that can fail on bad input (data files, rows, component values) is built before
@@ -36,6 +38,8 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> Run
     Args:
         cfg: the fully resolved, validated config (plain dict).
         callbacks: extra Lightning callbacks (sweeps pass Optuna's pruning callback).
+        resume: a stopped run's directory to continue in (its ``checkpoints/last.ckpt``); ``cfg`` must
+            be its saved config (:func:`klear_lab.resume.resume_config` checks both).
     """
     kind = cfg["run"]["kind"]
     if kind == "sft":
@@ -51,21 +55,29 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None) -> Run
     from klear_lab.stages.common import without_upstream_noise
 
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
+    ckpt = None if resume is None else checkpoint_path(Path(resume))
+    extra = {} if ckpt is None else {"resume": ckpt}
     joined = joined_run_dir()
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
         with without_upstream_noise():
-            metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [])
+            metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
         return RunResult(joined, metrics, None)
-    run_dir = tracking.create_run_dir(cfg)
-    identity = tracking.identity_of(cfg, run_dir)
-    tracking.write_config(run_dir, cfg)
+    if ckpt is None:
+        run_dir = tracking.create_run_dir(cfg)
+        identity = tracking.identity_of(cfg, run_dir)
+        tracking.write_config(run_dir, cfg)
+    else:
+        run_dir = Path(resume)
+        identity = saved_identity(run_dir)
+        set_aside_later_rows(run_dir, checkpoint_log_step(ckpt), identity["attempts"] - 1)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running"})
     try:
         with without_upstream_noise(), exported_run_dir(run_dir):
-            metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [])
+            metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
     except BaseException as exc:
         tracking.write_json(run_dir / "run.json", {**identity, "status": "failed",
                                                    "error": "".join(traceback.format_exception_only(exc)).strip()})
+        tracking.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
         raise
     tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
     tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})

@@ -7,10 +7,12 @@ final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.jso
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -85,11 +87,11 @@ def atomic_write(path: Path, write: Any) -> None:
 
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
     """Lightning's CSVLogger and WandbLogger (offline unless the config says online)."""
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+    from lightning.pytorch.loggers import WandbLogger
 
     loggers: list = []
     if cfg["tracking"]["csv"]:
-        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=""))
+        loggers.append(csv_logger(run_dir))
     wb = cfg["tracking"]["wandb"]
     if wb["enabled"] and wb["mode"] != "disabled":
         run = cfg["run"]
@@ -105,6 +107,32 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
         getattr(logger, "_wandb_init", {}).pop("anonymous", None)
         loggers.append(logger)
     return loggers
+
+
+def finish_wandb_run(exit_code: int) -> None:
+    """Finish this process's W&B run, if one is open (a failed run's: W&B marks it failed)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.run.finish(exit_code=exit_code)
+
+
+def csv_logger(run_dir: Path):
+    """Lightning's CSVLogger on ``run_dir/csv/metrics.csv``, keeping the rows a resumed run already has.
+
+    Lightning deletes an existing ``metrics.csv`` when the logger starts; its rows are logged again
+    into the new logger first, so they are written back at its first save (a resumed run has also
+    kept the whole old file as ``metrics.before-resume-N.csv``).
+    """
+    from lightning.pytorch.loggers import CSVLogger
+
+    path = run_dir / "csv" / "metrics.csv"
+    rows = list(csv.DictReader(path.open(newline=""))) if path.is_file() else []
+    logger = CSVLogger(save_dir=str(run_dir), name="csv", version="")
+    for row in rows:
+        step = row.pop("step", "")
+        logger.experiment.log_metrics({k: float(v) for k, v in row.items() if v != ""},
+                                      int(float(step)) if step else None)
+    return logger
 
 
 WANDB_TAG_MAX = 64  # W&B refuses a run whose tags are longer (at its first log, after the work is done)

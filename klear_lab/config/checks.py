@@ -19,6 +19,8 @@ def check(cfg: dict[str, Any]) -> None:
     _require(cfg["optim"]["schedule"] in ("cosine", "constant"), "optim.schedule",
              f"must be 'cosine' or 'constant', got {cfg['optim']['schedule']!r}")
     _require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")
+    _require(cfg["trainer"]["checkpoint_every"] >= 0, "trainer.checkpoint_every",
+             f"must be >= 0 (0 = no checkpoints), got {cfg['trainer']['checkpoint_every']}")
     check_eval(cfg["eval"])
     if cfg["run"]["kind"] == "rl":
         check_rl(cfg)

@@ -7,6 +7,7 @@ import random
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
+from klear_lab.checkpointing import ResumableLoader
 from klear_lab.data.sft import Example, collate_rows, packed_rows, packing_efficiency
 
 
@@ -31,6 +32,7 @@ class SFTDataModule(L.LightningDataModule):
         random.Random(seed).shuffle(self.rows)  # BFD emits longest-first; mix before batching
         self.capacity, self.rows_per_batch, self.pad_id, self.seed = capacity, rows_per_batch, pad_id, seed
         self.efficiency = packing_efficiency(self.rows, capacity) if pack else float("nan")
+        self.skip = None  # a resumed run's (epochs, batches) to fast-forward: ResumeCheckpoint.skip
 
     def batches_per_epoch(self) -> int:
         return -(-len(self.rows) // self.rows_per_batch)
@@ -39,8 +41,9 @@ class SFTDataModule(L.LightningDataModule):
         import torch
 
         gen = torch.Generator().manual_seed(self.seed)
-        return DataLoader(_Rows(self.rows), batch_size=self.rows_per_batch, shuffle=True, generator=gen,
-                          collate_fn=lambda rows: collate_rows(rows, self.pad_id), num_workers=0)
+        return ResumableLoader(_Rows(self.rows), batch_size=self.rows_per_batch, shuffle=True, generator=gen,
+                               collate_fn=lambda rows: collate_rows(rows, self.pad_id), num_workers=0,
+                               skip=self.skip)
 
     def val_dataloader(self) -> DataLoader:
         # one placeholder batch: the module evaluates its held-out records in on_validation_epoch_end

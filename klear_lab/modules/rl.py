@@ -90,6 +90,7 @@ class RLModule(L.LightningModule):
         self.evals: list[tuple[int, EvalResult]] = []
         self.last_samples: list[list] = []
         self._tokens, self._t0 = 0, None
+        self._resumed = False  # set when Lightning restores a checkpoint (klear-lab resume)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
         return batch  # prompts (Records) stay on the host; the engine tokenizes them
@@ -150,6 +151,19 @@ class RLModule(L.LightningModule):
         parts: list = [None] * world
         dist.all_gather_object(parts, (metrics, summed, slowest))
         return merge_rank_metrics(parts)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """The evaluations so far (the starting point's among them): a resumed run's gain needs them."""
+        checkpoint["klear_rl_evals"] = [(step, r.completions, r.verdicts) for step, r in self.evals]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.evals = [(step, EvalResult(self.eval_records, completions, verdicts))
+                      for step, completions, verdicts in checkpoint["klear_rl_evals"]]
+        self._resumed = True
+
+    def on_train_start(self) -> None:
+        if self._resumed:  # Lightning loaded the checkpoint's weights into the policy
+            self.engine.sync_weights(self.policy)
 
     def on_train_end(self) -> None:
         """Under DDP, fail loudly if the ranks' policies drifted apart (they take every update together)."""

@@ -32,6 +32,7 @@ def without_upstream_noise() -> Iterator[None]:
     Lightning 2.6's ``_pytree`` triggers in torch 2.13 (``LeafSpec``), which no config can fix, and,
     under DDP, its advice against a distributed sampler in ``validate``: the validation loader is a
     one-item placeholder, and evaluation shards the held-out problems itself (``evaluate_sharded``).
+    And one that is wrong for a resumed run (see the comment below).
     """
     log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     tip = _NoLitLoggerTip()
@@ -40,6 +41,8 @@ def without_upstream_noise() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             warnings.filterwarnings("ignore", r"Using `DistributedSampler` with the dataloaders\. During `trainer")
+            # CSVLogger warns that it deletes a resumed run's metrics.csv: tracking.csv_logger keeps its rows
+            warnings.filterwarnings("ignore", r"Experiment logs directory .* exists and is not empty")
             yield
     finally:
         log.removeFilter(tip)
@@ -59,7 +62,7 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
         val_check_interval=val_check_interval, check_val_every_n_epoch=None if val_check_interval else 1,
         num_sanity_val_steps=0, enable_model_summary=False,
         enable_progress_bar=any(type(c).__name__.endswith("ProgressBar") for c in callbacks),
-        enable_checkpointing=t["checkpoint"], **kwargs,
+        enable_checkpointing=False, **kwargs,  # checkpoints: klear_lab.checkpointing.ResumeCheckpoint
     )
 
 

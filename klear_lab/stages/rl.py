@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from klear_lab import builders
+from klear_lab.checkpointing import ResumableLoader, batches_trained, resume_callback
 from klear_lab.data.records import Record
 from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
@@ -46,25 +47,31 @@ class RLStage:
     batches: list[list[Record]]
     data_stats: dict[str, float]  # prompt pool after filter and mix (data/records, data/kept_frac/<source>)
 
-    def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
+    def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list,
+                resume: Path | None = None) -> tuple[dict[str, float], Path | None]:
+        """Train and evaluate into ``run_dir``; ``resume``: a ``last.ckpt`` of this run to continue from."""
         cfg, rl = self.cfg, self.cfg["rl"]
         loggers = make_loggers(cfg, run_dir, identity)
+        checkpoints = resume_callback(cfg, run_dir, batches_trained)  # every N rollout steps
         trainer = make_trainer(
-            cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(cfg, run_dir), *callbacks],
+            cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(), checkpoints, *callbacks],
             val_check_interval=rl["eval_every"] or None, max_epochs=1,
             use_distributed_sampler=False,  # under DDP every rank takes the whole step; the module splits it
         )
-        for logger in loggers:
-            logger.log_metrics(self.data_stats, step=0)
-        loader = DataLoader(self.batches, batch_size=None, shuffle=False, collate_fn=lambda b: b)
+        loader = ResumableLoader(self.batches, batch_size=None, shuffle=False, collate_fn=lambda b: b,
+                                 skip=checkpoints.skip)
         val = DataLoader([0], batch_size=1)
         try:
-            trainer.validate(self.module, dataloaders=val, verbose=False)  # the starting point
+            if resume is None:  # the starting point (a resumed run restores its evaluations from the checkpoint)
+                for logger in loggers:
+                    logger.log_metrics(self.data_stats, step=0)
+                trainer.validate(self.module, dataloaders=val, verbose=False)
             start = time.perf_counter()
             with warnings.catch_warnings():
                 if self.module.reference is not None:  # frozen, in eval mode on purpose; the policy trains
                     warnings.filterwarnings("ignore", r"Found \d+ module\(s\) in eval mode", PossibleUserWarning)
-                trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val)
+                trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val, ckpt_path=resume,
+                            weights_only=True)
             train_s = time.perf_counter() - start
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
                           if k.startswith(("train/", "perf/", "rl/", "reward/"))}
@@ -89,14 +96,10 @@ class RLStage:
         return metrics, finish_loggers(loggers, metrics)
 
 
-def rl_callbacks(cfg: dict[str, Any], run_dir: Path) -> list:
-    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+def rl_callbacks() -> list:
+    from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar
 
-    out: list = [LearningRateMonitor(logging_interval="step")]
-    if cfg["trainer"]["checkpoint"]:
-        out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0))
-    out.append(RichProgressBar(leave=True))
-    return out
+    return [LearningRateMonitor(logging_interval="step"), RichProgressBar(leave=True)]
 
 
 def prepare_rl(cfg: dict[str, Any]) -> RLStage:

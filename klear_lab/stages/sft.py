@@ -11,9 +11,10 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar
 
 from klear_lab import builders
+from klear_lab.checkpointing import optimizer_steps, resume_callback
 from klear_lab.data.datamodule import SFTDataModule
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
@@ -29,24 +30,29 @@ class SFTStage:
     datamodule: SFTDataModule
     plan: dict[str, float]
 
-    def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
+    def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list,
+                resume: Path | None = None) -> tuple[dict[str, float], Path | None]:
+        """Train and evaluate into ``run_dir``; ``resume``: a ``last.ckpt`` of this run to continue from."""
         cfg = self.cfg
         loggers = make_loggers(cfg, run_dir, identity)
         every = cfg["eval"]["every_n_steps"] * cfg["sft"]["grad_accum"]
+        checkpoints = resume_callback(cfg, run_dir, optimizer_steps)
+        self.datamodule.skip = checkpoints.skip
         trainer = make_trainer(
             cfg, run_dir, loggers, max_steps=int(self.plan["plan/total_steps"]),
-            callbacks=[*default_callbacks(cfg, run_dir), *callbacks],
+            callbacks=[*default_callbacks(cfg), checkpoints, *callbacks],
             val_check_interval=every or None, accumulate_grad_batches=cfg["sft"]["grad_accum"],
             gradient_clip_val=cfg["optim"]["grad_clip"] or None,
         )
-        for logger in loggers:
-            logger.log_hyperparams({})
-            logger.log_metrics(self.plan, step=0)
+        if resume is None:  # a resumed run logged these when it started
+            for logger in loggers:
+                logger.log_hyperparams({})
+                logger.log_metrics(self.plan, step=0)
         start = time.perf_counter()
         try:
             if every and self.module.eval_engine is not None:  # needed mid-training: fail now, not after N steps
                 self.module.eval_engine.runtime(self.module.model, self.module.tokenizer)
-            trainer.fit(self.module, datamodule=self.datamodule)
+            trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=resume, weights_only=True)
             train_s = time.perf_counter() - start
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
                           if k.startswith(("train/", "perf/"))}
@@ -68,10 +74,8 @@ class SFTStage:
         return metrics, finish_loggers(loggers, metrics)
 
 
-def default_callbacks(cfg: dict[str, Any], run_dir: Path) -> list:
+def default_callbacks(cfg: dict[str, Any]) -> list:
     out: list = [LearningRateMonitor(logging_interval="step")]
-    if cfg["trainer"]["checkpoint"]:
-        out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0))
     if cfg["trainer"].get("progress_bar", True):
         out.append(RichProgressBar(leave=True))
     return out

@@ -1,0 +1,172 @@
+"""Resumable training: a periodic checkpoint written whole or not at all, and a loader that skips what was consumed.
+
+``checkpoints/last.ckpt`` is Lightning's own checkpoint (``trainer.save_checkpoint``: weights, optimizer
+and LR scheduler, loop progress) plus what Lightning leaves out and an exact resume needs:
+
+- the data position: the epoch and how many of its batches were trained on (from Lightning's own
+  progress counters: a loader's count would include the batch Lightning prefetched). Lightning
+  restores its loop counters but restarts a plain DataLoader at the epoch's first batch. A
+  :class:`ResumableLoader` draws the epoch's order again and skips the consumed batches' indices
+  without loading them;
+- the global torch and Python RNG states (restored at the start of training, as a run that never
+  stopped would have them);
+- the module's own records (``on_save_checkpoint`` of the module: e.g. RL's evaluations so far).
+
+Lightning's ``ModelCheckpoint`` is not used for this file: it counts optimizer steps (an RL rollout step
+makes a variable number of them) and writes in place, so a kill during the write would leave a
+truncated ``last.ckpt`` behind. Here the file is written beside and renamed over the old one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from torch.utils.data import DataLoader
+
+from klear_lab.resume import checkpoint_path
+
+POSITION_KEY = "klear_resume"
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader whose first iteration can start mid-epoch, in the order the stopped run had.
+
+    Its Lightning loader state (``state_dict``, saved in the checkpoint) is the shuffling generator's
+    state at the start of the current epoch: restored, the epoch's order is drawn again exactly as
+    before (whatever the sampler draws from it). ``skip()`` is asked once, at the first ``iter()``:
+    ``(epoch, batches)`` of a resumed run; the first ``batches`` batches' indices are drawn and dropped
+    without loading. ``len()`` stays the epoch's length: Lightning counts them as already fetched.
+    ``skip`` is a keyword argument, so Lightning's re-instantiation under DDP keeps it.
+    """
+
+    def __init__(self, *args: Any, skip: Callable[[], tuple[int, int]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skip = skip
+        self._epoch_start: torch.Tensor | None = None  # generator state when the current epoch began
+        self._restore: torch.Tensor | None = None
+
+    def __iter__(self) -> Iterator:
+        skip, self.skip = self.skip, None
+        epoch, batches = skip() if skip is not None else (0, 0)
+        if batches and hasattr(self.sampler, "set_epoch"):  # e.g. DDP's DistributedSampler: order by epoch
+            self.sampler.set_epoch(epoch)
+        if self.generator is not None:
+            if self._restore is not None:
+                self.generator.set_state(self._restore)
+                self._restore = None
+            self._epoch_start = self.generator.get_state()
+        it = super().__iter__()
+        for _ in range(batches):
+            it._next_index()  # the sampler's next batch of indices, not loaded
+        return it
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self._epoch_start is None else {"generator": self._epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restore = state.get("generator")
+
+
+class ResumeCheckpoint(L.Callback):
+    """Write ``dirpath/last.ckpt`` every ``every`` steps of ``counter(trainer)``; carry data position and RNG.
+
+    Args:
+        dirpath: the run's ``checkpoints/`` directory (the file: :func:`klear_lab.resume.checkpoint_path`).
+        every: steps between checkpoints (0: never write; a resumed run still restores from one).
+        counter: which step count ``every`` refers to: optimizer steps for SFT, rollout steps for RL.
+    """
+
+    def __init__(self, dirpath: Path, every: int, counter: Callable[[L.Trainer], int]) -> None:
+        self.dirpath, self.every, self.counter = Path(dirpath), every, counter
+        self._last_saved = -1
+        self._flush_pending = False
+        self._restored: dict[str, Any] | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = self.counter(trainer)
+        if self.every > 0 and step > 0 and step % self.every == 0 and step != self._last_saved:
+            self._last_saved = step
+            save_atomically(trainer, checkpoint_path(self.dirpath.parent))
+            self._flush_pending = True
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """An evaluation right after a checkpointed step: write the checkpoint again, with it.
+
+        Lightning resumes a checkpoint written at a batch's end by skipping the evaluation that was due
+        after that batch; one written at the evaluation's end resumes after it. Either way the resumed
+        run evaluates where the uninterrupted run did.
+        """
+        if trainer.state.fn == TrainerFn.FITTING and self.counter(trainer) == self._last_saved:
+            save_atomically(trainer, checkpoint_path(self.dirpath.parent))
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self._flush_logs(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._flush_logs(trainer)
+
+    def _flush_logs(self, trainer: L.Trainer) -> None:
+        """Write the loggers' buffered rows (CSVLogger keeps 100 steps in memory) once the checkpoint's own
+        step is logged (Lightning logs a batch's metrics after its ``on_train_batch_end``), so a killed run
+        keeps every row up to its checkpoint."""
+        if self._flush_pending:
+            self._flush_pending = False
+            for logger in trainer.loggers:
+                logger.save()
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
+        checkpoint[POSITION_KEY] = {
+            "epoch": trainer.current_epoch, "batches": progress.processed,  # the saving batch is trained on
+            "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self._restored = checkpoint.get(POSITION_KEY)
+        if self._restored is None:
+            raise RuntimeError("the checkpoint has no data position (not written by klear-lab's ResumeCheckpoint)")
+
+    def skip(self) -> tuple[int, int]:
+        """``(epoch, batches)``: the epoch to resume in and its batches to skip (``(0, 0)`` for a fresh run)."""
+        if self._restored is None:
+            return 0, 0
+        return int(self._restored["epoch"]), int(self._restored["batches"])
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._restored is not None:  # after the loader has been set up, before the next step
+            torch.set_rng_state(self._restored["torch_rng"])
+            random.setstate(self._restored["python_rng"])
+            if self._restored["cuda_rng"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(self._restored["cuda_rng"])
+
+
+def save_atomically(trainer: L.Trainer, path: Path) -> None:
+    """``trainer.save_checkpoint`` (every rank joins; rank 0 writes) to a temporary name, renamed over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    trainer.save_checkpoint(tmp, weights_only=False)  # everything: optimizer, loops, callbacks
+    if trainer.is_global_zero:
+        os.replace(tmp, path)
+    trainer.strategy.barrier("klear_checkpoint_renamed")
+
+
+def resume_callback(cfg: dict[str, Any], run_dir: Path, counter: Callable[[L.Trainer], int]) -> ResumeCheckpoint:
+    """The checkpoint callback of a run (``trainer.checkpoint_every``; 0 when ``trainer.checkpoint`` is off)."""
+    every = cfg["trainer"]["checkpoint_every"] if cfg["trainer"]["checkpoint"] else 0
+    return ResumeCheckpoint(run_dir / "checkpoints", every, counter)
+
+
+def optimizer_steps(trainer: L.Trainer) -> int:
+    return trainer.global_step
+
+
+def batches_trained(trainer: L.Trainer) -> int:
+    return trainer.fit_loop.epoch_loop.batch_progress.total.processed

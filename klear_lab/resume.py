@@ -1,0 +1,98 @@
+"""``klear-lab resume RUN_DIR``: continue a stopped SFT or RL run in its own directory and W&B run.
+
+A run killed, preempted or crashed after writing ``checkpoints/last.ckpt`` (``trainer.checkpoint_every``)
+continues from it: the saved resolved config is composed again (it must hash to the one in
+``run.json``), Lightning restores weights, optimizer, scheduler and loop progress, and
+:mod:`klear_lab.checkpointing` the data position and RNG, so the remaining steps are the ones the run
+would have taken. The W&B run id is the same (``resume="allow"``). Rows that ``csv/metrics.csv`` got
+after the checkpoint (steps that will run again) are set aside in ``csv/metrics.before-resume-N.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from klear_lab.errors import ConfigError
+from klear_lab.tracking import atomic_write, config_hash
+
+
+def resume_config(run_dir: str | Path) -> dict[str, Any]:
+    """The saved config of a run that can be resumed.
+
+    Raises:
+        ConfigError: not a run directory, an eval run, a completed run, no checkpoint, or a saved config
+            that no longer composes to the same config (e.g. a plugin changed).
+    """
+    from klear_lab.config.compose import compose
+
+    run_dir = Path(run_dir)
+    saved, record = run_dir / "config.yaml", run_dir / "run.json"
+    if not saved.is_file() or not record.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
+    identity = json.loads(record.read_text())
+    if identity.get("status") == "completed":
+        raise ConfigError(f"{record}: the run already completed; nothing to resume")
+    cfg = compose(saved)
+    if cfg["run"]["kind"] not in ("sft", "rl"):
+        raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
+                          "(run the evaluation again instead)")
+    if config_hash(cfg) != identity.get("config_hash"):
+        raise ConfigError(f"{saved}: composes to config hash {config_hash(cfg)}, but the run started with "
+                          f"{identity.get('config_hash')} (a plugin or default changed since): not the same run")
+    if not checkpoint_path(run_dir).is_file():
+        raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
+                          f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "
+                          "trainer.checkpoint was false)")
+    return cfg
+
+
+def checkpoint_path(run_dir: Path) -> Path:
+    """Where :class:`klear_lab.checkpointing.ResumeCheckpoint` keeps a run's latest checkpoint."""
+    return run_dir / "checkpoints" / "last.ckpt"
+
+
+def saved_identity(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` without its status, with one more attempt counted."""
+    identity = json.loads((run_dir / "run.json").read_text())
+    identity = {k: v for k, v in identity.items() if k not in ("status", "error")}
+    identity["attempts"] = int(identity.get("attempts", 1)) + 1
+    return identity
+
+
+def checkpoint_log_step(ckpt: Path) -> int:
+    """The logging step (Lightning's ``_batches_that_stepped``) of the batch that wrote ``ckpt``: rows up to
+    it belong to the resumed run, later ones will be logged again."""
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
+    return int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
+
+
+def set_aside_later_rows(run_dir: Path, step: int, attempt: int) -> Path | None:
+    """Keep the whole ``csv/metrics.csv`` as ``csv/metrics.before-resume-<attempt>.csv``, and in
+    ``metrics.csv`` only the rows logged up to ``step`` (later ones will be logged again).
+
+    Returns the kept copy, or None when there was no ``metrics.csv``.
+    """
+    path = run_dir / "csv" / "metrics.csv"
+    if not path.is_file():
+        return None
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames or [], list(reader)
+    backup = path.with_name(f"metrics.before-resume-{attempt}.csv")
+    if not backup.exists():  # a second try of the same resume keeps the first copy
+        os.link(path, backup)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(r for r in rows if not r.get("step") or int(float(r["step"])) <= step)
+
+    atomic_write(path, write)
+    return backup

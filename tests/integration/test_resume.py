@@ -1,0 +1,179 @@
+"""A stopped run resumed from ``checkpoints/last.ckpt`` takes the same remaining steps as a run that never stopped.
+
+Each test trains once without stopping, once with a crash (an exception from a callback, or a real
+``kill -9`` of the CLI) after a checkpoint, then resumes the crashed run and compares per-step metrics
+and final weights. Without the data position the resumed SFT run would restart its epoch's batches
+(different losses); without the RNG or evaluations in the checkpoint the RL run's samples or gain
+would differ.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from klear_lab.cli import main
+from klear_lab.config.compose import compose
+from klear_lab.resume import resume_config
+from klear_lab.run import run_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT = str(ROOT / "experiments/quickstart/sft.yaml")
+RL = str(ROOT / "experiments/quickstart/rl.yaml")
+
+
+class Crash(L.Callback):
+    """Raise at the end of the training batch where ``count(trainer)`` reaches ``at`` (once)."""
+
+    def __init__(self, at: int, count) -> None:
+        self.at, self.count = at, count
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if self.count(trainer) == self.at:
+            raise RuntimeError("simulated crash")
+
+
+def rows(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    with (run_dir / "csv" / "metrics.csv").open(newline="") as f:
+        return [(int(r["step"]), float(r[key])) for r in csv.DictReader(f) if r.get(key)]
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "model" / "model.safetensors")
+
+
+def crash_then_resume(overrides: list[str], experiment: str, crash: Crash, out: Path):
+    """The uninterrupted run, and the crashed run after resuming."""
+    whole = run_experiment(compose(experiment, [f"run.out_dir={out / 'whole'}", *overrides]))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(compose(experiment, [f"run.out_dir={out / 'stopped'}", *overrides]), callbacks=[crash])
+    (run_dir,) = (out / "stopped").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+    assert not (run_dir / "summary.json").exists()
+    return whole, run_dir
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path):
+    # 24 prompts of 100 tokens, 4 rows per micro-batch, 2 micro-batches per step: 3 steps per epoch,
+    # 8 steps = 3 epochs; checkpoints at steps 2, 4, 6; the crash at step 5 resumes from step 4 (epoch 1)
+    overrides = ["data.sources.0.n_prompts=24", "sft.max_steps=8", "sft.epochs=3", "sft.grad_accum=2",
+                 "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16",
+                 "trainer.log_every_n_steps=1", "trainer.checkpoint_every=2"]
+    whole, run_dir = crash_then_resume(overrides, SFT, Crash(5, lambda t: t.global_step), tmp_path)
+    resumed = run_experiment(resume_config(run_dir), resume=run_dir)
+
+    assert resumed.run_dir == run_dir
+    assert rows(run_dir, "train/loss") == rows(whole.run_dir, "train/loss")  # every step once, same values
+    assert [s for s, _ in rows(run_dir, "train/loss")] == list(range(8))
+    assert_same_weights(whole.run_dir, run_dir)
+    assert resumed.metrics["train/steps"] == 8 and resumed.metrics["val/acc"] == whole.metrics["val/acc"]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "completed" and record["attempts"] == 2
+    before = [(int(r["step"]), float(r["train/loss"])) for r in
+              csv.DictReader((run_dir / "csv" / "metrics.before-resume-1.csv").open()) if r.get("train/loss")]
+    assert len(before) >= 4 and before == rows(whole.run_dir, "train/loss")[:len(before)]  # up to the checkpoint
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.name.endswith(record["run_id"]) for r in runs)  # one W&B run id
+
+
+def test_rl_resumed_run_samples_and_evaluates_like_an_uninterrupted_one(tmp_path):
+    """With rollout sampling, a KL reference, evaluations every 2 steps and a checkpoint every 2 steps."""
+    overrides = ["model.init_from=null", "model.tiny.size=2m", "rl.steps=6", "rl.prompts_per_step=4",
+                 "rl.group_size=4", "rl.minibatch_prompts=2", "rl.max_new_tokens=16", "rl.eval_every=2",
+                 "rl.group_filter=none", "rl.kl_coef=0.01", "data.sources.0.n_prompts=40",
+                 "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8", "trainer.checkpoint_every=2",
+                 "trainer.log_every_n_steps=1", "tracking.wandb.enabled=false"]
+    batches = lambda t: t.fit_loop.epoch_loop.batch_progress.total.processed  # noqa: E731 - rollout steps
+    whole, run_dir = crash_then_resume(overrides, RL, Crash(3, batches), tmp_path)
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert [step for step, *_ in saved["klear_rl_evals"]] == [0, saved["global_step"]]  # start, and step 2's
+
+    resumed = run_experiment(resume_config(run_dir), resume=run_dir)
+    for key in ("rl/grad_norm", "reward/mean", "rl/response_len_mean", "val/acc"):
+        assert rows(run_dir, key) == rows(whole.run_dir, key), key
+    assert_same_weights(whole.run_dir, run_dir)
+    for key in ("val/acc_start", "val/acc_final", "val/acc_best", "train/steps"):
+        assert resumed.metrics[key] == whole.metrics[key], key
+
+
+def kill_after_first_checkpoint(args: list[str], out: Path) -> Path:
+    """Start ``klear-lab ARGS`` (its own process group), ``kill -9`` every process of it a second after
+    its first checkpoint; return the run directory."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while not list(out.glob("*/checkpoints/last.ckpt")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    time.sleep(1.0)  # into a later step
+    os.killpg(proc.pid, signal.SIGKILL)  # DDP: rank 1 too
+    proc.wait()
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # killed: nothing ran after
+    return run_dir
+
+
+def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
+    """``kill -9`` mid-run (after a checkpoint, during a later step), then ``klear-lab resume RUN_DIR``."""
+    out = tmp_path / "runs"
+    run_dir = kill_after_first_checkpoint(
+        ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=120",
+         "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16",
+         "trainer.checkpoint_every=5", "tracking.wandb.enabled=false"], out)
+    assert main(["resume", str(run_dir)]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["train/steps"] == 120
+    steps = [s for s, _ in rows(run_dir, "train/loss")]
+    assert steps == sorted(set(steps)) and steps[-1] == 119  # no step twice after the resume
+    assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
+
+
+def test_a_killed_two_rank_rl_run_resumes_on_two_ranks(tmp_path, klear_cli):
+    """Under DDP, rank 1 (Lightning runs ``klear-lab resume RUN_DIR`` again for it) loads the same checkpoint."""
+    out = tmp_path / "runs"
+    run_dir = kill_after_first_checkpoint(
+        ["train", RL, f"run.out_dir={out}", "model.init_from=null", "model.tiny.size=2m", "rl.steps=10",
+         "rl.prompts_per_step=4", "rl.group_size=4", "rl.minibatch_prompts=2", "rl.max_new_tokens=16",
+         "rl.eval_every=0", "rl.group_filter=none", "data.sources.0.n_prompts=40", "data.eval_sources.0.n_prompts=8",
+         "eval.max_new_tokens=8", "trainer.checkpoint_every=2", "trainer.log_every_n_steps=1",
+         "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false"], out)
+    done = klear_cli("resume", str(run_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run finished") == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["perf/world_size"] == 2 and summary["train/steps"] == 20  # 10 steps x 2 updates
+    steps = [s for s, _ in rows(run_dir, "rl/grad_norm")]
+    assert steps == list(range(10))  # every rollout step logged once across both attempts
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_sft_overrides, capsys):
+    done = run_experiment(compose(SFT, tiny_sft_overrides))
+    assert main(["resume", str(done.run_dir)]) == 2
+    assert "already completed" in capsys.readouterr().err
+
+    record = json.loads((done.run_dir / "run.json").read_text())
+    (done.run_dir / "run.json").write_text(json.dumps({**record, "status": "failed"}))
+    assert main(["resume", str(done.run_dir)]) == 2  # trainer.checkpoint=false in these overrides
+    assert "no checkpoint to resume from" in capsys.readouterr().err
+
+    assert main(["resume", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
