@@ -81,31 +81,47 @@ class ResumeCheckpoint(L.Callback):
         dirpath: the run's ``checkpoints/`` directory (the file: :func:`klear_lab.resume.checkpoint_path`).
         every: steps between checkpoints (0: never write; a resumed run still restores from one).
         counter: which step count ``every`` refers to: optimizer steps for SFT, rollout steps for RL.
+        val_every: batches between the Trainer's evaluations during training (0: none).
     """
 
-    def __init__(self, dirpath: Path, every: int, counter: Callable[[L.Trainer], int]) -> None:
-        self.dirpath, self.every, self.counter = Path(dirpath), every, counter
-        self._last_saved = -1
+    def __init__(self, dirpath: Path, every: int, counter: Callable[[L.Trainer], int], val_every: int = 0) -> None:
+        self.dirpath, self.every, self.counter, self.val_every = Path(dirpath), every, counter, val_every
+        self._seen = -1  # the step count at the last batch end looked at
+        self._due = False  # a checkpoint is due and waits for a point it can be resumed from
         self._flush_pending = False
         self._restored: dict[str, Any] | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = self.counter(trainer)
-        if self.every > 0 and step > 0 and step % self.every == 0 and step != self._last_saved:
-            self._last_saved = step
-            save_atomically(trainer, checkpoint_path(self.dirpath.parent))
-            self._flush_pending = True
+        if step == self._seen:  # mid gradient accumulation: no new optimizer step
+            return
+        self._seen = step
+        self._due |= self.every > 0 and step > 0 and step % self.every == 0
+        if self._due and not self._evaluation_follows(trainer):
+            self._write(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """An evaluation right after a checkpointed step: write the checkpoint again, with it.
+        """A checkpoint due at a step that an evaluation follows is written after it (with it).
 
         Lightning resumes a checkpoint written at a batch's end by skipping the evaluation that was due
-        after that batch; one written at the evaluation's end resumes after it. Either way the resumed
-        run evaluates where the uninterrupted run did.
+        after that batch; one written at the evaluation's end resumes after it.
         """
-        if trainer.state.fn == TrainerFn.FITTING and self.counter(trainer) == self._last_saved:
-            save_atomically(trainer, checkpoint_path(self.dirpath.parent))
+        if trainer.state.fn == TrainerFn.FITTING and self._due:
+            self._write(trainer)
+
+    def _evaluation_follows(self, trainer: L.Trainer) -> bool:
+        """Lightning's ``val_check_interval`` (in batches, counted over epochs) ends at this batch."""
+        return self.val_every > 0 and trainer.fit_loop.epoch_loop.batch_progress.total.ready % self.val_every == 0
+
+    def _write(self, trainer: L.Trainer) -> None:
+        """Not at an epoch's last batch: resumed there, Lightning would run the next epoch on the finished
+        epoch's iterator (no batches). The next step's end writes it instead."""
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        self._due = False
+        save_atomically(trainer, checkpoint_path(self.dirpath.parent))
+        self._flush_pending = True
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         self._flush_logs(trainer)
@@ -143,6 +159,7 @@ class ResumeCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._restored is not None:  # after the loader has been set up, before the next step
+            self._seen = self.counter(trainer)  # the restored step: written already
             torch.set_rng_state(self._restored["torch_rng"])
             random.setstate(self._restored["python_rng"])
             if self._restored["cuda_rng"] and torch.cuda.is_available():
@@ -158,10 +175,12 @@ def save_atomically(trainer: L.Trainer, path: Path) -> None:
     trainer.strategy.barrier("klear_checkpoint_renamed")
 
 
-def resume_callback(cfg: dict[str, Any], run_dir: Path, counter: Callable[[L.Trainer], int]) -> ResumeCheckpoint:
-    """The checkpoint callback of a run (``trainer.checkpoint_every``; 0 when ``trainer.checkpoint`` is off)."""
+def resume_callback(cfg: dict[str, Any], run_dir: Path, counter: Callable[[L.Trainer], int],
+                    val_every: int | None) -> ResumeCheckpoint:
+    """The checkpoint callback of a run (``trainer.checkpoint_every``; 0 when ``trainer.checkpoint`` is off);
+    ``val_every``: the Trainer's ``val_check_interval`` in batches (None: no evaluations during training)."""
     every = cfg["trainer"]["checkpoint_every"] if cfg["trainer"]["checkpoint"] else 0
-    return ResumeCheckpoint(run_dir / "checkpoints", every, counter)
+    return ResumeCheckpoint(run_dir / "checkpoints", every, counter, val_every or 0)
 
 
 def optimizer_steps(trainer: L.Trainer) -> int:

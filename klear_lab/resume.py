@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.errors import ConfigError
-from klear_lab.tracking import atomic_write, config_hash
+from klear_lab.tracking import atomic_write, config_hash, csv_rows
 
 
 def resume_config(run_dir: str | Path) -> dict[str, Any]:
@@ -82,8 +82,8 @@ def set_aside_later_rows(run_dir: Path, step: int, attempt: int) -> Path | None:
     if not path.is_file():
         return None
     with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames or [], list(reader)
+        fields = csv.DictReader(f).fieldnames or []
+    rows = csv_rows(path)
     backup = path.with_name(f"metrics.before-resume-{attempt}.csv")
     if not backup.exists():  # a second try of the same resume keeps the first copy
         os.link(path, backup)

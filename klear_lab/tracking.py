@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
-                    ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads")}
+                    ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
+                    ("trainer", "checkpoint_every")}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:
@@ -126,13 +127,27 @@ def csv_logger(run_dir: Path):
     from lightning.pytorch.loggers import CSVLogger
 
     path = run_dir / "csv" / "metrics.csv"
-    rows = list(csv.DictReader(path.open(newline=""))) if path.is_file() else []
+    rows = csv_rows(path) if path.is_file() else []
     logger = CSVLogger(save_dir=str(run_dir), name="csv", version="")
     for row in rows:
         step = row.pop("step", "")
         logger.experiment.log_metrics({k: float(v) for k, v in row.items() if v != ""},
                                       int(float(step)) if step else None)
+    if rows:
+        logger.save()  # back on disk at once
     return logger
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a metrics CSV, without a line that a kill cut short (missing cells, or not numbers)."""
+    def whole(row: dict) -> bool:
+        try:
+            return None not in row and all(v == "" or isinstance(float(v), float) for v in row.values())
+        except (TypeError, ValueError):  # a missing cell is None; half a number may not parse
+            return False
+
+    with path.open(newline="") as f:
+        return [row for row in csv.DictReader(f) if whole(row)]
 
 
 WANDB_TAG_MAX = 64  # W&B refuses a run whose tags are longer (at its first log, after the work is done)

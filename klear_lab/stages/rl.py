@@ -52,7 +52,7 @@ class RLStage:
         """Train and evaluate into ``run_dir``; ``resume``: a ``last.ckpt`` of this run to continue from."""
         cfg, rl = self.cfg, self.cfg["rl"]
         loggers = make_loggers(cfg, run_dir, identity)
-        checkpoints = resume_callback(cfg, run_dir, batches_trained)  # every N rollout steps
+        checkpoints = resume_callback(cfg, run_dir, batches_trained, rl["eval_every"])  # every N rollout steps
         trainer = make_trainer(
             cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(), checkpoints, *callbacks],
             val_check_interval=rl["eval_every"] or None, max_epochs=1,
@@ -76,7 +76,8 @@ class RLStage:
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
                           if k.startswith(("train/", "perf/", "rl/", "reward/"))}
             save_model(self.module.policy, self.module.tokenizer, run_dir / "model")  # kept if evaluation fails
-            if not rl["eval_every"] or len(self.batches) % rl["eval_every"]:
+            if (not rl["eval_every"] or len(self.batches) % rl["eval_every"]
+                    or not any(k.startswith("val/") for k in trainer.callback_metrics)):  # resumed at the end
                 trainer.validate(self.module, dataloaders=val, verbose=False)  # eval.engine rollout: still running
         finally:
             self.module.engine.close()

@@ -36,7 +36,7 @@ class SFTStage:
         cfg = self.cfg
         loggers = make_loggers(cfg, run_dir, identity)
         every = cfg["eval"]["every_n_steps"] * cfg["sft"]["grad_accum"]
-        checkpoints = resume_callback(cfg, run_dir, optimizer_steps)
+        checkpoints = resume_callback(cfg, run_dir, optimizer_steps, every)
         self.datamodule.skip = checkpoints.skip
         trainer = make_trainer(
             cfg, run_dir, loggers, max_steps=int(self.plan["plan/total_steps"]),
@@ -57,7 +57,8 @@ class SFTStage:
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
                           if k.startswith(("train/", "perf/"))}
             save_model(self.module.model, self.module.tokenizer, run_dir / "model")  # kept if evaluation fails
-            if not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1):
+            if (not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1)
+                    or not any(k.startswith("val/") for k in trainer.callback_metrics)):  # resumed at the end
                 trainer.validate(self.module, datamodule=self.datamodule, verbose=False)
         finally:
             if self.module.eval_engine is not None:
