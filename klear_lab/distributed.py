@@ -52,6 +52,23 @@ def exported_run_dir(run_dir: Path) -> Iterator[None]:
             os.environ[RUN_DIR_ENV] = previous
 
 
+def record_rank_failure(run_dir: Path, error: str) -> None:
+    """A rank > 0 that fails leaves why in ``run_dir/rank<N>.error`` (before its process exits, so before
+    rank 0 sees the connection drop); rank 0 puts it first in ``run.json``."""
+    (run_dir / f"rank{local_rank()}.error").write_text(error)
+
+
+def rank_failures(run_dir: Path) -> list[str]:
+    """``rank N: error`` of every rank > 0 that failed in this attempt."""
+    return [f"{p.stem}: {p.read_text().strip()}".replace("rank", "rank ", 1)
+            for p in sorted(run_dir.glob("rank*.error"))]
+
+
+def clear_rank_failures(run_dir: Path) -> None:
+    for path in run_dir.glob("rank*.error"):
+        path.unlink()
+
+
 def local_processes(trainer_cfg: dict) -> int:
     """CPU training processes this run starts on this machine: ``devices`` of them for DDP on the CPU
     (``accelerator`` cpu, or auto without CUDA), else 1 (GPU ranks use their own device)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ def resume_config(run_dir: str | Path) -> dict[str, Any]:
     """The saved config of a run that can be resumed.
 
     Raises:
-        ConfigError: not a run directory, an eval run, a completed run, no checkpoint, or a saved config
-            that no longer composes to the same config (e.g. a plugin changed).
+        ConfigError: not a run directory, an eval run, a completed run, a run still running on this
+            machine, no checkpoint, or a saved config that no longer composes to the same config.
     """
     from klear_lab.config.compose import compose
+    from klear_lab.distributed import joined_run_dir  # a DDP rank > 0 of this resume: rank 0 is alive
 
     run_dir = Path(run_dir)
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
@@ -36,6 +38,9 @@ def resume_config(run_dir: str | Path) -> dict[str, Any]:
     identity = json.loads(record.read_text())
     if identity.get("status") == "completed":
         raise ConfigError(f"{record}: the run already completed; nothing to resume")
+    if identity.get("status") == "running" and joined_run_dir() is None and still_running(identity):
+        raise ConfigError(f"{record}: the run is still running (pid {identity['pid']} on this machine); "
+                          "stop it before resuming, or two processes would write one run")
     cfg = compose(saved)
     if cfg["run"]["kind"] not in ("sft", "rl"):
         raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
@@ -50,6 +55,24 @@ def resume_config(run_dir: str | Path) -> dict[str, Any]:
     return cfg
 
 
+def running_process() -> dict[str, Any]:
+    """Who writes a running run: ``run.json`` keeps it so a resume can tell a live run from a dead one."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def still_running(identity: dict[str, Any]) -> bool:
+    """Whether the process a ``running`` record names is alive here and still a klear-lab run (another
+    machine's cannot be checked: a run preempted there is resumed)."""
+    pid = identity.get("pid")
+    if identity.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone (or no /proc: assume gone)
+        return False
+    return b"klear" in cmdline
+
+
 def checkpoint_path(run_dir: Path) -> Path:
     """Where :class:`klear_lab.checkpointing.ResumeCheckpoint` keeps a run's latest checkpoint."""
     return run_dir / "checkpoints" / "last.ckpt"
@@ -58,7 +81,7 @@ def checkpoint_path(run_dir: Path) -> Path:
 def saved_identity(run_dir: Path) -> dict[str, Any]:
     """``run.json`` without its status, with one more attempt counted."""
     identity = json.loads((run_dir / "run.json").read_text())
-    identity = {k: v for k, v in identity.items() if k not in ("status", "error")}
+    identity = {k: v for k, v in identity.items() if k not in ("status", "error", "pid", "host")}
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
     return identity
 

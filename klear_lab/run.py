@@ -8,8 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab import tracking
-from klear_lab.distributed import exported_run_dir, joined_run_dir
-from klear_lab.resume import checkpoint_log_step, checkpoint_path, saved_identity, set_aside_later_rows
+from klear_lab.distributed import (
+    clear_rank_failures,
+    exported_run_dir,
+    joined_run_dir,
+    rank_failures,
+    record_rank_failure,
+)
+from klear_lab.resume import checkpoint_log_step, checkpoint_path, running_process, saved_identity, set_aside_later_rows
 
 
 @dataclass
@@ -59,8 +65,12 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     extra = {} if ckpt is None else {"resume": ckpt}
     joined = joined_run_dir()
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
-        with without_upstream_noise():
-            metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
+        try:
+            with without_upstream_noise():
+                metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
+        except BaseException as exc:  # but its reason to fail: rank 0 only sees the broken connection
+            record_rank_failure(joined, error_line(exc))
+            raise
         return RunResult(joined, metrics, None)
     if ckpt is None:
         run_dir = tracking.create_run_dir(cfg)
@@ -70,15 +80,21 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         run_dir = Path(resume)
         identity = saved_identity(run_dir)
         set_aside_later_rows(run_dir, checkpoint_log_step(ckpt), identity["attempts"] - 1)
-    tracking.write_json(run_dir / "run.json", {**identity, "status": "running"})
+    tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
+    clear_rank_failures(run_dir)
     try:
         with without_upstream_noise(), exported_run_dir(run_dir):
             metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
     except BaseException as exc:
-        tracking.write_json(run_dir / "run.json", {**identity, "status": "failed",
-                                                   "error": "".join(traceback.format_exception_only(exc)).strip()})
+        causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason
+        error = "; ".join([*causes, f"rank 0: {error_line(exc)}"]) if causes else error_line(exc)
+        tracking.write_json(run_dir / "run.json", {**identity, "status": "failed", "error": error})
         tracking.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
         raise
     tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
     tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})
     return RunResult(run_dir, metrics, wandb_dir)
+
+
+def error_line(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(exc)).strip()

@@ -27,6 +27,7 @@ from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharde
 from klear_lab.modules.optim import OptimSettings, configure_adamw
 from klear_lab.rl.data_parallel import (
     merge_rank_metrics,
+    pooled_std,
     rank_minibatches,
     rank_prompts,
     weights_fingerprint,
@@ -130,7 +131,8 @@ class RLModule(L.LightningModule):
         metrics["perf/step_s"] = sum(times.values())
         if world > 1:
             slowest = [k for k in metrics if k.startswith("perf/time_") or k == "perf/step_s"]  # ranks wait for it
-            metrics = self._merge_ranks(metrics, [*summed, "perf/generated_tokens_per_s"], slowest, world)
+            metrics = self._merge_ranks(metrics, [*summed, "perf/generated_tokens_per_s"], slowest, world,
+                                        responses=scores.numel())
         self.log_dict(metrics, on_step=True, on_epoch=False)
         self.last_samples = [[r.prompt, txt, r.answer, float(s)] for r, txt, s in
                              zip(records[:: self.s.group_size], rollout.texts[:: self.s.group_size],
@@ -142,15 +144,18 @@ class RLModule(L.LightningModule):
                   self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist())
         return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts)
 
-    def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str],
-                     world: int) -> dict[str, float]:
-        """Every rank logs the same values: its metrics merged with the other ranks' (``reward/std`` is
-        then the mean of the ranks' own spreads, not the spread of the whole batch)."""
+    def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str], world: int,
+                     responses: int) -> dict[str, float]:
+        """Every rank logs the same values: its metrics merged with the other ranks'; ``reward/std`` is
+        the whole batch's (every rank scores the same number of ``responses``)."""
         import torch.distributed as dist
 
         parts: list = [None] * world
         dist.all_gather_object(parts, (metrics, summed, slowest))
-        return merge_rank_metrics(parts)
+        merged = merge_rank_metrics(parts)
+        merged["reward/std"] = pooled_std([p[0]["reward/mean"] for p in parts], [p[0]["reward/std"] for p in parts],
+                                          responses)
+        return merged
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The evaluations so far (the starting point's among them): a resumed run's gain needs them."""

@@ -65,6 +65,17 @@ def merge_rank_metrics(per_rank: Sequence[tuple[dict[str, float], Iterable[str],
     return merged
 
 
+def pooled_std(means: Sequence[float], stds: Sequence[float], n: int) -> float:
+    """The sample standard deviation of the union of groups of ``n`` values each, from each group's mean
+    and sample standard deviation: (sum of within-group squares + between-group squares) / (N - 1)."""
+    total = n * len(means)
+    if total < 2:
+        return 0.0
+    mean = sum(means) / len(means)
+    squares = sum((n - 1) * s * s + n * (m - mean) ** 2 for m, s in zip(means, stds))
+    return (squares / (total - 1)) ** 0.5
+
+
 def zero_loss(model: torch.nn.Module) -> torch.Tensor:
     """A loss of 0 whose backward gives every trainable parameter a zero gradient: how a rank with
     nothing to learn from in an update still joins DDP's gradient all-reduce."""

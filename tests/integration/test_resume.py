@@ -127,10 +127,11 @@ def kill_after_first_checkpoint(args: list[str], out: Path) -> Path:
     while not list(out.glob("*/checkpoints/last.ckpt")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, "the run ended before it could be killed"
-    time.sleep(1.0)  # into a later step
+    (run_dir,) = out.iterdir()
+    assert main(["resume", str(run_dir)]) == 2  # refused: the run is alive (its pid, this machine)
+    time.sleep(0.5)  # into a later step
     os.killpg(proc.pid, signal.SIGKILL)  # DDP: rank 1 too
     proc.wait()
-    (run_dir,) = out.iterdir()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # killed: nothing ran after
     return run_dir
 

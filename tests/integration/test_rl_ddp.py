@@ -55,6 +55,17 @@ class AllCorrect:
     def __call__(self, completions, records):
         return [RewardOutput(score=1.0, acc=True, format_ok=True) for _ in completions]
 
+@REWARD.register("test_ddp_fails_on_rank1")
+@dataclass(frozen=True)
+class FailsOnRank1:
+    \"\"\"Test reward: rank 1 raises at the second step's scoring.\"\"\"
+    def __call__(self, completions, records):
+        import os
+        calls = FailsOnRank1.calls = getattr(FailsOnRank1, "calls", 0) + 1
+        if os.environ.get("LOCAL_RANK") == "1" and calls == 2:
+            raise RuntimeError("verifier crashed on rank 1")
+        return [RewardOutput(score=float(len(c)), acc=False, format_ok=True) for c in completions]
+
 @GROUP_FILTER.register("test_ddp_keep_first")
 @dataclass(frozen=True)
 class KeepFirst:
@@ -105,6 +116,19 @@ def test_rl_on_two_cpu_processes_is_one_run_with_shared_updates(tmp_path, plugin
     rows = [json.loads(line) for line in (run_dir / "eval_samples.jsonl").open()]
     again = [json.loads(line) for line in (single.run_dir / "eval_samples.jsonl").open()]
     assert [r["completions"] for r in rows] == [r["completions"] for r in again]  # rank 1 decoded the same
+
+
+def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, klear_cli):
+    """Rank 0 only sees rank 1's connection drop; run.json says why rank 1 stopped."""
+    out = tmp_path / "runs"
+    done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *overrides(out, plugin),
+                     "rl.reward=test_ddp_fails_on_rank1", "trainer.devices=2", "trainer.strategy=ddp",
+                     "tracking.wandb.enabled=false")
+    assert done.returncode != 0
+    (run_dir,) = out.iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed"
+    assert record["error"].startswith("rank 1: RuntimeError: verifier crashed on rank 1; rank 0: "), record["error"]
 
 
 def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_cli):

@@ -10,6 +10,7 @@ from klear_lab.registry import AGGREGATION
 from klear_lab.rl.clip.gppo import GPPOClip
 from klear_lab.rl.data_parallel import (
     merge_rank_metrics,
+    pooled_std,
     rank_minibatches,
     rank_prompts,
     weights_fingerprint,
@@ -55,6 +56,15 @@ def test_merged_metrics_sum_mean_max_min_and_tolerate_missing_keys():
                                          "rl/response_len_max": 9.0, "rl/ratio_min": 0.8, "perf/step_s": 3.0}
     both = [({"train/loss": 0.25}, ["train/loss"], []), ({"train/loss": 0.5}, ["train/loss"], [])]
     assert merge_rank_metrics(both) == {"train/loss": 0.75}
+
+
+def test_pooled_std_is_the_std_of_the_whole_batch():
+    scores = torch.tensor([[0.0, 1.0, 1.0, 0.5], [2.0, 2.0, 3.0, 0.0], [1.0, 1.0, 1.0, 1.0]],
+                          dtype=torch.float64)  # 3 ranks x 4 responses
+    got = pooled_std(scores.mean(1).tolist(), scores.std(1).tolist(), 4)
+    assert got == pytest.approx(float(scores.std()), rel=1e-12)  # 0.856
+    assert float(scores.std(1).mean()) == pytest.approx(0.579, abs=1e-3)  # the mean of the ranks' spreads
+    assert pooled_std([1.0], [0.0], 1) == 0.0
 
 
 def test_weights_fingerprint_tells_apart_models_that_differ_in_one_weight():
