@@ -110,11 +110,11 @@ def run_job(job: dict[str, Any]) -> int:
     callbacks = _callbacks(trial, job)
     if joined_run_dir() is not None:  # a DDP rank > 0 of a multi-device trial: train; rank 0 reports to Optuna
         load_plugins(cfg.get("plugins") or [])  # the pruning callback too: its broadcasts pair with rank 0's
-        resolve_runner(job["runner"])(cfg, callbacks=callbacks)
+        resolve_runner(job["runner"])(cfg, callbacks=callbacks, **_resume(job))
         return 0
     try:
         load_plugins(cfg.get("plugins") or [])
-        result = resolve_runner(job["runner"])(cfg, callbacks=callbacks)
+        result = resolve_runner(job["runner"])(cfg, callbacks=callbacks, **_resume(job))
         for cb in callbacks:  # under DDP the pruning decision surfaces only here
             getattr(cb, "check_pruned", lambda: None)()
     except optuna.TrialPruned as exc:
@@ -156,11 +156,19 @@ def _pruner(job: dict[str, Any]) -> Any:
 
 
 def _callbacks(trial: Any, job: dict[str, Any]) -> list[Any]:
-    if job.get("pruner", "none") == "none":
-        return []
-    from klear_lab.sweep.pruning import StepPruningCallback
+    from klear_lab.sweep.record import RecordRunDir
 
-    return [StepPruningCallback(trial, monitor=job["objective"])]
+    out: list[Any] = [RecordRunDir(trial)]  # a retry of this trial resumes that run
+    if job.get("pruner", "none") != "none":
+        from klear_lab.sweep.pruning import StepPruningCallback
+
+        out.append(StepPruningCallback(trial, monitor=job["objective"]))
+    return out
+
+
+def _resume(job: dict[str, Any]) -> dict[str, Any]:
+    """``resume=RUN_DIR`` for a retried trial whose killed predecessor left a checkpoint (see the worker)."""
+    return {"resume": job["resume"]} if job.get("resume") else {}
 
 
 def _is_number(value: Any) -> bool:

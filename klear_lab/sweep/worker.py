@@ -143,8 +143,12 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: config error: {exc}")
         return TrialState.FAIL
-    job_path.write_text(json.dumps(_job(ctx, trial, cfg), indent=1, default=str))
-    ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path})")
+    job = _job(ctx, trial, cfg)
+    with _COMPOSE_LOCK:  # composes the killed run's saved config
+        job["resume"] = resumable_run(study, trial_id, cfg)
+    job_path.write_text(json.dumps(job, indent=1, default=str))
+    resuming = f", resuming {job['resume']}" if job["resume"] else ""
+    ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path}){resuming}")
     started = time.time()
     try:
         code = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
@@ -161,6 +165,26 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
             f"({time.time() - started:.1f}s)")
     return final.state
+
+
+def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:
+    """The run directory a retried trial continues: its killed predecessor's, when that run left a
+    checkpoint and its saved config hashes like ``cfg`` (a retry of the same grid point and seed)."""
+    from klear_lab.resume import resume_config
+    from klear_lab.sweep.record import RUN_DIR_ATTR
+    from klear_lab.tracking import config_hash
+
+    history = optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(study._storage.get_trial(trial_id))
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for number in reversed(history):  # the latest attempt first (it may have resumed an earlier one)
+        run_dir = by_number[number].user_attrs.get(RUN_DIR_ATTR) if number in by_number else None
+        if run_dir:
+            try:
+                saved = resume_config(run_dir)
+            except ConfigError:  # no checkpoint yet, completed, another config...: start over
+                return None
+            return run_dir if config_hash(saved) == config_hash(cfg) else None
+    return None
 
 
 def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,12 @@ worker's share of the threads, its own log file, its own W&B run in the sweep's 
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,38 @@ def test_real_trials_run_like_standalone_runs(tmp_path, trial_start):
         log = Path(t.user_attrs["log"]).read_text()
         assert f"trial {t.number}: val/acc=" in log and "max_steps=3" in log  # its own output, in its log
     assert len(wandb_runs) == 2  # one W&B run per trial
+
+
+def test_a_trial_killed_with_its_sweep_is_resumed_from_its_checkpoint(tmp_path):
+    """``kill -9`` of the sweep after the trial's first checkpoint; the same command again retries the
+    trial (Optuna's heartbeat retry), which continues the killed run instead of starting over."""
+    spec_path = _spec(tmp_path, "preloaded")
+    body = yaml.safe_load(spec_path.read_text())
+    body.update(name="resume_trial", axes={"optim.lr": [0.002]}, heartbeat_interval=1)
+    body["overrides"] = ["data.sources.0.n_prompts=400", "sft.max_steps=120", "sft.tokens_per_micro_batch=400",
+                         "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16", "trainer.checkpoint_every=5"]
+    spec_path.write_text(yaml.safe_dump(body, sort_keys=False))
+    spec = load_spec(spec_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec_path), "--workers", "1"]
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list(spec.runs_dir.glob("*/checkpoints/last.ckpt")):
+        assert first.poll() is None and time.time() < deadline, "no checkpoint before the sweep ended"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.kill(first.pid, signal.SIGKILL)  # the trial dies with its sweep
+    first.wait()
+    (killed,) = spec.runs_dir.iterdir()
+
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resuming {killed}" in again.stdout + again.stderr
+    trials = open_study(spec, default_storage_url(spec), create=False, heartbeat=False).get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].system_attrs["failed_trial"] == 0 and trials[1].user_attrs["run_dir"] == str(killed)
+    assert list(spec.runs_dir.iterdir()) == [killed]  # no second run directory
+    record = json.loads((killed / "run.json").read_text())
+    assert record["status"] == "completed" and record["attempts"] == 2
+    assert trials[1].user_attrs["metrics"]["train/steps"] == 120
+    assert len(list((killed / "wandb").glob("offline-run-*"))) == 2  # one W&B run id, two attempts
