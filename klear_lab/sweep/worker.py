@@ -196,8 +196,13 @@ def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> 
 
 
 def trial_env(threads: int | None, workers: int) -> dict[str, str]:
-    """Child environment: one share of the cores per trial, the sweep's pid (the trial dies with it)."""
-    env = dict(os.environ)
+    """Child environment: one share of the cores per trial, the sweep's pid (the trial dies with it).
+
+    Without ``WANDB_SERVICE``: W&B exports it in a process that started a run, and a trial that inherits
+    it logs through that process's W&B service, which a killed trial's run keeps "in use" (its retry,
+    resuming the same run id, would be refused). Each trial starts its own.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     env.update({"KLEAR_PARALLEL_WORKERS": str(workers), "KLEAR_SWEEP_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     if threads:
         # RAYON: the Rust thread pool of `tokenizers` (tokenizer training, batch encoding)
