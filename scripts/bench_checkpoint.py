@@ -1,0 +1,71 @@
+"""What resumability costs: ``checkpoints/last.ckpt`` size and write time against the step time.
+
+    .venv/bin/python scripts/bench_checkpoint.py                  # quickstart SFT and RL (tiny 2m model)
+    .venv/bin/python scripts/bench_checkpoint.py --steps 20 --every 2
+
+Trains the quickstart SFT and RL experiments for ``--steps`` steps with ``trainer.checkpoint_every``
+= ``--every`` (RL from a fresh tiny model: the timing does not depend on what it learned), times every
+checkpoint write (``klear_lab.checkpointing.save_atomically``: Lightning's ``save_checkpoint`` to a
+temporary file, then a rename) in the same process, and prints the file size, the mean write time,
+the mean step time, and the write time as a share of the ``trainer.checkpoint_every`` steps it covers
+at the default of 50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from klear_lab import checkpointing
+from klear_lab.config.compose import compose
+from klear_lab.run import run_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_EVERY = 50
+
+
+def timed_writes() -> list[float]:
+    """Wrap ``save_atomically`` so every write's seconds are recorded."""
+    seconds: list[float] = []
+    save = checkpointing.save_atomically
+
+    def timed(trainer, path):
+        start = time.perf_counter()
+        save(trainer, path)
+        seconds.append(time.perf_counter() - start)
+
+    checkpointing.save_atomically = timed
+    return seconds
+
+
+def bench(name: str, experiment: str, overrides: list[str], steps_key: str) -> None:
+    writes = timed_writes()
+    with tempfile.TemporaryDirectory() as out:
+        cfg = compose(ROOT / experiment, [f"run.out_dir={out}", "tracking.wandb.enabled=false", *overrides])
+        result = run_experiment(cfg)
+        size = (result.run_dir / "checkpoints" / "last.ckpt").stat().st_size
+    steps = result.metrics[steps_key]
+    step_s = result.metrics["perf/train_seconds"] / steps
+    write_s = sum(writes) / len(writes)
+    print(f"{name}: {len(writes)} checkpoints of {size / 2**20:.1f} MiB, {write_s * 1000:.0f} ms per write; "
+          f"{step_s:.3f} s per step ({steps:.0f} steps, writes included); a write every {DEFAULT_EVERY} steps "
+          f"costs {write_s / (DEFAULT_EVERY * step_s):.2%} of their time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--every", type=int, default=4)
+    args = parser.parse_args()
+    every = f"trainer.checkpoint_every={args.every}"
+    bench("SFT (quickstart)", "experiments/quickstart/sft.yaml",
+          [f"sft.max_steps={args.steps}", "data.eval_sources.0.n_prompts=8", every], "train/steps")
+    bench("RL (quickstart)", "experiments/quickstart/rl.yaml",
+          ["model.init_from=null", f"rl.steps={args.steps}", "rl.eval_every=0", "data.eval_sources.0.n_prompts=8",
+           "rl.group_filter=none", every], "rl/rollout_steps")
+
+
+if __name__ == "__main__":
+    main()
