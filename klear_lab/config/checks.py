@@ -59,6 +59,10 @@ def check_rl(cfg: dict[str, Any]) -> None:
     _require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
     _require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
     ROLLOUT.get(rl["rollout"]["name"])  # availability (vllm installed?) is checked when a run starts
+    cap = rl["rollout"].get("max_model_len") or 0  # the prompt must fit too: checked per call by the engine
+    _require(not cap or cap > rl["max_new_tokens"], "rl.rollout.max_model_len",
+             f"({cap}) leaves no room for a prompt before rl.max_new_tokens ({rl['max_new_tokens']}): vLLM "
+             "would cut every long response at it; raise it or lower rl.max_new_tokens")
     m = cfg["model"]
     if not m["name_or_path"] and m["init_from"]:
         _require(Path(m["init_from"]).is_file(), "model.init_from", f"{m['init_from']!r}: no such experiment file")

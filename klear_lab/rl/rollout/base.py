@@ -11,6 +11,8 @@ report ``log_softmax(logits)``, as vLLM does.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import numbers
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -22,6 +24,7 @@ from torch import Tensor
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 
 Prompt = str | Sequence[int]
+Seed = int | Sequence[int] | None  # one call seed, or one seed per prompt
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class RolloutRuntime(ABC):
 
     @abstractmethod
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int | None = None) -> Rollout:
+                 top_p: float = 1.0, seed: Seed = None) -> Rollout:
         """Sample ``n`` responses per prompt.
 
         Args:
@@ -78,7 +81,9 @@ class RolloutRuntime(ABC):
             max_new_tokens: Cap on generated tokens per sequence.
             temperature: Sampling temperature; 0 means greedy.
             top_p: Nucleus mass in (0, 1]; 1 disables it.
-            seed: Makes the batch reproducible when given.
+            seed: Makes the batch reproducible when given: one call seed, or one seed per prompt
+                (:func:`prompt_seeds`). Either way each prompt's samples depend only on its own seed,
+                not on the engine's batching or on the other prompts of the call.
 
         Returns:
             A :class:`Rollout` with N = B*n sequences.
@@ -160,12 +165,28 @@ def assemble(tokenizer, prompts: list[list[int]], n: int, samples: list[Sample],
     )
 
 
-def request_seeds(seed: int | None, count: int) -> list[int | None]:
-    """Independent per-request seeds from one call seed (vLLM gives child k of a request seed + k)."""
+def prompt_seeds(seed: Seed, count: int) -> list[int] | None:
+    """One sampling seed per prompt: ``seed`` itself when it is a list, else drawn from the call seed.
+
+    Sample ``j`` of a prompt with seed ``s`` is drawn with seed ``s + j`` (vLLM's rule for a request's
+    children; the ``hf`` engine follows it), so a sample does not depend on which other prompts share
+    its call or its batch. ``None`` (unseeded) stays ``None``.
+    """
     if seed is None:
-        return [None] * count
-    rng = random.Random(seed)
-    return [rng.getrandbits(31) for _ in range(count)]
+        return None
+    if isinstance(seed, numbers.Integral):
+        rng = random.Random(int(seed))
+        return [rng.getrandbits(31) for _ in range(count)]
+    seeds = [int(s) for s in seed]
+    if len(seeds) != count:
+        raise ValueError(f"seed: got {len(seeds)} per-prompt seeds for {count} prompts")
+    return seeds
+
+
+def keyed_seed(seed: int, key: str) -> int:
+    """A 31-bit seed from a run seed and a stable key (e.g. a record's uid), the same in every process."""
+    digest = hashlib.blake2b(f"{seed}/{key}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 def policy_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

@@ -1,15 +1,19 @@
 """``hf``: rollouts with transformers ``generate`` on the live policy (KV cache, left padding, batched).
 
 Sampling log-probs are recorded by a logits processor that applies the temperature and top-p
-itself, as the last processor before sampling: transformers samples from exactly the distribution
-whose log-softmax is recorded, and only one [b, V] tensor is kept per step (``output_scores``
-would keep all T of them). The model's own generation config (e.g. a hub ``temperature`` or
-``top_k``) is swapped out for a clean one during the call, so nothing else reshapes the logits.
+itself, as the last processor before sampling, and only one [b, V] tensor is kept per step
+(``output_scores`` would keep all T of them). The same processor draws the token from that
+distribution (with a generator of the row's own) and hands transformers a one-hot choice, which it
+decodes greedily: a sample depends on its prompt's seed, not on ``batch_size`` or the other prompts
+of the call (up to float rounding of batched matmuls), as with vLLM's per-request seeds. The model's
+own generation config (e.g. a hub ``temperature`` or ``top_k``) is swapped out for a clean one
+during the call, so nothing else reshapes the logits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -24,10 +28,12 @@ from klear_lab.rl.rollout.base import (
     Rollout,
     RolloutRuntime,
     Sample,
+    Seed,
     assemble,
     check_sampling,
     encode_prompts,
     eos_token_ids,
+    prompt_seeds,
 )
 
 
@@ -70,24 +76,27 @@ class HFRolloutRuntime(RolloutRuntime):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int | None = None) -> Rollout:
+                 top_p: float = 1.0, seed: Seed = None) -> Rollout:
         """See :meth:`RolloutRuntime.generate`."""
         check_sampling(n, max_new_tokens, temperature, top_p)
         encoded = encode_prompts(self.tokenizer, prompts)
         flat = [ids for ids in encoded for _ in range(n)]  # prompt-major, N = B*n
+        seeds = prompt_seeds(seed, len(encoded))
+        if seeds is None:  # unseeded: the row seeds come from (and move) the caller's torch RNG
+            seeds = torch.randint(0, 2**31 - n, (len(encoded),)).tolist()
+        rows = [s + j for s in seeds for j in range(n)]  # [N] sample j of a prompt: seed + j
         samples: list[Sample] = []
-        sample = temperature > 0
-        with _seeded(seed, self.model), _eval_mode(self.model), clean_generation_config(self.model, sample):
+        with _eval_mode(self.model), clean_generation_config(self.model):
             for start in range(0, len(flat), self.config.batch_size):
-                chunk = flat[start:start + self.config.batch_size]
-                samples += self._generate_chunk(chunk, max_new_tokens, temperature, top_p)
+                end = start + self.config.batch_size
+                samples += self._generate_chunk(flat[start:end], rows[start:end], max_new_tokens, temperature, top_p)
         return assemble(self.tokenizer, encoded, n, samples, self.tokenizer.pad_token_id, self.eos_ids)
 
-    def _generate_chunk(self, chunk: list[list[int]], max_new_tokens: int, temperature: float,
+    def _generate_chunk(self, chunk: list[list[int]], seeds: list[int], max_new_tokens: int, temperature: float,
                         top_p: float) -> list[Sample]:
         """One left-padded ``generate`` call; returns unpadded samples with their log-probs."""
         ids, mask = left_pad(chunk, self.tokenizer.pad_token_id, _device(self.model))  # [b, P]
-        recorder = SampleLogProbs(temperature, top_p)
+        recorder = SampleLogProbs(temperature, top_p, seeds)
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
             logits_processor=LogitsProcessorList([recorder]),
@@ -99,19 +108,23 @@ class HFRolloutRuntime(RolloutRuntime):
 
 
 class SampleLogProbs(LogitsProcessor):
-    """Applies temperature and top-p, and records log p(sampled token) under the result.
+    """Applies temperature and top-p, records log p(sampled token) under the result, and draws the token.
 
     Called once per step with the tokens so far; the log-softmax of step t is gathered at the token
-    sampled at t when step t+1 (or :meth:`finish`) sees it. Greedy (temperature 0) records
-    ``log_softmax(logits)``.
+    sampled at t when step t+1 (or :meth:`finish`) sees it. When sampling, each row draws its token
+    with a ``torch.Generator`` seeded with ``seeds[row]`` (one draw per step, finished rows included),
+    and the returned scores are one-hot on it, so transformers' greedy step picks that token.
+    Greedy (temperature 0) records ``log_softmax(logits)`` and leaves the choice to transformers.
     """
 
-    def __init__(self, temperature: float, top_p: float) -> None:
+    def __init__(self, temperature: float, top_p: float, seeds: Sequence[int]) -> None:
         self.warpers: list[LogitsProcessor] = []
         if temperature > 0 and temperature != 1.0:
             self.warpers.append(TemperatureLogitsWarper(temperature))
         if temperature > 0 and top_p < 1.0:
             self.warpers.append(TopPLogitsWarper(top_p))
+        self.sample, self.seeds = temperature > 0, list(seeds)
+        self.generators: list[torch.Generator] = []  # one CPU generator per row, made at the first step
         self.prev: Tensor | None = None  # [b, V] log-probs of the latest step
         self.steps: list[Tensor] = []  # each [b]
 
@@ -121,7 +134,28 @@ class SampleLogProbs(LogitsProcessor):
         for warp in self.warpers:
             scores = warp(input_ids, scores)
         self.prev = torch.log_softmax(scores.float(), dim=-1)
-        return scores
+        if not self.sample:
+            return scores
+        chosen = self._draw(self.prev)  # [b]
+        onehot = torch.full_like(scores, -math.inf)
+        return onehot.scatter_(1, chosen[:, None], 0.0)
+
+    def _draw(self, logp: Tensor) -> Tensor:
+        """One token per row of ``logp`` [b, V]: inverse-CDF sampling with one uniform from the row's generator.
+
+        The uniforms come from CPU generators (one draw per row and step, however large the vocabulary),
+        so the cost is a cumulative sum over the vocabulary: less than ``torch.multinomial``'s
+        (``scripts/bench_sampling.py``).
+        """
+        if not self.generators:
+            self.generators = [torch.Generator().manual_seed(s) for s in self.seeds]
+        if len(self.generators) != logp.shape[0]:
+            raise RuntimeError(f"{len(self.generators)} row seeds for a batch of {logp.shape[0]} rows")
+        cdf = logp.double().exp().cumsum(-1)  # [b, V]; zero-probability tokens add a flat step
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])  # [b]
+        target = (u.to(cdf.device) * cdf[:, -1])[:, None]  # [b, 1] in [0, total)
+        chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # first token whose cdf exceeds it
+        return chosen.clamp_(max=logp.shape[-1] - 1)
 
     def finish(self, generated: Tensor) -> Tensor:
         """Log-probs of all generated tokens. ``generated``: [b, W]; returns [b, W] float."""
@@ -162,19 +196,6 @@ def _device(model: torch.nn.Module) -> torch.device:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None, model: torch.nn.Module) -> Iterator[None]:
-    """Seed torch's RNG for the block and restore the caller's RNG state afterwards."""
-    if seed is None:
-        yield
-        return
-    device = _device(model)
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
-@contextlib.contextmanager
 def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
     was_training = model.training
     model.eval()
@@ -185,16 +206,17 @@ def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def clean_generation_config(model: torch.nn.Module, sample: bool) -> Iterator[None]:
+def clean_generation_config(model: torch.nn.Module) -> Iterator[None]:
     """Hide the model's generation defaults (hub temperature/top_k/penalties) during the call.
 
-    Temperature and top-p are applied by :class:`SampleLogProbs`; ``top_k=0`` turns off
-    transformers' global default of 50 (left unset when greedy, where it is unused).
+    Temperature and top-p are applied, and tokens drawn, by :class:`SampleLogProbs`; transformers
+    decodes greedily (``do_sample=False``): the argmax of the one-hot scores it returns, or of the
+    logits themselves at temperature 0. So transformers draws nothing from the global RNG.
     """
     saved = getattr(model, "generation_config", None)
     clean = GenerationConfig(
         eos_token_id=getattr(saved, "eos_token_id", None), pad_token_id=getattr(saved, "pad_token_id", None),
-        bos_token_id=getattr(saved, "bos_token_id", None), do_sample=sample, top_k=0 if sample else None,
+        bos_token_id=getattr(saved, "bos_token_id", None), do_sample=False,
     )
     model.generation_config = clean
     try:

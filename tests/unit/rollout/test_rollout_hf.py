@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +12,11 @@ from klear_lab.data.sft import prompt_ids
 from klear_lab.errors import ConfigError
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
-from klear_lab.rl.rollout.base import Rollout
+from klear_lab.rl.rollout.base import Rollout, prompt_seeds
+from klear_lab.rl.rollout.hf import SampleLogProbs
 
 MAX_NEW = 24
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +137,35 @@ def test_seed_determinism_and_rng_isolation(world):
     assert a.texts == b.texts and not torch.equal(a.response_ids[:, :4], c.response_ids[:, :4])
 
 
+def test_a_prompts_samples_do_not_depend_on_batching_or_other_prompts(world):
+    """Each row draws from its own generator (prompt seed + sample index), as vLLM's per-request seeds do."""
+    _, _, prompts = world
+    whole = _engine(world, batch_size=64).generate(prompts, n=3, max_new_tokens=MAX_NEW, seed=11)
+    chunked = _engine(world, batch_size=5).generate(prompts, n=3, max_new_tokens=MAX_NEW, seed=11)
+    assert whole.texts == chunked.texts and torch.equal(whole.response_ids, chunked.response_ids)
+    torch.testing.assert_close(whole.sample_logp, chunked.sample_logp, atol=1e-5, rtol=0)  # batched matmul rounding
+    seeds = prompt_seeds(11, len(prompts))
+    alone = _engine(world).generate([prompts[2]], n=3, max_new_tokens=MAX_NEW, seed=[seeds[2]])
+    assert alone.texts == whole.texts[6:9] and len(set(whole.texts)) > 6  # rows differ from one another
+    reordered = _engine(world, batch_size=4).generate(prompts[::-1], n=3, max_new_tokens=MAX_NEW, seed=seeds[::-1])
+    assert reordered.texts == [t for i in (3, 2, 1, 0) for t in whole.texts[3 * i:3 * i + 3]]
+    with pytest.raises(ValueError, match="2 per-prompt seeds for 4 prompts"):
+        _engine(world).generate(prompts, n=1, max_new_tokens=4, seed=[1, 2])
+
+
+def test_each_row_samples_its_distribution():
+    """4,000 draws per row match the row's probabilities; a token outside the nucleus (-inf) never comes."""
+    probs = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0], [0.0, 0.0, 0.5, 0.25, 0.25]])  # [b=2, V=5]
+    sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[3, 4])
+    draws = torch.stack([sampler._draw(probs.log()) for _ in range(4000)])  # [4000, 2]
+    freq = torch.stack([torch.bincount(draws[:, r], minlength=5) / 4000 for r in range(2)])  # [2, 5]
+    torch.testing.assert_close(freq, probs, atol=0.03, rtol=0)  # ~4 standard errors
+    assert freq[0, 4] == 0 and freq[1, :2].sum() == 0
+    again = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[3, 9])
+    first = torch.stack([again._draw(probs.log()) for _ in range(50)])
+    assert torch.equal(first[:, 0], draws[:50, 0]) and not torch.equal(first[:, 1], draws[:50, 1])
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_model_mode_is_restored(world, training):
     _, model, prompts = world
@@ -167,6 +199,21 @@ def test_registry_entries_and_config_errors():
         ROLLOUT.build({"name": "hf", "batch_size": 0})
     with pytest.raises(ConfigError, match="weight_sync"):
         ROLLOUT.build({"name": "vllm", "weight_sync": "nccl"})
+
+
+def test_a_vllm_call_that_cannot_fit_the_engines_context_is_refused():
+    """vLLM would stop such responses at max_model_len and report them truncated (no vLLM needed here)."""
+    from klear_lab.config.compose import compose
+    from klear_lab.rl.rollout.vllm import check_room
+
+    check_room([[1] * 30, [1] * 50], max_new_tokens=50, max_model_len=100)  # 50 + 50 fits exactly
+    check_room([[1] * 500], max_new_tokens=50, max_model_len=None)  # engine context unknown: no check
+    with pytest.raises(ConfigError, match=r"a prompt of 51 tokens \+ max_new_tokens 50 .* = 101 exceeds .* 100"):
+        check_room([[1] * 30, [1] * 51], max_new_tokens=50, max_model_len=100)
+    rl = ROOT / "experiments/quickstart/rl.yaml"
+    with pytest.raises(ConfigError, match=r"max_model_len \(64\) leaves no room .* rl.max_new_tokens \(64\)"):
+        compose(rl, ["rl.rollout.name=vllm", "rl.rollout.max_model_len=64", "rl.max_new_tokens=64"])
+    assert compose(rl, ["rl.rollout.name=vllm", "rl.rollout.max_model_len=0"])["rl"]["rollout"]["max_model_len"] == 0
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
