@@ -49,7 +49,8 @@ def main() -> None:
     for vocab in args.vocab:
         torch.manual_seed(0)
         logp = torch.log_softmax(torch.randn(args.rows, vocab) * 3, dim=-1)  # [rows, vocab]
-        sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=list(range(args.rows)))
+        sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=list(range(args.rows)),
+                                 max_new_tokens=args.steps + 1)  # a draw per call: warm-up + steps
         ref = per_step(lambda: torch.multinomial(torch.softmax(logp, dim=-1), 1), args.steps)  # noqa: B023
         ours = per_step(lambda: one_hot(logp, sampler._draw(logp)).argmax(-1), args.steps)  # noqa: B023
         print(f"{vocab:>8} {ref * 1e3:>15.3f} {ours * 1e3:>25.3f} {ours / ref:>5.2f}x")

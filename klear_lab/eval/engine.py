@@ -11,8 +11,8 @@ sequences per call. ``rollout`` decodes with the run's rollout engine (``rl.roll
 
 An ``hf`` rollout engine is what ``generate`` runs anyway, so ``rollout`` with it changes nothing
 (``builders.eval_engine``). At paper scale (avg@32 of up to 32K-token responses every 10 RL steps) HF
-``generate`` takes hours where vLLM takes minutes. vLLM draws each problem's samples from a
-per-request seed (from the run seed), so they do not depend on which problems share a batch.
+``generate`` takes hours where vLLM takes minutes. Either way each problem's samples come from a
+seed of its own (``klear_lab.eval.heldout``), so they do not depend on which problems share a batch.
 """
 
 from __future__ import annotations

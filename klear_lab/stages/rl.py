@@ -141,6 +141,9 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     }
     engine = engine_cfg.start(policy, tokenizer)  # last: nothing after it may leave it running
     try:
+        engine.check_fits([r.prompt for r in records], rl["max_new_tokens"], "data.sources")
+        if cfg["eval"]["engine"] == "rollout":
+            engine.check_fits([r.prompt for r in eval_records], cfg["eval"]["max_new_tokens"], "data.eval_sources")
         module = RLModule(policy, tokenizer, engine=engine, eval_engine=builders.eval_engine(cfg, shared=engine),
                           **parts)
     except BaseException:

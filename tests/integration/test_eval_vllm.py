@@ -91,6 +91,19 @@ def test_rl_evaluates_on_its_rollout_engine_with_the_latest_weights(tmp_path, pl
     assert trained.metrics["train/steps"] > 0 and "val/acc_start" in trained.metrics
     assert_eval_run_repeats(trained, tmp_path / "eval")
 
+def test_an_rl_run_whose_prompts_cannot_fit_the_engine_stops_before_training(tmp_path, plugin):
+    """Every prompt is checked against vLLM's context when the engine starts, not when a step draws it."""
+    from klear_lab.errors import ConfigError
+
+    cfg = compose(None, ["run.kind=rl", f"run.out_dir={tmp_path}", f"plugins=[{plugin}]",
+                         "rl.reward=test_even_length_vllm", "rl.max_new_tokens=16", "rl.rollout.max_model_len=24",
+                         "data.sources.0.n_prompts=40", "tracking.wandb.enabled=false", *ENGINE])
+    with pytest.raises(ConfigError, match=r"40 of 40 prompts in data.sources \(the longest \d+ tokens\) "
+                                          r"\+ max_new_tokens 16 exceed the vLLM engine's context of 24"):
+        run_experiment(cfg)
+    assert not any(tmp_path.rglob("summary.json"))
+
+
 def test_a_head_size_vllm_cannot_decode_is_named(tmp_path):
     from klear_lab.errors import ConfigError
     from klear_lab.models.tokenizer import train_tokenizer

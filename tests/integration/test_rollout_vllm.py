@@ -95,8 +95,11 @@ def test_a_call_past_the_engines_context_is_refused_not_cut(world):
     assert rt.max_model_len == 512  # the model's max_position_embeddings, as vLLM settled it
     longest = max(len(prompt_ids(tok, p)) for p in prompts)
     rt.generate(prompts, n=1, max_new_tokens=512 - longest, temperature=1.0, seed=0)  # fits exactly
-    with pytest.raises(ConfigError, match=f"a prompt of {longest} tokens .* exceeds the vLLM engine's context of 512"):
+    with pytest.raises(ConfigError, match=f"in this call \\(the longest {longest} tokens\\) .* context of 512"):
         rt.generate(prompts, n=1, max_new_tokens=513 - longest, temperature=1.0, seed=0)
+    rt.check_fits(prompts, 512 - longest, "data.sources")
+    with pytest.raises(ConfigError, match="1 of 3 prompts in data.sources"):
+        rt.check_fits([prompts[0] * 2, *prompts[1:]], 512 - longest, "data.sources")  # one twice as long
 
 
 def test_greedy_matches_hf_greedy(world, reference_greedy):

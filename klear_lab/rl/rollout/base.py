@@ -81,12 +81,19 @@ class RolloutRuntime(ABC):
             max_new_tokens: Cap on generated tokens per sequence.
             temperature: Sampling temperature; 0 means greedy.
             top_p: Nucleus mass in (0, 1]; 1 disables it.
-            seed: Makes the batch reproducible when given: one call seed, or one seed per prompt
-                (:func:`prompt_seeds`). Either way each prompt's samples depend only on its own seed,
-                not on the engine's batching or on the other prompts of the call.
+            seed: Makes the batch reproducible when given: one seed per prompt, or one call seed
+                from which :func:`prompt_seeds` draws them by position. A prompt's samples depend only
+                on its seed, not on the engine's batching or on which prompts share its call.
 
         Returns:
             A :class:`Rollout` with N = B*n sequences.
+        """
+
+    def check_fits(self, prompts: Sequence[Prompt], max_new_tokens: int, where: str) -> None:  # noqa: B027
+        """Raise ``ConfigError`` if some prompt + ``max_new_tokens`` cannot be decoded (default: no limit).
+
+        Called on a run's whole prompt pool before training, so a prompt the engine cannot take stops
+        the run at the start rather than at the step that draws it.
         """
 
     @abstractmethod

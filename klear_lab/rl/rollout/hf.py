@@ -82,8 +82,8 @@ class HFRolloutRuntime(RolloutRuntime):
         encoded = encode_prompts(self.tokenizer, prompts)
         flat = [ids for ids in encoded for _ in range(n)]  # prompt-major, N = B*n
         seeds = prompt_seeds(seed, len(encoded))
-        if seeds is None:  # unseeded: the row seeds come from (and move) the caller's torch RNG
-            seeds = torch.randint(0, 2**31 - n, (len(encoded),)).tolist()
+        if seeds is None:  # unseeded sampling: the seeds come from (and move) the caller's torch RNG
+            seeds = torch.randint(0, 2**31 - n, (len(encoded),)).tolist() if temperature > 0 else [0] * len(encoded)
         rows = [s + j for s in seeds for j in range(n)]  # [N] sample j of a prompt: seed + j
         samples: list[Sample] = []
         with _eval_mode(self.model), clean_generation_config(self.model):
@@ -96,7 +96,7 @@ class HFRolloutRuntime(RolloutRuntime):
                         top_p: float) -> list[Sample]:
         """One left-padded ``generate`` call; returns unpadded samples with their log-probs."""
         ids, mask = left_pad(chunk, self.tokenizer.pad_token_id, _device(self.model))  # [b, P]
-        recorder = SampleLogProbs(temperature, top_p, seeds)
+        recorder = SampleLogProbs(temperature, top_p, seeds, max_new_tokens)
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
             logits_processor=LogitsProcessorList([recorder]),
@@ -111,20 +111,22 @@ class SampleLogProbs(LogitsProcessor):
     """Applies temperature and top-p, records log p(sampled token) under the result, and draws the token.
 
     Called once per step with the tokens so far; the log-softmax of step t is gathered at the token
-    sampled at t when step t+1 (or :meth:`finish`) sees it. When sampling, each row draws its token
-    with a ``torch.Generator`` seeded with ``seeds[row]`` (one draw per step, finished rows included),
-    and the returned scores are one-hot on it, so transformers' greedy step picks that token.
-    Greedy (temperature 0) records ``log_softmax(logits)`` and leaves the choice to transformers.
+    sampled at t when step t+1 (or :meth:`finish`) sees it. When sampling, row r draws its token at
+    step t with uniform ``t`` of ``torch.rand(max_new_tokens)`` from a generator seeded with
+    ``seeds[r]`` (drawn once, on the CPU; finished rows use theirs too), and the returned scores are
+    one-hot on it, so transformers' greedy step picks that token. Greedy (temperature 0) records
+    ``log_softmax(logits)`` and leaves the choice to transformers.
     """
 
-    def __init__(self, temperature: float, top_p: float, seeds: Sequence[int]) -> None:
+    def __init__(self, temperature: float, top_p: float, seeds: Sequence[int], max_new_tokens: int) -> None:
         self.warpers: list[LogitsProcessor] = []
         if temperature > 0 and temperature != 1.0:
             self.warpers.append(TemperatureLogitsWarper(temperature))
         if temperature > 0 and top_p < 1.0:
             self.warpers.append(TopPLogitsWarper(top_p))
-        self.sample, self.seeds = temperature > 0, list(seeds)
-        self.generators: list[torch.Generator] = []  # one CPU generator per row, made at the first step
+        self.sample, self.seeds, self.max_new_tokens = temperature > 0, list(seeds), max_new_tokens
+        self.uniforms: Tensor | None = None  # [b, max_new_tokens] float64, made at the first step
+        self.t = 0  # decode step
         self.prev: Tensor | None = None  # [b, V] log-probs of the latest step
         self.steps: list[Tensor] = []  # each [b]
 
@@ -141,19 +143,26 @@ class SampleLogProbs(LogitsProcessor):
         return onehot.scatter_(1, chosen[:, None], 0.0)
 
     def _draw(self, logp: Tensor) -> Tensor:
-        """One token per row of ``logp`` [b, V]: inverse-CDF sampling with one uniform from the row's generator.
+        """One token per row of ``logp`` [b, V]: inverse-CDF sampling with the row's uniform for this step.
 
-        The uniforms come from CPU generators (one draw per row and step, however large the vocabulary),
-        so the cost is a cumulative sum over the vocabulary: less than ``torch.multinomial``'s
-        (``scripts/bench_sampling.py``).
+        One uniform per row and step, however large the vocabulary: the cost is a cumulative sum over
+        the vocabulary, less than ``torch.multinomial``'s (``scripts/bench_sampling.py``).
         """
-        if not self.generators:
-            self.generators = [torch.Generator().manual_seed(s) for s in self.seeds]
-        if len(self.generators) != logp.shape[0]:
-            raise RuntimeError(f"{len(self.generators)} row seeds for a batch of {logp.shape[0]} rows")
-        cdf = logp.double().exp().cumsum(-1)  # [b, V]; zero-probability tokens add a flat step
-        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])  # [b]
-        target = (u.to(cdf.device) * cdf[:, -1])[:, None]  # [b, 1] in [0, total)
+        if self.uniforms is None:
+            if len(self.seeds) != logp.shape[0]:
+                raise RuntimeError(f"{len(self.seeds)} row seeds for a batch of {logp.shape[0]} rows")
+            rows = [torch.rand(self.max_new_tokens, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+                    for s in self.seeds]
+            self.uniforms = torch.stack(rows).to(logp.device)  # [b, T]
+        if self.t >= self.max_new_tokens:
+            raise RuntimeError(f"decode step {self.t} past max_new_tokens {self.max_new_tokens}")
+        cdf = logp.double().exp_().cumsum_(-1)  # [b, V]; zero-probability tokens add a flat step
+        total = cdf[:, -1]  # [b], 1 up to rounding
+        if not bool(torch.isfinite(total).all() and (total > 0).all()):
+            raise RuntimeError(f"decode step {self.t}: the policy's next-token probabilities are NaN, inf or all "
+                               "zero (diverged weights?)")
+        target = (self.uniforms[:, self.t] * total)[:, None]  # [b, 1] in [0, total)
+        self.t += 1
         chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # first token whose cdf exceeds it
         return chosen.clamp_(max=logp.shape[-1] - 1)
 

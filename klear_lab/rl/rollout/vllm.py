@@ -148,7 +148,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
         encoded = encode_prompts(self.tokenizer, prompts)
         # vLLM allows n > 1 only when sampling; greedy copies are separate requests
         copies, per_request = (n, 1) if temperature == 0 else (1, n)
-        check_room(encoded, max_new_tokens, self.max_model_len)
+        check_room(encoded, max_new_tokens, self.max_model_len, "this call")
         requests = [ids for ids in encoded for _ in range(copies)]
         seeds = [s for s in (prompt_seeds(seed, len(encoded)) or [None] * len(encoded)) for _ in range(copies)]
         params = [SamplingParams(n=per_request, temperature=temperature, top_p=top_p, logprobs=0, seed=s,
@@ -161,6 +161,10 @@ class VLLMRolloutRuntime(RolloutRuntime):
             raise _explained(exc, self.head_dim) from exc
         samples = [_to_sample(c) for out in outs for c in sorted(out.outputs, key=lambda c: c.index)]
         return assemble(self.tokenizer, encoded, n, samples, self.tokenizer.pad_token_id, self.eos_ids)
+
+    def check_fits(self, prompts: Sequence[Prompt], max_new_tokens: int, where: str) -> None:
+        """See :meth:`RolloutRuntime.check_fits`: against the context vLLM settled on."""
+        check_room(encode_prompts(self.tokenizer, prompts), max_new_tokens, self.max_model_len, where)
 
     def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         """Engine log-probs (temperature 1) of tokens 1..L-1 of each fixed sequence: a freshness probe."""
@@ -222,8 +226,9 @@ def _explained(exc: RuntimeError, head_dim: int | None) -> Exception:
         f"({exc})")
 
 
-def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_len: int | None) -> None:
-    """Refuse a call whose longest prompt + ``max_new_tokens`` exceeds the engine's context.
+def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_len: int | None,
+               where: str) -> None:
+    """Refuse prompts (token ids) that do not leave ``max_new_tokens`` within the engine's context.
 
     vLLM would stop such responses at ``max_model_len`` and report them cut at the length limit: the
     run would count them as truncated (and an overlong penalty would punish them) though they never
@@ -231,14 +236,14 @@ def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_
     """
     if max_model_len is None or not prompts:
         return
-    longest = max(len(p) for p in prompts)
-    if longest + max_new_tokens > max_model_len:
+    too_long = [len(p) for p in prompts if len(p) + max_new_tokens > max_model_len]
+    if too_long:
         raise ConfigError(
-            f"rl.rollout.max_model_len: a prompt of {longest} tokens + max_new_tokens {max_new_tokens} "
-            f"(rl.max_new_tokens or eval.max_new_tokens) = {longest + max_new_tokens} exceeds the vLLM "
-            f"engine's context of {max_model_len} tokens (rl.rollout.max_model_len; 0 = the model's "
-            "max_position_embeddings). vLLM would cut such responses short and report them as truncated: "
-            "raise rl.rollout.max_model_len or lower max_new_tokens")
+            f"rl.rollout.max_model_len: {len(too_long)} of {len(prompts)} prompts in {where} (the longest "
+            f"{max(too_long)} tokens) + max_new_tokens {max_new_tokens} exceed the vLLM engine's context of "
+            f"{max_model_len} tokens (rl.rollout.max_model_len; 0 = the model's max_position_embeddings). vLLM "
+            "would cut their responses short and report them as truncated: raise rl.rollout.max_model_len, "
+            "lower rl.max_new_tokens / eval.max_new_tokens, or drop the long prompts")
 
 
 def _engine_max_len(llm) -> int | None:

@@ -131,6 +131,8 @@ def test_seed_determinism_and_rng_isolation(world):
     state = torch.get_rng_state()
     a = engine.generate(prompts, n=2, max_new_tokens=MAX_NEW, seed=7)
     assert torch.equal(torch.get_rng_state(), state), "a seeded call must not move the caller's RNG"
+    engine.generate(prompts, n=1, max_new_tokens=4, temperature=0.0)
+    assert torch.equal(torch.get_rng_state(), state), "greedy decoding uses no RNG"
     b = engine.generate(prompts, n=2, max_new_tokens=MAX_NEW, seed=7)
     c = engine.generate(prompts, n=2, max_new_tokens=MAX_NEW, seed=8)
     assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sample_logp, b.sample_logp)
@@ -156,14 +158,24 @@ def test_a_prompts_samples_do_not_depend_on_batching_or_other_prompts(world):
 def test_each_row_samples_its_distribution():
     """4,000 draws per row match the row's probabilities; a token outside the nucleus (-inf) never comes."""
     probs = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0], [0.0, 0.0, 0.5, 0.25, 0.25]])  # [b=2, V=5]
-    sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[3, 4])
+    sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[3, 4], max_new_tokens=4000)
     draws = torch.stack([sampler._draw(probs.log()) for _ in range(4000)])  # [4000, 2]
     freq = torch.stack([torch.bincount(draws[:, r], minlength=5) / 4000 for r in range(2)])  # [2, 5]
     torch.testing.assert_close(freq, probs, atol=0.03, rtol=0)  # ~4 standard errors
     assert freq[0, 4] == 0 and freq[1, :2].sum() == 0
-    again = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[3, 9])
+    again = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[3, 9], max_new_tokens=4000)
     first = torch.stack([again._draw(probs.log()) for _ in range(50)])
     assert torch.equal(first[:, 0], draws[:50, 0]) and not torch.equal(first[:, 1], draws[:50, 1])
+    with pytest.raises(RuntimeError, match="past max_new_tokens 4000"):
+        sampler._draw(probs.log())
+
+
+def test_nan_logits_stop_the_rollout():
+    """transformers' multinomial used to raise on NaN probabilities; the per-row draw must not pick a token."""
+    logp = torch.log_softmax(torch.tensor([[0.0, 1.0, 2.0], [float("nan"), 0.0, 0.0]]), dim=-1)
+    sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=[1, 2], max_new_tokens=4)
+    with pytest.raises(RuntimeError, match="decode step 0: the policy's next-token probabilities are NaN"):
+        sampler._draw(logp)
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -206,10 +218,11 @@ def test_a_vllm_call_that_cannot_fit_the_engines_context_is_refused():
     from klear_lab.config.compose import compose
     from klear_lab.rl.rollout.vllm import check_room
 
-    check_room([[1] * 30, [1] * 50], max_new_tokens=50, max_model_len=100)  # 50 + 50 fits exactly
-    check_room([[1] * 500], max_new_tokens=50, max_model_len=None)  # engine context unknown: no check
-    with pytest.raises(ConfigError, match=r"a prompt of 51 tokens \+ max_new_tokens 50 .* = 101 exceeds .* 100"):
-        check_room([[1] * 30, [1] * 51], max_new_tokens=50, max_model_len=100)
+    check_room([[1] * 30, [1] * 50], max_new_tokens=50, max_model_len=100, where="x")  # 50 + 50 fits exactly
+    check_room([[1] * 500], max_new_tokens=50, max_model_len=None, where="x")  # engine context unknown: no check
+    with pytest.raises(ConfigError, match=r"1 of 2 prompts in data.sources \(the longest 51 tokens\) \+ "
+                                          r"max_new_tokens 50 exceed the vLLM engine's context of 100 tokens"):
+        check_room([[1] * 30, [1] * 51], max_new_tokens=50, max_model_len=100, where="data.sources")
     rl = ROOT / "experiments/quickstart/rl.yaml"
     with pytest.raises(ConfigError, match=r"max_model_len \(64\) leaves no room .* rl.max_new_tokens \(64\)"):
         compose(rl, ["rl.rollout.name=vllm", "rl.rollout.max_model_len=64", "rl.max_new_tokens=64"])
