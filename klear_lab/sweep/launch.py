@@ -14,7 +14,7 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
-from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
+from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study, unqueued_points
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
@@ -69,7 +69,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         return 0
     frozen = freeze_spec(spec, url)
-    study = _wait_for_study(spec, url) if join else open_study(spec, url, create=True)
+    study = _wait_for_study(spec, url, arms) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = spec.compose()
     if not join:
@@ -127,19 +127,27 @@ def freeze_spec(spec: SweepSpec, url: str) -> Path:
     return frozen
 
 
-def _wait_for_study(spec: SweepSpec, url: str) -> Any:
-    """``--join``: wait (up to JOIN_WAIT_S) until the main ``sweep`` process created and filled the study."""
-    deadline = time.time() + JOIN_WAIT_S
+def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
+    """``--join``: wait (up to JOIN_WAIT_S) until the main ``sweep`` process created and filled the study.
+
+    Filled means every grid point of this spec has a trial: a joiner started alongside a main process
+    that is widening the grid would otherwise find the old study finished, stop at once and report the
+    new points as missing.
+    """
+    deadline, unqueued = time.time() + JOIN_WAIT_S, []
     while True:
         try:
-            study = open_study(spec, url, create=False)
-            if READY_ATTR in study.user_attrs:
+            study = current_study(open_study(spec, url, create=False))
+            unqueued = unqueued_points(study, spec, arms) if spec.sampler == "grid" else []
+            if READY_ATTR in study.user_attrs and not unqueued:
                 return study
         except ConfigError:
             pass  # not created yet
         if time.time() > deadline:
-            raise ConfigError(f"{spec.path}: study {spec.name!r} not ready after {JOIN_WAIT_S}s; start it "
-                              f"with `klear-lab sweep {spec.path}` (without --join)")
+            waiting = (f"{len(unqueued)} grid point(s) of the spec have no trial yet ({', '.join(unqueued[:4])})"
+                       if unqueued else "not ready")
+            raise ConfigError(f"{spec.path}: study {spec.name!r}: {waiting} after {JOIN_WAIT_S}s; start or "
+                              f"rerun it with `klear-lab sweep {spec.path}` (without --join)")
         time.sleep(2.0)
 
 

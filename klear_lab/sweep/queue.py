@@ -160,6 +160,12 @@ def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> lis
     return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in done]
 
 
+def unqueued_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> list[str]:
+    """Grid points x seeds of ``spec`` with no trial at all in ``study`` (not enqueued yet)."""
+    queued = {t.user_attrs.get("point") for t in study.get_trials(deepcopy=False)}
+    return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in queued]
+
+
 def _heartbeat(storage: Any, trial_id: int) -> None:
     if hasattr(storage, "record_heartbeat") and storage.get_heartbeat_interval() is not None:
         storage.record_heartbeat(trial_id)

@@ -6,7 +6,7 @@ joins with a zero gradient, and each real update is accumulated over two micro-b
 the last all-reduces. A mismatched all-reduce would hang the run (timeout); a missed one would leave
 the ranks with different weights, which the module's end-of-training fingerprint check turns into a
 failed run (checked by disabling gradient sync: the run fails with "DDP ranks hold different policy
-weights"). A second test compares two steps of two ranks with the same steps in one process.
+weights"). A second test compares a step of two updates on two ranks with the same step in one process.
 """
 
 from __future__ import annotations
@@ -133,12 +133,13 @@ def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, k
 
 def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_cli):
     """Each prompt samples from its own seed (the run seed, the step and its place in the step's prompts),
-    so both runs draw the same responses, and each of the 2 steps' 2 updates (2 of the 4 prompts each,
+    so both runs draw the same responses, and each of the step's 2 updates (2 of the 4 prompts each,
     x 2 responses) must have the same gradient whether one process or two ranks compute it: ranks
     normalise by global token counts and scale by world against DDP's mean (without the scaling the
-    gradient norm halves: checked)."""
+    gradient norm halves: checked). One rollout step: a second would sample from weights that differ
+    by float noise (below), where a token drawn at a CDF boundary could flip on some machine."""
     args = [*overrides(tmp_path / "runs", plugin), "rl.group_filter=none",
-            "rl.alpha=1.0", "rl.steps=2", "rl.group_size=2", "rl.minibatch_prompts=2",
+            "rl.alpha=1.0", "rl.steps=1", "rl.group_size=2", "rl.minibatch_prompts=2",
             "data.eval_sources.0.n_prompts=2", "tracking.wandb.enabled=false"]
     done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "run.name=two_ranks",
                      "trainer.devices=2", "trainer.strategy=ddp")

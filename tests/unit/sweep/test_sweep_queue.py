@@ -258,3 +258,18 @@ def test_a_running_worker_follows_the_grid_to_its_copy(tmp_path, monkeypatch):
     prepare_study(open_study(spec, url, create=True), spec, check_spec(spec), lock)
     worker.worker_loop(worker.WorkerContext(spec, url, tmp_path / "spec.yaml", 1, 1, poll_s=0.01), 0)
     assert len(ran) == 8 and {name for name, *_ in ran} == {"toy@v2"}
+
+
+def test_a_joined_worker_waits_until_the_spec_grid_is_enqueued(tmp_path, monkeypatch):
+    """``--join`` started while the main process widens the grid must not take the old, finished grid for
+    the whole study: it stopped at once and reported the new points missing (seen in CI on PostgreSQL)."""
+    from klear_lab.sweep import launch
+
+    spec, arms, url, study, lock = _setup(tmp_path)  # 3 lrs x seeds (0, 1)
+    narrow = load_spec(write_spec(tmp_path, seeds=(0,)))  # the grid before widening: seed 0 only
+    prepare_study(study, narrow, check_spec(narrow), lock)
+    monkeypatch.setattr(launch, "JOIN_WAIT_S", 0)
+    with pytest.raises(ConfigError, match=r"3 grid point\(s\) of the spec have no trial yet \(lr=0.001 seed=1"):
+        launch._wait_for_study(spec, url, arms)
+    widened, added = prepare_study(study, spec, arms, lock)  # what the main process does
+    assert added == 3 and launch._wait_for_study(spec, url, arms).study_name == widened.study_name
