@@ -14,17 +14,11 @@ milliseconds per step and the ratio. A model's forward pass per step comes on to
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import torch
 
-from klear_lab.rl.rollout.hf import SampleLogProbs
-
-
-def one_hot(logp: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-    """The scores ``SampleLogProbs`` returns: 0 at the drawn token, -inf elsewhere. [rows, vocab]."""
-    return torch.full_like(logp, -math.inf).scatter_(1, chosen[:, None], 0.0)
+from klear_lab.rl.rollout.hf import SampleLogProbs, one_hot_scores
 
 
 def per_step(fn, steps: int) -> float:
@@ -52,7 +46,7 @@ def main() -> None:
         sampler = SampleLogProbs(temperature=1.0, top_p=1.0, seeds=list(range(args.rows)),
                                  max_new_tokens=args.steps + 1)  # a draw per call: warm-up + steps
         ref = per_step(lambda: torch.multinomial(torch.softmax(logp, dim=-1), 1), args.steps)  # noqa: B023
-        ours = per_step(lambda: one_hot(logp, sampler._draw(logp)).argmax(-1), args.steps)  # noqa: B023
+        ours = per_step(lambda: one_hot_scores(logp, sampler._draw(logp)).argmax(-1), args.steps)  # noqa: B023
         print(f"{vocab:>8} {ref * 1e3:>15.3f} {ours * 1e3:>25.3f} {ours / ref:>5.2f}x")
 
 

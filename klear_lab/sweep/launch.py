@@ -14,7 +14,7 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
-from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study, unqueued_points
+from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
@@ -138,7 +138,7 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
     while True:
         try:
             study = current_study(open_study(spec, url, create=False))
-            unqueued = unqueued_points(study, spec, arms) if spec.sampler == "grid" else []
+            unqueued = missing_points(study, spec, arms, states=None) if spec.sampler == "grid" else []
             if READY_ATTR in study.user_attrs and not unqueued:
                 return study
         except ConfigError:

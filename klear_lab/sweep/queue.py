@@ -153,17 +153,12 @@ def grid_status(study: optuna.Study) -> dict[str, int]:
     return out
 
 
-def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """Grid points x seeds with no COMPLETE or PRUNED trial."""
-    done = {t.user_attrs.get("point") for t in study.get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))}
+def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm],
+                   states: tuple[TrialState, ...] | None = (TrialState.COMPLETE, TrialState.PRUNED)) -> list[str]:
+    """Grid points x seeds with no trial in ``states`` (default: none finished; ``None``: none at all,
+    i.e. not enqueued yet)."""
+    done = {t.user_attrs.get("point") for t in study.get_trials(deepcopy=False, states=states)}
     return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in done]
-
-
-def unqueued_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """Grid points x seeds of ``spec`` with no trial at all in ``study`` (not enqueued yet)."""
-    queued = {t.user_attrs.get("point") for t in study.get_trials(deepcopy=False)}
-    return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in queued]
 
 
 def _heartbeat(storage: Any, trial_id: int) -> None:

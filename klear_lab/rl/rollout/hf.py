@@ -138,9 +138,7 @@ class SampleLogProbs(LogitsProcessor):
         self.prev = torch.log_softmax(scores.float(), dim=-1)
         if not self.sample:
             return scores
-        chosen = self._draw(self.prev)  # [b]
-        onehot = torch.full_like(scores, -math.inf)
-        return onehot.scatter_(1, chosen[:, None], 0.0)
+        return one_hot_scores(scores, self._draw(self.prev))
 
     def _draw(self, logp: Tensor) -> Tensor:
         """One token per row of ``logp`` [b, V]: inverse-CDF sampling with the row's uniform for this step.
@@ -172,6 +170,11 @@ class SampleLogProbs(LogitsProcessor):
         if len(steps) != generated.shape[1]:
             raise RuntimeError(f"recorded {len(steps)} steps for {generated.shape[1]} generated tokens")
         return torch.stack(steps, dim=1)
+
+
+def one_hot_scores(scores: Tensor, chosen: Tensor) -> Tensor:
+    """Scores [b, V] that leave greedy decoding one choice per row: 0 at ``chosen`` [b], -inf elsewhere."""
+    return torch.full_like(scores, -math.inf).scatter_(1, chosen[:, None], 0.0)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

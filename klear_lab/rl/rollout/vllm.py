@@ -248,10 +248,7 @@ def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_
 
 def _engine_max_len(llm) -> int | None:
     """The context vLLM settled on (``max_model_len``, or what it derived from the model config)."""
-    engine = getattr(llm, "llm_engine", None)
-    config = getattr(engine, "model_config", None) or getattr(getattr(engine, "vllm_config", None),
-                                                               "model_config", None)
-    value = getattr(config, "max_model_len", None)
+    value = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
     return int(value) if value else None
 
 
