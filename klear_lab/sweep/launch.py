@@ -87,9 +87,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     started = time.time()
     try:
         run_workers(ctx)
-    except KeyboardInterrupt:
-        ctx.stop.set()
-        launcher.kill_all()
+    except KeyboardInterrupt:  # the workers have stopped and their trial processes are killed
         log("interrupted: rerun the same command to resume")
         return 130
     study = current_study(study)  # a sweep started alongside may have widened the grid meanwhile

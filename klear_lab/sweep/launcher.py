@@ -31,6 +31,8 @@ PRELOAD_RUN = [*PRELOAD_BASE, "torch", "lightning", "transformers", "wandb", "wa
 _LOCK = threading.Lock()
 _CONTEXT: Any = None
 _LIVE: set[Any] = set()  # trial processes running now (for kill_all)
+_LIVE_LOCK = threading.Lock()
+_STOPPED = threading.Event()  # kill_all ran: a trial process started from now on is killed at once
 
 
 class TrialProcess(Protocol):
@@ -78,8 +80,12 @@ def warm_up(mode: str, runner: str) -> None:
 
 
 def kill_all() -> None:
-    """SIGKILL every trial process this sweep process started and that still runs (Ctrl-C)."""
-    for proc in list(_LIVE):
+    """SIGKILL every trial process this sweep process started and that still runs, and any that a
+    worker is starting right now (Ctrl-C)."""
+    _STOPPED.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
         proc.kill()
 
 
@@ -114,8 +120,12 @@ def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_
         proc = _Fresh(job_path.resolve(), log_path, env)
     else:
         proc = _Forked(job_path.resolve(), log_path.resolve(), env, spec.runner)
-    _LIVE.add(proc)
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
+        if _STOPPED.is_set():  # started while kill_all ran, after it looked
+            proc.kill()
         return proc.wait()
     finally:
-        _LIVE.discard(proc)
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)

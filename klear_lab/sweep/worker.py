@@ -10,6 +10,7 @@ trial is RUNNING anywhere in the study (so resumed sweeps wait for retried trial
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -27,12 +28,13 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
-from klear_lab.sweep.launcher import run_trial_process
+from klear_lab.sweep.launcher import kill_all, run_trial_process
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 
 _COMPOSE_LOCK = threading.Lock()
+STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
 
 
 @dataclass
@@ -55,21 +57,36 @@ def threads_per_trial(workers: int, base_threads: int) -> int | None:
 
 
 def run_workers(ctx: WorkerContext) -> None:
-    """Run ``ctx.workers`` worker threads until the study has no work left (or ``ctx.stop``)."""
-    threads = [threading.Thread(target=_worker_main, args=(ctx, i), name=f"sweep-worker-{i}", daemon=True)
-               for i in range(ctx.workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(timeout=0.5)
+    """Run ``ctx.workers`` worker threads until the study has no work left (or ``ctx.stop``).
+
+    Ctrl-C (KeyboardInterrupt, re-raised): stop the workers, SIGKILL their trial processes and wait for
+    the workers to record them and return, so the process never exits with a worker inside a storage
+    call. Each worker sets an event when it returns: a ``Thread.join`` that Ctrl-C interrupted leaves
+    the thread looking finished while it still runs (Python < 3.13).
+    """
+    done = [threading.Event() for _ in range(ctx.workers)]
+    for i in range(ctx.workers):
+        threading.Thread(target=_worker_main, args=(ctx, i, done[i]), name=f"sweep-worker-{i}", daemon=True).start()
+    try:
+        for event in done:
+            while not event.wait(0.5):
+                pass
+    except KeyboardInterrupt:
+        ctx.stop.set()
+        kill_all()
+        deadline = time.time() + STOP_WAIT_S
+        for event in done:
+            event.wait(max(0.0, deadline - time.time()))
+        raise
 
 
-def _worker_main(ctx: WorkerContext, index: int) -> None:
+def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
     try:
         worker_loop(ctx, index)
     except Exception as exc:  # noqa: BLE001 - report, let the other workers continue
         ctx.log(f"[worker {index}] stopped on error: {type(exc).__name__}: {exc}")
+    finally:
+        done.set()
 
 
 def worker_loop(ctx: WorkerContext, index: int) -> None:
@@ -156,15 +173,34 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
         outcome = f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}"
     final = storage.get_trial(trial_id)
-    if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill)
-        trial.set_user_attr("error", outcome)
+    if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
+        interrupted = ctx.stop.is_set()
+        trial.set_user_attr("error", "interrupted (Ctrl-C)" if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
+        if interrupted:
+            ctx.log(f"[worker {index}] trial {trial.number}: {queue_retry(study, final)}")
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
              else final.user_attrs.get("error", ""))
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
             f"({time.time() - started:.1f}s)")
     return final.state
+
+
+def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> str:
+    """Enqueue the retry of a trial that Ctrl-C killed, as Optuna does for a dead worker's (heartbeat), so
+    the rerun continues that trial's run from its checkpoint (``resumable_run``) instead of starting it
+    over, and without first waiting for the trial to look stale. Without heartbeats, or once the point
+    has used up its retries, the rerun enqueues the point again."""
+    retry = study._storage.get_heartbeat_stale_trial_callback()
+    before = len(study.get_trials(deepcopy=False))
+    if retry is not None:
+        killed = copy.deepcopy(killed)
+        killed.user_attrs = {k: v for k, v in killed.user_attrs.items() if k != "error"}  # the retry's own
+        retry(study, killed)
+    if len(study.get_trials(deepcopy=False)) > before:
+        return "killed; its retry is queued: rerun the sweep to continue it"
+    return "killed; rerun the sweep to start it again"
 
 
 def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:
@@ -174,7 +210,9 @@ def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> st
     from klear_lab.sweep.record import RUN_DIR_ATTR
     from klear_lab.tracking import config_hash
 
-    history = optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(study._storage.get_trial(trial_id))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        history = optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(study._storage.get_trial(trial_id))
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for number in reversed(history):  # the latest attempt first (it may have resumed an earlier one)
         run_dir = by_number[number].user_attrs.get(RUN_DIR_ATTR) if number in by_number else None

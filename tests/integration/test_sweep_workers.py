@@ -183,3 +183,13 @@ def test_ctrl_c_stops_the_sweep_and_its_trial(tmp_path, trial_start):
     assert _wait(sweep, 30, log) == 130, log.read_text()[-3000:]
     assert "rerun the same command to resume" in log.read_text()
     _wait_gone(trial_pid, "the interrupted sweep left its trial running")
+    _, study = _study(spec_path)
+    killed, retry = study.get_trials()[0], study.get_trials()[-1]
+    assert killed.state.name == "FAIL" and killed.user_attrs["error"] == "interrupted (Ctrl-C)"
+    assert retry.state.name == "WAITING" and retry.system_attrs["retry_history"] == [killed.number]
+    assert "error" not in retry.user_attrs and retry.user_attrs["point"] == killed.user_attrs["point"]
+    # the rerun takes the queued retry at once (no wait for the killed trial to look stale)
+    assert _wait(fx.start_sweep(spec_path, "--workers", "1", log=log), 120, log) == 0, log.read_text()[-3000:]
+    _, study = _study(spec_path)
+    assert sorted(_complete_per_point(study).values()) == [1, 1, 1]
+    assert [(lr, s) for lr, s, _, _ in fx.invocations(spec.sweep_dir)].count((0.001, 0)) == 2
