@@ -88,7 +88,6 @@ class ResumeCheckpoint(L.Callback):
         self.dirpath, self.every, self.counter, self.val_every = Path(dirpath), every, counter, val_every
         self._seen = -1  # the step count at the last batch end looked at
         self._due = False  # a checkpoint is due and waits for a point it can be resumed from
-        self._flush_pending = False
         self._restored: dict[str, Any] | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -121,22 +120,6 @@ class ResumeCheckpoint(L.Callback):
             return
         self._due = False
         save_atomically(trainer, checkpoint_path(self.dirpath.parent))
-        self._flush_pending = True
-
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self._flush_logs(trainer)
-
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._flush_logs(trainer)
-
-    def _flush_logs(self, trainer: L.Trainer) -> None:
-        """Write the loggers' buffered rows (CSVLogger keeps 100 steps in memory) once the checkpoint's own
-        step is logged (Lightning logs a batch's metrics after its ``on_train_batch_end``), so a killed run
-        keeps every row up to its checkpoint."""
-        if self._flush_pending:
-            self._flush_pending = False
-            for logger in trainer.loggers:
-                logger.save()
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         progress = trainer.fit_loop.epoch_loop.batch_progress.current

@@ -25,8 +25,9 @@ from safetensors.torch import load_file
 
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
-from klear_lab.resume import resume_config
+from klear_lab.resume import checkpoint_log_step, resume_config
 from klear_lab.run import run_experiment
+from klear_lab.tracking import csv_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = str(ROOT / "experiments/quickstart/sft.yaml")
@@ -117,9 +118,11 @@ def test_rl_resumed_run_samples_and_evaluates_like_an_uninterrupted_one(tmp_path
         assert resumed.metrics[key] == whole.metrics[key], key
 
 
-def kill_after_first_checkpoint(args: list[str], out: Path) -> Path:
-    """Start ``klear-lab ARGS`` (its own process group), ``kill -9`` every process of it a second after
-    its first checkpoint; return the run directory."""
+def kill_after_first_checkpoint(args: list[str], out: Path, row_key: str | None = None) -> Path:
+    """Start ``klear-lab ARGS`` (its own process group), ``kill -9`` every process of it half a second
+    after its first checkpoint (with ``row_key``: once ``metrics.csv`` has that metric at a step past the
+    checkpoint's, which only a file written as steps finish has before the next checkpoint); return the
+    run directory."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
     proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -130,6 +133,13 @@ def kill_after_first_checkpoint(args: list[str], out: Path) -> Path:
     (run_dir,) = out.iterdir()
     assert main(["resume", str(run_dir)]) == 2  # refused: the run is alive (its pid, this machine)
     time.sleep(0.5)  # into a later step
+    if row_key is not None:
+        first = checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt")
+        while not [r for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get(row_key) and int(r["step"]) > first]:
+            assert proc.poll() is None and time.time() < deadline, "no row after the checkpoint's step"
+            assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") == first, \
+                "the next checkpoint came before any row past the first: metrics.csv is not written per step"
+            time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)  # DDP: rank 1 too
     proc.wait()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # killed: nothing ran after
@@ -142,8 +152,14 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
     run_dir = kill_after_first_checkpoint(
         ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=120",
          "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16",
-         "trainer.checkpoint_every=5", "tracking.wandb.enabled=false"], out)
+         "trainer.checkpoint_every=5", "trainer.log_every_n_steps=1", "tracking.wandb.enabled=false"], out,
+        row_key="train/loss")
+    before = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
+    assert before == list(range(before[-1] + 1))  # every step the killed run finished, past its checkpoint
+    assert before[-1] > checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt")
     assert main(["resume", str(run_dir)]) == 0
+    kept = run_dir / "csv" / "metrics.before-resume-1.csv"
+    assert [int(r["step"]) for r in csv_rows(kept) if r.get("train/loss")] == before  # kept whole
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["train/steps"] == 120
     steps = [s for s, _ in rows(run_dir, "train/loss")]
