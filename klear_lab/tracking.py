@@ -87,8 +87,9 @@ def atomic_write(path: Path, write: Any) -> None:
 
 
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
-    """Lightning's CSVLogger and WandbLogger (offline unless the config says online)."""
-    from lightning.pytorch.loggers import WandbLogger
+    """Lightning's CSVLogger and WandbLogger (offline unless the config says online); a resumed run's W&B
+    logger leaves out the steps its stopped attempts logged (:mod:`klear_lab.wandb_resume`)."""
+    from klear_lab.wandb_resume import ResumedWandbLogger, logged_before
 
     loggers: list = []
     if cfg["tracking"]["csv"]:
@@ -96,7 +97,8 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
     wb = cfg["tracking"]["wandb"]
     if wb["enabled"] and wb["mode"] != "disabled":
         run = cfg["run"]
-        logger = WandbLogger(
+        logger = ResumedWandbLogger(
+            logged=logged_before(run_dir),
             name=run_dir.name, id=identity["run_id"], save_dir=str(run_dir), project=wb["project"],
             entity=wb["entity"], offline=wb["mode"] == "offline", group=identity["group"],
             job_type=identity["job_type"], tags=wandb_tags(identity["tags"]), notes=run["notes"] or None,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
+from lightning.pytorch.loggers import WandbLogger
 
 from klear_lab.distributed import is_rank_zero
 from klear_lab.tracking import atomic_write
@@ -74,8 +75,8 @@ def save_model(model, tokenizer, path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
-def wandb_logger(loggers: list):
-    return next((lg for lg in loggers if type(lg).__name__ == "WandbLogger"), None)
+def wandb_logger(loggers: list) -> WandbLogger | None:
+    return next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
 
 
 def log_samples_table(loggers: list, result, n: int, key: str) -> None:
@@ -108,7 +109,7 @@ def finish_loggers(loggers: list, summary: dict[str, float]) -> Path | None:
     if not is_rank_zero():
         return None
     for lg in loggers:
-        if type(lg).__name__ == "WandbLogger":
+        if isinstance(lg, WandbLogger):
             run = lg.experiment
             for k, v in summary.items():
                 run.summary[k] = v

@@ -22,7 +22,7 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.stages.common import finish_loggers, make_trainer, save_model, write_samples
+from klear_lab.stages.common import finish_loggers, make_trainer, save_model, wandb_logger, write_samples
 from klear_lab.stages.gain import gain_summary
 from klear_lab.tracking import make_loggers
 
@@ -90,7 +90,7 @@ class RLStage:
                         "train/steps": float(trainer.global_step),
                         "perf/torch_threads": float(torch.get_num_threads()),
                         "perf/world_size": float(trainer.world_size)})
-        wb = next((lg for lg in loggers if type(lg).__name__ == "WandbLogger"), None)
+        wb = wandb_logger(loggers)
         if wb is not None and self.module.last_samples:
             wb.log_table(key="rollout/samples", columns=["prompt", "response", "answer", "reward"],
                          data=self.module.last_samples[: cfg["tracking"]["wandb"]["log_samples"]])

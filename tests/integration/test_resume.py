@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import lightning as L
@@ -30,6 +31,9 @@ from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+import wandb_offline  # noqa: E402
+
 SFT = str(ROOT / "experiments/quickstart/sft.yaml")
 RL = str(ROOT / "experiments/quickstart/rl.yaml")
 
@@ -96,6 +100,16 @@ def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoi
     assert len(before) >= 4 and before == rows(whole.run_dir, "train/loss")[:len(before)]  # up to the checkpoint
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.name.endswith(record["run_id"]) for r in runs)  # one W&B run id
+    # what `wandb sync` uploads, the segments one after the other: each metric at each step as often as the
+    # CSV has it (the learning rate is logged per micro-batch), the steps replayed after the checkpoint once
+    history = [row for r in runs for row in wandb_offline.history(next(r.glob("run-*.wandb")))]
+    table = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
+    in_csv = Counter((int(row["step"]), k) for row in table for k, v in row.items() if v != "" and k != "step")
+    in_wandb = Counter((row.get("trainer/global_step", 0), k) for row in history for k in row if k in table[0])
+    assert in_wandb == in_csv
+    logged = [(row["trainer/global_step"], row["train/loss"]) for row in history if "train/loss" in row]
+    assert [step for step, _ in logged] == list(range(8))
+    assert [loss for _, loss in logged] == pytest.approx([loss for _, loss in rows(run_dir, "train/loss")], rel=1e-6)
 
 
 def test_rl_resumed_run_samples_and_evaluates_like_an_uninterrupted_one(tmp_path):

@@ -1,0 +1,49 @@
+"""Read the history rows of an offline W&B run file (``offline-run-*/run-*.wandb``), for tests.
+
+The file is W&B's transaction log: a 7-byte header (``:W&B``, magic, version), then LevelDB-log
+blocks of 32 KiB holding records (crc32 4 bytes, length 2 bytes, type 1 byte: 1 full, 2 first,
+3 middle, 4 last; a block's last < 7 bytes are padding). Each record is a ``wandb_internal_pb2.Record``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from wandb.proto import wandb_internal_pb2 as pb
+
+BLOCK, HEADER = 32 * 1024, 7
+
+
+def records(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path}: not a W&B run file"
+    out, pos, parts = [], HEADER, b""
+    while pos + HEADER <= len(data):
+        room = BLOCK - pos % BLOCK
+        if room < HEADER:  # padding to the block's end
+            pos += room
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        chunk = data[pos + HEADER:pos + HEADER + length]
+        pos += HEADER + length
+        if kind == 0 and length == 0:  # zero-filled tail of a pre-allocated block
+            break
+        parts = chunk if kind in (1, 2) else parts + chunk
+        if kind in (1, 4):
+            out.append(parts)
+    return out
+
+
+def history(path: Path) -> list[dict[str, Any]]:
+    """The run's history rows in logging order, ``{key: value}`` (keys of nested items joined by ``/``)."""
+    rows = []
+    for raw in records(path):
+        record = pb.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                         for item in record.history.item})
+    return rows
