@@ -20,13 +20,18 @@ from typing import Any
 from klear_lab.errors import ConfigError
 from klear_lab.tracking import atomic_write, config_hash, csv_rows
 
+# What a resume may change: how the run executes and reports, never what it computes.
+RESUME_OVERRIDABLE = ("trainer.num_threads", "trainer.checkpoint_every", "tracking.wandb.mode")
 
-def resume_config(run_dir: str | Path) -> dict[str, Any]:
-    """The saved config of a run that can be resumed.
+
+def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The saved config of a run that can be resumed, with ``overrides`` (``key=value``) of the keys in
+    :data:`RESUME_OVERRIDABLE` (e.g. more threads on a bigger machine, W&B online from now on).
 
     Raises:
         ConfigError: not a run directory, an eval run, a completed run, a run still running on this
-            machine, no checkpoint, or a saved config that no longer composes to the same config.
+            machine, no checkpoint, a saved config that no longer composes to the same config, or an
+            override of another key.
     """
     from klear_lab.config.compose import compose
     from klear_lab.distributed import joined_run_dir  # a DDP rank > 0 of this resume: rank 0 is alive
@@ -41,7 +46,13 @@ def resume_config(run_dir: str | Path) -> dict[str, Any]:
     if identity.get("status") == "running" and joined_run_dir() is None and still_running(identity):
         raise ConfigError(f"{record}: the run is still running (pid {identity['pid']} on this machine); "
                           "stop it before resuming, or two processes would write one run")
-    cfg = compose(saved)
+    for item in overrides or []:
+        key = item.split("=", 1)[0].strip().lstrip("+~")
+        if key not in RESUME_OVERRIDABLE:
+            raise ConfigError(f"resume {run_dir}: {item!r}: a resumed run keeps its config; only "
+                              f"{', '.join(RESUME_OVERRIDABLE)} may change (to change anything else, start a "
+                              f"new run: klear-lab train {saved} {item})")
+    cfg = compose(saved, overrides)
     if cfg["run"]["kind"] not in ("sft", "rl"):
         raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
                           "(run the evaluation again instead)")

@@ -68,7 +68,13 @@ def create_run_dir(cfg: dict[str, Any]) -> Path:
 
 
 def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    """``config.yaml``, the resolved config the run computes from (written whole or not at all)."""
+    text = yaml.safe_dump(cfg, sort_keys=False)
+    atomic_write(run_dir / "config.yaml", lambda tmp: tmp.write_text(text))
+
+
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    return yaml.safe_load((run_dir / "config.yaml").read_text())
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from klear_lab.cli import main
@@ -171,11 +172,16 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
     before = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
     assert before == list(range(before[-1] + 1))  # every step the killed run finished, past its checkpoint
     assert before[-1] > checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt")
-    assert main(["resume", str(run_dir)]) == 0
+    threads = torch.get_num_threads()
+    try:  # a bigger or smaller machine: the resume may change how the run executes
+        assert main(["resume", str(run_dir), "trainer.num_threads=1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["num_threads"] == 1
     kept = run_dir / "csv" / "metrics.before-resume-1.csv"
     assert [int(r["step"]) for r in csv_rows(kept) if r.get("train/loss")] == before  # kept whole
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["train/steps"] == 120
+    assert summary["train/steps"] == 120 and summary["perf/torch_threads"] == 1
     steps = [s for s, _ in rows(run_dir, "train/loss")]
     assert steps == sorted(set(steps)) and steps[-1] == 119  # no step twice after the resume
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
@@ -208,6 +214,8 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_sft_overrides, ca
     (done.run_dir / "run.json").write_text(json.dumps({**record, "status": "failed"}))
     assert main(["resume", str(done.run_dir)]) == 2  # trainer.checkpoint=false in these overrides
     assert "no checkpoint to resume from" in capsys.readouterr().err
+    assert main(["resume", str(done.run_dir), "optim.lr=0.1"]) == 2  # changes what the run computes
+    assert "'optim.lr=0.1': a resumed run keeps its config; only trainer.num_threads" in capsys.readouterr().err
 
     assert main(["resume", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err

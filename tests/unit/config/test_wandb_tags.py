@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from lightning.pytorch.loggers import WandbLogger
+
 from klear_lab.config.compose import compose
 from klear_lab.tracking import identity_of, make_loggers, wandb_tags
 
@@ -20,7 +22,7 @@ def test_a_real_offline_run_takes_a_long_tag(tmp_path):
     run_dir.mkdir()
     identity = identity_of(cfg, run_dir)
     assert long in identity["tags"]  # run.json keeps the whole tag
-    (logger,) = [lg for lg in make_loggers(cfg, run_dir, identity) if type(lg).__name__ == "WandbLogger"]
+    (logger,) = [lg for lg in make_loggers(cfg, run_dir, identity) if isinstance(lg, WandbLogger)]
     logger.log_hyperparams({})  # wandb.init: raised a ValidationError for the long tag before
     run = logger.experiment
     assert all(len(t) <= 64 for t in run.tags) and any(t.startswith("data.sources=a_source") for t in run.tags)
