@@ -75,8 +75,22 @@ class SFTStage:
         return metrics, finish_loggers(loggers, metrics)
 
 
+class StepLRMonitor(LearningRateMonitor):
+    """Lightning's LearningRateMonitor, one row per optimizer step: it logs at every batch's start, so with
+    ``sft.grad_accum`` micro-batches it wrote each step's learning rate that many times."""
+
+    def __init__(self) -> None:
+        super().__init__(logging_interval="step")
+        self._logged_step = -1
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.global_step != self._logged_step:  # the first micro-batch of the step
+            self._logged_step = trainer.global_step
+            super().on_train_batch_start(trainer, *args, **kwargs)
+
+
 def default_callbacks(cfg: dict[str, Any]) -> list:
-    out: list = [LearningRateMonitor(logging_interval="step")]
+    out: list = [StepLRMonitor()]
     if cfg["trainer"].get("progress_bar", True):
         out.append(RichProgressBar(leave=True))
     return out

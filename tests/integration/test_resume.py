@@ -102,12 +102,13 @@ def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoi
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(r.name.endswith(record["run_id"]) for r in runs)  # one W&B run id
     # what `wandb sync` uploads, the segments one after the other: each metric at each step as often as the
-    # CSV has it (the learning rate is logged per micro-batch), the steps replayed after the checkpoint once
+    # CSV has it: once (the learning rate too, with 2 micro-batches per step), the replayed steps too
     history = [row for r in runs for row in wandb_offline.history(next(r.glob("run-*.wandb")))]
     table = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     in_csv = Counter((int(row["step"]), k) for row in table for k, v in row.items() if v != "" and k != "step")
     in_wandb = Counter((row.get("trainer/global_step", 0), k) for row in history for k in row if k in table[0])
     assert in_wandb == in_csv
+    assert {n for (_, key), n in in_csv.items() if key != "epoch"} == {1}  # epoch: in train and val rows
     logged = [(row["trainer/global_step"], row["train/loss"]) for row in history if "train/loss" in row]
     assert [step for step, _ in logged] == list(range(8))
     assert [loss for _, loss in logged] == pytest.approx([loss for _, loss in rows(run_dir, "train/loss")], rel=1e-6)
