@@ -14,6 +14,7 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
+from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
@@ -82,7 +83,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         train_parent(spec, base, cpu_cores(), log)
     base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
-    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log)
+    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=Progress(n_points, spec.workers))
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()
     try:

@@ -29,6 +29,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, run_trial_process
+from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
@@ -49,6 +50,7 @@ class WorkerContext:
     stop: threading.Event = field(default_factory=threading.Event)
     log: Callable[[str], None] = print
     poll_s: float = 2.0
+    progress: Progress | None = None
 
 
 def threads_per_trial(workers: int, base_threads: int) -> int | None:
@@ -182,8 +184,10 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
             ctx.log(f"[worker {index}] trial {trial.number}: {queue_retry(study, final)}")
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
              else final.user_attrs.get("error", ""))
+    seconds = time.time() - started
+    progress = f"; {ctx.progress.record(study, final.state, seconds)}" if ctx.progress else ""
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
-            f"({time.time() - started:.1f}s)")
+            f"({seconds:.1f}s){progress}")
     return final.state
 
 

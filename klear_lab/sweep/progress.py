@@ -1,0 +1,50 @@
+"""A sweep's progress line after each trial: trials finished of the whole, and a rough time left."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from klear_lab.sweep.queue import count
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass
+class Progress:
+    """``total``: grid points x seeds (or ``n_trials``); ``workers``: parallel trials in this process.
+
+    The time left is the mean duration of the trials this process finished, times the trials left,
+    over the workers: rough (trials differ; workers joined from elsewhere are not counted).
+    """
+
+    total: int
+    workers: int
+    durations: list[float] = field(default_factory=list)
+    failed: int = 0  # failed here: not run again until the sweep is rerun
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, study: optuna.Study, state: TrialState, seconds: float) -> str:
+        """Count one trial this process ran; the progress line, e.g. ``5/8 finished, about 3 min left``."""
+        with self._lock:
+            if state in FINISHED:
+                self.durations.append(seconds)
+            else:
+                self.failed += 1
+            finished = count(study, FINISHED)
+            left = max(0, self.total - finished - self.failed)
+            line = f"{finished}/{self.total} finished"
+            if left and self.durations:
+                line += f", about {_duration(sum(self.durations) / len(self.durations) * left / self.workers)} left"
+            return line
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,31 @@
+"""The progress line a sweep prints after each trial."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+from klear_lab.sweep.progress import Progress
+
+
+def _study_with(states: list[TrialState]) -> optuna.Study:
+    study = optuna.create_study()
+    for state in states:
+        study.add_trial(optuna.create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None))
+    return study
+
+
+def test_trials_finished_and_time_left():
+    progress = Progress(total=8, workers=2)
+    study = _study_with([TrialState.COMPLETE])
+    assert progress.record(study, TrialState.COMPLETE, 20.0) == "1/8 finished, about 70 s left"  # 20 x 7 / 2
+    study = _study_with([TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL])
+    assert progress.record(study, TrialState.PRUNED, 220.0) == "2/8 finished, about 6 min left"  # 120 x 6 / 2
+    # a failure here is not run again until the rerun: one trial fewer left, and no duration to average
+    assert progress.record(study, TrialState.FAIL, 5.0) == "2/8 finished, about 5 min left"  # 120 x 5 / 2
+
+
+def test_the_last_trial_and_a_sweep_whose_trials_all_failed():
+    assert Progress(total=1, workers=1).record(_study_with([TrialState.COMPLETE]), TrialState.COMPLETE,
+                                               3.0) == "1/1 finished"
+    assert Progress(total=3, workers=1).record(_study_with([TrialState.FAIL]), TrialState.FAIL, 3.0) == "0/3 finished"
