@@ -24,11 +24,19 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
                     ("trainer", "checkpoint_every")}
 
 
+# Keys added after runs existed, hashed only when set away from their default, so that older runs keep
+# their hash (a resume checks it; sweeps match retried trials by it).
+ADDED_KEYS = {("rl", "max_prompt_tokens"): 0}
+
+
 def config_hash(cfg: dict[str, Any]) -> str:
     """Hash of what the run computes (seed and naming excluded): seeds of one arm share it."""
     body = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k != "tracking"}
     for section, key in IDENTITY_EXCLUDE:
         body.get(section, {}).pop(key, None)
+    for (section, key), default in ADDED_KEYS.items():
+        if body.get(section, {}).get(key, default) == default:
+            body.get(section, {}).pop(key, None)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -58,6 +58,8 @@ def check_rl(cfg: dict[str, Any]) -> None:
     _require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")
     _require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
     _require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
+    _require(rl["max_prompt_tokens"] >= 0, "rl.max_prompt_tokens",
+             f"must be >= 0 (0 = no cap), got {rl['max_prompt_tokens']}")
     ROLLOUT.get(rl["rollout"]["name"])  # availability (vllm installed?) is checked when a run starts
     cap = rl["rollout"].get("max_model_len") or 0  # the prompt must fit too: checked per call by the engine
     _require(not cap or cap > rl["max_new_tokens"], "rl.rollout.max_model_len",

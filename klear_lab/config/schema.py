@@ -119,6 +119,9 @@ class RLSection:
     """Sequences per forward/backward (gradient accumulation inside an update); 0 = whole minibatch."""
     ppo_epochs: int = 1
     max_new_tokens: int = 128
+    max_prompt_tokens: int = 0
+    """Drop training prompts longer than this many tokens (chat-formatted) before the run; 0 = keep all
+    (paper: 4K prompts; verl's ``data.max_prompt_length`` with ``filter_overlong_prompts``)."""
     temperature: float = 1.0
     top_p: float = 1.0
     alpha: float = 0.1

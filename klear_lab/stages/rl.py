@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from klear_lab import builders
 from klear_lab.checkpointing import ResumableLoader, batches_trained, resume_callback
 from klear_lab.data.records import Record
+from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
@@ -103,6 +104,20 @@ def rl_callbacks() -> list:
     return [LearningRateMonitor(logging_interval="step"), RichProgressBar(leave=True)]
 
 
+def drop_long_prompts(records: list[Record], tokenizer: Any, cap: int) -> tuple[list[Record], int]:
+    """The records whose chat-formatted prompt has at most ``cap`` tokens, and how many were dropped.
+
+    Raises:
+        DataError: every prompt is longer.
+    """
+    lengths = [len(chat_prompt_ids(tokenizer, r.prompt)) for r in records]
+    kept = [r for r, n in zip(records, lengths) if n <= cap]
+    if not kept:
+        raise DataError(f"rl.max_prompt_tokens={cap}: all {len(records)} training prompts are longer (the shortest "
+                        f"has {min(lengths)} tokens, chat-formatted): raise it")
+    return kept, len(records) - len(kept)
+
+
 def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     """Builds everything; bad input fails here, before a run directory exists."""
     rl = cfg["rl"]
@@ -120,6 +135,9 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     eval_records = builders.build_eval_records(cfg)
     builders.resolve_init_from(cfg)
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
+    if rl["max_prompt_tokens"]:
+        records, dropped = drop_long_prompts(records, tokenizer, rl["max_prompt_tokens"])
+        data_stats.update({"data/dropped_long_prompts": dropped, "data/records": len(records)})
     steps = rl["steps"]
     updates = steps * rl["ppo_epochs"] * -(-rl["prompts_per_step"] // rl["minibatch_prompts"])
     settings = RLSettings(

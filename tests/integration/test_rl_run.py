@@ -40,14 +40,14 @@ def reward_plugin(tmp_path_factory) -> Path:
     return path
 
 
-def tiny_rl(tmp_path: Path, plugin: Path, clip: str, minibatch: int) -> dict:
+def tiny_rl(tmp_path: Path, plugin: Path, clip: str, minibatch: int, *extra: str) -> dict:
     return compose(ROOT / "experiments/quickstart/rl.yaml", [
         f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null", "model.tiny.size=2m",
         f"plugins=[{plugin}]", "rl.reward=test_digit_count", "rl.group_filter=none",
         f"rl.clip={clip}", "rl.steps=1", "rl.prompts_per_step=4", "rl.group_size=4",
         f"rl.minibatch_prompts={minibatch}", "rl.max_new_tokens=16", "rl.eval_every=0", "optim.lr=0.05",
         "optim.warmup_steps=0", "rl.alpha=0.0", "data.sources.0.n_prompts=20", "data.eval_sources.0.n_prompts=4",
-        "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false",
+        "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false", *extra,
     ])
 
 
@@ -177,3 +177,24 @@ def test_rl_gain_from_avg_at_k_evaluations(tmp_path, reward_plugin):
     m = run_experiment(cfg).metrics
     assert m["val/samples"] == 3 and m["val/n"] == 3 and m["val/acc"] <= m["val/pass_at_k"]
     assert m["val/gain"] == pytest.approx(m["val/acc_final"] - m["val/acc_start"])
+
+
+def test_rl_max_prompt_tokens_drops_long_prompts_before_the_run(tmp_path, reward_plugin):
+    from klear_lab.builders import build_train_records
+    from klear_lab.data.sft import prompt_ids
+    from klear_lab.errors import DataError
+    from klear_lab.stages.rl import prepare_rl
+
+    mixed = ["data.sources.0.levels=[1,2,3]", "data.sources.0.level_weights=[1,1,1]"]  # prompts of 3 lengths
+    cfg = tiny_rl(tmp_path, reward_plugin, "gppo", 2, *mixed)
+    whole = prepare_rl(cfg)
+    tokenizer = whole.module.tokenizer
+    lengths = [len(prompt_ids(tokenizer, r.prompt)) for r in build_train_records(cfg)[0]]
+    cap = max(lengths) - 1
+    assert min(lengths) <= cap  # the embedded prompts differ in length: the longest go, the rest stay
+    capped = prepare_rl(tiny_rl(tmp_path, reward_plugin, "gppo", 2, *mixed, f"rl.max_prompt_tokens={cap}"))
+    assert capped.data_stats["data/dropped_long_prompts"] == sum(n > cap for n in lengths) >= 1
+    assert capped.data_stats["data/records"] == len(lengths) - capped.data_stats["data/dropped_long_prompts"]
+    assert all(len(prompt_ids(tokenizer, r.prompt)) <= cap for batch in capped.batches for r in batch)
+    with pytest.raises(DataError, match=r"rl.max_prompt_tokens=1: all 20 training prompts are longer"):
+        prepare_rl(tiny_rl(tmp_path, reward_plugin, "gppo", 2, *mixed, "rl.max_prompt_tokens=1"))

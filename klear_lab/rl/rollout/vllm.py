@@ -243,7 +243,7 @@ def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_
             f"{max(too_long)} tokens) + max_new_tokens {max_new_tokens} exceed the vLLM engine's context of "
             f"{max_model_len} tokens (rl.rollout.max_model_len; 0 = the model's max_position_embeddings). vLLM "
             "would cut their responses short and report them as truncated: raise rl.rollout.max_model_len, "
-            "lower rl.max_new_tokens / eval.max_new_tokens, or drop the long prompts")
+            "lower rl.max_new_tokens / eval.max_new_tokens, or drop the long training prompts (rl.max_prompt_tokens)")
 
 
 def _engine_max_len(llm) -> int | None:
