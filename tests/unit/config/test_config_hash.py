@@ -1,0 +1,27 @@
+"""The config hash: what a run computes, so a resume can tell its own config from another."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from klear_lab.config.compose import compose
+from klear_lab.tracking import config_hash
+
+RL = Path(__file__).resolve().parents[3] / "experiments/quickstart/rl.yaml"
+
+
+def test_a_key_added_later_keeps_older_runs_hashes_until_it_is_set():
+    cfg = compose(RL)
+    older = copy.deepcopy(cfg)
+    del older["rl"]["max_prompt_tokens"]  # a run saved before the key existed
+    assert config_hash(older) == config_hash(cfg)
+    assert config_hash(compose(RL, ["rl.max_prompt_tokens=4096"])) != config_hash(cfg)
+
+
+def test_seed_threads_and_tracking_do_not_change_it_but_what_is_computed_does():
+    cfg = compose(RL)
+    same = compose(RL, ["run.seed=3", "trainer.num_threads=1", "trainer.checkpoint_every=7",
+                        "tracking.wandb.mode=disabled"])
+    assert config_hash(same) == config_hash(cfg)
+    assert config_hash(compose(RL, ["optim.lr=0.001"])) != config_hash(cfg)
