@@ -51,7 +51,9 @@ class SFTStage:
         start = time.perf_counter()
         try:
             if every and self.module.eval_engine is not None:  # needed mid-training: fail now, not after N steps
-                self.module.eval_engine.runtime(self.module.model, self.module.tokenizer)
+                engine = self.module.eval_engine.runtime(self.module.model, self.module.tokenizer)
+                engine.check_fits([r.prompt for r in self.module.eval_records], cfg["eval"]["max_new_tokens"],
+                                  "data.eval_sources")
             trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=resume, weights_only=True)
             train_s = time.perf_counter() - start
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()

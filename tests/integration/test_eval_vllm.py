@@ -91,6 +91,7 @@ def test_rl_evaluates_on_its_rollout_engine_with_the_latest_weights(tmp_path, pl
     assert trained.metrics["train/steps"] > 0 and "val/acc_start" in trained.metrics
     assert_eval_run_repeats(trained, tmp_path / "eval")
 
+
 def test_an_rl_run_whose_prompts_cannot_fit_the_engine_stops_before_training(tmp_path, plugin):
     """Every prompt is checked against vLLM's context when the engine starts, not when a step draws it."""
     from klear_lab.errors import ConfigError
@@ -102,6 +103,25 @@ def test_an_rl_run_whose_prompts_cannot_fit_the_engine_stops_before_training(tmp
                                           r"\+ max_new_tokens 16 exceed the vLLM engine's context of 24"):
         run_experiment(cfg)
     assert not any(tmp_path.rglob("summary.json"))
+
+
+def test_an_sft_run_whose_held_out_prompts_cannot_fit_stops_before_training(tmp_path, plugin):
+    """SFT evaluating during training starts its engine first and checks the held-out prompts against it."""
+    from klear_lab.errors import ConfigError
+
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [
+        f"run.out_dir={tmp_path}", f"plugins=[{plugin}]", "eval.reward=test_even_length_vllm",
+        "data.sources.0.n_prompts=120", "sft.max_steps=4", "eval.every_n_steps=2", "data.eval_sources.0.n_prompts=6",
+        "eval.max_new_tokens=16", "rl.rollout.max_model_len=24", "trainer.checkpoint=false",
+        "sft.tokens_per_micro_batch=1000", "tracking.wandb.enabled=false", *ENGINE])
+    with pytest.raises(ConfigError, match=r"6 of 6 prompts in data.eval_sources \(the longest \d+ tokens\) "
+                                          r"\+ max_new_tokens 16 exceed the vLLM engine's context of 24"):
+        run_experiment(cfg)
+    (run_dir,) = tmp_path.iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "checkpoints" / "last.ckpt").exists()
+    rows = run_dir / "csv" / "metrics.csv"
+    assert not rows.exists() or "train/loss" not in rows.read_text()  # no step ran
 
 
 def test_a_head_size_vllm_cannot_decode_is_named(tmp_path):
