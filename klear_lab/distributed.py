@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,6 +96,10 @@ def multi_device_rl_problem(cfg: dict) -> str | None:
         return (f"trainer.strategy={strategy!r}: RL on several devices is data parallel; every rank generates "
                 "with the whole policy, so it needs trainer.strategy=ddp (FSDP, DeepSpeed and spawned "
                 "processes are not supported for RL)")
+    if strategy == "auto" and (hasattr(sys, "ps1") or sys.flags.interactive):
+        return ("trainer.strategy='auto' in an interactive session (Jupyter, IPython): Lightning would fork the "
+                f"{devices} ranks from this process (ddp_fork), and RL ranks run the command again instead. Run "
+                "`klear-lab train EXPERIMENT trainer.strategy=ddp ...` from a shell")
     if cfg["rl"]["rollout"]["name"] == "vllm":
         return (f"rl.rollout=vllm with trainer.devices={cfg['trainer']['devices']!r}: every rank would start its "
                 "own vLLM engine on the same GPU. Use trainer.devices=1 (rl.rollout.tensor_parallel_size spreads "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,6 +12,8 @@ from klear_lab import builders
 from klear_lab.config.compose import compose
 from klear_lab.distributed import device_count, exported_run_dir, joined_run_dir, local_processes
 from klear_lab.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("devices", "count"), [(1, 1), (2, 2), ("2", 2), ("0,1", 2), ("1,", 1), ([0, 1], 2),
@@ -50,3 +55,15 @@ def test_vllm_evaluation_on_several_devices_is_refused():
     with pytest.raises(ConfigError, match="every rank would start its own engine"):
         builders.eval_engine(cfg)
 
+
+
+def test_auto_strategy_on_several_devices_is_refused_in_an_interactive_session(monkeypatch):
+    """Jupyter/IPython: Lightning would fork the ranks (ddp_fork), and RL ranks re-run the command instead."""
+    from klear_lab.distributed import multi_device_rl_problem
+
+    cfg = compose(ROOT / "experiments/quickstart/rl.yaml", ["trainer.devices=2", "trainer.accelerator=cpu"])
+    assert multi_device_rl_problem(cfg) is None  # a script or the CLI: Lightning re-runs the command per rank
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    assert "interactive session" in multi_device_rl_problem(cfg)
+    assert multi_device_rl_problem(compose(ROOT / "experiments/quickstart/rl.yaml", [
+        "trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"])) is None
