@@ -39,11 +39,31 @@ def records(path: Path) -> list[bytes]:
 
 def history(path: Path) -> list[dict[str, Any]]:
     """The run's history rows in logging order, ``{key: value}`` (keys of nested items joined by ``/``)."""
-    rows = []
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            for record in _parsed(path) if record.WhichOneof("record_type") == "history"]
+
+
+def _parsed(path: Path) -> list[Any]:
+    out = []
     for raw in records(path):
         record = pb.Record()
         record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
-    return rows
+        out.append(record)
+    return out
+
+
+def run_info(path: Path) -> dict[str, Any]:
+    """The run record: group, job type, tags and config (``{key: value}``, top-level keys)."""
+    run = next(r.run for r in _parsed(path) if r.WhichOneof("record_type") == "run")
+    return {"group": run.run_group, "job_type": run.job_type, "tags": list(run.tags),
+            "config": {item.key: json.loads(item.value_json) for item in run.config.update}}
+
+
+def summary(path: Path) -> dict[str, Any]:
+    """The run summary as W&B holds it at the end: every summary update applied in order."""
+    out: dict[str, Any] = {}
+    for record in _parsed(path):
+        if record.WhichOneof("record_type") == "summary":
+            out.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                        for item in record.summary.update})
+    return out
