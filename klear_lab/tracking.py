@@ -102,17 +102,17 @@ def atomic_write(path: Path, write: Any) -> None:
 
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
     """Lightning's CSVLogger and WandbLogger (offline unless the config says online); a resumed run's W&B
-    logger leaves out the steps its stopped attempts logged (:mod:`klear_lab.wandb_resume`)."""
-    from klear_lab.wandb_resume import ResumedWandbLogger, logged_before
+    logger first logs the kept rows W&B lost and then leaves out what W&B has (:mod:`klear_lab.wandb_resume`)."""
+    from klear_lab.wandb_resume import ResumedWandbLogger, kept_rows, logged_in_wandb
 
     loggers: list = []
     if cfg["tracking"]["csv"]:
         loggers.append(csv_logger(run_dir))
     wb = cfg["tracking"]["wandb"]
     if wb["enabled"] and wb["mode"] != "disabled":
-        run = cfg["run"]
+        run, resumed = cfg["run"], identity.get("attempts", 1) > 1
         logger = ResumedWandbLogger(
-            logged=logged_before(run_dir),
+            logged=logged_in_wandb(run_dir) if resumed else {},
             name=run_dir.name, id=identity["run_id"], save_dir=str(run_dir), project=wb["project"],
             entity=wb["entity"], offline=wb["mode"] == "offline", group=identity["group"],
             job_type=identity["job_type"], tags=wandb_tags(identity["tags"]), notes=run["notes"] or None,
@@ -122,6 +122,8 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
         # Lightning always passes anonymous=None to wandb.init, which recent wandb answers with a
         # deprecation warning in every run's log ("The anonymous setting has no effect").
         getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+        if resumed:
+            logger.backfill(kept_rows(run_dir))
         loggers.append(logger)
     return loggers
 

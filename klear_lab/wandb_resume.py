@@ -1,14 +1,18 @@
-"""The W&B logger of a resumed run: it leaves out what the stopped attempts already sent to W&B.
+"""The W&B logger of a resumed run: W&B ends up with every step once, whatever the stop cost it.
 
-A resumed run goes back to its checkpoint and logs the steps between the checkpoint and the kill a
-second time. W&B keeps one history per run id and plots it against ``trainer/global_step``, so
-those values would appear twice (online, W&B appends them to the resumed run; offline, ``wandb sync``
-uploads the run's ``offline-run-*`` directories one after the other into that one run). The stopped
-attempts' metrics files (``csv/metrics.before-resume-N.csv``, kept whole by the resume) say which
-metrics they logged at which step; this logger drops those. It works per metric, not per step: a
-step cut short logged some of its metrics (the learning rate at its start) and not others (its loss).
-The resumed run repeats those steps exactly (same weights, data position and RNG), so what W&B holds
-for them is what the run would have logged.
+A resumed run continues in the same W&B run id, in a new ``offline-run-*`` directory (W&B cannot
+resume an offline run; ``wandb sync`` uploads a run's directories one after the other into one run).
+Two things would go wrong without this logger:
+
+- the steps between the checkpoint and the stop are logged again: W&B, which plots against
+  ``trainer/global_step``, would hold them twice;
+- a ``kill -9`` (a preemption) loses what W&B had not yet written to its run file: its service
+  buffers the file, and a run killed 25 steps in left a file with no history at all (measured).
+
+So the logger reads what the earlier attempts' run files hold (:mod:`klear_lab.wandb_file`), logs first
+the rows of ``csv/metrics.csv`` (up to the checkpoint) that W&B lacks, and then leaves out, step by
+step and metric by metric, what W&B already has. A resumed run repeats the replayed steps exactly
+(same weights, data position and RNG), so the values W&B keeps for them are the run's.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger
 
+from klear_lab import wandb_file
 from klear_lab.tracking import csv_rows
+
+STEP = "trainer/global_step"  # Lightning's WandbLogger logs each row's step under this key
 
 
 class ResumedWandbLogger(WandbLogger):
@@ -36,19 +43,34 @@ class ResumedWandbLogger(WandbLogger):
                 return
         super().log_metrics(metrics, step)
 
+    def backfill(self, rows: list[dict[str, str]]) -> int:
+        """Log the metrics CSV ``rows`` (``step`` plus metrics) that W&B lacks; how many rows had some."""
+        count = 0
+        for row in rows:
+            if not row.get("step"):
+                continue
+            step = int(float(row["step"]))
+            metrics = {k: float(v) for k, v in row.items() if k != "step" and v != ""}
+            missing = {k: v for k, v in metrics.items() if k not in self.logged.get(step, ())}
+            if missing:
+                self.log_metrics(missing, step)
+                self.logged.setdefault(step, set()).update(missing)
+                count += 1
+        return count
 
-def logged_before(run_dir: Path) -> dict[int, set[str]]:
-    """``{step: metric keys}`` that stopped attempts of the run in ``run_dir`` logged past the rows its
-    ``csv/metrics.csv`` keeps (the steps it will log again); empty for a first attempt."""
-    kept = run_dir / "csv" / "metrics.csv"
-    start = max((_step(row) for row in csv_rows(kept) if row.get("step")), default=-1) if kept.is_file() else -1
+
+def logged_in_wandb(run_dir: Path) -> dict[int, set[str]]:
+    """``{step: metric keys}`` in the history of the W&B run files of ``run_dir`` (its earlier attempts)."""
     logged: dict[int, set[str]] = {}
-    for path in (run_dir / "csv").glob("metrics.before-resume-*.csv"):
-        for row in csv_rows(path):
-            if row.get("step") and _step(row) > start:
-                logged.setdefault(_step(row), set()).update(k for k, v in row.items() if v != "" and k != "step")
+    for path in sorted((run_dir / "wandb").glob("*run-*/run-*.wandb")):
+        for row in wandb_file.history(path):
+            if isinstance(row.get(STEP), (int, float)):
+                keys = {k for k in row if not k.startswith("_") and k != STEP}
+                logged.setdefault(int(row[STEP]), set()).update(keys)
     return logged
 
 
-def _step(row: dict[str, str]) -> int:
-    return int(float(row["step"]))
+def kept_rows(run_dir: Path) -> list[dict[str, str]]:
+    """The rows the resumed run keeps in ``csv/metrics.csv`` (up to its checkpoint)."""
+    path = run_dir / "csv" / "metrics.csv"
+    return csv_rows(path) if path.is_file() else []

@@ -25,6 +25,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from klear_lab import wandb_file
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.resume import checkpoint_log_step, resume_config
@@ -32,8 +33,6 @@ from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-import wandb_offline  # noqa: E402
 
 SFT = str(ROOT / "experiments/quickstart/sft.yaml")
 RL = str(ROOT / "experiments/quickstart/rl.yaml")
@@ -103,7 +102,7 @@ def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoi
     assert len(runs) == 2 and all(r.name.endswith(record["run_id"]) for r in runs)  # one W&B run id
     # what `wandb sync` uploads, the segments one after the other: each metric at each step as often as the
     # CSV has it: once (the learning rate too, with 2 micro-batches per step), the replayed steps too
-    history = [row for r in runs for row in wandb_offline.history(next(r.glob("run-*.wandb")))]
+    history = [row for r in runs for row in wandb_file.history(next(r.glob("run-*.wandb")))]
     table = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     in_csv = Counter((int(row["step"]), k) for row in table for k, v in row.items() if v != "" and k != "step")
     in_wandb = Counter((row.get("trainer/global_step", 0), k) for row in history for k in row if k in table[0])
@@ -168,8 +167,7 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
     run_dir = kill_after_first_checkpoint(
         ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=120",
          "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16",
-         "trainer.checkpoint_every=5", "trainer.log_every_n_steps=1", "tracking.wandb.enabled=false"], out,
-        row_key="train/loss")
+         "trainer.checkpoint_every=5", "trainer.log_every_n_steps=1"], out, row_key="train/loss")
     before = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
     assert before == list(range(before[-1] + 1))  # every step the killed run finished, past its checkpoint
     assert before[-1] > checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt")
@@ -186,6 +184,13 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
     steps = [s for s, _ in rows(run_dir, "train/loss")]
     assert steps == sorted(set(steps)) and steps[-1] == 119  # no step twice after the resume
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
+    # W&B: the killed attempt's run file holds what W&B had flushed (often nothing); the resumed one logs
+    # the kept rows it lacks, then every later step once: the two files together have each step once
+    files = [next(d.glob("run-*.wandb")) for d in sorted((run_dir / "wandb").glob("offline-run-*"))]
+    logged = [(row["trainer/global_step"], row["train/loss"]) for f in files for row in wandb_file.history(f)
+              if "train/loss" in row]
+    assert len(files) == 2 and [s for s, _ in logged] == list(range(120))
+    assert [v for _, v in logged] == pytest.approx([v for _, v in rows(run_dir, "train/loss")], rel=1e-6)
 
 
 def test_a_killed_two_rank_rl_run_resumes_on_two_ranks(tmp_path, klear_cli):

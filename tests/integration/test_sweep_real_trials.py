@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from klear_lab import wandb_file
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import default_storage_url, open_study
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-import wandb_offline  # noqa: E402
 
 
 def _spec(tmp_path: Path, trial_start: str) -> Path:
@@ -59,11 +58,11 @@ def test_real_trials_run_like_standalone_runs(tmp_path, trial_start):
         runs = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
         assert len(runs) == 1 and runs[0].stat().st_size > 0
         wandb_runs.add(runs[0].name)
-        info = wandb_offline.run_info(runs[0])  # what W&B itself recorded for the trial's run
+        info = wandb_file.run_info(runs[0])  # what W&B itself recorded for the trial's run
         assert info["group"] == spec.name and info["job_type"] == t.user_attrs["arm"]
         assert f"optim.lr={t.params['optim.lr']}" in info["tags"] and "seed=0" in info["tags"]
         assert info["config"]["optim"]["lr"] == t.params["optim.lr"] and info["config"]["run"]["seed"] == 0
-        assert wandb_offline.summary(runs[0])["val/acc"] == pytest.approx(t.value)  # the objective
+        assert wandb_file.summary(runs[0])["val/acc"] == pytest.approx(t.value)  # the objective
         log = Path(t.user_attrs["log"]).read_text()
         assert f"trial {t.number}: val/acc=" in log and "max_steps=3" in log  # its own output, in its log
     assert len(wandb_runs) == 2  # one W&B run per trial

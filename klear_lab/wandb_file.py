@@ -1,8 +1,10 @@
-"""Read the history rows of an offline W&B run file (``offline-run-*/run-*.wandb``), for tests.
+"""Read a W&B run file (``<run dir>/wandb/*run-*/run-*.wandb``): what W&B itself recorded for a run.
 
 The file is W&B's transaction log: a 7-byte header (``:W&B``, magic, version), then LevelDB-log
 blocks of 32 KiB holding records (crc32 4 bytes, length 2 bytes, type 1 byte: 1 full, 2 first,
-3 middle, 4 last; a block's last < 7 bytes are padding). Each record is a ``wandb_internal_pb2.Record``.
+3 middle, 4 last; a block's last < 7 bytes are padding), each a ``wandb_internal_pb2.Record`` (the
+protobuf W&B ships). A killed run's file ends where W&B last flushed it: reading stops at the first
+record that is cut short. Used by a resume (what W&B already holds) and by tests.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ BLOCK, HEADER = 32 * 1024, 7
 
 
 def records(path: Path) -> list[bytes]:
+    """The serialized records of the run file at ``path`` (none when it is not a W&B run file)."""
     data = path.read_bytes()
-    assert data[:4] == b":W&B", f"{path}: not a W&B run file"
+    if data[:4] != b":W&B":
+        return []
     out, pos, parts = [], HEADER, b""
     while pos + HEADER <= len(data):
         room = BLOCK - pos % BLOCK
@@ -29,7 +33,7 @@ def records(path: Path) -> list[bytes]:
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
         chunk = data[pos + HEADER:pos + HEADER + length]
         pos += HEADER + length
-        if kind == 0 and length == 0:  # zero-filled tail of a pre-allocated block
+        if kind not in (1, 2, 3, 4) or len(chunk) < length:  # zero-filled or cut short: the end
             break
         parts = chunk if kind in (1, 2) else parts + chunk
         if kind in (1, 4):
@@ -47,7 +51,10 @@ def _parsed(path: Path) -> list[Any]:
     out = []
     for raw in records(path):
         record = pb.Record()
-        record.ParseFromString(raw)
+        try:
+            record.ParseFromString(raw)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError: a record cut short
+            break
         out.append(record)
     return out
 
