@@ -124,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
     p = sub.add_parser("resume", help="continue a stopped SFT or RL run from its last checkpoint")
     p.add_argument("run_dir", help="the run directory (config.yaml, run.json, checkpoints/last.ckpt)")
-    p.add_argument("overrides", nargs="*", help="key=value of trainer.num_threads, trainer.checkpoint_every, "
-                   "tracking.wandb.mode (nothing that changes what the run computes)")
+    p.add_argument("overrides", nargs="*", help="key=value of trainer.num_threads, trainer.checkpoint_every "
+                   "(nothing that changes what the run computes)")
     p.set_defaults(func=_resume)
     p = sub.add_parser("eval", help="score a trained model on held-out sets (greedy or avg@k)")
     p.add_argument("target", help="a finished run directory (its config and final model) or an experiment YAML")

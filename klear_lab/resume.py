@@ -21,12 +21,13 @@ from klear_lab.errors import ConfigError
 from klear_lab.tracking import atomic_write, config_hash, csv_rows
 
 # What a resume may change: how the run executes and reports, never what it computes.
-RESUME_OVERRIDABLE = ("trainer.num_threads", "trainer.checkpoint_every", "tracking.wandb.mode")
+RESUME_OVERRIDABLE = ("trainer.num_threads", "trainer.checkpoint_every")
 
 
 def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """The saved config of a run that can be resumed, with ``overrides`` (``key=value``) of the keys in
-    :data:`RESUME_OVERRIDABLE` (e.g. more threads on a bigger machine, W&B online from now on).
+    :data:`RESUME_OVERRIDABLE` (e.g. more threads on a bigger machine). Not the W&B mode: the resumed
+    W&B run leaves out what earlier attempts' run files hold, which an offline file has not uploaded.
 
     Raises:
         ConfigError: not a run directory, an eval run, a completed run, a run still running on this

@@ -83,7 +83,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         train_parent(spec, base, cpu_cores(), log)
     base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
-    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=Progress(n_points, spec.workers))
+    progress = Progress(n_points, spec.workers, replaces_failures=not arms)
+    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress)
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()
     try:

@@ -40,7 +40,7 @@ class TrialProcess(Protocol):
         """Wait for the trial process to exit; its exit code (negative: killed by that signal)."""
 
     def kill(self) -> None:
-        """SIGKILL the trial (its storage state is left to the heartbeat)."""
+        """SIGKILL the trial (the worker records it in the storage)."""
 
 
 class _Fresh:
@@ -87,6 +87,11 @@ def kill_all() -> None:
         live = list(_LIVE)
     for proc in live:
         proc.kill()
+
+
+def reset_stop() -> None:
+    """Allow trial processes again after a :func:`kill_all` (a new sweep in the same process)."""
+    _STOPPED.clear()
 
 
 def forkserver(runner: str) -> Any:

@@ -23,6 +23,7 @@ class Progress:
 
     total: int
     workers: int
+    replaces_failures: bool = False  # tpe/random: a failed trial is replaced by a new one in the same run
     durations: list[float] = field(default_factory=list)
     failed: int = 0  # failed here: not run again until the sweep is rerun
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -35,7 +36,7 @@ class Progress:
             else:
                 self.failed += 1
             finished = count(study, FINISHED)
-            left = max(0, self.total - finished - self.failed)
+            left = max(0, self.total - finished - (0 if self.replaces_failures else self.failed))
             line = f"{finished}/{self.total} finished"
             if left and self.durations:
                 line += f", about {_duration(sum(self.durations) / len(self.durations) * left / self.workers)} left"

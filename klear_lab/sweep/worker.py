@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
-from klear_lab.sweep.launcher import kill_all, run_trial_process
+from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
@@ -66,6 +66,7 @@ def run_workers(ctx: WorkerContext) -> None:
     call. Each worker sets an event when it returns: a ``Thread.join`` that Ctrl-C interrupted leaves
     the thread looking finished while it still runs (Python < 3.13).
     """
+    reset_stop()  # an earlier Ctrl-C in this process (a notebook's rerun) must not kill these trials
     done = [threading.Event() for _ in range(ctx.workers)]
     for i in range(ctx.workers):
         threading.Thread(target=_worker_main, args=(ctx, i, done[i]), name=f"sweep-worker-{i}", daemon=True).start()
@@ -79,6 +80,10 @@ def run_workers(ctx: WorkerContext) -> None:
         deadline = time.time() + STOP_WAIT_S
         for event in done:
             event.wait(max(0.0, deadline - time.time()))
+        late = [i for i, event in enumerate(done) if not event.is_set()]
+        if late:
+            ctx.log(f"worker(s) {late} still busy after {STOP_WAIT_S:.0f}s: their trials are retried once their "
+                    "heartbeats are stale")
         raise
 
 
@@ -160,7 +165,8 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     except ConfigError as exc:
         trial.set_user_attr("error", str(exc))
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: config error: {exc}")
+        progress = f"; {ctx.progress.record(study, TrialState.FAIL, 0.0)}" if ctx.progress else ""
+        ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: config error: {exc}{progress}")
         return TrialState.FAIL
     job = _job(ctx, trial, cfg)
     with _COMPOSE_LOCK:  # composes the killed run's saved config
@@ -175,13 +181,13 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
         outcome = f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}"
     final = storage.get_trial(trial_id)
+    interrupted = ctx.stop.is_set()  # Ctrl-C: a terminal's SIGINT may also have failed the trial itself
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
-        interrupted = ctx.stop.is_set()
         trial.set_user_attr("error", "interrupted (Ctrl-C)" if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
-        if interrupted:
-            ctx.log(f"[worker {index}] trial {trial.number}: {queue_retry(study, final)}")
+    if interrupted and final.state == TrialState.FAIL:
+        ctx.log(f"[worker {index}] trial {trial.number}: {queue_retry(study, final)}")
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
              else final.user_attrs.get("error", ""))
     seconds = time.time() - started
@@ -197,12 +203,13 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> str:
     over, and without first waiting for the trial to look stale. Without heartbeats, or once the point
     has used up its retries, the rerun enqueues the point again."""
     retry = study._storage.get_heartbeat_stale_trial_callback()
-    before = len(study.get_trials(deepcopy=False))
     if retry is not None:
-        killed = copy.deepcopy(killed)
-        killed.user_attrs = {k: v for k, v in killed.user_attrs.items() if k != "error"}  # the retry's own
-        retry(study, killed)
-    if len(study.get_trials(deepcopy=False)) > before:
+        frozen = copy.deepcopy(killed)
+        frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items() if k != "error"}  # the retry's own
+        retry(study, frozen)
+    queued = any(t.system_attrs.get("retry_history", [None])[-1] == killed.number
+                 for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    if queued:
         return "killed; its retry is queued: rerun the sweep to continue it"
     return "killed; rerun the sweep to start it again"
 

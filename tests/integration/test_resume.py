@@ -138,7 +138,8 @@ def kill_after_first_checkpoint(args: list[str], out: Path, row_key: str | None 
     after its first checkpoint (with ``row_key``: once ``metrics.csv`` has that metric at a step past the
     checkpoint's, which only a file written as steps finish has before the next checkpoint); return the
     run directory."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    # without WANDB_SERVICE: a run logging through this process's W&B service stays "in use" there once killed
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
     proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300

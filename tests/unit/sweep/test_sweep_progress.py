@@ -29,3 +29,11 @@ def test_the_last_trial_and_a_sweep_whose_trials_all_failed():
     assert Progress(total=1, workers=1).record(_study_with([TrialState.COMPLETE]), TrialState.COMPLETE,
                                                3.0) == "1/1 finished"
     assert Progress(total=3, workers=1).record(_study_with([TrialState.FAIL]), TrialState.FAIL, 3.0) == "0/3 finished"
+
+
+def test_a_sampler_sweep_replaces_its_failures():
+    """tpe/random: a failed trial is followed by a new one in the same run, so it still counts as left."""
+    progress = Progress(total=4, workers=1, replaces_failures=True)
+    study = _study_with([TrialState.COMPLETE, TrialState.FAIL])
+    progress.record(study, TrialState.COMPLETE, 60.0)
+    assert progress.record(study, TrialState.FAIL, 5.0) == "1/4 finished, about 3 min left"  # 60 x 3 / 1
