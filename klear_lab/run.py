@@ -80,7 +80,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         run_dir = Path(resume)
         identity = saved_identity(run_dir)
         set_aside_later_rows(run_dir, checkpoint_log_step(ckpt), identity["attempts"] - 1)
-        if tracking.saved_config(run_dir) != cfg:  # resumed with new threads, W&B mode...: what it runs with
+        if tracking.saved_config(run_dir) != cfg:  # resumed with overrides (new threads...): what it runs with
             tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
     clear_rank_failures(run_dir)

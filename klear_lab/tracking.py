@@ -103,11 +103,13 @@ def atomic_write(path: Path, write: Any) -> None:
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
     """Lightning's CSVLogger and WandbLogger (offline unless the config says online); a resumed run's W&B
     logger first logs the kept rows W&B lost and then leaves out what W&B has (:mod:`klear_lab.wandb_resume`)."""
-    from klear_lab.wandb_resume import ResumedWandbLogger, kept_rows, logged_in_wandb
+    from klear_lab.wandb_resume import ResumedWandbLogger, logged_in_wandb
 
     loggers: list = []
+    kept = run_dir / "csv" / "metrics.csv"  # a resumed run's rows up to its checkpoint
+    kept_rows = csv_rows(kept) if kept.is_file() else []
     if cfg["tracking"]["csv"]:
-        loggers.append(csv_logger(run_dir))
+        loggers.append(csv_logger(run_dir, kept_rows))
     wb = cfg["tracking"]["wandb"]
     if wb["enabled"] and wb["mode"] != "disabled":
         run, resumed = cfg["run"], identity.get("attempts", 1) > 1
@@ -123,7 +125,7 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
         # deprecation warning in every run's log ("The anonymous setting has no effect").
         getattr(logger, "_wandb_init", {}).pop("anonymous", None)
         if resumed:
-            logger.backfill(kept_rows(run_dir))
+            logger.backfill(kept_rows)
         loggers.append(logger)
     return loggers
 
@@ -135,8 +137,8 @@ def finish_wandb_run(exit_code: int) -> None:
         wandb.run.finish(exit_code=exit_code)
 
 
-def csv_logger(run_dir: Path):
-    """Lightning's CSVLogger on ``run_dir/csv/metrics.csv``, keeping the rows a resumed run already has.
+def csv_logger(run_dir: Path, rows: list[dict[str, str]]):
+    """Lightning's CSVLogger on ``run_dir/csv/metrics.csv``, keeping ``rows``, those a resumed run already has.
 
     Lightning deletes an existing ``metrics.csv`` when the logger starts; its rows are logged again
     into the new logger first, so they are written back at its first save (a resumed run has also
@@ -144,16 +146,19 @@ def csv_logger(run_dir: Path):
     """
     from lightning.pytorch.loggers import CSVLogger
 
-    path = run_dir / "csv" / "metrics.csv"
-    rows = csv_rows(path) if path.is_file() else []
     logger = CSVLogger(save_dir=str(run_dir), name="csv", version="")
     for row in rows:
-        step = row.pop("step", "")
-        logger.experiment.log_metrics({k: float(v) for k, v in row.items() if v != ""},
-                                      int(float(step)) if step else None)
+        step, metrics = row_metrics(row)
+        logger.experiment.log_metrics(metrics, step)
     if rows:
         logger.save()  # back on disk at once
     return logger
+
+
+def row_metrics(row: dict[str, str]) -> tuple[int | None, dict[str, float]]:
+    """A metrics CSV row as ``(step, {metric: value})`` (its empty cells left out)."""
+    step = row.get("step")
+    return (int(float(step)) if step else None), {k: float(v) for k, v in row.items() if k != "step" and v != ""}
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:

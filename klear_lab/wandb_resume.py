@@ -23,7 +23,7 @@ from typing import Any
 from lightning.pytorch.loggers import WandbLogger
 
 from klear_lab import wandb_file
-from klear_lab.tracking import csv_rows
+from klear_lab.tracking import row_metrics
 
 STEP = "trainer/global_step"  # Lightning's WandbLogger logs each row's step under this key
 
@@ -43,20 +43,13 @@ class ResumedWandbLogger(WandbLogger):
                 return
         super().log_metrics(metrics, step)
 
-    def backfill(self, rows: list[dict[str, str]]) -> int:
-        """Log the metrics CSV ``rows`` (``step`` plus metrics) that W&B lacks; how many rows had some."""
-        count = 0
+    def backfill(self, rows: list[dict[str, str]]) -> None:
+        """Log the metrics of the CSV ``rows`` that W&B lacks (:meth:`log_metrics` leaves out the rest)."""
         for row in rows:
-            if not row.get("step"):
-                continue
-            step = int(float(row["step"]))
-            metrics = {k: float(v) for k, v in row.items() if k != "step" and v != ""}
-            missing = {k: v for k, v in metrics.items() if k not in self.logged.get(step, ())}
-            if missing:
-                self.log_metrics(missing, step)
-                self.logged.setdefault(step, set()).update(missing)
-                count += 1
-        return count
+            step, metrics = row_metrics(row)
+            if step is not None and metrics:
+                self.log_metrics(metrics, step)
+                self.logged.setdefault(step, set()).update(metrics)
 
 
 def logged_in_wandb(run_dir: Path) -> dict[int, set[str]]:
@@ -69,8 +62,3 @@ def logged_in_wandb(run_dir: Path) -> dict[int, set[str]]:
                 logged.setdefault(int(row[STEP]), set()).update(keys)
     return logged
 
-
-def kept_rows(run_dir: Path) -> list[dict[str, str]]:
-    """The rows the resumed run keeps in ``csv/metrics.csv`` (up to its checkpoint)."""
-    path = run_dir / "csv" / "metrics.csv"
-    return csv_rows(path) if path.is_file() else []
