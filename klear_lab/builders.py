@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from klear_lab.config.validate import component_args
+from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.hardware import cpu_cores
@@ -69,12 +70,15 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
         records = mix({n: r for n, r in filtered.items() if r}, ranks, cfg["run"]["seed"])
     except ValueError as exc:
         raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
-    counts = Counter(r.source for r in records)
-    for source, n in counts.items():
-        stats[f"data/mix_share/{source}"] = n / len(records)
+    return records, {**stats, **record_stats(records)}
+
+
+def record_stats(records: list[Record]) -> dict[str, float]:
+    """What the training records hold: each source's share, their count, the correct fraction."""
+    stats = share_metrics(Counter(r.source for r in records))
     stats["data/records"] = float(len(records))
     stats["data/correct_frac"] = sum(r.response_correct is not False for r in records) / max(len(records), 1)
-    return records, stats
+    return stats
 
 
 def build_eval_records(cfg: dict[str, Any]) -> list[Record]:

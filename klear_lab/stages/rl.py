@@ -137,7 +137,8 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     if rl["max_prompt_tokens"]:
         records, dropped = drop_long_prompts(records, tokenizer, rl["max_prompt_tokens"])
-        data_stats.update({"data/dropped_long_prompts": float(dropped), "data/records": float(len(records))})
+        kept_stats = {k: v for k, v in data_stats.items() if not k.startswith("data/mix_share/")}  # a source may go
+        data_stats = {**kept_stats, **builders.record_stats(records), "data/dropped_long_prompts": float(dropped)}
     steps = rl["steps"]
     updates = steps * rl["ppo_epochs"] * -(-rl["prompts_per_step"] // rl["minibatch_prompts"])
     settings = RLSettings(

@@ -95,3 +95,14 @@ def test_weighted_errors():
         _mix({"name": "weighted", "weights": {"best": 1, "nope": 1, "zzz": 2}})
     with pytest.raises(ConfigError, match="weights"):
         DATA_MIX.build({"name": "weighted", "weights": {"best": -1}})
+
+
+def test_record_stats_describe_the_records_given():
+    from klear_lab.builders import record_stats
+
+    recs = [Record(f"a/{i}", "a", "math", "p", "1", response_correct=i != 0) for i in range(3)]
+    recs.append(Record("b/0", "b", "math", "p", "1"))  # correctness unknown counts as correct
+    stats = record_stats(recs)
+    assert stats == {"data/mix_share/a": 0.75, "data/mix_share/b": 0.25, "data/records": 4.0,
+                     "data/correct_frac": 0.75}
+    assert record_stats(recs[1:3]) == {"data/mix_share/a": 1.0, "data/records": 2.0, "data/correct_frac": 1.0}
