@@ -12,6 +12,7 @@ import sys
 from klear_lab.cli_args import parse_args
 from klear_lab.distributed import joined_run_dir
 from klear_lab.errors import KlearError
+from klear_lab.run_list import STATUSES
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -114,6 +115,18 @@ def _components(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from klear_lab.run_list import list_runs, print_runs
+
+    paths = args.paths or [p for p in ("runs", "sweep_runs") if Path(p).is_dir()]
+    if not paths:
+        raise KlearError("no runs/ or sweep_runs/ directory here; give the directories to list")
+    print_runs(list_runs(paths, args.metric, args.status), args.metric, args.json)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="klear-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.samples=32 eval.temperature=0.6 eval.top_p=0.95")
     p.add_argument("--dry-run", action="store_true", help="print the evaluation plan, load nothing")
     p.set_defaults(func=_eval)
+    p = sub.add_parser("runs", help="list runs and their status: running, stopped (its process died), failed, "
+                       "completed; how to continue the stopped ones")
+    p.add_argument("paths", nargs="*", help="run, runs or sweep directories (default: runs/ and sweep_runs/ here)")
+    p.add_argument("--status", action="append", choices=STATUSES, help="only runs with this status (repeatable)")
+    p.add_argument("--metric", default="val/acc", help="the metric column (default: val/acc)")
+    p.add_argument("--json", action="store_true", help="one JSON object per run instead of a table")
+    p.set_defaults(func=_runs)
     p = sub.add_parser("config", help="print the resolved config")
     p.add_argument("experiment")
     p.add_argument("overrides", nargs="*")

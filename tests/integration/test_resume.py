@@ -162,8 +162,9 @@ def kill_after_first_checkpoint(args: list[str], out: Path, row_key: str | None 
     return run_dir
 
 
-def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
-    """``kill -9`` mid-run (after a checkpoint, during a later step), then ``klear-lab resume RUN_DIR``."""
+def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path, capsys):
+    """``kill -9`` mid-run (after a checkpoint, during a later step), ``klear-lab runs`` finds it stopped,
+    then ``klear-lab resume RUN_DIR``."""
     out = tmp_path / "runs"
     run_dir = kill_after_first_checkpoint(
         ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=120",
@@ -172,6 +173,10 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
     before = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
     assert before == list(range(before[-1] + 1))  # every step the killed run finished, past its checkpoint
     assert before[-1] > checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt")
+    capsys.readouterr()
+    assert main(["runs", str(out), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed["status"], listed["step"], listed["note"]) == ("stopped", before[-1], f"klear-lab resume {run_dir}")
     threads = torch.get_num_threads()
     try:  # a bigger or smaller machine: the resume may change how the run executes
         assert main(["resume", str(run_dir), "trainer.num_threads=1"]) == 0
@@ -185,6 +190,10 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path):
     steps = [s for s, _ in rows(run_dir, "train/loss")]
     assert steps == sorted(set(steps)) and steps[-1] == 119  # no step twice after the resume
     assert json.loads((run_dir / "run.json").read_text())["attempts"] == 2
+    capsys.readouterr()
+    assert main(["runs", str(out), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed["status"], listed["attempts"], listed["step"]) == ("completed", 2, 120)  # the final evaluation
     # W&B: the killed attempt's run file holds what W&B had flushed (often nothing); the resumed one logs
     # the kept rows it lacks, then every later step once: the two files together have each step once
     files = [next(d.glob("run-*.wandb")) for d in sorted((run_dir / "wandb").glob("offline-run-*"))]

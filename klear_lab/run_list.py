@@ -1,0 +1,167 @@
+"""``klear-lab runs [PATH ...]``: the runs under some directories and what became of each.
+
+The status comes from ``run.json``, checked against this machine's processes:
+
+- ``completed`` / ``failed`` (with its error) as the run recorded;
+- ``running``: recorded as running, and the writer's process is alive here;
+- ``stopped``: recorded as running, but the writer's process is gone (``kill -9``, preemption, the
+  OOM killer), which is what a researcher coming back to a machine most needs to find;
+- ``unknown``: recorded as running on another machine, whose processes cannot be checked here.
+
+A stopped or failed SFT/RL run with a checkpoint can continue, and the table says how: ``klear-lab
+resume RUN_DIR``, or for a sweep's trial the sweep command again (the sweep retries its trials).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from klear_lab.errors import KlearError
+from klear_lab.resume import checkpoint_path, still_running
+from klear_lab.tracking import csv_rows
+
+STATUSES = ("running", "stopped", "failed", "completed", "unknown")
+# Where run directories sit below a given path: runs/<run>, sweep_runs/<sweep>/runs/<run>.
+RUN_GLOBS = ("*/run.json", "runs/*/run.json", "*/runs/*/run.json")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run directory as the table shows it."""
+
+    run_dir: str
+    kind: str
+    status: str
+    attempts: int
+    step: int | None  # the last logged step in csv/metrics.csv
+    metric: float | None  # the summary's value, else the last logged one
+    checkpoint: bool
+    note: str  # the error, or how to continue
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """Every run directory at or below ``paths`` (a run, a runs directory, a sweep, a sweeps directory),
+    oldest first by the time ``run.json`` was last written.
+
+    Raises:
+        KlearError: a path that does not exist (exit code 2).
+    """
+    found: dict[Path, Path] = {}  # resolved -> as found (a symlinked directory is listed once)
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise KlearError(f"{path}: no such directory")
+        runs = [path] if (path / "run.json").is_file() else [r.parent for p in RUN_GLOBS for r in path.glob(p)]
+        for run_dir in runs:
+            found.setdefault(run_dir.resolve(), run_dir)
+    return sorted(found.values(), key=lambda d: ((d / "run.json").stat().st_mtime, str(d)))
+
+
+def run_row(run_dir: Path, metric: str) -> RunRow:
+    """What ``run_dir`` holds; an unreadable ``run.json`` becomes a row that names it, not an error."""
+    record = run_dir / "run.json"
+    try:
+        identity = json.loads(record.read_text())
+    except (OSError, ValueError) as exc:
+        return RunRow(str(run_dir), "?", "unknown", 0, None, None, False, f"unreadable {record}: {exc}")
+    kind = next((t.split(":", 1)[1] for t in identity.get("tags", []) if str(t).startswith("kind:")), "?")
+    status = _status(identity)
+    step, value = _progress(run_dir, metric)
+    has_ckpt = checkpoint_path(run_dir).is_file()
+    return RunRow(str(run_dir), kind, status, int(identity.get("attempts", 1)), step, value, has_ckpt,
+                  _note(run_dir, identity, status, kind, has_ckpt))
+
+
+def _status(identity: dict[str, Any]) -> str:
+    recorded = identity.get("status", "unknown")
+    if recorded != "running":
+        return recorded if recorded in STATUSES else "unknown"
+    if identity.get("host") not in (None, socket.gethostname()):
+        return "unknown"
+    return "running" if still_running(identity) else "stopped"
+
+
+def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None]:
+    """The last logged step, and ``metric`` from ``summary.json`` or else its last logged value."""
+    rows = csv_rows(run_dir / "csv" / "metrics.csv") if (run_dir / "csv" / "metrics.csv").is_file() else []
+    steps = [int(float(r["step"])) for r in rows if r.get("step")]
+    logged = [float(r[metric]) for r in rows if r.get(metric)]
+    value = logged[-1] if logged else None
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        with contextlib.suppress(ValueError):  # written atomically; a damaged one leaves the CSV's value
+            value = json.loads(summary.read_text()).get(metric, value)
+    return (max(steps) if steps else None), value
+
+
+def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_ckpt: bool) -> str:
+    if status == "unknown" and identity.get("host"):
+        return f"running on {identity['host']} (pid {identity.get('pid')}): not checked from here"
+    if status not in ("stopped", "failed"):
+        return ""
+    error = identity.get("error", "")
+    if kind not in ("sft", "rl"):
+        how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"
+    elif (sweep := _sweep_spec(run_dir)) is not None:
+        how = f"sweep trial: run the sweep again: klear-lab sweep {sweep}"
+    elif has_ckpt:
+        how = f"klear-lab resume {run_dir}"
+    else:
+        how = f"no checkpoint: klear-lab train {run_dir / 'config.yaml'}"
+    return f"{error} -> {how}" if error else how
+
+
+def _sweep_spec(run_dir: Path) -> str | None:
+    """The spec of the sweep whose trial (or starting point) this run is, if it is one."""
+    sweep_json = run_dir.parent.parent / "sweep.json"
+    if run_dir.parent.name != "runs" or not sweep_json.is_file():
+        return None
+    try:
+        return json.loads(sweep_json.read_text()).get("spec") or str(sweep_json.parent / "spec.yaml")
+    except ValueError:
+        return str(sweep_json.parent / "spec.yaml")
+
+
+def list_runs(paths: list[str | Path], metric: str = "val/acc", statuses: list[str] | None = None) -> list[RunRow]:
+    """The rows of :func:`find_runs`' run directories, only those with one of ``statuses`` if given."""
+    rows = [run_row(d, metric) for d in find_runs(paths)]
+    return [r for r in rows if not statuses or r.status in statuses]
+
+
+def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
+    """A Rich table (or JSON lines) of ``rows``, then a count per status."""
+    if as_json:
+        for row in rows:
+            print(json.dumps(asdict(row)))
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    from klear_lab.console import make_console
+
+    colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "completed": "green", "unknown": "yellow"}
+    table = Table(show_header=True)
+    for col in ("run", "kind", "status", "attempts", "step", metric, "ckpt", "note"):
+        table.add_column(col, justify="right" if col in ("attempts", "step", metric) else "left")
+    for r in rows:
+        table.add_row(escape(r.run_dir), r.kind, f"[{colours[r.status]}]{r.status}[/]", str(r.attempts),
+                      "" if r.step is None else str(r.step), "" if r.metric is None else f"{r.metric:.4g}",
+                      "yes" if r.checkpoint else "", escape(_shorten(r.note)))
+    console = make_console()
+    console.print(table)
+    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no runs")
+
+
+def _shorten(note: str, limit: int = 160) -> str:
+    """A long error (a gloo message is 300 characters) cut in the middle, keeping how to continue."""
+    if len(note) <= limit:
+        return note
+    error, sep, how = note.rpartition(" -> ")
+    keep = max(limit - len(how) - 5, 40)
+    return f"{error[:keep]}... -> {how}" if sep else note[:limit] + "..."

@@ -1,0 +1,81 @@
+"""``klear-lab runs``: a run's status is what ``run.json`` records, checked against live processes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from klear_lab.cli import main
+from klear_lab.run_list import list_runs
+
+
+def make_run(parent: Path, name: str, status: str, kind: str = "rl", **extra) -> Path:
+    run_dir = parent / name
+    (run_dir / "csv").mkdir(parents=True)
+    record = {"status": status, "tags": [f"kind:{kind}", "seed:0"], **extra}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    rows = "step,train/loss,val/acc\n0,1.5,\n1,1.2,0.25\n2,1.0,\n3,0.9,\n4,0."  # a kill cut the last row
+    (run_dir / "csv" / "metrics.csv").write_text(rows)
+    return run_dir
+
+
+@pytest.fixture
+def live_klear_process():
+    """A real process whose command line names klear (what a run's writer looks like)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "klear-lab"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_statuses_from_the_record_and_the_processes(tmp_path, live_klear_process):
+    runs, host = tmp_path / "runs", socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    make_run(runs, "a-done", "completed")
+    (runs / "a-done" / "summary.json").write_text(json.dumps({"val/acc": 0.75}))
+    make_run(runs, "b-live", "running", pid=live_klear_process, host=host)
+    stopped = make_run(runs, "c-killed", "running", pid=int(dead.stdout), host=host)
+    (stopped / "checkpoints").mkdir()
+    (stopped / "checkpoints" / "last.ckpt").write_bytes(b"")
+    make_run(runs, "d-crashed", "failed", error="ValueError: bad batch")
+    make_run(runs, "e-elsewhere", "running", pid=1, host=host + "-other")
+    (runs / "f-broken").mkdir()
+    (runs / "f-broken" / "run.json").write_text('{"status": "runn')  # not what run_experiment writes
+    rows = {Path(r.run_dir).name: r for r in list_runs([runs])}
+    assert {name: r.status for name, r in rows.items()} == {
+        "a-done": "completed", "b-live": "running", "c-killed": "stopped", "d-crashed": "failed",
+        "e-elsewhere": "unknown", "f-broken": "unknown"}
+    assert rows["a-done"].metric == 0.75 and rows["b-live"].metric == 0.25  # summary, else last logged value
+    assert rows["b-live"].step == 3 and rows["c-killed"].checkpoint and not rows["d-crashed"].checkpoint
+    assert rows["c-killed"].note == f"klear-lab resume {stopped}"
+    assert rows["d-crashed"].note.startswith("ValueError: bad batch -> no checkpoint: klear-lab train ")
+    assert "not checked from here" in rows["e-elsewhere"].note and "f-broken" in rows["f-broken"].note
+    assert [r.run_dir for r in list_runs([runs], statuses=["stopped", "failed"])] == [
+        str(stopped), str(runs / "d-crashed")]
+
+
+def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
+    sweep = tmp_path / "sweep_runs" / "quick"
+    make_run(sweep / "runs", "quick-clip-ppo-s0", "failed", error="KeyboardInterrupt")
+    (sweep / "sweep.json").write_text(json.dumps({"name": "quick", "spec": "sweeps/quickstart.yaml"}))
+    (row,) = list_runs([tmp_path / "sweep_runs"])  # sweeps directory -> sweep -> runs -> run
+    assert row.note == "KeyboardInterrupt -> sweep trial: run the sweep again: klear-lab sweep sweeps/quickstart.yaml"
+    assert [r.run_dir for r in list_runs([sweep / "runs" / "quick-clip-ppo-s0", sweep])] == [row.run_dir]
+
+
+def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypatch):
+    make_run(tmp_path / "runs", "x", "completed", kind="sft")
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs", "--json"]) == 0  # default: runs/ and sweep_runs/ here
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) | {"run_dir": "-"} == {"run_dir": "-", "kind": "sft", "status": "completed",
+                                                  "attempts": 1, "step": 3, "metric": 0.25, "checkpoint": False,
+                                                  "note": ""}
+    assert main(["runs"]) == 0 and "1 completed" in capsys.readouterr().out
+    assert main(["runs", "nowhere"]) == 2
+    assert "nowhere: no such directory" in capsys.readouterr().err
