@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.stats import welch_interval
-from klear_lab.sweep.grid import grid_arms, point_key, resolve_baseline
+from klear_lab.sweep.grid import canonical_point, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
 
 N_BOOT = 10_000
@@ -46,7 +46,7 @@ def records_from_study(study: Any) -> list[TrialRecord]:
         if "arm" in t.user_attrs:
             out.append(TrialRecord(t.user_attrs["arm"], t.user_attrs.get("seed", 0), t.state.name,
                                    dict(t.user_attrs.get("metrics") or {}), t.user_attrs.get("run_dir"),
-                                   t.user_attrs.get("point")))
+                                   canonical_point(t.user_attrs.get("point"))))
     return out
 
 

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, decode, encode, enqueue_params, point_key
+from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, canonical_point, decode, encode, enqueue_params, point_key
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock, current_study
 from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
@@ -82,7 +82,7 @@ def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
 
 
 def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:
-    covered = {t.user_attrs.get("point") for t in study.get_trials(deepcopy=False, states=COVERED)}
+    covered = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=COVERED)}
     added = 0
     for arm in arms:
         for seed in spec.seeds:
@@ -157,7 +157,7 @@ def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm],
                    states: tuple[TrialState, ...] | None = (TrialState.COMPLETE, TrialState.PRUNED)) -> list[str]:
     """Grid points x seeds with no trial in ``states`` (default: none finished; ``None``: none at all,
     i.e. not enqueued yet)."""
-    done = {t.user_attrs.get("point") for t in study.get_trials(deepcopy=False, states=states)}
+    done = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=states)}
     return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in done]
 
 

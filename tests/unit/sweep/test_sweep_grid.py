@@ -5,7 +5,17 @@ from __future__ import annotations
 import yaml
 from sweep_fixtures import write_spec
 
-from klear_lab.sweep.grid import Arm, arm_label, decode, encode, grid_arms, nest, point_key, trial_layer
+from klear_lab.sweep.grid import (
+    Arm,
+    arm_label,
+    canonical_point,
+    decode,
+    encode,
+    grid_arms,
+    nest,
+    point_key,
+    trial_layer,
+)
 from klear_lab.sweep.spec import Axis, load_spec
 from klear_lab.sweep.wandb_export import wandb_sweep_config, write_wandb_sweep
 
@@ -15,6 +25,15 @@ def test_encode_roundtrip_and_point_keys():
         assert decode(encode(value)) == value
     assert point_key({"a": 1, "b": [1]}, 0) == point_key({"b": [1], "a": 1}, 0)
     assert point_key({"a": 1}, 0) != point_key({"a": 1}, 1)
+    assert point_key({"a": 1.0, "b": [0.0, 2], "c": True}, 0) == point_key({"a": 1, "b": [0, 2.0], "c": True}, 0)
+    assert point_key({"a": 0.5}, 0) != point_key({"a": 0}, 0) and point_key({"a": True}, 0) != point_key({"a": 1}, 0)
+
+
+def test_point_keys_stored_by_earlier_versions_read_as_todays():
+    old = '{"a": 1.0, "b": "json:[0.0, 2]", "run.seed": 0}'  # 1.0 and 0.0 were kept apart from 1 and 0
+    assert canonical_point(old) == point_key({"a": 1, "b": [0, 2]}, 0)
+    assert canonical_point(point_key({"a": 0.25}, 3)) == point_key({"a": 0.25}, 3)
+    assert canonical_point(None) is None
 
 
 def test_short_labels_fall_back_to_full_keys():

@@ -273,3 +273,18 @@ def test_a_joined_worker_waits_until_the_spec_grid_is_enqueued(tmp_path, monkeyp
         launch._wait_for_study(spec, url, arms)
     widened, added = prepare_study(study, spec, arms, lock)  # what the main process does
     assert added == 3 and launch._wait_for_study(spec, url, arms).study_name == widened.study_name
+
+
+def test_a_value_written_as_1_or_1_0_is_one_grid_point(tmp_path):
+    """YAML types ``1`` and ``1.0`` by how they are written; editing one into the other reruns nothing."""
+    spec, arms, url, study, lock = _setup(tmp_path, lrs=(1, 0.002))
+    prepare_study(study, spec, arms, lock)
+    while (tid := take_trial(study, spec, lock)) is not None:
+        trial = optuna.trial.Trial(study, tid)
+        values, _, _ = trial_values(trial, spec)
+        study.tell(trial, values["optim.lr"])
+    edited = load_spec(write_spec(tmp_path, seeds=(0, 1), lrs=(1.0, 0.002)))
+    edited_arms = check_spec(edited)
+    assert prepare_study(study, edited, edited_arms, lock)[1] == 0
+    assert missing_points(study, edited, edited_arms) == []
+    assert len(study.get_trials()) == 4
