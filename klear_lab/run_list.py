@@ -59,7 +59,14 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
         runs = [path] if (path / "run.json").is_file() else [r.parent for p in RUN_GLOBS for r in path.glob(p)]
         for run_dir in runs:
             found.setdefault(run_dir.resolve(), run_dir)
-    return sorted(found.values(), key=lambda d: ((d / "run.json").stat().st_mtime, str(d)))
+    return sorted(found.values(), key=lambda d: (_mtime(d / "run.json"), str(d)))
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # deleted since the glob: listed first, then shown as unreadable
+        return 0.0
 
 
 def run_row(run_dir: Path, metric: str) -> RunRow:
