@@ -67,6 +67,34 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
     )
 
 
+def check_trainer(cfg: dict[str, Any]) -> None:
+    """Lightning's own check of ``trainer.accelerator/devices/strategy/precision``, before anything is written.
+
+    Lightning checks the combination (FSDP needs a GPU, ``gpu`` needs one visible, DeepSpeed needs its
+    package) when a Trainer is made, after the run directory and W&B run exist. A Trainer made here
+    with those four settings alone fails the same way, first; it starts no process.
+
+    Raises:
+        ConfigError: naming the settings and Lightning's reason.
+    """
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from klear_lab.errors import ConfigError
+
+    t = cfg["trainer"]
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # "GPU available: ..." once is enough
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        L.Trainer(accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
+                  logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    except (ValueError, RuntimeError, ImportError, MisconfigurationException) as exc:
+        settings = " ".join(f"trainer.{k}={t[k]!r}" for k in ("accelerator", "devices", "strategy", "precision"))
+        raise ConfigError(f"{settings}: Lightning cannot train with these here: {exc}") from None
+    finally:
+        log.setLevel(level)
+
+
 def save_model(model, tokenizer, path: Path) -> None:
     """Save as a plain HF directory, so the next stage loads it like any checkpoint (rank 0 only)."""
     if not is_rank_zero():

@@ -67,3 +67,18 @@ def test_auto_strategy_on_several_devices_is_refused_in_an_interactive_session(m
     assert "interactive session" in multi_device_rl_problem(cfg)
     assert multi_device_rl_problem(compose(ROOT / "experiments/quickstart/rl.yaml", [
         "trainer.devices=2", "trainer.accelerator=cpu", "trainer.strategy=ddp"])) is None
+
+
+@pytest.mark.parametrize("kind", ["sft", "rl"])
+def test_a_trainer_lightning_refuses_stops_before_the_run_directory(tmp_path, kind):
+    """FSDP needs a GPU: Lightning says so when the Trainer is made; the run says so before writing anything."""
+    from klear_lab.run import run_experiment
+
+    out = tmp_path / "runs"
+    cfg = compose(ROOT / f"experiments/quickstart/{kind}.yaml", [
+        f"run.out_dir={out}", "model.init_from=null", "trainer.accelerator=cpu", "trainer.devices=2",
+        "trainer.strategy=fsdp"])
+    with pytest.raises(ConfigError, match=r"trainer.accelerator='cpu' trainer.devices=2 trainer.strategy='fsdp' "
+                                          r"trainer.precision='32-true': Lightning cannot train .*requires a GPU"):
+        run_experiment(cfg)
+    assert not out.exists()
