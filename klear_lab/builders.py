@@ -56,6 +56,8 @@ def build_pools(cfg: dict[str, Any], split: str,
 def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
     """Sources -> difficulty filter (per source) -> data mix. Returns records and data stats."""
     pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])
+    if not any(pools.values()):
+        raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})")
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {name: flt(recs) for name, recs in pools.items()}
     stats: dict[str, float] = {}

@@ -21,9 +21,36 @@ def check(cfg: dict[str, Any]) -> None:
     _require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")
     _require(cfg["trainer"]["checkpoint_every"] >= 0, "trainer.checkpoint_every",
              f"must be >= 0 (0 = no checkpoints), got {cfg['trainer']['checkpoint_every']}")
+    check_optim(cfg["optim"])
     check_eval(cfg["eval"])
+    if cfg["run"]["kind"] == "sft":
+        check_sft(cfg)
     if cfg["run"]["kind"] == "rl":
         check_rl(cfg)
+
+
+def check_optim(o: dict[str, Any]) -> None:
+    _require(o["warmup_steps"] >= 0, "optim.warmup_steps", f"must be >= 0, got {o['warmup_steps']}")
+    _require(o["schedule"] != "cosine" or 0 <= o["min_lr"] <= o["lr"], "optim.min_lr",
+             f"({o['min_lr']:g}) must lie in [0, optim.lr] ({o['lr']:g}): it is the cosine schedule's floor")
+    # torch's clip_grad_norm_ scales gradients by max_norm / norm: a negative one would reverse them
+    _require(o["grad_clip"] >= 0, "optim.grad_clip", f"must be >= 0 (0 = no clipping), got {o['grad_clip']}")
+    _require(o["weight_decay"] >= 0, "optim.weight_decay", f"must be >= 0, got {o['weight_decay']}")
+    betas = o["betas"]
+    _require(len(betas) == 2 and all(0 <= b < 1 for b in betas), "optim.betas",
+             f"must be two numbers in [0, 1) (AdamW's beta1, beta2), got {list(betas)}")
+
+
+def check_sft(cfg: dict[str, Any]) -> None:
+    s, max_len = cfg["sft"], cfg["data"]["max_length"]
+    _require(s["loss"] == "token-mean", "sft.loss",
+             f"is {s['loss']!r}; only 'token-mean' (over the optimizer batch's response tokens) is implemented")
+    _require(s["grad_accum"] >= 1, "sft.grad_accum", f"must be >= 1, got {s['grad_accum']}")
+    _require(s["tokens_per_micro_batch"] >= max_len, "sft.tokens_per_micro_batch",
+             f"({s['tokens_per_micro_batch']}) is less than one packed row of data.max_length ({max_len}); a "
+             "micro-batch holds tokens_per_micro_batch // data.max_length rows")
+    _require(s["max_steps"] > 0 or s["epochs"] > 0, "sft.epochs",
+             f"must be > 0 when sft.max_steps is not set (> 0), got {s['epochs']}")
 
 
 def check_eval(ev: dict[str, Any]) -> None:

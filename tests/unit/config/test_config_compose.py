@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from klear_lab.config.compose import compose, dotlist_layer
 from klear_lab.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def write(path, text):
@@ -98,3 +102,26 @@ def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     _, body = dotlist_layer(["plugins=[my_reward.py,some.module]", "model.init_from=exp/sft.yaml"])
     assert body["plugins"] == [str(tmp_path / "my_reward.py"), "some.module"]
     assert body["model"]["init_from"] == str(tmp_path / "exp" / "sft.yaml")
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("optim.grad_clip=-1", "optim.grad_clip must be >= 0 (0 = no clipping), got -1"),  # would reverse gradients
+    ("optim.min_lr=0.01", "optim.min_lr (0.01) must lie in [0, optim.lr] (0.003)"),
+    ("optim.warmup_steps=-5", "optim.warmup_steps must be >= 0"),
+    ("optim.weight_decay=-0.1", "optim.weight_decay must be >= 0"),
+    ("optim.betas=[0.9,1.0]", "optim.betas must be two numbers in [0, 1)"),
+    ("sft.loss=seq-mean", "sft.loss is 'seq-mean'; only 'token-mean'"),
+    ("sft.grad_accum=0", "sft.grad_accum must be >= 1, got 0"),
+    ("sft.tokens_per_micro_batch=10", "sft.tokens_per_micro_batch (10) is less than one packed row of "
+                                      "data.max_length (100)"),
+    ("sft.epochs=0", "sft.epochs must be > 0 when sft.max_steps is not set"),
+])
+def test_values_that_would_train_wrongly_or_silently_differently_are_refused(override, needle):
+    with pytest.raises(ConfigError) as err:
+        compose(ROOT / "experiments/quickstart/sft.yaml", [override])
+    assert needle in str(err.value)
+
+
+def test_min_lr_is_free_under_a_constant_schedule():
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["optim.schedule=constant", "optim.min_lr=1"])
+    assert cfg["optim"]["min_lr"] == 1

@@ -106,3 +106,16 @@ def test_record_stats_describe_the_records_given():
     assert stats == {"data/mix_share/a": 0.75, "data/mix_share/b": 0.25, "data/records": 4.0,
                      "data/correct_frac": 0.75}
     assert record_stats(recs[1:3]) == {"data/mix_share/a": 1.0, "data/records": 2.0, "data/correct_frac": 1.0}
+
+
+def test_sources_that_produce_nothing_are_named(tmp_path):
+    from pathlib import Path
+
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+    from klear_lab.errors import DataError
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = compose(root / "experiments/quickstart/sft.yaml", ["data.sources.0.n_prompts=0"])
+    with pytest.raises(DataError, match=r"data.sources produced no training records \(arith_r1: 0\)"):
+        build_train_records(cfg)
