@@ -81,18 +81,44 @@ def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
 def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
     """Hydra-style ``key=value`` overrides (values parsed as YAML); relative ``.py`` plugins and
     ``model.init_from`` are made absolute against the working directory."""
-    merged = OmegaConf.create()
+    body: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"{label}: override {item!r} must look like key=value")
-        try:  # merged one at a time (what from_dotlist does), so an error names the bad one
-            merged.merge_with_dotlist([item])
+        try:  # parsed one at a time, so an error names the bad one
+            one = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
         except (OmegaConfBaseException, yaml.YAMLError) as exc:
             hint = " (values are YAML: inside {...} write `key: value`, with a space)" if "{" in item else ""
             raise ConfigError(f"{label}: cannot parse override {item!r}{hint}: {' '.join(str(exc).split())}") from None
-    body: dict[str, Any] = OmegaConf.to_container(merged)  # type: ignore[assignment]
+        _merge_override(body, one, label, "")  # type: ignore[arg-type]
     _absolutize_plugins(body, Path.cwd())  # typed paths are the shell's: the saved config works from anywhere
     return label, body
+
+
+def _merge_override(dst: dict, src: dict, label: str, prefix: str) -> None:
+    """One ``key=value`` into the layer, later ones winning. A component named and given a parameter, in
+    either order (``rl.clip=cispo rl.clip.eps_high=5``), is one node ``{name: cispo, eps_high: 5}``; a
+    later override replaces a plain value outright, and ``data.sources.0.x=...`` reaches into a list."""
+    for key, value in src.items():
+        path = f"{prefix}{key}"
+        old = dst.get(key)
+        if path in _COMPONENT_PATHS:
+            if isinstance(old, str) and isinstance(value, dict):
+                old = dst[key] = {"name": old}
+            elif isinstance(old, dict) and isinstance(value, str):
+                value = {"name": value}
+        if isinstance(old, list) and isinstance(value, dict) and all(str(k).isdigit() for k in value):
+            for index, item in value.items():
+                if int(index) >= len(old):
+                    raise ConfigError(f"{label}: {path}.{index}: index out of range (the list has {len(old)} items)")
+                if isinstance(old[int(index)], dict) and isinstance(item, dict):
+                    _merge_override(old[int(index)], item, label, f"{path}.{index}.")
+                else:
+                    old[int(index)] = item
+        elif isinstance(old, dict) and isinstance(value, dict):
+            _merge_override(old, value, label, f"{path}.")
+        else:
+            dst[key] = value
 
 
 def merge_layers(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -90,8 +90,14 @@ def _check_component(node: Any, axis: str, path: str, provenance: dict[str, str]
     try:
         registry.build(_as_args(expanded, types_))
     except ConfigError as exc:
-        raise ConfigError(f"{_where(path, provenance)}: {path}: {exc}") from None
+        raise ConfigError(f"{_where_node(path, provenance)}: {path}: {exc}") from None
     return expanded
+
+
+def _where_node(path: str, provenance: dict[str, str]) -> str:
+    """Every place that set ``path`` or one of its parameters (a component's values may come from several)."""
+    labels = dict.fromkeys(v for k, v in provenance.items() if k == path or k.startswith(path + "."))
+    return " + ".join(labels) or _where(path, provenance)
 
 
 def _as_args(node: dict[str, Any], types_: dict[str, Any]) -> dict[str, Any]:

@@ -125,3 +125,28 @@ def test_values_that_would_train_wrongly_or_silently_differently_are_refused(ove
 def test_min_lr_is_free_under_a_constant_schedule():
     cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["optim.schedule=constant", "optim.min_lr=1"])
     assert cfg["optim"]["min_lr"] == 1
+
+
+@pytest.mark.parametrize("overrides", [["rl.clip=cispo", "rl.clip.eps_high=0.5"],
+                                       ["rl.clip.eps_high=0.5", "rl.clip=cispo"]])
+def test_a_component_switched_and_tuned_on_the_command_line_is_both(overrides):
+    """``rl.clip=cispo rl.clip.eps_high=0.5`` used to train GPPO: the second override replaced the first."""
+    clip = compose(ROOT / "experiments/quickstart/rl.yaml", overrides)["rl"]["clip"]
+    assert clip == {"name": "cispo", "eps_low": 0.2, "eps_high": 0.5}
+
+
+def test_a_bad_component_value_names_where_it_was_set():
+    with pytest.raises(ConfigError, match=r"^command line: rl.clip: clip 'cispo': eps_high must be in \(0, inf\)"):
+        compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip=cispo", "rl.clip.eps_high=0"])
+    with pytest.raises(ConfigError, match=r"^experiments/quickstart/rl.yaml \+ command line: rl.clip: clip 'gppo'"):
+        compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip.eps_high=0"])
+
+
+def test_overrides_reach_into_a_list_set_on_the_same_command_line():
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [
+        "data.sources=[{name: arith_r1, n_prompts: 7}, {name: arith_r1, seed_offset: 1}]",
+        "data.sources.1.n_prompts=9", "data.sources.0.levels=[1,2]", "data.sources.0.level_weights=[1,1]"])
+    assert [(s["n_prompts"], s["seed_offset"]) for s in cfg["data"]["sources"]] == [(7, 0), (9, 1)]
+    assert cfg["data"]["sources"][0]["levels"] == [1, 2]
+    with pytest.raises(ConfigError, match=r"command line: data.sources.3: index out of range"):
+        compose(ROOT / "experiments/quickstart/sft.yaml", ["data.sources.3.n_prompts=9"])
