@@ -64,6 +64,8 @@ def check_eval(ev: dict[str, Any]) -> None:
              f"is {ev['top_p']} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
     _require(ev["batch_size"] >= 1 and ev["max_new_tokens"] >= 1, "eval.batch_size/eval.max_new_tokens",
              "must be >= 1")
+    _require(ev["every_n_steps"] >= 0, "eval.every_n_steps",
+             f"must be >= 0 (0 = none during training), got {ev['every_n_steps']}")
     _require(ev["engine"] in ENGINES, "eval.engine", f"must be one of {ENGINES}, got {ev['engine']!r}")
 
 
@@ -85,6 +87,13 @@ def check_rl(cfg: dict[str, Any]) -> None:
     _require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")
     _require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
     _require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
+    _require(rl["micro_batch_seqs"] >= 0, "rl.micro_batch_seqs",
+             f"must be >= 0 (0 = the whole minibatch at once), got {rl['micro_batch_seqs']}")
+    _require(rl["eval_every"] >= 0, "rl.eval_every", f"must be >= 0 (0 = none during training), got {rl['eval_every']}")
+    _require(rl["overlong"] != "penalty" or 0 < rl["overlong_buffer"] <= rl["max_new_tokens"], "rl.overlong_buffer",
+             f"({rl['overlong_buffer']}) must be in (0, rl.max_new_tokens={rl['max_new_tokens']}] with "
+             "rl.overlong=penalty: the penalty ramps over the last overlong_buffer tokens")
+    _require(rl["overlong_penalty"] >= 0, "rl.overlong_penalty", f"must be >= 0, got {rl['overlong_penalty']}")
     _require(rl["max_prompt_tokens"] >= 0, "rl.max_prompt_tokens",
              f"must be >= 0 (0 = no cap), got {rl['max_prompt_tokens']}")
     ROLLOUT.get(rl["rollout"]["name"])  # availability (vllm installed?) is checked when a run starts

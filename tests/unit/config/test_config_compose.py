@@ -122,6 +122,19 @@ def test_values_that_would_train_wrongly_or_silently_differently_are_refused(ove
     assert needle in str(err.value)
 
 
+@pytest.mark.parametrize(("override", "needle"), [
+    ("rl.overlong=penalty rl.overlong_buffer=200", "rl.overlong_buffer (200) must be in (0, rl.max_new_tokens=128]"),
+    ("rl.overlong_penalty=-1", "rl.overlong_penalty must be >= 0"),
+    ("rl.micro_batch_seqs=-1", "rl.micro_batch_seqs must be >= 0"),
+    ("rl.eval_every=-1", "rl.eval_every must be >= 0"),
+    ("eval.every_n_steps=-2", "eval.every_n_steps must be >= 0"),
+])
+def test_rl_values_that_would_fail_mid_run_are_refused(override, needle):
+    with pytest.raises(ConfigError) as err:
+        compose(ROOT / "experiments/quickstart/rl.yaml", override.split())
+    assert needle in str(err.value)
+
+
 def test_min_lr_is_free_under_a_constant_schedule():
     cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["optim.schedule=constant", "optim.min_lr=1"])
     assert cfg["optim"]["min_lr"] == 1
