@@ -67,13 +67,17 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     return cfg
 
 
+PROCESS_KEYS = ("pid", "host", "pid_start")
+
+
 def running_process() -> dict[str, Any]:
-    """Who writes a running run: ``run.json`` keeps it so a resume can tell a live run from a dead one."""
-    return {"pid": os.getpid(), "host": socket.gethostname()}
+    """Who writes a running run: ``run.json`` keeps it so a resume can tell a live run from a dead one.
+    ``pid_start`` (the process' start time) tells the writer from a later process given the same pid."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid())}
 
 
 def still_running(identity: dict[str, Any]) -> bool:
-    """Whether the process a ``running`` record names is alive here and still a klear-lab run (another
+    """Whether the process a ``running`` record names is alive here and still the run's writer (another
     machine's cannot be checked: a run preempted there is resumed)."""
     pid = identity.get("pid")
     if identity.get("host") != socket.gethostname() or not isinstance(pid, int):
@@ -82,7 +86,18 @@ def still_running(identity: dict[str, Any]) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:  # gone (or no /proc: assume gone)
         return False
-    return b"klear" in cmdline
+    if identity.get("pid_start") is not None:  # a zombie (killed, not yet reaped) has no command line
+        return bool(cmdline) and process_start(pid) == identity["pid_start"]
+    return b"klear" in cmdline  # a record from before pid_start: the best guess
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[19])  # fields after the command name start at field 3
 
 
 def checkpoint_path(run_dir: Path) -> Path:
@@ -93,7 +108,7 @@ def checkpoint_path(run_dir: Path) -> Path:
 def saved_identity(run_dir: Path) -> dict[str, Any]:
     """``run.json`` without its status, with one more attempt counted."""
     identity = json.loads((run_dir / "run.json").read_text())
-    identity = {k: v for k, v in identity.items() if k not in ("status", "error", "pid", "host")}
+    identity = {k: v for k, v in identity.items() if k not in ("status", "error", *PROCESS_KEYS)}
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
     return identity
 

@@ -26,8 +26,9 @@ from klear_lab.resume import checkpoint_path, still_running
 from klear_lab.tracking import csv_rows
 
 STATUSES = ("running", "stopped", "failed", "completed", "unknown")
-# Where run directories sit below a given path: runs/<run>, sweep_runs/<sweep>/runs/<run>.
-RUN_GLOBS = ("*/run.json", "runs/*/run.json", "*/runs/*/run.json")
+# Where run directories sit below a given path: runs/<run>, sweep_runs/<sweep>/runs/<run> (given a runs
+# directory, a sweep, the sweeps directory or the directory holding it).
+RUN_GLOBS = ("*/run.json", "runs/*/run.json", "*/runs/*/run.json", "*/*/runs/*/run.json")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ def check(cfg: dict[str, Any]) -> None:
 def check_optim(o: dict[str, Any]) -> None:
     _require(o["warmup_steps"] >= 0, "optim.warmup_steps", f"must be >= 0, got {o['warmup_steps']}")
     _require(o["schedule"] != "cosine" or 0 <= o["min_lr"] <= o["lr"], "optim.min_lr",
-             f"({o['min_lr']:g}) must lie in [0, optim.lr] ({o['lr']:g}): it is the cosine schedule's floor")
+             f"({o['min_lr']:g}) must lie in [0, optim.lr] ({o['lr']:g}): it is the cosine schedule's floor "
+             "(set both when lowering optim.lr)")
     # torch's clip_grad_norm_ scales gradients by max_norm / norm: a negative one would reverse them
     _require(o["grad_clip"] >= 0, "optim.grad_clip", f"must be >= 0 (0 = no clipping), got {o['grad_clip']}")
     _require(o["weight_decay"] >= 0, "optim.weight_decay", f"must be >= 0, got {o['weight_decay']}")

@@ -97,8 +97,9 @@ def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
 
 def _merge_override(dst: dict, src: dict, label: str, prefix: str) -> None:
     """One ``key=value`` into the layer, later ones winning. A component named and given a parameter, in
-    either order (``rl.clip=cispo rl.clip.eps_high=5``), is one node ``{name: cispo, eps_high: 5}``; a
-    later override replaces a plain value outright, and ``data.sources.0.x=...`` reaches into a list."""
+    either order (``rl.clip=cispo rl.clip.eps_high=5``), is one node ``{name: cispo, eps_high: 5}``;
+    naming another component drops the parameters of the one named before; a later override replaces
+    a plain value outright, and ``data.sources.0.x=...`` reaches into a list."""
     for key, value in src.items():
         path = f"{prefix}{key}"
         old = dst.get(key)
@@ -107,6 +108,9 @@ def _merge_override(dst: dict, src: dict, label: str, prefix: str) -> None:
                 old = dst[key] = {"name": old}
             elif isinstance(old, dict) and isinstance(value, str):
                 value = {"name": value}
+            if isinstance(old, dict) and isinstance(value, dict) and "name" in old \
+                    and value.get("name", old["name"]) != old["name"]:
+                old = dst[key] = {}  # switching from a named component: its parameters go, as between layers
         if isinstance(old, list) and isinstance(value, dict) and all(str(k).isdigit() for k in value):
             for index, item in value.items():
                 if int(index) >= len(old):

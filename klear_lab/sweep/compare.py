@@ -54,13 +54,16 @@ def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
     """The study's trial records, with objective/table metrics a run logged but did not return.
 
     A grid keeps the spec's points only: a study may hold seeds or axis values the spec has dropped.
+    Its trials take the spec's arm labels (a value the spec now writes ``1.0`` was run as ``1``).
     """
     from klear_lab.sweep.trial import fill_from_csv
 
     records = records_from_study(study)
     if spec.sampler == "grid":
-        wanted = {point_key(arm.params, seed) for arm in grid_arms(spec) for seed in spec.seeds}
-        records = [r for r in records if r.point in wanted]
+        labels = {point_key(arm.params, seed): arm.label for arm in grid_arms(spec) for seed in spec.seeds}
+        records = [r for r in records if r.point in labels]
+        for r in records:
+            r.arm = labels[r.point]
     for r in records:  # runs from before a metric was added to the spec, or that only logged it
         if r.state == "COMPLETE":
             fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
@@ -81,7 +84,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
               baseline: str | None, arm_order: list[str] | None = None, seed: int = 0) -> pd.DataFrame:
     """The comparison table as a DataFrame (one row per arm, in ``arm_order``)."""
     order = list(arm_order or [])
-    order += [r.arm for r in records if r.arm not in order]
+    order = list(dict.fromkeys([*order, *(r.arm for r in records)]))
     done = [r for r in records if r.state == "COMPLETE"]
     names = [objective, *[m for m in metrics if m != objective]]
     rows = []

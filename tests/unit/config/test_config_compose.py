@@ -148,6 +148,11 @@ def test_a_component_switched_and_tuned_on_the_command_line_is_both(overrides):
     assert clip == {"name": "cispo", "eps_low": 0.2, "eps_high": 0.5}
 
 
+def test_naming_another_component_on_the_same_line_drops_the_first_ones_parameters():
+    cfg = compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip={name: gppo, eps_high: 0.9}", "rl.clip=cispo"])
+    assert cfg["rl"]["clip"] == {"name": "cispo", "eps_low": 0.2, "eps_high": 0.28}
+
+
 def test_a_bad_component_value_names_where_it_was_set():
     with pytest.raises(ConfigError, match=r"^command line: rl.clip: clip 'cispo': eps_high must be in \(0, inf\)"):
         compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip=cispo", "rl.clip.eps_high=0"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from klear_lab.cli import main
+from klear_lab.resume import process_start
 from klear_lab.run_list import list_runs
 
 
@@ -44,19 +45,22 @@ def test_statuses_from_the_record_and_the_processes(tmp_path, live_klear_process
     (stopped / "checkpoints" / "last.ckpt").write_bytes(b"")
     make_run(runs, "d-crashed", "failed", error="ValueError: bad batch")
     make_run(runs, "e-elsewhere", "running", pid=1, host=host + "-other")
+    started = process_start(live_klear_process)
+    make_run(runs, "g-live-since", "running", pid=live_klear_process, host=host, pid_start=started)
+    make_run(runs, "h-pid-reused", "running", pid=live_klear_process, host=host, pid_start=started - 1)
     (runs / "f-broken").mkdir()
     (runs / "f-broken" / "run.json").write_text('{"status": "runn')  # not what run_experiment writes
     rows = {Path(r.run_dir).name: r for r in list_runs([runs])}
     assert {name: r.status for name, r in rows.items()} == {
         "a-done": "completed", "b-live": "running", "c-killed": "stopped", "d-crashed": "failed",
-        "e-elsewhere": "unknown", "f-broken": "unknown"}
+        "e-elsewhere": "unknown", "f-broken": "unknown", "g-live-since": "running", "h-pid-reused": "stopped"}
     assert rows["a-done"].metric == 0.75 and rows["b-live"].metric == 0.25  # summary, else last logged value
     assert rows["b-live"].step == 3 and rows["c-killed"].checkpoint and not rows["d-crashed"].checkpoint
     assert rows["c-killed"].note == f"klear-lab resume {stopped}"
     assert rows["d-crashed"].note.startswith("ValueError: bad batch -> no checkpoint: klear-lab train ")
     assert "not checked from here" in rows["e-elsewhere"].note and "f-broken" in rows["f-broken"].note
     assert [r.run_dir for r in list_runs([runs], statuses=["stopped", "failed"])] == [
-        str(stopped), str(runs / "d-crashed")]
+        str(stopped), str(runs / "d-crashed"), str(runs / "h-pid-reused")]
 
 
 def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
@@ -66,6 +70,7 @@ def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
     (row,) = list_runs([tmp_path / "sweep_runs"])  # sweeps directory -> sweep -> runs -> run
     assert row.note == "KeyboardInterrupt -> sweep trial: run the sweep again: klear-lab sweep sweeps/quickstart.yaml"
     assert [r.run_dir for r in list_runs([sweep / "runs" / "quick-clip-ppo-s0", sweep])] == [row.run_dir]
+    assert [Path(r.run_dir).name for r in list_runs([tmp_path])] == ["quick-clip-ppo-s0"]  # `klear-lab runs .`
 
 
 def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypatch):

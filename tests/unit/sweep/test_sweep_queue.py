@@ -288,3 +288,8 @@ def test_a_value_written_as_1_or_1_0_is_one_grid_point(tmp_path):
     assert prepare_study(study, edited, edited_arms, lock)[1] == 0
     assert missing_points(study, edited, edited_arms) == []
     assert len(study.get_trials()) == 4
+    from klear_lab.sweep.compare import load_records, summarize  # the table shows them under today's labels
+
+    labels = [a.label for a in edited_arms]
+    table = summarize(load_records(edited, study), "val/acc", [], "maximize", None, labels)
+    assert table["arm"].tolist() == labels and table["n"].tolist() == [2, 2]
