@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class RunRow:
     metric: float | None  # the summary's value, else the last logged one
     checkpoint: bool
     note: str  # the error, or how to continue
+    updated: str = ""  # local time run.json or csv/metrics.csv last changed: is a running run still moving?
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
@@ -81,8 +83,10 @@ def run_row(run_dir: Path, metric: str) -> RunRow:
     status = _status(identity)
     step, value = _progress(run_dir, metric)
     has_ckpt = checkpoint_path(run_dir).is_file()
+    changed = max(_mtime(record), _mtime(run_dir / "csv" / "metrics.csv"))
     return RunRow(str(run_dir), kind, status, int(identity.get("attempts", 1)), step, value, has_ckpt,
-                  _note(run_dir, identity, status, kind, has_ckpt))
+                  _note(run_dir, identity, status, kind, has_ckpt),
+                  time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "")
 
 
 def _status(identity: dict[str, Any]) -> str:
@@ -154,10 +158,10 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
 
     colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "completed": "green", "unknown": "yellow"}
     table = Table(show_header=True)
-    for col in ("run", "kind", "status", "attempts", "step", metric, "ckpt", "note"):
+    for col in ("run", "kind", "status", "updated", "attempts", "step", metric, "ckpt", "note"):
         table.add_column(col, justify="right" if col in ("attempts", "step", metric) else "left")
     for r in rows:
-        table.add_row(escape(r.run_dir), r.kind, f"[{colours[r.status]}]{r.status}[/]", str(r.attempts),
+        table.add_row(escape(r.run_dir), r.kind, f"[{colours[r.status]}]{r.status}[/]", r.updated, str(r.attempts),
                       "" if r.step is None else str(r.step), "" if r.metric is None else f"{r.metric:.4g}",
                       "yes" if r.checkpoint else "", escape(_shorten(r.note)))
     console = make_console()

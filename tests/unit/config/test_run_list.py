@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,9 +79,12 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
     monkeypatch.chdir(tmp_path)
     assert main(["runs", "--json"]) == 0  # default: runs/ and sweep_runs/ here
     (line,) = capsys.readouterr().out.splitlines()
-    assert json.loads(line) | {"run_dir": "-"} == {"run_dir": "-", "kind": "sft", "status": "completed",
-                                                  "attempts": 1, "step": 3, "metric": 0.25, "checkpoint": False,
-                                                  "note": ""}
+    listed = json.loads(line)
+    assert listed | {"run_dir": "-", "updated": "-"} == {
+        "run_dir": "-", "kind": "sft", "status": "completed", "attempts": 1, "step": 3, "metric": 0.25,
+        "checkpoint": False, "note": "", "updated": "-"}
+    changed = max(p.stat().st_mtime for p in (tmp_path / "runs/x/run.json", tmp_path / "runs/x/csv/metrics.csv"))
+    assert listed["updated"] == time.strftime("%Y-%m-%d %H:%M", time.localtime(changed))
     assert main(["runs"]) == 0 and "1 completed" in capsys.readouterr().out
     assert main(["runs", "nowhere"]) == 2
     assert "nowhere: no such directory" in capsys.readouterr().err
