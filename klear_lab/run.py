@@ -58,10 +58,8 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         from klear_lab.errors import ConfigError
 
         raise ConfigError(f"run.kind must be 'sft', 'rl' or 'eval', got {kind!r}")
-    from klear_lab.stages.common import check_trainer, without_upstream_noise
+    from klear_lab.stages.common import without_upstream_noise
 
-    if kind in ("sft", "rl"):
-        check_trainer(cfg)
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     ckpt = None if resume is None else checkpoint_path(Path(resume))
     extra = {} if ckpt is None else {"resume": ckpt}

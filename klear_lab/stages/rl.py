@@ -23,7 +23,7 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.stages.common import finish_loggers, make_trainer, save_model, wandb_logger, write_samples
+from klear_lab.stages.common import check_trainer, finish_loggers, make_trainer, save_model, wandb_logger, write_samples
 from klear_lab.stages.gain import gain_summary
 from klear_lab.tracking import make_loggers
 
@@ -121,9 +121,10 @@ def drop_long_prompts(records: list[Record], tokenizer: Any, cap: int) -> tuple[
 def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     """Builds everything; bad input fails here, before a run directory exists."""
     rl = cfg["rl"]
-    problem = multi_device_rl_problem(cfg)
+    problem = multi_device_rl_problem(cfg)  # first: it says why RL cannot use FSDP at all
     if problem:
         raise ConfigError(problem)
+    check_trainer(cfg)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])

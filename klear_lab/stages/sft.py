@@ -19,7 +19,14 @@ from klear_lab.data.datamodule import SFTDataModule
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
 from klear_lab.modules.sft import SFTModule
-from klear_lab.stages.common import finish_loggers, log_samples_table, make_trainer, save_model, write_samples
+from klear_lab.stages.common import (
+    check_trainer,
+    finish_loggers,
+    log_samples_table,
+    make_trainer,
+    save_model,
+    write_samples,
+)
 from klear_lab.tracking import make_loggers
 
 
@@ -100,6 +107,7 @@ def default_callbacks(cfg: dict[str, Any]) -> list:
 
 def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     """Everything that may fail on bad input happens here, before the run directory exists."""
+    check_trainer(cfg)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     records, data_stats = builders.build_train_records(cfg)
