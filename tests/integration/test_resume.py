@@ -158,6 +158,9 @@ def kill_after_first_checkpoint(args: list[str], out: Path, row_key: str | None 
             time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)  # DDP: rank 1 too
     proc.wait()
+    if row_key is not None:
+        assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") == first, \
+            "a second checkpoint was written before the kill: space trainer.checkpoint_every wider"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # killed: nothing ran after
     return run_dir
 
@@ -169,7 +172,8 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path, capsys):
     run_dir = kill_after_first_checkpoint(
         ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=120",
          "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16",
-         "trainer.checkpoint_every=5", "trainer.log_every_n_steps=1"], out, row_key="train/loss")
+         # checkpoints at steps 39 and 79: the kill comes a few steps after the first, seconds before the second
+         "trainer.checkpoint_every=40", "trainer.log_every_n_steps=1"], out, row_key="train/loss")
     before = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
     assert before == list(range(before[-1] + 1))  # every step the killed run finished, past its checkpoint
     assert before[-1] > checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt")
