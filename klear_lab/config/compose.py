@@ -9,6 +9,7 @@ the file (or ``command line``) the bad key came from.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from pathlib import Path
@@ -148,9 +149,9 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
                     and value.get("name", old["name"]) != old["name"]:
                 old = dst[key] = {}  # switching component: drop the previous one's params
             # (a command line's rl.clip.eps_high=5 rl.clip=cispo has no name before: both stay)
-        if isinstance(old, list) and isinstance(value, dict) and all(str(k).isdigit() for k in value):
-            value = _merge_into_list(old, value, label, path, provenance)  # data.sources.0.n=5
-        if isinstance(old, dict) and isinstance(value, dict):
+        if isinstance(old, list) and isinstance(value, dict):
+            dst[key] = _merge_into_list(old, value, label, path, provenance)  # data.sources.0.n=5
+        elif isinstance(old, dict) and isinstance(value, dict):
             _merge(old, value, label, f"{path}.", provenance)
         else:
             dst[key] = value
@@ -162,18 +163,17 @@ _COMPONENT_PATHS = component_paths()
 
 
 def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: dict[str, str]) -> list:
-    out = [dict(v) if isinstance(v, dict) else v for v in old]
-    for key, item in value.items():
-        i = int(key)
-        if i >= len(out):
-            raise ConfigError(f"{label}: {path}.{i}: index out of range (the list has {len(out)} items)")
-        if isinstance(out[i], dict) and isinstance(item, dict):
-            wrapper = {"item": out[i]}
-            _merge(wrapper, {"item": item}, label, f"{path}.{i}.", provenance)
-            out[i] = wrapper["item"]
-        else:
-            out[i] = item
-    return out
+    """A mapping of indices merged into a copy of a list (``data.sources.0.n_prompts=5``); only the
+    leaves it sets take ``label`` as their provenance."""
+    items = {str(i): copy.deepcopy(v) for i, v in enumerate(old)}  # the layer that set the list stays as written
+    span = f"{len(old)} item{'s' * (len(old) != 1)}: {path}.0 to {path}.{len(old) - 1}" if old \
+        else f"empty: set it whole, {path}=[...]"
+    for key in value:
+        if str(key) not in items:
+            what = "index out of range" if str(key).isdigit() else "not an index"
+            raise ConfigError(f"{label}: {path}.{key}: {what} ({path} is a list of {span})")
+    _merge(items, {str(k): v for k, v in value.items()}, label, f"{path}.", provenance)
+    return list(items.values())
 
 
 def _mark_children(value: Any, path: str, label: str, provenance: dict[str, str]) -> None:

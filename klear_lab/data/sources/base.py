@@ -32,7 +32,10 @@ def is_heldout(prompt: str, eval_share: int = 10) -> bool:
 
 
 def check_teacher_fields(src, styles: tuple[str, ...], levels: tuple[int, ...]) -> None:
-    """Shared ``__post_init__`` checks of the embedded teacher sources (style, error rate, levels)."""
+    """Shared ``__post_init__`` checks of the embedded teacher sources (counts, style, error rate, levels)."""
+    for field in ("n_prompts", "responses_per_prompt"):
+        if getattr(src, field) < 1:
+            raise ValueError(f"{field} must be >= 1, got {getattr(src, field)}")
     if src.style not in styles:
         raise ValueError(f"style must be one of {styles}, got {src.style!r}")
     if not 0.0 <= src.teacher_error <= 1.0:
@@ -42,6 +45,8 @@ def check_teacher_fields(src, styles: tuple[str, ...], levels: tuple[int, ...]) 
     for level in src.levels:
         if level not in levels:
             raise ValueError(f"levels must be among {levels}, got {level}")
+    if any(w < 0 for w in src.level_weights) or not sum(src.level_weights) > 0:
+        raise ValueError(f"level_weights must be >= 0 with a positive sum, got {list(src.level_weights)}")
 
 
 def distinct_prompts(rng, n: int, split: str, draw):

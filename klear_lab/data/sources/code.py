@@ -47,9 +47,8 @@ class CodeSource:
         check_teacher_fields(self, STYLES, programs.LEVELS)
         if not 0.0 <= self.flawed_tests <= 1.0:
             raise ValueError(f"flawed_tests must be in [0, 1], got {self.flawed_tests}")
-        for field in ("n_prompts", "responses_per_prompt", "n_tests"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        if self.n_tests < 1:
+            raise ValueError(f"n_tests must be >= 1, got {self.n_tests}")
 
     @property
     def name(self) -> str:

@@ -36,17 +36,31 @@ class TinyQwen2:
     tie_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
+        """Shapes HF would refuse with a traceback, or accept and train on NaNs (``rope_theta <= 0``)."""
         if self.size not in SIZES:
             raise ValueError(f"size must be one of {sorted(SIZES)}, got {self.size!r}")
+        for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"{field} must be >= 0 (0 = the {self.size} preset's), got {getattr(self, field)}")
+        if self.max_position_embeddings < 1 or not self.rope_theta > 0:
+            raise ValueError("max_position_embeddings must be >= 1 and rope_theta > 0, got "
+                             f"{self.max_position_embeddings} and {self.rope_theta}")
+        hidden, _, heads, kv, _ = self.dims()
+        if hidden % heads or (hidden // heads) % 2:
+            raise ValueError(f"hidden_size {hidden} must split into num_heads {heads} heads of an even size (RoPE)")
+        if heads % kv:
+            raise ValueError(f"num_heads {heads} must be a multiple of num_kv_heads {kv} (grouped-query attention)")
+
+    def dims(self) -> tuple[int, int, int, int, int]:
+        """(hidden, layers, heads, kv_heads, intermediate): the preset's, each overridden when > 0."""
+        given = (self.hidden_size, self.num_layers, self.num_heads, self.num_kv_heads, self.intermediate_size)
+        return tuple(g or p for g, p in zip(given, SIZES[self.size], strict=True))  # type: ignore[return-value]
 
     def config(self, tokenizer) -> Qwen2Config:
-        hidden, layers, heads, kv, inter = SIZES[self.size]
-        hidden = self.hidden_size or hidden
-        heads = self.num_heads or heads
+        hidden, layers, heads, kv, inter = self.dims()
         return Qwen2Config(
-            vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=self.num_layers or layers,
-            num_attention_heads=heads, num_key_value_heads=self.num_kv_heads or kv,
-            intermediate_size=self.intermediate_size or inter,
+            vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter,
             max_position_embeddings=self.max_position_embeddings, rope_theta=self.rope_theta,
             tie_word_embeddings=self.tie_word_embeddings, bos_token_id=None,
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,

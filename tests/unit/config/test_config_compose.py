@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from klear_lab.config.compose import compose, dotlist_layer
+from klear_lab.config.compose import compose, dotlist_layer, file_layers, merge_layers
 from klear_lab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -168,3 +168,50 @@ def test_overrides_reach_into_a_list_set_on_the_same_command_line():
     assert cfg["data"]["sources"][0]["levels"] == [1, 2]
     with pytest.raises(ConfigError, match=r"command line: data.sources.3: index out of range"):
         compose(ROOT / "experiments/quickstart/sft.yaml", ["data.sources.3.n_prompts=9"])
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("data.sources.name=arith_web", "data.sources.name: not an index (data.sources is a list of 1 item: "
+                                    "data.sources.0 to data.sources.0)"),
+    ("data.sources.-1.n_prompts=5", "data.sources.-1: not an index"),
+])
+def test_a_list_is_indexed_only_by_its_indices(override, needle):
+    """Before, ``data.sources.name=x`` replaced the list of sources with one mapping."""
+    with pytest.raises(ConfigError) as err:
+        compose(ROOT / "experiments/quickstart/sft.yaml", [override])
+    assert needle in str(err.value)
+
+
+def test_an_index_into_a_nested_list_sets_one_item():
+    body = dotlist_layer(["a=[[1, 2], [3]]", "a.0.1=5", "a.1.0=6"])[1]
+    assert body["a"] == [[1, 5], [6]]
+
+
+def test_an_indexed_override_is_the_command_lines_only_for_what_it_sets():
+    """The rest of the item keeps the file as its source, so errors name both."""
+    with pytest.raises(ConfigError, match=r"^experiments/quickstart/sft.yaml \+ command line: data.sources.0: "
+                                          r"source 'arith_r1': style must be one of"):
+        compose(ROOT / "experiments/quickstart/sft.yaml", ["data.sources.0.style=bogus"])
+    layers = file_layers(ROOT / "experiments/quickstart/sft.yaml") + [dotlist_layer(["data.sources.0.n_prompts=5"])]
+    provenance = merge_layers(layers)[1]
+    assert provenance["data.sources.0.n_prompts"] == "command line"
+    assert provenance["data.sources.0.name"] == "experiments/quickstart/sft.yaml"
+    assert not any(".item" in k for k in provenance)
+    file_sources = [body["data"]["sources"] for label, body in layers[:-1] if "sources" in body.get("data", {})]
+    assert file_sources and all(s.get("n_prompts") != 5 for sources in file_sources for s in sources)  # not edited
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("model.tiny.hidden_size=-1", "model.tiny: model 'qwen2': hidden_size must be >= 0"),
+    ("model.tiny.num_heads=5", "hidden_size 192 must split into num_heads 5 heads of an even size"),
+    ("model.tiny.num_kv_heads=5", "num_heads 12 must be a multiple of num_kv_heads 5"),
+    ("model.tiny.rope_theta=0", "rope_theta > 0"),
+    ("data.sources.0.n_prompts=0", "data.sources.0: source 'arith_r1': n_prompts must be >= 1, got 0"),
+    ("data.sources.0.responses_per_prompt=-1", "responses_per_prompt must be >= 1"),
+    ("data.sources.0.level_weights=[0]", "level_weights must be >= 0 with a positive sum"),
+])
+def test_model_shapes_and_source_counts_that_would_crash_or_train_on_nan_are_refused(override, needle):
+    """Were a traceback when the model was built, NaN losses (rope_theta=0), or an empty data set."""
+    with pytest.raises(ConfigError) as err:
+        compose(ROOT / "experiments/quickstart/sft.yaml", [override])
+    assert needle in str(err.value)

@@ -116,6 +116,8 @@ def test_sources_that_produce_nothing_are_named(tmp_path):
     from klear_lab.errors import DataError
 
     root = Path(__file__).resolve().parents[3]
-    cfg = compose(root / "experiments/quickstart/sft.yaml", ["data.sources.0.n_prompts=0"])
-    with pytest.raises(DataError, match=r"data.sources produced no training records \(arith_r1: 0\)"):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    cfg = compose(root / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {empty}}}]"])
+    with pytest.raises(DataError, match=r"data.sources produced no training records \(file: 0\)"):
         build_train_records(cfg)
