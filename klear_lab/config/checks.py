@@ -21,12 +21,22 @@ def check(cfg: dict[str, Any]) -> None:
     _require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")
     _require(cfg["trainer"]["checkpoint_every"] >= 0, "trainer.checkpoint_every",
              f"must be >= 0 (0 = no checkpoints), got {cfg['trainer']['checkpoint_every']}")
+    check_run(cfg)
     check_optim(cfg["optim"])
     check_eval(cfg["eval"])
     if cfg["run"]["kind"] == "sft":
         check_sft(cfg)
     if cfg["run"]["kind"] == "rl":
         check_rl(cfg)
+
+
+def check_run(cfg: dict[str, Any]) -> None:
+    seed, t = cfg["run"]["seed"], cfg["trainer"]
+    _require(0 <= seed < 2**32, "run.seed", f"must be in [0, 2**32) (Lightning's and numpy's seed range), got {seed}")
+    _require(t["log_every_n_steps"] >= 0, "trainer.log_every_n_steps",
+             f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")
+    samples = cfg["tracking"]["wandb"]["log_samples"]
+    _require(samples >= 0, "tracking.wandb.log_samples", f"must be >= 0 (0 = no samples table), got {samples}")
 
 
 def check_optim(o: dict[str, Any]) -> None:

@@ -128,6 +128,9 @@ def test_values_that_would_train_wrongly_or_silently_differently_are_refused(ove
     ("rl.micro_batch_seqs=-1", "rl.micro_batch_seqs must be >= 0"),
     ("rl.eval_every=-1", "rl.eval_every must be >= 0"),
     ("eval.every_n_steps=-2", "eval.every_n_steps must be >= 0"),
+    ("run.seed=-1", "run.seed must be in [0, 2**32)"),  # Lightning's seed_everything raised mid-start
+    ("trainer.log_every_n_steps=-5", "trainer.log_every_n_steps must be >= 0"),
+    ("tracking.wandb.log_samples=-1", "tracking.wandb.log_samples must be >= 0"),  # was [:-1]: all samples but one
 ])
 def test_rl_values_that_would_fail_mid_run_are_refused(override, needle):
     with pytest.raises(ConfigError) as err:
