@@ -52,13 +52,14 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
     oldest first by the time ``run.json`` was last written.
 
     Raises:
-        KlearError: a path that does not exist (exit code 2).
+        KlearError: a path that does not exist or is not a directory (exit code 2).
     """
     found: dict[Path, Path] = {}  # resolved -> as found (a symlinked directory is listed once)
     for raw in paths:
         path = Path(raw)
-        if not path.exists():
-            raise KlearError(f"{path}: no such directory")
+        if not path.is_dir():
+            what = "not a directory: give a run, runs or sweep directory" if path.exists() else "no such directory"
+            raise KlearError(f"{path}: {what}")
         runs = [path] if (path / "run.json").is_file() else [r.parent for p in RUN_GLOBS for r in path.glob(p)]
         for run_dir in runs:
             found.setdefault(run_dir.resolve(), run_dir)

@@ -88,3 +88,5 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
     assert main(["runs"]) == 0 and "1 completed" in capsys.readouterr().out
     assert main(["runs", "nowhere"]) == 2
     assert "nowhere: no such directory" in capsys.readouterr().err
+    assert main(["runs", "runs/x/run.json"]) == 2  # a file: was "no runs", exit 0
+    assert "run.json: not a directory" in capsys.readouterr().err
