@@ -219,8 +219,8 @@ class _Getter:
     def integers(self, key: str, default: list[int]) -> list[int]:
         value = self.raw.get(key, default)
         if not isinstance(value, list) or not value or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise self._fail(key, "a non-empty list of integers")
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32 for v in value):
+            raise self._fail(key, "a non-empty list of integers in [0, 2**32)")
         if len(set(value)) != len(value):
             raise self._fail(key, "distinct integers")
         return list(value)

@@ -93,6 +93,8 @@ def test_sampler_rules(tmp_path):
 def test_sweep_owned_keys_and_seeds(tmp_path):
     assert "seeds" in _error(_edit(write_spec(tmp_path), axes={"run.seed": [1, 2]}))
     assert "distinct" in _error(_edit(write_spec(tmp_path), seeds=[1, 1]))
+    assert "seeds: expected a non-empty list of integers in [0, 2**32)" in \
+        _error(_edit(write_spec(tmp_path), seeds=[-1]))
 
 
 def test_cli_overrides_apply_to_base_experiment(tmp_path):
