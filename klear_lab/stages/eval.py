@@ -22,7 +22,7 @@ from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
-from klear_lab.stages.common import finish_loggers, log_samples_table, write_samples
+from klear_lab.stages.common import check_wandb_login, finish_loggers, log_samples_table, write_samples
 from klear_lab.tracking import make_loggers
 
 
@@ -124,6 +124,7 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     if not cfg["model"]["name_or_path"]:  # init_from would score the starting point, not this experiment
         raise ConfigError("model.name_or_path: an eval run scores a trained model: give a run directory "
                           "(`klear-lab eval RUN_DIR`) or model.name_or_path=RUN_DIR_or_HF_CHECKPOINT")
+    check_wandb_login(cfg)
     device = _device(cfg)
     builders.set_threads(cfg)
     records = builders.build_eval_records(cfg)

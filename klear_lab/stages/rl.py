@@ -23,7 +23,15 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.stages.common import check_trainer, finish_loggers, make_trainer, save_model, wandb_logger, write_samples
+from klear_lab.stages.common import (
+    check_trainer,
+    check_wandb_login,
+    finish_loggers,
+    make_trainer,
+    save_model,
+    wandb_logger,
+    write_samples,
+)
 from klear_lab.stages.gain import gain_summary
 from klear_lab.tracking import make_loggers
 
@@ -125,6 +133,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     if problem:
         raise ConfigError(problem)
     check_trainer(cfg)
+    check_wandb_login(cfg)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])

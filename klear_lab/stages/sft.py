@@ -21,6 +21,7 @@ from klear_lab.errors import DataError
 from klear_lab.modules.sft import SFTModule
 from klear_lab.stages.common import (
     check_trainer,
+    check_wandb_login,
     finish_loggers,
     log_samples_table,
     make_trainer,
@@ -108,6 +109,7 @@ def default_callbacks(cfg: dict[str, Any]) -> list:
 def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     """Everything that may fail on bad input happens here, before the run directory exists."""
     check_trainer(cfg)
+    check_wandb_login(cfg)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     records, data_stats = builders.build_train_records(cfg)

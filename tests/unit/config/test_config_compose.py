@@ -129,6 +129,8 @@ def test_values_that_would_train_wrongly_or_silently_differently_are_refused(ove
     ("rl.eval_every=-1", "rl.eval_every must be >= 0"),
     ("eval.every_n_steps=-2", "eval.every_n_steps must be >= 0"),
     ("run.seed=-1", "run.seed must be in [0, 2**32)"),  # Lightning's seed_everything raised mid-start
+    ("model.dtype=bfloat", "model.dtype must be one of float32, bfloat16"),  # was an AttributeError traceback
+    ("tracking.wandb.mode=ofline", "tracking.wandb.mode must be one of offline, online, disabled"),  # ran online
     ("trainer.log_every_n_steps=-5", "trainer.log_every_n_steps must be >= 0"),
     ("tracking.wandb.log_samples=-1", "tracking.wandb.log_samples must be >= 0"),  # was [:-1]: all samples but one
 ])
@@ -218,3 +220,24 @@ def test_model_shapes_and_source_counts_that_would_crash_or_train_on_nan_are_ref
     with pytest.raises(ConfigError) as err:
         compose(ROOT / "experiments/quickstart/sft.yaml", [override])
     assert needle in str(err.value)
+
+
+def test_init_from_on_a_run_that_does_not_read_it_is_refused():
+    """An SFT run (or ``klear-lab eval`` of an RL experiment file) ignored model.init_from and trained or
+    scored a fresh tiny model."""
+    parent = ROOT / "experiments/quickstart/sft.yaml"
+    with pytest.raises(ConfigError, match=r"model.init_from .* is read by RL runs only"):
+        compose(ROOT / "experiments/quickstart/sft.yaml", [f"model.init_from={parent}"])
+    with pytest.raises(ConfigError, match=r"an eval run starts from model.name_or_path"):
+        compose(ROOT / "experiments/quickstart/rl.yaml", ["run.kind=eval"])
+
+
+def test_an_unknown_attention_kernel_is_refused_when_the_model_is_built():
+    """Was accepted, then a KeyError traceback at the first forward pass, inside a started run."""
+    from klear_lab.builders import build_tokenizer_and_model
+
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["model.attn_implementation=bogus"])
+    with pytest.raises(ConfigError, match=r"^model.attn_implementation 'bogus': .*not supported"):
+        build_tokenizer_and_model(cfg, ["1 + 2 = 3"] * 20)
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["model.attn_implementation=eager"])
+    assert build_tokenizer_and_model(cfg, ["1 + 2 = 3"] * 20)[1].config._attn_implementation == "eager"
