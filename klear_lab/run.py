@@ -66,7 +66,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     joined = joined_run_dir()
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
         try:
-            with without_upstream_noise():
+            with without_upstream_noise(), tracking.wandb_mode_restored():
                 metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
         except BaseException as exc:  # but its reason to fail: rank 0 only sees the broken connection
             record_rank_failure(joined, error_line(exc))
@@ -85,7 +85,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
     clear_rank_failures(run_dir)
     try:
-        with without_upstream_noise(), exported_run_dir(run_dir):
+        with without_upstream_noise(), exported_run_dir(run_dir), tracking.wandb_mode_restored():
             metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
     except BaseException as exc:
         causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason

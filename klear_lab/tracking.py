@@ -7,6 +7,7 @@ final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.jso
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,20 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
             logger.backfill(kept_rows)
         loggers.append(logger)
     return loggers
+
+
+@contextlib.contextmanager
+def wandb_mode_restored() -> Iterator[None]:
+    """Lightning's WandbLogger sets ``WANDB_MODE=dryrun`` in this process for an offline run; put it back
+    after, or the next run in the process (a notebook, a test) would go offline whatever its config says."""
+    previous = os.environ.get("WANDB_MODE")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("WANDB_MODE", None)
+        else:
+            os.environ["WANDB_MODE"] = previous
 
 
 def finish_wandb_run(exit_code: int) -> None:

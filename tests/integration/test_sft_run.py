@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ QUICKSTART = str(Path(__file__).resolve().parents[2] / "experiments/quickstart/s
 
 def test_sft_smoke_run_and_reproduce_from_saved_config(repo_root, tiny_sft_overrides, monkeypatch, capfd):
     monkeypatch.chdir(repo_root)
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the config's mode (offline) decides
     result = run_experiment(compose(QUICKSTART, tiny_sft_overrides))
     run_dir = result.run_dir
+    assert "WANDB_MODE" not in os.environ  # Lightning sets it to dryrun for an offline run: put back
     for name in ("config.yaml", "run.json", "summary.json", "csv/metrics.csv", "model/config.json",
                  "model/tokenizer.json"):
         assert (run_dir / name).is_file(), name
