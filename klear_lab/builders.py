@@ -118,8 +118,8 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
         except OSError as exc:
             raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load: {exc}") from None
         except (ValueError, ImportError) as exc:  # an unknown or unavailable attention kernel, among others
-            raise ConfigError(f"model.name_or_path {m['name_or_path']!r} with model.attn_implementation="
-                              f"{m['attn_implementation']!r}: cannot load: {exc}") from None
+            attn = f" (model.attn_implementation={m['attn_implementation']!r})" if "att" in str(exc).lower() else ""
+            raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load{attn}: {exc}") from None
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"

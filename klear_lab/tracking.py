@@ -112,16 +112,17 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
     kept_rows = csv_rows(kept) if kept.is_file() else []
     if cfg["tracking"]["csv"]:
         loggers.append(csv_logger(run_dir, kept_rows))
-    wb = cfg["tracking"]["wandb"]
-    if wb["enabled"] and wb["mode"] != "disabled":
+    wb, mode = cfg["tracking"]["wandb"], wandb_mode(cfg)
+    if mode != "disabled":
         run, resumed = cfg["run"], identity.get("attempts", 1) > 1
         logger = ResumedWandbLogger(
             logged=logged_in_wandb(run_dir) if resumed else {},
             name=run_dir.name, id=identity["run_id"], save_dir=str(run_dir), project=wb["project"],
-            entity=wb["entity"], offline=wb["mode"] == "offline", group=identity["group"],
+            entity=wb["entity"], offline=mode == "offline", group=identity["group"],
             job_type=identity["job_type"], tags=wandb_tags(identity["tags"]), notes=run["notes"] or None,
             config={**cfg, "_identity": identity}, log_model=False, reinit="finish_previous",
-            settings={"silent": True, "console": "off"},
+            # the mode said to wandb.init: W&B keeps the mode of the first run in a process otherwise
+            mode=mode, settings={"silent": True, "console": "off"},
         )
         # Lightning always passes anonymous=None to wandb.init, which recent wandb answers with a
         # deprecation warning in every run's log ("The anonymous setting has no effect").
@@ -132,10 +133,22 @@ def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -
     return loggers
 
 
+def wandb_mode(cfg: dict[str, Any]) -> str:
+    """The mode a run's W&B logs in: ``tracking.wandb.mode``, except that ``WANDB_MODE`` offline (or
+    dryrun) or disabled in the environment turns an online config offline or off, as W&B itself does
+    (the test command sets it); ``disabled`` when ``tracking.wandb.enabled`` is false."""
+    wb, env = cfg["tracking"]["wandb"], os.environ.get("WANDB_MODE")
+    if not wb["enabled"]:
+        return "disabled"
+    if wb["mode"] == "online" and env in ("offline", "dryrun", "disabled"):
+        return "disabled" if env == "disabled" else "offline"
+    return wb["mode"]
+
+
 @contextlib.contextmanager
 def wandb_mode_restored() -> Iterator[None]:
     """Lightning's WandbLogger sets ``WANDB_MODE=dryrun`` in this process for an offline run; put it back
-    after, or the next run in the process (a notebook, a test) would go offline whatever its config says."""
+    after, so that a later run in the process (a notebook, a test) reads the user's environment, not it."""
     previous = os.environ.get("WANDB_MODE")
     try:
         yield

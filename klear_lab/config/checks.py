@@ -11,7 +11,7 @@ from klear_lab.registry import ADVANTAGE, ROLLOUT
 
 OVERLONG = ("none", "mask", "penalty")
 KL = ("k1", "k2", "k3", "kl", "mse", "low_var_kl")
-DTYPES = ("float32", "bfloat16", "float16", "float64")
+DTYPES = ("float32", "bfloat16", "float16", "float64", "float", "half", "double")  # torch's names
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -35,10 +35,10 @@ def check(cfg: dict[str, Any]) -> None:
 def check_run(cfg: dict[str, Any]) -> None:
     seed, t, m = cfg["run"]["seed"], cfg["trainer"], cfg["model"]
     _require(m["dtype"] in DTYPES, "model.dtype", f"must be one of {', '.join(DTYPES)}, got {m['dtype']!r}")
-    _require(m["init_from"] is None or m["name_or_path"] or cfg["run"]["kind"] == "rl", "model.init_from",
-             f"({m['init_from']}) is read by RL runs only (the SFT experiment they start from); an "
-             f"{cfg['run']['kind']} run starts from model.name_or_path (a run's model/ directory) or a fresh "
-             "tiny model")
+    # (an eval run without model.name_or_path is refused when it starts, with what to give instead)
+    _require(m["init_from"] is None or m["name_or_path"] or cfg["run"]["kind"] != "sft", "model.init_from",
+             f"({m['init_from']}) is read by RL runs only (the SFT experiment they start from); an SFT run "
+             "starts from model.name_or_path (a run directory or HF checkpoint) or a fresh tiny model")
     _require(0 <= seed < 2**32, "run.seed", f"must be in [0, 2**32) (Lightning's and numpy's seed range), got {seed}")
     _require(t["log_every_n_steps"] >= 0, "trainer.log_every_n_steps",
              f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")

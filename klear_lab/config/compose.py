@@ -166,12 +166,12 @@ def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: 
     """A mapping of indices merged into a copy of a list (``data.sources.0.n_prompts=5``); only the
     leaves it sets take ``label`` as their provenance."""
     items = {str(i): copy.deepcopy(v) for i, v in enumerate(old)}  # the layer that set the list stays as written
-    span = f"{len(old)} item{'s' * (len(old) != 1)}: {path}.0 to {path}.{len(old) - 1}" if old \
-        else f"empty: set it whole, {path}=[...]"
+    span = f"a list of {len(old)} item{'s' * (len(old) != 1)}: {path}.0 to {path}.{len(old) - 1}" if old \
+        else f"an empty list: set it whole, {path}=[...]"
     for key in value:
         if str(key) not in items:
-            what = "index out of range" if str(key).isdigit() else "not an index"
-            raise ConfigError(f"{label}: {path}.{key}: {what} ({path} is a list of {span})")
+            what = "index out of range" if str(key).isdigit() and str(int(key)) == str(key) else "not an index"
+            raise ConfigError(f"{label}: {path}.{key}: {what} ({path} is {span})")
     _merge(items, {str(k): v for k, v in value.items()}, label, f"{path}.", provenance)
     return list(items.values())
 

@@ -6,6 +6,8 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,25 +71,29 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
 
 
 def check_wandb_login(cfg: dict[str, Any]) -> None:
-    """``tracking.wandb.mode=online`` needs W&B credentials here: W&B's own lookup (``WANDB_API_KEY``, its
-    settings, ``.netrc``), without a prompt. Without them ``wandb.init`` raised a traceback once the run
-    directory existed. (Unless ``WANDB_SILENT``, W&B then asks its server whom it is logged in as.)
+    """A run that logs to W&B online needs W&B credentials on this machine; without them ``wandb.init``
+    raised a traceback once the run directory existed.
+
+    W&B's own lookup (``WANDB_API_KEY``, its settings, ``.netrc``; no prompt), run in a child process:
+    ``wandb.login`` answers from this process's W&B state (False while a run is open, or after an offline
+    run) and would fix that state for the runs that follow (an ``init_from`` parent trained here).
 
     Raises:
         ConfigError: no credentials, with the two ways on.
     """
     from klear_lab.errors import ConfigError
+    from klear_lab.tracking import wandb_mode
 
-    wb = cfg["tracking"]["wandb"]
-    if not wb["enabled"] or wb["mode"] != "online":
+    if wandb_mode(cfg) != "online":
         return
-    if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):  # W&B follows it over the config
-        return
-    import wandb
-
-    if not wandb.login(verify=False, prompt=False):
+    env = {**os.environ, "WANDB_MODE": "online", "WANDB_SILENT": "true"}  # silent: no "logged in as" server call
+    code = "import sys, wandb; sys.exit(0 if wandb.login(verify=False, prompt=False) else 3)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode == 3:
         raise ConfigError("tracking.wandb.mode=online: no W&B API key on this machine (WANDB_API_KEY, or "
                           "`wandb login`); log in, or run with tracking.wandb.mode=offline and `wandb sync` later")
+    # any other failure of the check itself: wandb.init will say what is wrong
 
 
 def check_trainer(cfg: dict[str, Any]) -> None:

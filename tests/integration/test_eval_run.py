@@ -111,8 +111,9 @@ def test_bad_eval_targets(tmp_path, make, needle):
 def test_eval_of_an_experiment_needs_a_trained_model(tmp_path, capsys):
     from klear_lab.cli import main
 
-    assert main(["eval", QUICKSTART, f"run.out_dir={tmp_path}"]) == 2
-    assert "model.name_or_path: an eval run scores a trained model" in capsys.readouterr().err
+    for experiment in (QUICKSTART, QUICKSTART.replace("sft.yaml", "rl.yaml")):  # rl.yaml: its init_from too
+        assert main(["eval", experiment, f"run.out_dir={tmp_path}"]) == 2
+        assert "model.name_or_path: an eval run scores a trained model" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing written
 
 
