@@ -88,8 +88,11 @@ def check_wandb_login(cfg: dict[str, Any]) -> None:
         return
     env = {**os.environ, "WANDB_MODE": "online", "WANDB_SILENT": "true"}  # silent: no "logged in as" server call
     code = "import sys, wandb; sys.exit(0 if wandb.login(verify=False, prompt=False) else 3)"
-    done = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=120)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return  # the check could not answer: wandb.init will
     if done.returncode == 3:
         raise ConfigError("tracking.wandb.mode=online: no W&B API key on this machine (WANDB_API_KEY, or "
                           "`wandb login`); log in, or run with tracking.wandb.mode=offline and `wandb sync` later")
