@@ -176,14 +176,22 @@ def test_overrides_reach_into_a_list_set_on_the_same_command_line():
 
 
 @pytest.mark.parametrize("override, needle", [
+    # a key that is not an index replaced the list of sources with one mapping
     ("data.sources.name=arith_web", "data.sources.name: not an index (data.sources is a list of 1 item: "
                                     "data.sources.0 to data.sources.0)"),
     ("data.sources.-1.n_prompts=5", "data.sources.-1: not an index"),
     ("data.sources.01.n_prompts=5", "data.sources.01: not an index"),
     ("plugins.0=x.py", "plugins.0: index out of range (plugins is an empty list: set it whole, plugins=[...])"),
+    # were a traceback when the model was built, NaN losses (rope_theta=0), or an empty data set
+    ("model.tiny.hidden_size=-1", "model.tiny: model 'qwen2': hidden_size must be >= 0"),
+    ("model.tiny.num_heads=5", "hidden_size 192 must split into num_heads 5 heads of an even size"),
+    ("model.tiny.num_kv_heads=5", "num_heads 12 must be a multiple of num_kv_heads 5"),
+    ("model.tiny.rope_theta=0", "rope_theta > 0"),
+    ("data.sources.0.n_prompts=0", "data.sources.0: source 'arith_r1': n_prompts must be >= 1, got 0"),
+    ("data.sources.0.responses_per_prompt=-1", "responses_per_prompt must be >= 1"),
+    ("data.sources.0.level_weights=[0]", "level_weights must be >= 0 with a positive sum"),
 ])
-def test_a_list_is_indexed_only_by_its_indices(override, needle):
-    """Before, ``data.sources.name=x`` replaced the list of sources with one mapping."""
+def test_sft_overrides_that_would_misread_crash_or_train_on_nan_are_refused(override, needle):
     with pytest.raises(ConfigError) as err:
         compose(ROOT / "experiments/quickstart/sft.yaml", [override])
     assert needle in str(err.value)
@@ -206,22 +214,6 @@ def test_an_indexed_override_is_the_command_lines_only_for_what_it_sets():
     assert not any(".item" in k for k in provenance)
     file_sources = [body["data"]["sources"] for label, body in layers[:-1] if "sources" in body.get("data", {})]
     assert file_sources and all(s.get("n_prompts") != 5 for sources in file_sources for s in sources)  # not edited
-
-
-@pytest.mark.parametrize("override, needle", [
-    ("model.tiny.hidden_size=-1", "model.tiny: model 'qwen2': hidden_size must be >= 0"),
-    ("model.tiny.num_heads=5", "hidden_size 192 must split into num_heads 5 heads of an even size"),
-    ("model.tiny.num_kv_heads=5", "num_heads 12 must be a multiple of num_kv_heads 5"),
-    ("model.tiny.rope_theta=0", "rope_theta > 0"),
-    ("data.sources.0.n_prompts=0", "data.sources.0: source 'arith_r1': n_prompts must be >= 1, got 0"),
-    ("data.sources.0.responses_per_prompt=-1", "responses_per_prompt must be >= 1"),
-    ("data.sources.0.level_weights=[0]", "level_weights must be >= 0 with a positive sum"),
-])
-def test_model_shapes_and_source_counts_that_would_crash_or_train_on_nan_are_refused(override, needle):
-    """Were a traceback when the model was built, NaN losses (rope_theta=0), or an empty data set."""
-    with pytest.raises(ConfigError) as err:
-        compose(ROOT / "experiments/quickstart/sft.yaml", [override])
-    assert needle in str(err.value)
 
 
 def test_torch_dtype_names_and_aliases_are_accepted():
