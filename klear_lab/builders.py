@@ -115,11 +115,9 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation=m["attn_implementation"])
-        except OSError as exc:
+        except (OSError, ValueError, ImportError) as exc:  # ValueError/ImportError: an unknown or missing
+            # attention kernel among others; transformers' message names attn_implementation then
             raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load: {exc}") from None
-        except (ValueError, ImportError) as exc:  # an unknown or unavailable attention kernel, among others
-            attn = f" (model.attn_implementation={m['attn_implementation']!r})" if "att" in str(exc).lower() else ""
-            raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load{attn}: {exc}") from None
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"

@@ -40,17 +40,25 @@ def is_rank_zero() -> bool:
 
 
 @contextlib.contextmanager
-def exported_run_dir(run_dir: Path) -> Iterator[None]:
-    """Let ranks that Lightning launches during the block join ``run_dir`` (the variable is removed after)."""
-    previous = os.environ.get(RUN_DIR_ENV)
-    os.environ[RUN_DIR_ENV] = str(run_dir)
+def env_restored(*names: str) -> Iterator[None]:
+    """The environment variables ``names`` as they were before the block, whatever it set or removed."""
+    previous = {name: os.environ.get(name) for name in names}
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(RUN_DIR_ENV, None)
-        else:
-            os.environ[RUN_DIR_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def exported_run_dir(run_dir: Path) -> Iterator[None]:
+    """Let ranks that Lightning launches during the block join ``run_dir`` (the variable is removed after)."""
+    with env_restored(RUN_DIR_ENV):
+        os.environ[RUN_DIR_ENV] = str(run_dir)
+        yield
 
 
 def record_rank_failure(run_dir: Path, error: str) -> None:

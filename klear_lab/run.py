@@ -10,12 +10,17 @@ from typing import Any
 from klear_lab import tracking
 from klear_lab.distributed import (
     clear_rank_failures,
+    env_restored,
     exported_run_dir,
     joined_run_dir,
     rank_failures,
     record_rank_failure,
 )
 from klear_lab.resume import checkpoint_log_step, checkpoint_path, running_process, saved_identity, set_aside_later_rows
+
+# Lightning's WandbLogger sets WANDB_MODE=dryrun in this process for an offline run: put back after each
+# run, so a later run in the process (a notebook, a test) reads the user's environment, not it
+RUN_SET_ENV = ("WANDB_MODE",)
 
 
 @dataclass
@@ -66,7 +71,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     joined = joined_run_dir()
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
         try:
-            with without_upstream_noise(), tracking.wandb_mode_restored():
+            with without_upstream_noise(), env_restored(*RUN_SET_ENV):
                 metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
         except BaseException as exc:  # but its reason to fail: rank 0 only sees the broken connection
             record_rank_failure(joined, error_line(exc))
@@ -85,7 +90,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
     clear_rank_failures(run_dir)
     try:
-        with without_upstream_noise(), exported_run_dir(run_dir), tracking.wandb_mode_restored():
+        with without_upstream_noise(), exported_run_dir(run_dir), env_restored(*RUN_SET_ENV):
             metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
     except BaseException as exc:
         causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason

@@ -7,7 +7,6 @@ final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.jso
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import json
@@ -15,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,20 +141,6 @@ def wandb_mode(cfg: dict[str, Any]) -> str:
     if wb["mode"] == "online" and env in ("offline", "dryrun", "disabled"):
         return "disabled" if env == "disabled" else "offline"
     return wb["mode"]
-
-
-@contextlib.contextmanager
-def wandb_mode_restored() -> Iterator[None]:
-    """Lightning's WandbLogger sets ``WANDB_MODE=dryrun`` in this process for an offline run; put it back
-    after, so that a later run in the process (a notebook, a test) reads the user's environment, not it."""
-    previous = os.environ.get("WANDB_MODE")
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("WANDB_MODE", None)
-        else:
-            os.environ["WANDB_MODE"] = previous
 
 
 def finish_wandb_run(exit_code: int) -> None:
