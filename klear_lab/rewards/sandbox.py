@@ -1,13 +1,20 @@
 """Run untrusted Python in a bubblewrap sandbox (registers nothing).
 
-Each run is one ``bwrap`` process: all namespaces unshared (no network: only a down loopback),
-``--die-with-parent``, ``--new-session``, an empty root with read-only binds of ``/usr`` (and
-the ``/lib*``, ``/bin`` links) and of the interpreter prefix ``sys.base_prefix`` only, a private
-tmpfs ``/tmp``, a cleared environment (``PATH`` and ``LANG`` only), a seccomp filter that
-forbids new processes, and rlimits (CPU, address space, file size, open files, processes) set
-by a trusted prelude before the program runs. The project, ``$HOME``, the virtualenv and every
-variable of the caller's environment stay invisible. A wall-clock timeout kills the whole
-process group (the pid namespace takes every sandboxed process down with it).
+Each run is one ``bwrap`` process, started with an empty environment: pid, network (only a down
+loopback), IPC, UTS and cgroup namespaces unshared, ``--die-with-parent``, ``--new-session``, an
+empty root with read-only binds of ``/usr`` (and the ``/lib*``, ``/bin`` links) and of the
+interpreter prefix ``sys.base_prefix`` only, a private tmpfs ``/tmp``, a cleared environment
+(``PATH`` and ``LANG`` only), no capabilities, a seccomp filter that forbids new processes and new
+namespaces or mounts, and rlimits (CPU, address space, file size, open files, processes) set by a
+trusted prelude before the program runs. The project, ``$HOME``, the virtualenv and every variable
+of the caller's environment stay invisible. A wall-clock timeout kills the whole process group (the
+pid namespace takes every sandboxed process down with it).
+
+Started by root, bwrap makes no user namespace (the program would still be uid 0 on the host, the
+owner of ``/proc/sys`` and of the read-only binds' files): it keeps only CAP_SETUID/CAP_SETGID, and
+the prelude becomes ``nobody`` (65534) before the program runs. Started by another user, bwrap's
+user namespace maps that user. Either way the prelude refuses to run the program while it holds a
+capability, is uid 0, or may gain privileges (``NoNewPrivs``).
 
 There is no unisolated fallback: without ``bwrap`` every call raises RuntimeError.
 """
@@ -25,6 +32,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from klear_lab.rewards.seccomp import no_fork_filter
@@ -32,15 +40,24 @@ from klear_lab.rewards.seccomp import no_fork_filter
 INSTALL_HINT = "apt-get install -y bubblewrap"
 MARKER = "klear-sandbox"  # last argv entry of every sandboxed interpreter (to find leaks)
 _BOOT_TAG = "\x00klear-sandbox-up\n"
+_NOBODY = 65534
 _BOOT = f"""import os, resource, sys
 for spec in sys.argv[1].split(","):
     name, value = spec.split("=")
     resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+if os.geteuid() == 0:
+    os.setgroups([]); os.setresgid({_NOBODY}, {_NOBODY}, {_NOBODY}); os.setresuid({_NOBODY}, {_NOBODY}, {_NOBODY})
+with open("/proc/self/status") as status:
+    held = dict(line.split(":", 1) for line in status)
+if os.geteuid() == 0 or int(held["CapEff"], 16) or held["NoNewPrivs"].strip() != "1":
+    sys.exit("klear-sandbox: refusing to run with privileges: " + held["CapEff"].strip())
+if not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
+    sys.exit(f"klear-sandbox: uid {{os.geteuid()}} cannot read the standard library in {{sys.base_prefix}}")
 sys.stdout.write({_BOOT_TAG!r}); sys.stdout.flush()
 src = sys.stdin.read()
 null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
 sys.argv = ["main.py"]
-del os, resource, spec, name, value, null
+del os, resource, spec, name, value, null, status, held
 exec(compile(src, "main.py", "exec"), {{"__name__": "__main__"}})
 """
 
@@ -54,7 +71,9 @@ class SandboxLimits:
         memory_mb: address space (RLIMIT_AS).
         fsize_mb: largest file written (RLIMIT_FSIZE), stdout and stderr included.
         nofile: open files (RLIMIT_NOFILE).
-        nproc: processes of the user (RLIMIT_NPROC; not enforced for root, the seccomp filter is).
+        nproc: processes and threads of the program's uid (RLIMIT_NPROC), counted over every
+            process of that uid on the host, so concurrent sandboxes share it (the seccomp filter
+            stops new processes in any case).
         tmpfs_mb: size of the private ``/tmp``.
     """
 
@@ -117,15 +136,25 @@ def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
     if not prefix.startswith("/usr/"):
+        for parent in reversed(Path(prefix).parents[:-1]):  # bwrap would copy their modes (/root: 0700)
+            args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", prefix, prefix]
     return [*args, "--proc", "/proc", "--dev", "/dev",
-            "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+            "--perms", "1777", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+
+
+def _isolation() -> list[str]:
+    """Namespaces and capabilities: see the module docstring for why root gets no user namespace."""
+    if os.geteuid() == 0:
+        return ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return ["--unshare-all", "--cap-drop", "ALL"]
 
 
 def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None) -> list[str]:
     """Build the full command line: bwrap options, the interpreter and the limit-setting prelude."""
     exe, prefix = _python()
-    argv = [require_bwrap(), "--unshare-all", "--die-with-parent", "--new-session",
+    argv = [require_bwrap(), *_isolation(), "--die-with-parent", "--new-session",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
             *_mounts(prefix, limits.tmpfs_mb)]
     if seccomp_fd is not None:
@@ -160,7 +189,7 @@ def run_python(
         try:
             proc = subprocess.Popen(
                 bwrap_argv(limits, timeout_s, read_fd), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                pass_fds=fds, start_new_session=True,
+                pass_fds=fds, start_new_session=True, env={},  # bwrap's pid 1 inside may be the caller's uid
             )
         except BaseException:
             os.close(alive_r)

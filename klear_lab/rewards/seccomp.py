@@ -1,10 +1,12 @@
-"""A tiny seccomp-BPF filter that forbids creating processes (registers nothing).
+"""A tiny seccomp-BPF filter that forbids creating processes, namespaces and mounts (registers nothing).
 
 ``RLIMIT_NPROC`` is not enforced for uid 0, and CI runs as root, so the sandbox stops fork bombs
 with a filter instead: ``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with EPERM
 (threads still work); ``clone3``, whose flags a classic BPF filter cannot read, fails with ENOSYS,
-so glibc falls back to ``clone``. bubblewrap installs the program (``--seccomp FD``) right
-before it executes the sandboxed interpreter.
+so glibc falls back to ``clone``. ``unshare``, ``setns``, ``mount``, ``umount2`` and ``pivot_root``
+fail with EPERM: a new user namespace would give the program capabilities inside it, enough to
+mount a tmpfs and fill host memory past its address-space limit. bubblewrap installs the program
+(``--seccomp FD``) right before it executes the sandboxed interpreter.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0 low word (
 _CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000
 
-# machine -> (audit arch, clone, clone3, [fork, vfork])
+# machine -> (audit arch, clone, clone3, denied: fork, vfork, unshare, setns, mount, umount2, pivot_root)
 _ARCHES: dict[str, tuple[int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58)),
-    "aarch64": (0xC00000B7, 220, 435, ()),
+    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155)),
+    "aarch64": (0xC00000B7, 220, 435, (97, 268, 40, 39, 41)),  # no fork/vfork syscalls
 }
 
 
@@ -40,7 +42,7 @@ def no_fork_filter(machine: str | None = None) -> bytes | None:
     spec = _ARCHES.get(machine or platform.machine())
     if spec is None:
         return None
-    arch, clone, clone3, forks = spec
+    arch, clone, clone3, denied = spec
     deny, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
     prog = [
         _insn(_LD_W_ABS, _OFF_ARCH),
@@ -52,7 +54,7 @@ def no_fork_filter(machine: str | None = None) -> bytes | None:
         _insn(_JEQ_K, clone3, jf=1),
         _insn(_RET_K, enosys),
     ]
-    for nr in forks:
+    for nr in denied:
         prog += [_insn(_JEQ_K, nr, jf=1), _insn(_RET_K, deny)]
     prog += [
         _insn(_JEQ_K, clone, jf=3),

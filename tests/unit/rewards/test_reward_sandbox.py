@@ -29,6 +29,33 @@ def test_parent_environment_is_invisible(monkeypatch):
     assert set(eval(names)) <= {"PATH", "LANG", "PWD"}
 
 
+def test_bwrap_process_shows_no_parent_environment(monkeypatch):
+    """bwrap itself (pid 1 inside) starts with an empty environment, and the program cannot read its."""
+    monkeypatch.setenv("KLEAR_SECRET", "hunter2")
+    res = run_python(
+        "import os\nfor pid in os.listdir('/proc'):\n    try:\n"
+        "        print(open(f'/proc/{pid}/environ', 'rb').read())\n    except OSError:\n        pass")
+    assert res.returncode == 0 and "hunter2" not in res.stdout
+
+
+def test_program_holds_no_privileges():
+    """Not uid 0, no capability, no way to gain one; kernel settings and read-only binds stay closed."""
+    prefix = os.path.realpath(sys.base_prefix)
+    res = run_python(
+        "import ctypes, os\n"
+        "held = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+        "print(os.geteuid() != 0, int(held['CapEff'], 16), held['NoNewPrivs'].strip())\n"
+        "for path in ('/proc/sys/kernel/core_pattern', '/proc/sysrq-trigger'):\n"
+        "    try:\n        open(path, 'r+b').close(); print('writable')\n"
+        "    except OSError:\n        print('closed')\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"print(libc.mount(None, {prefix.encode()!r}, None, 32 | 4096, None), ctypes.get_errno())  # remount rw\n"
+        "print(libc.unshare(0x10000000 | 0x20000), ctypes.get_errno())  # a user + mount namespace\n"
+        f"print(os.access({prefix!r}, os.W_OK))")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:-1] == ["True 0 1", "closed", "closed", "-1 1", "-1 1", "False"]
+
+
 def test_host_files_are_invisible(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("hunter2")
@@ -89,6 +116,15 @@ def test_correct_solution_passes_and_wrong_outputs_fail():
             "    found = (o['output'] for o in gc.get_objects() if isinstance(o, dict) and 'output' in o)\n"
             "    return next(found, 0)\n")
     assert run_function_tests(peek, "f", tests, timeout_s=10).passed == (False, False, False)
+
+
+def test_a_forged_line_nested_past_the_parser_fails_only_its_candidate():
+    """The host's JSON parser raised RecursionError on such a line, failing the whole reward batch."""
+    deep = ("import os, sys\ndef f(a, b):\n    out = sys._getframe(1).f_globals['_out']\n"
+            "    out.write('{\"i\": 0, \"out\": ' + '[' * 100000 + ']' * 100000 + '}\\n'); out.flush()\n"
+            "    os._exit(0)\n")
+    run = run_function_tests(deep, "f", [{"input": [2, 3], "output": 5}], timeout_s=10)
+    assert (run.passed, run.status) == ((False,), "crash")
 
 
 def test_missing_function_and_timeout_mid_tests():
