@@ -8,11 +8,14 @@ entry that the config names.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from klear_lab.errors import ConfigError
@@ -21,19 +24,88 @@ ENTRY_POINT_GROUP = "klear_lab.plugins"
 _loaded_entry_points = False
 
 
-def load_plugins(plugins: list[str], origin: str = "config") -> None:
-    """Import each plugin once; errors name the plugin and the layer that listed it."""
-    for plugin in plugins:
+def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None:
+    """Import each plugin once; errors name the plugin and the layer that listed it (``origin``: one
+    label, or one per plugin). Built-in components load first, so a plugin that reuses a built-in
+    name is refused, and a plugin that fails to import leaves no registration behind."""
+    origins = [origin] * len(plugins) if isinstance(origin, str) else origin
+    if plugins:
+        _load_builtins()
+    for plugin, where in zip(plugins, origins, strict=True):
         if not isinstance(plugin, str):
-            raise ConfigError(f"{origin}: plugins entries must be strings, got {plugin!r}")
-        try:
-            _import_file(Path(plugin)) if plugin.endswith(".py") else importlib.import_module(plugin)
-        except ConfigError:
+            raise ConfigError(f"{where}: plugins entries must be strings, got {plugin!r}")
+        with _refused_as_config_error(f"{where}: plugin {plugin!r}"):
+            _import_file(Path(plugin)) if plugin.endswith(".py") else _import_module(plugin)
+
+
+@contextlib.contextmanager
+def _refused_as_config_error(what: str) -> Iterator[None]:
+    """Any failure while importing a plugin is a ConfigError naming it; its registrations are undone."""
+    from klear_lab.registry import REGISTRIES
+
+    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    try:
+        yield
+    except BaseException as exc:
+        for axis, entries in before.items():
+            REGISTRIES[axis].restore(entries)
+        if isinstance(exc, ConfigError):
             raise
-        except (ImportError, FileNotFoundError) as exc:
-            raise ConfigError(f"{origin}: cannot import plugin {plugin!r}: {exc}") from None
-        except KeyError as exc:  # duplicate registration
-            raise ConfigError(f"{origin}: plugin {plugin!r}: {exc.args[0]}") from None
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+            raise
+        raise ConfigError(f"{what}: {_reason(exc)}") from None
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
+    if isinstance(exc, KeyError):  # a name registered twice
+        return str(exc.args[0])
+    if isinstance(exc, (ImportError, FileNotFoundError)):
+        return f"cannot import it: {exc}"
+    package = str(Path(__file__).resolve().parent)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)  # the plugin's line, not ours or importlib's
+              if not f.filename.startswith((package, "<"))]
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"failed to import: {type(exc).__name__}: {exc}{at}"
+
+
+def _load_builtins() -> None:
+    from klear_lab.registry import REGISTRIES
+
+    for registry in REGISTRIES.values():
+        registry.load_builtins()
+
+
+def plugin_digests(plugins: list[str]) -> list[str]:
+    """What a run's identity records of its plugins: each file's (or module's) SHA-256, not its path,
+    so the same code anywhere hashes alike and edited code does not. A path that cannot be read stays."""
+    out = []
+    for plugin in plugins:
+        path = Path(plugin) if str(plugin).endswith(".py") else _module_file(str(plugin))
+        try:
+            out.append("sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path else str(plugin))
+        except OSError:
+            out.append(str(plugin))
+    return sorted(out)
+
+
+def _module_file(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
+
+
+def _import_module(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name.split(".")[0] and exc.name != name:
+            raise
+        raise ModuleNotFoundError(f"{exc} (a module plugin must be importable: install it or put its directory "
+                                  "on PYTHONPATH, or list the .py file's path)") from None
 
 
 def load_entry_point_plugins() -> None:
@@ -42,7 +114,10 @@ def load_entry_point_plugins() -> None:
     if _loaded_entry_points:
         return
     _loaded_entry_points = True
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    if entry_points:
+        _load_builtins()
+    for ep in entry_points:
         try:
             obj = ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken plugin must say which one
@@ -56,9 +131,12 @@ def _import_file(path: Path) -> None:
     path = path.resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
-    name = "klear_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    code = hashlib.sha256(path.read_bytes()).hexdigest()[:8]  # an edited file is imported again
+    name = f"klear_plugin_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_{code}"
     if name in sys.modules:
         return
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))  # a plugin may import a helper module beside it
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
 import pkgutil
 import typing
 from collections.abc import Callable, Mapping
@@ -29,8 +30,9 @@ T = TypeVar("T")
 class Registry:
     """Name -> frozen-dataclass component class for one axis."""
 
-    def __init__(self, axis: str, package: str | None, doc: str) -> None:
-        self.axis, self.package, self.doc = axis, package, doc
+    def __init__(self, axis: str, package: str | None, doc: str, calls: tuple[str, ...] = ()) -> None:
+        """``calls``: the arguments an instance is called with, checked against ``__call__`` at registration."""
+        self.axis, self.package, self.doc, self.calls = axis, package, doc, calls
         self._entries: dict[str, type] = {}
         self._loaded = False
 
@@ -38,10 +40,22 @@ class Registry:
         """Class decorator: ``@CLIP.register("gppo")`` on a frozen dataclass."""
 
         def deco(cls: type[T]) -> type[T]:
-            if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:
-                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be a frozen dataclass")
-            if name in self._entries and self._entries[name] is not cls:
-                old = self._entries[name]
+            if not dataclasses.is_dataclass(cls):
+                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be a frozen dataclass: "
+                                f"@dataclass(frozen=True) goes under @{self.axis.upper()}.register({name!r}) "
+                                "(decorators apply bottom-up)")
+            if not cls.__dataclass_params__.frozen:
+                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be frozen: @dataclass(frozen=True)")
+            self._check_call(name, cls)
+            required = [f.name for f in dataclasses.fields(cls) if _default(f) is _REQUIRED]
+            if required:
+                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.{required[0]} has no default; every "
+                                "hyperparameter needs one (the source paper's value), so a config can name the "
+                                "component alone")
+            old = self._entries.get(name)
+            reimported = old is not None and old.__module__ != cls.__module__ and _source(old) == _source(cls)
+            if old is not None and old is not cls and not reimported:  # an edited plugin file, imported
+                # again, replaces its entries; nothing else may take a registered name
                 raise KeyError(
                     f"{self.axis} {name!r} is already registered by {old.__module__}.{old.__qualname__}"
                 )
@@ -52,7 +66,22 @@ class Registry:
 
         return deco
 
-    def _ensure_loaded(self) -> None:
+    def _check_call(self, name: str, cls: type) -> None:
+        """A plugin whose ``__call__`` cannot take the axis' arguments fails here, not mid-run."""
+        if not self.calls:
+            return
+        call = next((k.__dict__["__call__"] for k in cls.__mro__ if "__call__" in k.__dict__), None)
+        try:
+            ok = call is not None and bool(inspect.signature(call).bind(None, *self.calls))
+        except TypeError:
+            ok = False
+        if not ok:
+            takes = f"it takes {inspect.signature(call)}" if call else "it defines no __call__"
+            raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.__call__ must take "
+                            f"(self, {', '.join(self.calls)}); {takes}")
+
+    def load_builtins(self) -> None:
+        """Import the axis' package once (before plugins, so a plugin reusing a built-in name is refused)."""
         if self._loaded or self.package is None:
             return
         self._loaded = True
@@ -60,17 +89,27 @@ class Registry:
         for info in pkgutil.iter_modules(pkg.__path__, prefix=f"{self.package}."):
             importlib.import_module(info.name)
 
+    def snapshot(self) -> dict[str, type]:
+        return dict(self._entries)
+
+    def restore(self, entries: dict[str, type]) -> None:
+        """Put back a :meth:`snapshot` (what a plugin that failed to import had registered goes)."""
+        self._entries = dict(entries)
+
     def names(self) -> list[str]:
-        self._ensure_loaded()
+        self.load_builtins()
         return sorted(self._entries)
 
     def get(self, name: str) -> type:
-        self._ensure_loaded()
+        self.load_builtins()
         if name not in self._entries:
             hint = difflib.get_close_matches(str(name), self._entries, n=1)
             did = f" (did you mean {hint[0]!r}?)" if hint else ""
+            elsewhere = [r.axis for r in REGISTRIES.values() if r is not self and name in r._entries]
+            where = (f"; {name!r} is registered as a {elsewhere[0]}, not a {self.axis}" if elsewhere else
+                     "; a plugin's component needs its file under `plugins:`" if not hint else "")
             raise ConfigError(
-                f"unknown {self.axis} {name!r}{did}; registered: {', '.join(self.names())}"
+                f"unknown {self.axis} {name!r}{did}; registered: {', '.join(self.names())}{where}"
             )
         return self._entries[name]
 
@@ -101,12 +140,22 @@ class Registry:
         return (cls.__doc__ or "").strip(), rows
 
 
+_REQUIRED = object()
+
+
+def _source(cls: type) -> str:
+    try:
+        return inspect.getfile(cls)
+    except (TypeError, OSError):
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         return f.default_factory()  # type: ignore[misc]
-    return None
+    return _REQUIRED
 
 
 def _type_name(tp: Any) -> str:
@@ -114,14 +163,17 @@ def _type_name(tp: Any) -> str:
 
 
 SOURCE = Registry("source", "klear_lab.data.sources", "task/data sources producing records")
-DATA_MIX = Registry("data_mix", "klear_lab.data.mixes", "how records from several sources are combined")
-DIFFICULTY_FILTER = Registry("difficulty_filter", "klear_lab.data.filters", "offline record filters")
+DATA_MIX = Registry("data_mix", "klear_lab.data.mixes", "how records from several sources are combined",
+                    ("pools", "ranks", "seed"))
+DIFFICULTY_FILTER = Registry("difficulty_filter", "klear_lab.data.filters", "offline record filters", ("records",))
 MODEL = Registry("model", "klear_lab.models.builders", "tiny model architectures built from config")
-CLIP = Registry("clip", "klear_lab.rl.clip", "policy-gradient surrogates (clip variants)")
-AGGREGATION = Registry("aggregation", "klear_lab.rl.aggregation", "token-loss aggregation modes")
-ADVANTAGE = Registry("advantage", "klear_lab.rl.advantages", "advantage estimators over groups")
-GROUP_FILTER = Registry("group_filter", "klear_lab.rl.group_filters", "online group filters")
-REWARD = Registry("reward", "klear_lab.rewards", "rewards / verifiers")
+CLIP = Registry("clip", "klear_lab.rl.clip", "policy-gradient surrogates (clip variants)",
+                ("logp", "old_logp", "adv", "mask"))
+AGGREGATION = Registry("aggregation", "klear_lab.rl.aggregation", "token-loss aggregation modes",
+                       ("loss", "mask", "ctx"))
+ADVANTAGE = Registry("advantage", "klear_lab.rl.advantages", "advantage estimators over groups", ("rewards",))
+GROUP_FILTER = Registry("group_filter", "klear_lab.rl.group_filters", "online group filters", ("scores", "acc"))
+REWARD = Registry("reward", "klear_lab.rewards", "rewards / verifiers", ("completions", "records"))
 ROLLOUT = Registry("rollout", "klear_lab.rl.rollout", "rollout (generation) engines")
 
 REGISTRIES: dict[str, Registry] = {

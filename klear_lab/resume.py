@@ -59,7 +59,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
                           "(run the evaluation again instead)")
     if config_hash(cfg) != identity.get("config_hash"):
         raise ConfigError(f"{saved}: composes to config hash {config_hash(cfg)}, but the run started with "
-                          f"{identity.get('config_hash')} (a plugin or default changed since): not the same run")
+                          f"{identity.get('config_hash')} (a default, or a plugin's code, changed since; "
+                          f"{run_dir / 'plugins'} keeps the plugins' code the run started with): not the same run")
     if not checkpoint_path(run_dir).is_file():
         raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from klear_lab.plugins import plugin_digests
+
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
                     ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
                     ("trainer", "checkpoint_every")}
@@ -37,6 +39,8 @@ def config_hash(cfg: dict[str, Any]) -> str:
     for (section, key), default in ADDED_KEYS.items():
         if body.get(section, {}).get(key, default) == default:
             body.get(section, {}).pop(key, None)
+    if body.get("plugins"):  # their code, not where it lies (configs without plugins keep their hash)
+        body["plugins"] = plugin_digests(body["plugins"])
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -76,7 +80,15 @@ def create_run_dir(cfg: dict[str, Any]) -> Path:
 
 
 def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
-    """``config.yaml``, the resolved config the run computes from (written whole or not at all)."""
+    """``config.yaml``, the resolved config the run computes from (written whole or not at all), and a
+    copy of each ``.py`` plugin's code as it was (``plugins/NAME-SHA8.py``): the saved config names the
+    original file, which may change later."""
+    for plugin in cfg.get("plugins") or []:
+        if str(plugin).endswith(".py") and Path(plugin).is_file():
+            code = Path(plugin).read_bytes()
+            copy = run_dir / "plugins" / f"{Path(plugin).stem}-{hashlib.sha256(code).hexdigest()[:8]}.py"
+            copy.parent.mkdir(exist_ok=True)
+            atomic_write(copy, lambda tmp, code=code: tmp.write_bytes(code))
     text = yaml.safe_dump(cfg, sort_keys=False)
     atomic_write(run_dir / "config.yaml", lambda tmp: tmp.write_text(text))
 

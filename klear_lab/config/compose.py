@@ -115,7 +115,9 @@ def compose(experiment: str | Path | None, overrides: list[str] | None = None,
     layers += extra_layers or []
     config, provenance = merge_layers(layers)
     load_entry_point_plugins()
-    load_plugins(config.get("plugins") or [], provenance.get("plugins", "config"))
+    plugins = config.get("plugins") or []
+    load_plugins(plugins, [provenance.get(f"plugins.{i}", provenance.get("plugins", "config"))
+                           for i in range(len(plugins))])
     config = _resolve_interpolations(config)
     expand_and_validate(config, provenance)
     check(config)
@@ -149,7 +151,9 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
                     and value.get("name", old["name"]) != old["name"]:
                 old = dst[key] = {}  # switching component: drop the previous one's params
             # (a command line's rl.clip.eps_high=5 rl.clip=cispo has no name before: both stay)
-        if isinstance(old, list) and isinstance(value, dict):
+        if path == "plugins" and isinstance(old, list) and (value is None or isinstance(value, list)):
+            dst[key] = _joined_plugins(old, value, label, provenance)  # every layer's plugins load
+        elif isinstance(old, list) and isinstance(value, dict):
             dst[key] = _merge_into_list(old, value, label, path, provenance)  # data.sources.0.n=5
         elif isinstance(old, dict) and isinstance(value, dict):
             _merge(old, value, label, f"{path}.", provenance)
@@ -174,6 +178,23 @@ def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: 
             raise ConfigError(f"{label}: {path}.{key}: {what} ({path} is {span})")
     _merge(items, {str(k): v for k, v in value.items()}, label, f"{path}.", provenance)
     return list(items.values())
+
+
+def _joined_plugins(old: list, new: list, label: str, provenance: dict[str, str]) -> list:
+    """``plugins`` of a later layer join the earlier ones (a plugin only adds components; ``plugins: null``
+    clears the list); each entry keeps the label of the layer that listed it first."""
+    if new is None:
+        old, new = [], []
+    labels = [provenance.get(f"plugins.{i}", provenance.get("plugins", label)) for i in range(len(old))]
+    for i in range(len(old), len(old) + len(new)):
+        provenance.pop(f"plugins.{i}", None)
+    for plugin in new:
+        if plugin not in old:
+            old, labels = [*old, plugin], [*labels, label]
+    for i, where in enumerate(labels):
+        provenance[f"plugins.{i}"] = where
+    provenance["plugins"] = label
+    return old
 
 
 def _mark_children(value: Any, path: str, label: str, provenance: dict[str, str]) -> None:

@@ -132,6 +132,8 @@ def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return True, value
+    if origin is typing.Literal:  # bools are not 0/1 here either
+        return any(value == a and type(value) is type(a) for a in args), value
     if origin in (Union, types.UnionType):
         for arm in args:
             ok, coerced = _matches(value, arm)
@@ -168,4 +170,6 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if tp is type(None):
         return "null"
+    if typing.get_origin(tp) is typing.Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
     return getattr(tp, "__name__", str(tp))

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from klear_lab.data.records import Record
+from klear_lab.rewards.base import RewardOutput
 
 
 def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor, response_mask: torch.Tensor,
@@ -68,6 +69,11 @@ class ScoredGroups:
 def score_groups(reward, texts: list[str], records: list[Record], group_size: int) -> ScoredGroups:
     """Score ``N = B * G`` responses (records repeated per response) and reshape to groups."""
     outs = reward(texts, records)
+    if not isinstance(outs, (list, tuple)) or len(outs) != len(texts) \
+            or not all(isinstance(o, RewardOutput) for o in outs):
+        raise TypeError(f"reward {getattr(reward, 'registered_name', type(reward).__name__)!r} returned "
+                        f"{type(outs).__name__} for {len(texts)} completions; a reward returns one RewardOutput "
+                        "per completion, in order (klear_lab/rewards/base.py)")
     b = len(texts) // group_size
     return ScoredGroups(
         scores=torch.tensor([o.score for o in outs], dtype=torch.float32).view(b, group_size),

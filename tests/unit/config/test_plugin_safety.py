@@ -1,0 +1,171 @@
+"""Plugins that go wrong: clean errors naming file and line, nothing left registered, built-ins kept;
+every layer's plugins load; a run's identity follows the plugins' code, not their paths."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+from klear_lab.registry import DATA_MIX
+from klear_lab.tracking import config_hash, write_config
+
+EXPERIMENT = Path(__file__).resolve().parents[3] / "experiments" / "quickstart" / "sft.yaml"
+HEAD = "from dataclasses import dataclass\nfrom typing import Literal\nfrom klear_lab.registry import DATA_MIX\n"
+
+
+def mix(name: str, body: str = "limit: int = 3", call: str = "pools, ranks, seed") -> str:
+    """A data-mix plugin registering ``name``."""
+    return HEAD + textwrap.dedent(f'''
+        @DATA_MIX.register("{name}")
+        @dataclass(frozen=True)
+        class Mix:
+            """Test plugin."""
+            {body}
+
+            def __call__(self, {call}):
+                return [r for recs in pools.values() for r in recs]
+    ''')
+
+
+BROKEN = {
+    "syntax": (HEAD + "def broken(:\n    pass\n", r"syntax error at .*syntax\.py:4"),
+    "name_error": (HEAD + "\n\nx = UNDEFINED\n", r"NameError: name 'UNDEFINED' is not defined at .*name_error\.py:6"),
+    "not_frozen": (mix("nf").replace("(frozen=True)", ""), r"must be frozen: @dataclass\(frozen=True\)"),
+    "decorator_order": (mix("order").replace('@DATA_MIX.register("order")\n@dataclass(frozen=True)',
+                                             '@dataclass(frozen=True)\n@DATA_MIX.register("order")'),
+                        r"goes under @DATA_MIX.register\('order'\) \(decorators apply bottom-up\)"),
+    "no_default": (mix("nd", body="limit: int"), r"Mix.limit has no default"),
+    "wrong_call": (mix("wc", call="pools"),
+                   r"__call__ must take \(self, pools, ranks, seed\); it takes \(self, pools\)"),
+    "builtin_name": (mix("top_k"), r"data_mix 'top_k' is already registered by klear_lab.data.mixes.top_k"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_plugin_is_a_config_error_naming_it(tmp_path, case):
+    source, message = BROKEN[case]
+    path = tmp_path / f"{case}.py"
+    path.write_text(source)
+    with pytest.raises(ConfigError, match=message) as err:
+        compose(EXPERIMENT, [f"plugins=[{path}]"])
+    assert str(err.value).startswith(f"command line: plugin '{path}'")
+    assert "top_k" in DATA_MIX.names() and DATA_MIX.get("top_k").__module__ == "klear_lab.data.mixes.top_k"
+
+
+def test_a_plugin_that_fails_halfway_leaves_nothing_registered_and_loads_once_fixed(tmp_path):
+    path = tmp_path / "half.py"
+    path.write_text(mix("half_a") + "\nraise RuntimeError('boom')\n")
+    with pytest.raises(ConfigError, match=r"RuntimeError: boom at .*half\.py"):
+        compose(EXPERIMENT, [f"plugins=[{path}]"])
+    assert "half_a" not in DATA_MIX.names()
+    path.write_text(mix("half_a", body="limit: int = 7"))  # fixed: the edited file is imported again
+    assert compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix=half_a"])["data"]["mix"]["limit"] == 7
+
+
+def test_a_builtin_name_taken_first_in_a_fresh_process_stays_the_builtin(tmp_path):
+    """Built-ins load lazily: before, the plugin registered first and took the name for the whole process."""
+    path = tmp_path / "dup.py"
+    path.write_text(mix("top_k"))
+    code = textwrap.dedent(f"""
+        from klear_lab.config.compose import compose
+        from klear_lab.errors import ConfigError
+        from klear_lab.registry import DATA_MIX
+        try:
+            compose({str(EXPERIMENT)!r}, ["plugins=[{path}]"])
+        except ConfigError as exc:
+            print("refused:", exc)
+        print(DATA_MIX.get("top_k").__module__, compose({str(EXPERIMENT)!r})["data"]["mix"]["name"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    refused, kept = out.stdout.strip().splitlines()
+    assert "already registered by klear_lab.data.mixes.top_k" in refused
+    assert kept.startswith("klear_lab.data.mixes.top_k ")
+
+
+def test_unknown_component_hints_at_plugins_and_other_axes(tmp_path):
+    with pytest.raises(ConfigError, match=r"a plugin's component needs its file under `plugins:`"):
+        compose(EXPERIMENT, ["data.mix=zzz_not_here"])
+    with pytest.raises(ConfigError, match=r"'top_k' is registered as a data_mix, not a difficulty_filter"):
+        compose(EXPERIMENT, ["data.filter=top_k"])
+
+
+def test_literal_parameters_are_checked(tmp_path):
+    path = tmp_path / "lit.py"
+    path.write_text(mix("lit_mix", body='mode: Literal["soft", "hard"] = "soft"'))
+    assert compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix=lit_mix", "data.mix.mode=hard"])["data"]["mix"][
+        "mode"] == "hard"
+    for bad in ("sofft", "1"):
+        with pytest.raises(ConfigError, match=r"data.mix.mode: expected one of 'soft', 'hard'"):
+            compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix=lit_mix", f"data.mix.mode={bad}"])
+
+
+def test_plugins_of_every_layer_load(tmp_path):
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.py").write_text(mix(f"layer_{name}"))
+    (tmp_path / "base.yaml").write_text(f"base: {EXPERIMENT}\nplugins: [a.py]\ndata: {{filter: none}}\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nplugins: [b.py, a.py]\ndata: {mix: layer_a}\n")
+    cfg = compose(tmp_path / "child.yaml", [f"plugins=[{tmp_path / 'c.py'}]", "data.mix=layer_b"])
+    assert [Path(p).name for p in cfg["plugins"]] == ["a.py", "b.py", "c.py"]
+    (tmp_path / "b.py").write_text("raise ValueError('x')\n")  # each entry names the layer that listed it
+    with pytest.raises(ConfigError, match=r"/child\.yaml: plugin '.*b\.py': failed to import: ValueError: x"):
+        compose(tmp_path / "child.yaml", [f"plugins=[{tmp_path / 'c.py'}]"])
+
+
+def test_plugins_null_clears_the_earlier_layers(tmp_path):
+    (tmp_path / "a.py").write_text(mix("cleared_a"))
+    (tmp_path / "e.yaml").write_text(f"base: {EXPERIMENT}\nplugins: [a.py]\n")
+    assert compose(tmp_path / "e.yaml", ["plugins=null"])["plugins"] == []
+
+
+def test_run_identity_follows_plugin_code_not_its_path(tmp_path):
+    first, second = tmp_path / "one" / "mine.py", tmp_path / "two" / "mine.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text(mix("ident_mix"))
+    cfg = compose(EXPERIMENT, [f"plugins=[{first}]", "data.mix=ident_mix"])
+    moved = dict(cfg, plugins=[str(second)])
+    assert config_hash(cfg) == config_hash(moved)  # the same code elsewhere: a collaborator's checkout
+    second.write_text(mix("ident_mix", body="limit: int = 4"))
+    assert config_hash(cfg) != config_hash(moved)  # edited code: another run
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_config(run_dir, cfg)
+    (saved,) = (run_dir / "plugins").iterdir()
+    assert saved.read_text() == first.read_text() and saved.name.startswith("mine-")
+
+
+def test_wrong_return_types_name_the_component():
+    from klear_lab.rl.aggregation.token_mean import TokenMean
+    from klear_lab.rl.objective import rl_objective
+    from klear_lab.rl.steps import score_groups
+    from klear_lab.rl.types import AggContext, PolicyBatch
+
+    class FloatReward:
+        registered_name = "floaty"
+
+        def __call__(self, completions, records):
+            return [1.0 for _ in completions]
+
+    with pytest.raises(TypeError, match=r"reward 'floaty' returned list for 2 completions; a reward returns one "
+                                        r"RewardOutput per completion"):
+        score_groups(FloatReward(), ["a", "b"], [None, None], group_size=2)
+
+    class TensorClip:
+        registered_name = "bare"
+
+        def __call__(self, logp, old_logp, adv, mask):
+            return -(logp * mask)
+
+    mask = torch.ones(1, 2)  # [N=1, T=2]
+    batch = PolicyBatch(logp=torch.zeros(1, 2), old_logp=torch.zeros(1, 2), adv=torch.ones(1), mask=mask)
+    with pytest.raises(TypeError, match=r"clip 'bare' returned Tensor; a clip variant returns ClipOutput"):
+        rl_objective(TensorClip(), TokenMean(), batch, AggContext.from_mask(mask))
