@@ -10,11 +10,9 @@ trusted prelude before the program runs. The project, ``$HOME``, the virtualenv 
 of the caller's environment stay invisible. A wall-clock timeout kills the whole process group (the
 pid namespace takes every sandboxed process down with it).
 
-Started by root, bwrap makes no user namespace (the program would still be uid 0 on the host, the
-owner of ``/proc/sys`` and of the read-only binds' files): it keeps only CAP_SETUID/CAP_SETGID, and
-the prelude becomes ``nobody`` (65534) before the program runs. Started by another user, bwrap's
-user namespace maps that user. Either way the prelude refuses to run the program while it holds a
-capability, is uid 0, or may gain privileges (``NoNewPrivs``).
+The program is never host root: which host user it runs as, and how, is ``isolation.py``'s choice
+(started by root, the prelude becomes ``nobody``). Either way the prelude refuses to run the program
+while it holds a capability, is uid 0, or may gain privileges (``NoNewPrivs``).
 
 There is no unisolated fallback: without ``bwrap`` every call raises RuntimeError.
 """
@@ -35,18 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from klear_lab.rewards.isolation import NOBODY, current_isolation
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
 MARKER = "klear-sandbox"  # last argv entry of every sandboxed interpreter (to find leaks)
 _BOOT_TAG = "\x00klear-sandbox-up\n"
-_NOBODY = 65534
 _BOOT = f"""import os, resource, sys
 for spec in sys.argv[1].split(","):
     name, value = spec.split("=")
     resource.setrlimit(getattr(resource, name), (int(value), int(value)))
 if os.geteuid() == 0:
-    os.setgroups([]); os.setresgid({_NOBODY}, {_NOBODY}, {_NOBODY}); os.setresuid({_NOBODY}, {_NOBODY}, {_NOBODY})
+    os.setgroups([]); os.setresgid({NOBODY}, {NOBODY}, {NOBODY}); os.setresuid({NOBODY}, {NOBODY}, {NOBODY})
 with open("/proc/self/status") as status:
     held = dict(line.split(":", 1) for line in status)
 if os.geteuid() == 0 or int(held["CapEff"], 16) or held["NoNewPrivs"].strip() != "1":
@@ -71,9 +69,9 @@ class SandboxLimits:
         memory_mb: address space (RLIMIT_AS).
         fsize_mb: largest file written (RLIMIT_FSIZE), stdout and stderr included.
         nofile: open files (RLIMIT_NOFILE).
-        nproc: processes and threads of the program's uid (RLIMIT_NPROC), counted over every
-            process of that uid on the host, so concurrent sandboxes share it (the seccomp filter
-            stops new processes in any case).
+        nproc: processes and threads of the program's uid (RLIMIT_NPROC). Not set where every
+            sandbox is the same host uid (started by root), whose count would be shared by all
+            concurrent sandboxes; there the seccomp filter stops new processes and RLIMIT_AS threads.
         tmpfs_mb: size of the private ``/tmp``.
     """
 
@@ -84,12 +82,13 @@ class SandboxLimits:
     nproc: int = 32
     tmpfs_mb: int = 64
 
-    def rlimit_spec(self, timeout_s: float) -> str:
-        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up."""
+    def rlimit_spec(self, timeout_s: float, nproc: bool = True) -> str:
+        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up.
+        ``nproc=False`` leaves RLIMIT_NPROC out (every sandbox one host uid, the seccomp filter on)."""
         cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(timeout_s))
         mib = 1 << 20
         return (f"RLIMIT_CPU={cpu},RLIMIT_AS={self.memory_mb * mib},RLIMIT_FSIZE={self.fsize_mb * mib},"
-                f"RLIMIT_NOFILE={self.nofile},RLIMIT_NPROC={self.nproc}")
+                f"RLIMIT_NOFILE={self.nofile}" + (f",RLIMIT_NPROC={self.nproc}" if nproc else ""))
 
 
 @dataclass(frozen=True)
@@ -143,23 +142,17 @@ def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
             "--perms", "1777", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
 
 
-def _isolation() -> list[str]:
-    """Namespaces and capabilities: see the module docstring for why root gets no user namespace."""
-    if os.geteuid() == 0:
-        return ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return ["--unshare-all", "--cap-drop", "ALL"]
-
-
 def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None) -> list[str]:
     """Build the full command line: bwrap options, the interpreter and the limit-setting prelude."""
     exe, prefix = _python()
-    argv = [require_bwrap(), *_isolation(), "--die-with-parent", "--new-session",
+    isolation = current_isolation()
+    nproc = not (isolation.shared_uid and seccomp_fd is not None)
+    argv = [require_bwrap(), *isolation.args, "--die-with-parent", "--new-session",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
             *_mounts(prefix, limits.tmpfs_mb)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    return [*argv, exe, "-I", "-B", "-c", _BOOT, limits.rlimit_spec(timeout_s), MARKER]
+    return [*argv, exe, "-I", "-B", "-c", _BOOT, limits.rlimit_spec(timeout_s, nproc), MARKER]
 
 
 def run_python(
@@ -180,6 +173,7 @@ def run_python(
     """
     limits = limits or SandboxLimits()
     require_bwrap()  # before any pipe is opened
+    current_isolation()  # refuses host root without CAP_SYS_ADMIN, also before
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
     alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone

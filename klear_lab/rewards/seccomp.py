@@ -5,7 +5,9 @@ with a filter instead: ``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD``
 (threads still work); ``clone3``, whose flags a classic BPF filter cannot read, fails with ENOSYS,
 so glibc falls back to ``clone``. ``unshare``, ``setns``, ``mount``, ``umount2`` and ``pivot_root``
 fail with EPERM: a new user namespace would give the program capabilities inside it, enough to
-mount a tmpfs and fill host memory past its address-space limit. bubblewrap installs the program
+mount a tmpfs and fill host memory past its address-space limit. ``add_key``, ``request_key`` and
+``keyctl`` fail too: the kernel keyring of the program's uid outlives it, so one program could leave
+data there for a later one (every sandbox is the same uid when started by root). bubblewrap installs the program
 (``--seccomp FD``) right before it executes the sandboxed interpreter.
 """
 
@@ -22,10 +24,11 @@ _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0 low word (
 _CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000
 
-# machine -> (audit arch, clone, clone3, denied: fork, vfork, unshare, setns, mount, umount2, pivot_root)
+# machine -> (audit arch, clone, clone3, denied: fork, vfork, unshare, setns, mount, umount2, pivot_root,
+# add_key, request_key, keyctl)
 _ARCHES: dict[str, tuple[int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155)),
-    "aarch64": (0xC00000B7, 220, 435, (97, 268, 40, 39, 41)),  # no fork/vfork syscalls
+    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155, 248, 249, 250)),
+    "aarch64": (0xC00000B7, 220, 435, (97, 268, 40, 39, 41, 217, 218, 219)),  # no fork/vfork syscalls
 }
 
 

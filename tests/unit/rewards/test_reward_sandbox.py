@@ -6,11 +6,13 @@ import os
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from klear_lab.rewards import sandbox
 from klear_lab.rewards.function_tests import outputs_match, run_function_tests
+from klear_lab.rewards.isolation import choose_isolation
 from klear_lab.rewards.sandbox import MARKER, run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")
@@ -51,9 +53,46 @@ def test_program_holds_no_privileges():
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         f"print(libc.mount(None, {prefix.encode()!r}, None, 32 | 4096, None), ctypes.get_errno())  # remount rw\n"
         "print(libc.unshare(0x10000000 | 0x20000), ctypes.get_errno())  # a user + mount namespace\n"
+        "print(libc.syscall(248 if os.uname().machine == 'x86_64' else 217, b'user', b'k', b'v', 1, -4),"
+        " ctypes.get_errno())  # add_key: the uid's keyring outlives the sandbox\n"
         f"print(os.access({prefix!r}, os.W_OK))")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split("\n")[:-1] == ["True 0 1", "closed", "closed", "-1 1", "-1 1", "False"]
+    assert res.stdout.split("\n")[:-1] == ["True 0 1", "closed", "closed", "-1 1", "-1 1", "-1 1",
+                                            "False"]
+
+
+FULL = "0 0 4294967295\n"
+ALL_CAPS, NO_SYS_ADMIN = 0x1FFFEFFFFFF, 0x1FFFEFFFFFF & ~(1 << 21)
+
+
+@pytest.mark.parametrize(("euid", "uid_map", "caps", "expected"), [
+    (1000, FULL, 0, ("--unshare-all", "--cap-drop", "ALL")),  # a user: bwrap's namespace maps that user
+    (0, FULL, ALL_CAPS, ("--unshare-pid", "--cap-add", "CAP_SETUID", "shared")),  # CI root: the prelude drops
+    (0, "0 100000 65536\n", ALL_CAPS, ("--unshare-pid", "shared")),  # rootless container mapping a range
+    (0, "0 1000 1\n", ALL_CAPS, ("--unshare-all", "--uid", "65534", "--gid")),  # unshare -r by a user
+    (0, FULL, NO_SYS_ADMIN, "host root"),  # a container's default capabilities
+    (0, "0 0 1\n", ALL_CAPS, "host root"),  # unshare -r by root: nobody cannot be mapped
+])
+def test_the_program_is_never_host_root(euid, uid_map, caps, expected):
+    if isinstance(expected, str):
+        with pytest.raises(RuntimeError, match="Refusing to run model-written code as host root"):
+            choose_isolation(euid, uid_map, uid_map, caps)
+        return
+    isolation = choose_isolation(euid, uid_map, uid_map, caps)
+    words = (*isolation.args, *(["shared"] if isolation.shared_uid else []))
+    assert all(w in words for w in expected) and ("--unshare-user" not in words)
+    assert ("--cap-add" in words) == ("shared" in words)  # capabilities are kept only to become nobody
+
+
+def test_concurrent_sandboxes_do_not_share_a_thread_limit():
+    """Started by root every program is nobody: RLIMIT_NPROC (32) counted all sandboxes' threads together."""
+    def threads(n: int, wait_s: float) -> str:
+        return (f"import threading, time\ntime.sleep({wait_s})\nfor _ in range({n}):\n"
+                "    threading.Thread(target=time.sleep, args=(3,)).start()\nprint('ok')")  # joined at exit
+
+    with ThreadPoolExecutor(2) as pool:  # 20 threads held, then 15 more in another sandbox
+        runs = list(pool.map(lambda src: run_python(src, timeout_s=20), [threads(20, 0), threads(15, 1.5)]))
+    assert [r.stdout.strip() for r in runs] == ["ok", "ok"], [r.stderr[-200:] for r in runs]
 
 
 def test_host_files_are_invisible(tmp_path):

@@ -1,0 +1,83 @@
+"""Which host user the sandboxed program runs as, and how bwrap gets there (registers nothing).
+
+The program must never be host root, even without capabilities: uid 0 owns ``/proc/sys``, the
+read-only binds' files and root's kernel keyring. Three callers:
+
+- **Not root** (the usual workstation): bwrap's user namespace maps the caller's own uid, and the
+  program has no capabilities.
+- **Root that can map ``nobody``, with CAP_SYS_ADMIN** (CI machines, a privileged container): bwrap
+  makes no user namespace (one would map uid 0 to host root), keeps only CAP_SETUID/CAP_SETGID,
+  and the trusted prelude becomes ``nobody`` (65534) before the program runs. Every sandbox is then
+  the same host uid, so ``RLIMIT_NPROC`` would be shared by all of them.
+- **Root only inside a user namespace** (``unshare -r``, rootless containers: uid 0 maps to an
+  unprivileged host uid): bwrap's own user namespace maps the program to 65534 inside, that host
+  uid outside.
+
+Root that is host root without CAP_SYS_ADMIN (a container's default capability set) cannot make
+the namespaces without running the program as host root, so it is refused with what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+NOBODY = 65534
+_CAP_SYS_ADMIN = 21
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """bwrap's namespace and capability options, and what the prelude has to do.
+
+    Attributes:
+        args: bwrap options (the prelude switches to 65534 wherever the program would start as uid 0).
+        shared_uid: every sandbox runs as one host uid (``RLIMIT_NPROC`` counts them together).
+    """
+
+    args: tuple[str, ...]
+    shared_uid: bool
+
+
+def choose_isolation(euid: int, uid_map: str, gid_map: str, cap_eff: int) -> Isolation:
+    """Pick the isolation for a caller (``/proc/self/{uid,gid}_map`` text and its effective capabilities).
+
+    Raises:
+        RuntimeError: host root without CAP_SYS_ADMIN.
+    """
+    if euid != 0:
+        return Isolation(("--unshare-all", "--cap-drop", "ALL"), False)
+    if _maps(uid_map, NOBODY) and _maps(gid_map, NOBODY) and cap_eff >> _CAP_SYS_ADMIN & 1:
+        return Isolation(("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                          "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"), True)
+    if _outside(uid_map, 0) not in (None, 0):
+        return Isolation(("--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"), False)
+    raise RuntimeError(
+        "the code sandbox runs model-written code as an unprivileged user: this process is host root, and "
+        "bwrap can only make the sandbox's namespaces through a user namespace that maps the program to host "
+        "root, because the process lacks CAP_SYS_ADMIN (a container's default capabilities?) or cannot map "
+        "nobody (65534). Run as a non-root user, or give the process CAP_SYS_ADMIN. Refusing to run "
+        "model-written code as host root.")
+
+
+def current_isolation() -> Isolation:
+    """:func:`choose_isolation` for this process."""
+    with open("/proc/self/uid_map") as uids, open("/proc/self/gid_map") as gids, open("/proc/self/status") as st:
+        cap_eff = next(int(line.split()[1], 16) for line in st if line.startswith("CapEff:"))
+        return choose_isolation(os.geteuid(), uids.read(), gids.read(), cap_eff)
+
+
+def _ranges(id_map: str) -> list[tuple[int, int, int]]:
+    return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in id_map.splitlines() if line.strip())]
+
+
+def _maps(id_map: str, inside: int) -> bool:
+    return _outside(id_map, inside) is not None
+
+
+def _outside(id_map: str, inside: int) -> int | None:
+    """The id in the parent namespace that ``inside`` maps to, or None when it is unmapped."""
+    for first, outside, count in _ranges(id_map):
+        if first <= inside < first + count:
+            return outside + inside - first
+    return None
