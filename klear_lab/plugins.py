@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import sys
 import traceback
 from collections.abc import Iterator
@@ -34,38 +35,44 @@ def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None
     for plugin, where in zip(plugins, origins, strict=True):
         if not isinstance(plugin, str):
             raise ConfigError(f"{where}: plugins entries must be strings, got {plugin!r}")
-        with _refused_as_config_error(f"{where}: plugin {plugin!r}"):
+        with _refused_as_config_error(f"{where}: plugin {plugin!r}", plugin):
             _import_file(Path(plugin)) if plugin.endswith(".py") else _import_module(plugin)
 
 
 @contextlib.contextmanager
-def _refused_as_config_error(what: str) -> Iterator[None]:
-    """Any failure while importing a plugin is a ConfigError naming it; its registrations are undone."""
+def _refused_as_config_error(what: str, plugin: str) -> Iterator[None]:
+    """Any failure while importing a plugin is a ConfigError naming it; its registrations, and the modules
+    it imported (a helper beside it registers too), are undone."""
     from klear_lab.registry import REGISTRIES
 
     before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    modules = set(sys.modules)
     try:
         yield
     except BaseException as exc:
         for axis, entries in before.items():
             REGISTRIES[axis].restore(entries)
+        for name in set(sys.modules) - modules:
+            del sys.modules[name]
         if isinstance(exc, ConfigError):
             raise
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
             raise
-        raise ConfigError(f"{what}: {_reason(exc)}") from None
+        raise ConfigError(f"{what}: {_reason(exc, plugin)}") from None
 
 
-def _reason(exc: Exception) -> str:
+def _reason(exc: Exception, plugin: str) -> str:
     if isinstance(exc, SyntaxError):
         return f"syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
     if isinstance(exc, KeyError):  # a name registered twice
         return str(exc.args[0])
     if isinstance(exc, (ImportError, FileNotFoundError)):
         return f"cannot import it: {exc}"
-    package = str(Path(__file__).resolve().parent)
+    package = str(Path(__file__).resolve().parent) + os.sep
     frames = [f for f in traceback.extract_tb(exc.__traceback__)  # the plugin's line, not ours or importlib's
               if not f.filename.startswith((package, "<"))]
+    own = [f for f in frames if plugin.endswith(".py") and Path(f.filename).resolve() == Path(plugin).resolve()]
+    frames = own or frames
     at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     return f"failed to import: {type(exc).__name__}: {exc}{at}"
 

@@ -70,13 +70,17 @@ class Registry:
         """A plugin whose ``__call__`` cannot take the axis' arguments fails here, not mid-run."""
         if not self.calls:
             return
-        call = next((k.__dict__["__call__"] for k in cls.__mro__ if "__call__" in k.__dict__), None)
+        defined = any("__call__" in k.__dict__ for k in cls.__mro__ if k is not object)
         try:
-            ok = call is not None and bool(inspect.signature(call).bind(None, *self.calls))
+            signature = inspect.signature(cls.__call__) if defined else None
+        except (TypeError, ValueError):  # no signature to read (a C callable): trust it
+            return
+        try:
+            ok = signature is not None and bool(signature.bind(None, *self.calls))
         except TypeError:
             ok = False
         if not ok:
-            takes = f"it takes {inspect.signature(call)}" if call else "it defines no __call__"
+            takes = f"it takes {signature}" if signature else "it defines no __call__"
             raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.__call__ must take "
                             f"(self, {', '.join(self.calls)}); {takes}")
 

@@ -153,6 +153,8 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
             # (a command line's rl.clip.eps_high=5 rl.clip=cispo has no name before: both stay)
         if path == "plugins" and isinstance(old, list) and (value is None or isinstance(value, list)):
             dst[key] = _joined_plugins(old, value, label, provenance)  # every layer's plugins load
+        elif path == "plugins" and key in dst and old is None and isinstance(value, list):
+            dst[key] = [None, *value]  # one command line's plugins=null plugins=[...]: clear, then these
         elif isinstance(old, list) and isinstance(value, dict):
             dst[key] = _merge_into_list(old, value, label, path, provenance)  # data.sources.0.n=5
         elif isinstance(old, dict) and isinstance(value, dict):
@@ -183,8 +185,8 @@ def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: 
 def _joined_plugins(old: list, new: list, label: str, provenance: dict[str, str]) -> list:
     """``plugins`` of a later layer join the earlier ones (a plugin only adds components; ``plugins: null``
     clears the list); each entry keeps the label of the layer that listed it first."""
-    if new is None:
-        old, new = [], []
+    if new is None or (new and new[0] is None):  # cleared (then, maybe, listed again)
+        old, new = [], list(new or [])[1:]
     labels = [provenance.get(f"plugins.{i}", provenance.get("plugins", label)) for i in range(len(old))]
     for i in range(len(old), len(old) + len(new)):
         provenance.pop(f"plugins.{i}", None)
@@ -223,11 +225,15 @@ def _absolutize_plugins(body: dict[str, Any], base_dir: Path) -> None:
         model["init_from"] = str((base_dir / init).resolve())
     plugins = body.get("plugins")
     if isinstance(plugins, list):
-        body["plugins"] = [
-            str((base_dir / p).resolve()) if isinstance(p, str) and p.endswith(".py")
-            and not Path(p).is_absolute() else p
-            for p in plugins
-        ]
+        body["plugins"] = [_absolute_plugin(p, base_dir) for p in plugins]
+    elif isinstance(plugins, dict):  # plugins.0=my.py
+        body["plugins"] = {k: _absolute_plugin(p, base_dir) for k, p in plugins.items()}
+
+
+def _absolute_plugin(plugin: Any, base_dir: Path) -> Any:
+    if isinstance(plugin, str) and plugin.endswith(".py") and not Path(plugin).is_absolute():
+        return str((base_dir / plugin).resolve())
+    return plugin
 
 
 def _plain(value: Any) -> Any:

@@ -120,10 +120,24 @@ def test_plugins_of_every_layer_load(tmp_path):
         compose(tmp_path / "child.yaml", [f"plugins=[{tmp_path / 'c.py'}]"])
 
 
-def test_plugins_null_clears_the_earlier_layers(tmp_path):
+def test_plugins_null_clears_the_earlier_layers(tmp_path, monkeypatch):
     (tmp_path / "a.py").write_text(mix("cleared_a"))
+    (tmp_path / "a2.py").write_text(mix("cleared_a2"))
     (tmp_path / "e.yaml").write_text(f"base: {EXPERIMENT}\nplugins: [a.py]\n")
     assert compose(tmp_path / "e.yaml", ["plugins=null"])["plugins"] == []
+    monkeypatch.chdir(tmp_path)  # one command line: clear, then list another version (relative paths too)
+    assert compose("e.yaml", ["plugins=null", "plugins=[a2.py]"])["plugins"] == [str(tmp_path / "a2.py")]
+    assert compose("e.yaml", ["plugins.0=a2.py"])["plugins"] == [str(tmp_path / "a2.py")]
+
+
+def test_a_failed_plugin_also_forgets_the_helpers_it_imported(tmp_path):
+    (tmp_path / "helper_mixes.py").write_text(mix("from_helper"))
+    (tmp_path / "main_plugin.py").write_text("import helper_mixes\nraise RuntimeError('typo')\n")
+    with pytest.raises(ConfigError, match=r"RuntimeError: typo at .*main_plugin\.py:2"):
+        compose(EXPERIMENT, [f"plugins=[{tmp_path / 'main_plugin.py'}]"])
+    assert "from_helper" not in DATA_MIX.names()
+    (tmp_path / "main_plugin.py").write_text("import helper_mixes\n")  # fixed: the helper registers again
+    assert compose(EXPERIMENT, [f"plugins=[{tmp_path / 'main_plugin.py'}]", "data.mix=from_helper"])
 
 
 def test_run_identity_follows_plugin_code_not_its_path(tmp_path):
