@@ -54,9 +54,7 @@ def _refused_as_config_error(what: str, plugin: str) -> Iterator[None]:
             REGISTRIES[axis].restore(entries)
         for name in set(sys.modules) - modules:
             del sys.modules[name]
-        if isinstance(exc, ConfigError):
-            raise
-        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+        if isinstance(exc, ConfigError) or not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
             raise
         raise ConfigError(f"{what}: {_reason(exc, plugin)}") from None
 
@@ -91,10 +89,15 @@ def plugin_digests(plugins: list[str]) -> list[str]:
     for plugin in plugins:
         path = Path(plugin) if str(plugin).endswith(".py") else _module_file(str(plugin))
         try:
-            out.append("sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path else str(plugin))
+            out.append("sha256:" + code_digest(path) if path else str(plugin))
         except OSError:
             out.append(str(plugin))
     return sorted(out)
+
+
+def code_digest(path: Path) -> str:
+    """SHA-256 of a plugin file's bytes: its identity, its module name's suffix, its saved copy's name."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _module_file(name: str) -> Path | None:
@@ -138,7 +141,7 @@ def _import_file(path: Path) -> None:
     path = path.resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
-    code = hashlib.sha256(path.read_bytes()).hexdigest()[:8]  # an edited file is imported again
+    code = code_digest(path)[:8]  # an edited file is imported again
     name = f"klear_plugin_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_{code}"
     if name in sys.modules:
         return

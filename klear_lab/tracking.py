@@ -11,6 +11,7 @@ import csv
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from klear_lab.plugins import plugin_digests
+from klear_lab.plugins import code_digest, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
                     ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
@@ -85,10 +86,9 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
     original file, which may change later."""
     for plugin in cfg.get("plugins") or []:
         if str(plugin).endswith(".py") and Path(plugin).is_file():
-            code = Path(plugin).read_bytes()
-            copy = run_dir / "plugins" / f"{Path(plugin).stem}-{hashlib.sha256(code).hexdigest()[:8]}.py"
+            copy = run_dir / "plugins" / f"{Path(plugin).stem}-{code_digest(Path(plugin))[:8]}.py"
             copy.parent.mkdir(exist_ok=True)
-            atomic_write(copy, lambda tmp, code=code: tmp.write_bytes(code))
+            atomic_write(copy, lambda tmp, src=Path(plugin): shutil.copyfile(src, tmp))
     text = yaml.safe_dump(cfg, sort_keys=False)
     atomic_write(run_dir / "config.yaml", lambda tmp: tmp.write_text(text))
 

@@ -186,17 +186,17 @@ def _joined_plugins(old: list, new: list, label: str, provenance: dict[str, str]
     """``plugins`` of a later layer join the earlier ones (a plugin only adds components; ``plugins: null``
     clears the list); each entry keeps the label of the layer that listed it first."""
     if new is None or (new and new[0] is None):  # cleared (then, maybe, listed again)
-        old, new = [], list(new or [])[1:]
+        old, new = [], (new or [])[1:]
+    joined = list(old)
     labels = [provenance.get(f"plugins.{i}", provenance.get("plugins", label)) for i in range(len(old))]
-    for i in range(len(old), len(old) + len(new)):
-        provenance.pop(f"plugins.{i}", None)
     for plugin in new:
-        if plugin not in old:
-            old, labels = [*old, plugin], [*labels, label]
+        if plugin not in joined:
+            joined.append(plugin)
+            labels.append(label)
     for i, where in enumerate(labels):
         provenance[f"plugins.{i}"] = where
     provenance["plugins"] = label
-    return old
+    return joined
 
 
 def _mark_children(value: Any, path: str, label: str, provenance: dict[str, str]) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from klear_lab.rewards.isolation import NOBODY, current_isolation
+from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
@@ -142,10 +142,11 @@ def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
             "--perms", "1777", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
 
 
-def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None) -> list[str]:
+def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
+               isolation: Isolation | None = None) -> list[str]:
     """Build the full command line: bwrap options, the interpreter and the limit-setting prelude."""
     exe, prefix = _python()
-    isolation = current_isolation()
+    isolation = isolation or current_isolation()
     nproc = not (isolation.shared_uid and seccomp_fd is not None)
     argv = [require_bwrap(), *isolation.args, "--die-with-parent", "--new-session",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
@@ -173,7 +174,7 @@ def run_python(
     """
     limits = limits or SandboxLimits()
     require_bwrap()  # before any pipe is opened
-    current_isolation()  # refuses host root without CAP_SYS_ADMIN, also before
+    isolation = current_isolation()  # refuses host root without CAP_SYS_ADMIN, also before
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
     alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone
@@ -182,7 +183,7 @@ def run_python(
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
-                bwrap_argv(limits, timeout_s, read_fd), stdin=subprocess.PIPE, stdout=out, stderr=err,
+                bwrap_argv(limits, timeout_s, read_fd, isolation), stdin=subprocess.PIPE, stdout=out, stderr=err,
                 pass_fds=fds, start_new_session=True, env={},  # bwrap's pid 1 inside may be the caller's uid
             )
         except BaseException:

@@ -1,13 +1,14 @@
 """A tiny seccomp-BPF filter that forbids creating processes, namespaces and mounts (registers nothing).
 
-``RLIMIT_NPROC`` is not enforced for uid 0, and CI runs as root, so the sandbox stops fork bombs
-with a filter instead: ``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with EPERM
-(threads still work); ``clone3``, whose flags a classic BPF filter cannot read, fails with ENOSYS,
-so glibc falls back to ``clone``. ``unshare``, ``setns``, ``mount``, ``umount2`` and ``pivot_root``
-fail with EPERM: a new user namespace would give the program capabilities inside it, enough to
-mount a tmpfs and fill host memory past its address-space limit. ``add_key``, ``request_key`` and
-``keyctl`` fail too: the kernel keyring of the program's uid outlives it, so one program could leave
-data there for a later one (every sandbox is the same uid when started by root). bubblewrap installs the program
+``RLIMIT_NPROC`` is left unset where every sandbox is the same host uid (started by root: it would
+count all concurrent sandboxes together), so the sandbox stops fork bombs with a filter instead:
+``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD`` fail with EPERM (threads still work);
+``clone3``, whose flags a classic BPF filter cannot read, fails with ENOSYS, so glibc falls back to
+``clone``. ``unshare``, ``setns``, ``mount``, ``umount2`` and ``pivot_root`` fail with EPERM: a new
+user namespace would give the program capabilities inside it, enough to mount a tmpfs and fill host
+memory past its address-space limit. ``add_key``, ``request_key`` and ``keyctl`` fail too: the kernel
+keyring of the program's uid outlives it, so one program could leave data there for a later one
+(every sandbox is the same uid when started by root). bubblewrap installs the program
 (``--seccomp FD``) right before it executes the sandboxed interpreter.
 """
 
