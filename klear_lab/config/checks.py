@@ -7,6 +7,7 @@ from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import ENGINES
+from klear_lab.models.tokenizer import MIN_VOCAB
 from klear_lab.registry import ADVANTAGE, ROLLOUT
 
 OVERLONG = ("none", "mask", "penalty")
@@ -39,6 +40,11 @@ def check_run(cfg: dict[str, Any]) -> None:
     _require(m["init_from"] is None or m["name_or_path"] or cfg["run"]["kind"] != "sft", "model.init_from",
              f"({m['init_from']}) is read by RL runs only (the SFT experiment they start from); an SFT run "
              "starts from model.name_or_path (a run directory or HF checkpoint) or a fresh tiny model")
+    _require(t["num_threads"] >= 0, "trainer.num_threads",
+             f"must be >= 0 (0 = cores // parallel workers), got {t['num_threads']}")
+    _require(m["name_or_path"] or m["tokenizer_vocab"] >= MIN_VOCAB, "model.tokenizer_vocab",
+             f"({m['tokenizer_vocab']}) must be >= {MIN_VOCAB}: the tiny model's byte-level BPE starts from "
+             f"256 byte tokens and {MIN_VOCAB - 256} special ones, so a smaller vocab would learn no merge")
     _require(0 <= seed < 2**32, "run.seed", f"must be in [0, 2**32) (Lightning's and numpy's seed range), got {seed}")
     _require(t["log_every_n_steps"] >= 0, "trainer.log_every_n_steps",
              f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")

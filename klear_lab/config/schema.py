@@ -50,7 +50,7 @@ class ModelSection:
     tiny: dict = component("model", "qwen2", size="2m")
     """Architecture built from config when ``name_or_path`` is null."""
     tokenizer_vocab: int = 512
-    """Vocabulary size of the locally trained tokenizer (tiny models only)."""
+    """Vocabulary size of the locally trained tokenizer (tiny models only; at least 263: 256 bytes + 7 special)."""
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
     gradient_checkpointing: bool = False

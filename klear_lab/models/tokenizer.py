@@ -8,11 +8,14 @@ learnable for tiny models) and a chat template for the reasoning format:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<think>", "</think>"]
+MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
+"""Byte-level BPE starts from 256 byte tokens plus the special ones; a smaller vocab learns no merge."""
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
@@ -25,7 +28,13 @@ CHAT_TEMPLATE = (
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """Train byte-level BPE on ``texts``; digits never merge with anything."""
+    """Train byte-level BPE on ``texts``; digits never merge with anything.
+
+    (tokenizers and transformers are imported here, so config checks can read ``MIN_VOCAB`` cheaply.)
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),

@@ -116,11 +116,20 @@ def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     ("sft.tokens_per_micro_batch=10", "sft.tokens_per_micro_batch (10) is less than one packed row of "
                                       "data.max_length (100)"),
     ("sft.epochs=0", "sft.epochs must be > 0 when sft.max_steps is not set"),
+    ("trainer.num_threads=-1", "trainer.num_threads must be >= 0 (0 = cores // parallel workers), got -1"),
+    ("model.tokenizer_vocab=10", "model.tokenizer_vocab (10) must be >= 263"),  # BPE learned no merge, silently
 ])
 def test_values_that_would_train_wrongly_or_silently_differently_are_refused(override, needle):
     with pytest.raises(ConfigError) as err:
         compose(ROOT / "experiments/quickstart/sft.yaml", [override])
     assert needle in str(err.value)
+
+
+def test_the_smallest_tokenizer_vocab_trains_and_an_hf_model_ignores_it():
+    from klear_lab.models.tokenizer import MIN_VOCAB, train_tokenizer
+
+    assert len(train_tokenizer(["12+34=46 <think>ok</think>"], vocab_size=MIN_VOCAB)) == MIN_VOCAB
+    compose(ROOT / "experiments/quickstart/sft.yaml", ["model.name_or_path=some/model", "model.tokenizer_vocab=10"])
 
 
 @pytest.mark.parametrize(("override", "needle"), [
