@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -212,7 +214,15 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
                                   f"run in {out}: train it first with `klear-lab train {m['init_from']} "
                                   f"run.out_dir={out}`")
 
-            run_dir = run_experiment(parent).run_dir
+            stopped = find_resumable_run(out, config_hash(parent), seed=parent["run"]["seed"])
+            if stopped is None:
+                run_dir = run_experiment(parent).run_dir
+            else:  # interrupted earlier (Ctrl-C, kill, preemption): continue it rather than start over
+                from klear_lab.resume import resume_config
+
+                print(f"model.init_from {m['init_from']}: resuming its stopped run {stopped}", file=sys.stderr)
+                threads = f"trainer.num_threads={parent['trainer']['num_threads']}"
+                run_dir = run_experiment(resume_config(stopped, [threads]), resume=stopped).run_dir
     m["name_or_path"] = str(run_dir.resolve())
 
 
@@ -241,6 +251,29 @@ def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, ne
         if info.get("status") == "completed" and info.get("config_hash") == cfg_hash \
                 and (not need_model or (path.parent / "model" / "config.json").is_file()) \
                 and (seed is None or saved_seed(path.parent) == seed):
+            found.append(path.parent)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
+    """Newest run under ``out_dir`` with ``cfg_hash`` and ``seed`` that ``klear-lab resume`` accepts:
+    stopped or failed on this machine, with a checkpoint, its saved config still composing to its hash."""
+    import json
+
+    from klear_lab.resume import resume_config
+
+    found = []
+    for path in out_dir.glob("*/run.json"):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("status") in ("running", "failed") and info.get("config_hash") == cfg_hash \
+                and info.get("host") in (None, socket.gethostname()) and saved_seed(path.parent) == seed:
+            try:
+                resume_config(path.parent)  # not running now, has a checkpoint, same config
+            except (ConfigError, OSError, ValueError):
+                continue
             found.append(path.parent)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 

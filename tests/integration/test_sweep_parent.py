@@ -127,3 +127,36 @@ def test_two_sweeps_started_together_train_the_starting_point_once(tmp_path, mon
     assert any("waiting for another sweep" in line for line in logs["second"]), logs["second"]
     assert any(f"reusing {trained}" in line for line in logs["second"]), logs["second"]
     assert not (second.sweep_dir / "parent.log").exists()  # the second sweep trained nothing
+
+
+def test_a_stopped_starting_point_is_resumed_not_trained_again(tmp_path, monkeypatch):
+    """Ctrl-C (or a kill) while an RL run trains its ``model.init_from`` parent, then the same command:
+    the parent continues from its checkpoint in its own run directory."""
+    import json
+
+    import lightning as L
+
+    from klear_lab.run import run_experiment
+
+    class Preempted(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step >= 3:  # after the checkpoint of step 2
+                raise RuntimeError("preempted")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    parent = {**TINY_PARENT, "sft": {"max_steps": 4}, "trainer": {"checkpoint": True, "checkpoint_every": 2}}
+    _spec(tmp_path, parent)
+    runs = tmp_path / "runs"
+    first = compose(tmp_path / "parent.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
+    with pytest.raises(RuntimeError, match="preempted"):
+        run_experiment(first, callbacks=[Preempted()])
+    (stopped,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert json.loads((stopped / "run.json").read_text())["status"] == "failed"
+
+    child = compose(tmp_path / "child.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
+    builders.resolve_init_from(child)
+    assert child["model"]["name_or_path"] == str(stopped.resolve())
+    assert [p for p in runs.iterdir() if p.is_dir()] == [stopped]  # no second parent run
+    record = json.loads((stopped / "run.json").read_text())
+    assert (record["status"], record["attempts"]) == ("completed", 2)
+    assert (stopped / "model" / "config.json").is_file()
