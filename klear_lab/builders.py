@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,42 +241,44 @@ def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, ne
     """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``
     (and, given ``seed``, whose saved config has that ``run.seed``: the hash leaves seeds out),
     holding a final model unless ``need_model`` is False (eval runs have none)."""
-    import json
-
-    found = []
-    for path in out_dir.glob("*/run.json"):
-        try:
-            info = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if info.get("status") == "completed" and info.get("config_hash") == cfg_hash \
-                and (not need_model or (path.parent / "model" / "config.json").is_file()) \
-                and (seed is None or saved_seed(path.parent) == seed):
-            found.append(path.parent)
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    return _newest(run_dir for run_dir, info in _run_records(out_dir)
+                   if info.get("status") == "completed" and info.get("config_hash") == cfg_hash
+                   and (not need_model or (run_dir / "model" / "config.json").is_file())
+                   and (seed is None or saved_seed(run_dir) == seed))
 
 
 def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
     """Newest run under ``out_dir`` with ``cfg_hash`` and ``seed`` that ``klear-lab resume`` accepts:
     stopped or failed on this machine, with a checkpoint, its saved config still composing to its hash."""
-    import json
-
     from klear_lab.resume import resume_config
 
-    found = []
+    def resumable(run_dir: Path) -> bool:
+        try:
+            resume_config(run_dir)  # not running now, has a checkpoint, same config
+        except (ConfigError, OSError, ValueError):
+            return False
+        return True
+
+    return _newest(run_dir for run_dir, info in _run_records(out_dir)
+                   if info.get("status") in ("running", "failed") and info.get("config_hash") == cfg_hash
+                   and info.get("host") in (None, socket.gethostname()) and saved_seed(run_dir) == seed
+                   and resumable(run_dir))
+
+
+def _run_records(out_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(run directory, its run.json) for each readable one under ``out_dir``."""
+    import json
+
     for path in out_dir.glob("*/run.json"):
         try:
             info = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if info.get("status") in ("running", "failed") and info.get("config_hash") == cfg_hash \
-                and info.get("host") in (None, socket.gethostname()) and saved_seed(path.parent) == seed:
-            try:
-                resume_config(path.parent)  # not running now, has a checkpoint, same config
-            except (ConfigError, OSError, ValueError):
-                continue
-            found.append(path.parent)
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+        yield path.parent, info
+
+
+def _newest(run_dirs: Iterable[Path]) -> Path | None:
+    return max(run_dirs, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def saved_seed(run_dir: Path) -> int | None:
