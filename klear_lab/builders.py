@@ -207,24 +207,32 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         run_dir = find_completed_run(out, config_hash(parent), seed=parent["run"]["seed"])
         if run_dir is None:
-            from klear_lab.distributed import several_devices
-            from klear_lab.run import run_experiment
-
-            if several_devices(parent["trainer"]):  # its DDP launcher would re-run this command, not the parent's
-                raise ConfigError(f"model.init_from {m['init_from']!r} trains on several devices and has no completed "
-                                  f"run in {out}: train it first with `klear-lab train {m['init_from']} "
-                                  f"run.out_dir={out}`")
-
-            stopped = find_resumable_run(out, config_hash(parent), seed=parent["run"]["seed"])
-            if stopped is None:
-                run_dir = run_experiment(parent).run_dir
-            else:  # interrupted earlier (Ctrl-C, kill, preemption): continue it rather than start over
-                from klear_lab.resume import resume_config
-
-                print(f"model.init_from {m['init_from']}: resuming its stopped run {stopped}", file=sys.stderr)
-                threads = f"trainer.num_threads={parent['trainer']['num_threads']}"
-                run_dir = run_experiment(resume_config(stopped, [threads]), resume=stopped).run_dir
+            run_dir = _train_parent(parent, m["init_from"], out)
     m["name_or_path"] = str(run_dir.resolve())
+
+
+def _train_parent(parent: dict[str, Any], init_from: str, out: Path) -> Path:
+    """Continue the newest interrupted run of ``parent`` (Ctrl-C, kill, preemption) from its checkpoint,
+    or train it; a resume that fails (say, a checkpoint a newer torch cannot read) falls back to a new run."""
+    from klear_lab.distributed import several_devices
+    from klear_lab.resume import resume_config
+    from klear_lab.run import run_experiment
+    from klear_lab.tracking import config_hash
+
+    stopped = find_resumable_run(out, config_hash(parent), seed=parent["run"]["seed"])
+    if several_devices(parent["trainer"]):  # its DDP launcher would re-run this command, not the parent's
+        how = f"klear-lab resume {stopped}" if stopped else f"klear-lab train {init_from} run.out_dir={out}"
+        raise ConfigError(f"model.init_from {init_from!r} trains on several devices and has no completed "
+                          f"run in {out}: {'finish' if stopped else 'train'} it first with `{how}`")
+    if stopped is not None:
+        print(f"model.init_from {init_from}: resuming its stopped run {stopped}", file=sys.stderr)
+        threads = f"trainer.num_threads={parent['trainer']['num_threads']}"
+        try:
+            return run_experiment(resume_config(stopped, [threads]), resume=stopped).run_dir
+        except Exception as exc:  # noqa: BLE001 (not Ctrl-C: that stops this command too)
+            print(f"model.init_from {init_from}: resuming {stopped} failed ({type(exc).__name__}: {exc}); "
+                  "training it from the start in a new run", file=sys.stderr)
+    return run_experiment(parent).run_dir
 
 
 def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +269,7 @@ def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
 
     return _newest(run_dir for run_dir, info in _run_records(out_dir)
                    if info.get("status") in ("running", "failed") and info.get("config_hash") == cfg_hash
-                   and info.get("host") in (None, socket.gethostname()) and saved_seed(run_dir) == seed
+                   and info.get("host") == socket.gethostname() and saved_seed(run_dir) == seed
                    and resumable(run_dir))
 
 

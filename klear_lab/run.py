@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,9 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     except BaseException as exc:
         causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason
         error = "; ".join([*causes, f"rank 0: {error_line(exc)}"]) if causes else error_line(exc)
-        tracking.write_json(run_dir / "run.json", {**identity, "status": "failed", "error": error})
+        # host: a model.init_from parent that failed resumes only on the machine that ran it
+        tracking.write_json(run_dir / "run.json", {**identity, "status": "failed", "error": error,
+                                                   "host": socket.gethostname()})
         tracking.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
         raise
     tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})

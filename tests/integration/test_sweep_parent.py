@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import socket
 from pathlib import Path
 
+import lightning as L
 import pytest
 import yaml
 
 from klear_lab import builders
 from klear_lab.config.compose import compose
+from klear_lab.run import run_experiment
 from klear_lab.sweep.parents import ParentRunError, needs_parent, share_sibling_start, train_parent
 from klear_lab.sweep.spec import load_spec
 from klear_lab.tracking import config_hash
@@ -129,34 +133,64 @@ def test_two_sweeps_started_together_train_the_starting_point_once(tmp_path, mon
     assert not (second.sweep_dir / "parent.log").exists()  # the second sweep trained nothing
 
 
-def test_a_stopped_starting_point_is_resumed_not_trained_again(tmp_path, monkeypatch):
-    """Ctrl-C (or a kill) while an RL run trains its ``model.init_from`` parent, then the same command:
-    the parent continues from its checkpoint in its own run directory."""
-    import json
+class _Preempted(L.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= 3:  # after the checkpoint of step 2
+            raise RuntimeError("preempted")
 
-    import lightning as L
 
-    from klear_lab.run import run_experiment
-
-    class Preempted(L.Callback):
-        def on_train_batch_end(self, trainer, *args):
-            if trainer.global_step >= 3:  # after the checkpoint of step 2
-                raise RuntimeError("preempted")
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def _stopped_parent(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny starting point that failed at step 3 with a checkpoint of step 2: (its runs dir, its run)."""
     parent = {**TINY_PARENT, "sft": {"max_steps": 4}, "trainer": {"checkpoint": True, "checkpoint_every": 2}}
     _spec(tmp_path, parent)
     runs = tmp_path / "runs"
     first = compose(tmp_path / "parent.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
     with pytest.raises(RuntimeError, match="preempted"):
-        run_experiment(first, callbacks=[Preempted()])
-    (stopped,) = [p for p in runs.iterdir() if p.is_dir()]
-    assert json.loads((stopped / "run.json").read_text())["status"] == "failed"
+        run_experiment(first, callbacks=[_Preempted()])
+    (stopped,) = _run_dirs(runs)
+    record = json.loads((stopped / "run.json").read_text())
+    assert (record["status"], record["host"]) == ("failed", socket.gethostname())
+    return runs, stopped
 
-    child = compose(tmp_path / "child.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
+
+def _run_dirs(runs: Path) -> list[Path]:
+    return sorted(p for p in runs.iterdir() if p.is_dir())
+
+
+def _child(tmp_path: Path, runs: Path) -> dict:
+    return compose(tmp_path / "child.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
+
+
+def test_a_stopped_starting_point_is_resumed_not_trained_again(tmp_path, monkeypatch):
+    """Ctrl-C (or a kill) while an RL run trains its ``model.init_from`` parent, then the same command:
+    the parent continues from its checkpoint in its own run directory."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    runs, stopped = _stopped_parent(tmp_path)
+    child = _child(tmp_path, runs)
     builders.resolve_init_from(child)
     assert child["model"]["name_or_path"] == str(stopped.resolve())
-    assert [p for p in runs.iterdir() if p.is_dir()] == [stopped]  # no second parent run
+    assert _run_dirs(runs) == [stopped]  # no second parent run
     record = json.loads((stopped / "run.json").read_text())
     assert (record["status"], record["attempts"]) == ("completed", 2)
     assert (stopped / "model" / "config.json").is_file()
+
+
+def test_a_starting_point_that_cannot_resume_is_trained_again(tmp_path, monkeypatch, capsys):
+    """One stopped on another machine is left alone; one whose checkpoint does not load is not retried forever."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    runs, stopped = _stopped_parent(tmp_path)
+    record_path = stopped / "run.json"
+    record = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps({**record, "host": "another-machine"}))
+    parent_hash = config_hash(builders.parent_config(_child(tmp_path, runs)))
+    assert builders.find_resumable_run(runs, parent_hash, seed=0) is None
+    record_path.write_text(json.dumps(record))
+    assert builders.find_resumable_run(runs, parent_hash, seed=0) == stopped
+
+    (stopped / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    child = _child(tmp_path, runs)
+    builders.resolve_init_from(child)
+    assert "training it from the start in a new run" in capsys.readouterr().err
+    (new,) = set(_run_dirs(runs)) - {stopped}
+    assert child["model"]["name_or_path"] == str(new.resolve())
+    assert json.loads((new / "run.json").read_text())["status"] == "completed"
