@@ -203,23 +203,23 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     parent = parent_config(cfg)
     out = Path(parent["run"]["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / f".init-{config_hash(parent)}.lock", "w") as lock:
+    parent_hash = config_hash(parent)  # reads each plugin's code: once
+    with open(out / f".init-{parent_hash}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        run_dir = find_completed_run(out, config_hash(parent), seed=parent["run"]["seed"])
+        run_dir = find_completed_run(out, parent_hash, seed=parent["run"]["seed"])
         if run_dir is None:
-            run_dir = _train_parent(parent, m["init_from"], out)
+            run_dir = _train_parent(parent, parent_hash, m["init_from"], out)
     m["name_or_path"] = str(run_dir.resolve())
 
 
-def _train_parent(parent: dict[str, Any], init_from: str, out: Path) -> Path:
+def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out: Path) -> Path:
     """Continue the newest interrupted run of ``parent`` (Ctrl-C, kill, preemption) from its checkpoint,
     or train it; a resume that fails (say, a checkpoint a newer torch cannot read) falls back to a new run."""
     from klear_lab.distributed import several_devices
     from klear_lab.resume import resume_config
     from klear_lab.run import run_experiment
-    from klear_lab.tracking import config_hash
 
-    stopped = find_resumable_run(out, config_hash(parent), seed=parent["run"]["seed"])
+    stopped = find_resumable_run(out, parent_hash, seed=parent["run"]["seed"])
     if several_devices(parent["trainer"]):  # its DDP launcher would re-run this command, not the parent's
         how = f"klear-lab resume {stopped}" if stopped else f"klear-lab train {init_from} run.out_dir={out}"
         raise ConfigError(f"model.init_from {init_from!r} trains on several devices and has no completed "
