@@ -8,7 +8,7 @@ from typing import Any
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import ENGINES
 from klear_lab.models.tokenizer import MIN_VOCAB
-from klear_lab.registry import ADVANTAGE, ROLLOUT
+from klear_lab.registry import ADVANTAGE, CLIP, ROLLOUT
 
 OVERLONG = ("none", "mask", "penalty")
 KL = ("k1", "k2", "k3", "kl", "mse", "low_var_kl")
@@ -95,6 +95,9 @@ def check_eval(ev: dict[str, Any]) -> None:
     _require(ev["engine"] in ENGINES, "eval.engine", f"must be one of {ENGINES}, got {ev['engine']!r}")
 
 
+SEQUENCE_AGGREGATION = "seq-mean-token-mean"  # what a sequence-level clip (GSPO) is defined with
+
+
 def check_rl(cfg: dict[str, Any]) -> None:
     rl = cfg["rl"]
     adv = ADVANTAGE.get(rl["advantage"]["name"])
@@ -102,6 +105,11 @@ def check_rl(cfg: dict[str, Any]) -> None:
     _require(rl["group_size"] >= need, "rl.group_size",
              f"is {rl['group_size']} but advantage {rl['advantage']['name']!r} needs groups of at least {need}")
     _require(rl["prompts_per_step"] >= 1, "rl.prompts_per_step", "must be >= 1")
+    clip, agg = rl["clip"]["name"], rl["aggregation"]["name"]
+    _require(not getattr(CLIP.get(clip), "seq_level", False) or agg == SEQUENCE_AGGREGATION, "rl.aggregation",
+             f"is {agg!r}, but clip {clip!r} clips whole sequences and its objective averages each "
+             f"sequence's tokens: set rl.aggregation={SEQUENCE_AGGREGATION} (verl forces it); {agg!r} would "
+             "weight sequences by their length")
     _require(rl["minibatch_prompts"] >= 1 and rl["prompts_per_step"] % rl["minibatch_prompts"] == 0,
              "rl.minibatch_prompts",
              f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import lightning as L
@@ -36,6 +35,7 @@ from klear_lab.rl.data_parallel import (
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
 from klear_lab.rl.overlong import overlong_penalty
 from klear_lab.rl.rollout.base import preserve_rng, prompt_seeds
+from klear_lab.rl.step_metrics import accumulate, is_extreme, step_values, weight_micro_metrics
 from klear_lab.rl.steps import group_rows, response_logp, score_groups, split_rows
 from klear_lab.rl.types import AggContext, PolicyBatch
 
@@ -121,10 +121,12 @@ class RLModule(L.LightningModule):
         summed: list[str] = []
         if plan:  # some rank kept a group: every rank joins every update
             rows = group_rows(kept, self.s.group_size)
+            dev = self.device  # rollouts, rewards and advantages are host tensors; the loss is on the policy's
+            mask, adv, acc = mask.to(dev), adv.to(dev), groups.acc.reshape(-1).to(dev)
             old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
-            update = self._update(rollout, rows, mask, adv, groups.acc.reshape(-1), old_logp, ref_logp, plan, world)
-            summed = [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step")]
+            update = self._update(rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world)
+            summed = [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step") and not is_extreme(k)]
             metrics.update(update)
             self.engine.sync_weights(self.policy)
             times["update"] = time.perf_counter() - t
@@ -195,23 +197,29 @@ class RLModule(L.LightningModule):
 
     @torch.no_grad()
     def _behaviour_logp(self, rollout, rows, mask):
-        """Old log-probs from the training policy before the first update (the engine's own may differ).
+        """Old (and reference) log-probs [len(rows), T] from the training policy before the first update
+        (the engine's own may differ), ``rl.micro_batch_seqs`` rows at a time as the update runs: all kept
+        rows at once would hold [rows, T, V] float32 log-probs.
 
         None when this rank kept no group (under DDP it still joins the updates, with zero gradients)."""
         if not len(rows):
             return None, None
-        prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
-        args = (prompts, rollout.response_ids[rows], mask[rows], self.tokenizer.pad_token_id, self.s.temperature)
-        old, _ = response_logp(self.policy, *args)
-        ref = response_logp(self.reference, *args)[0] if self.reference is not None else None
-        return old, ref
+        old, ref = [], []
+        for chunk in split_rows(rows, self.s.micro_batch_seqs):
+            prompts = [rollout.prompt_ids[i] for i in chunk.tolist()]
+            args = (prompts, rollout.response_ids[chunk], mask[chunk], self.tokenizer.pad_token_id,
+                    self.s.temperature)
+            old.append(response_logp(self.policy, *args)[0])
+            if self.reference is not None:
+                ref.append(response_logp(self.reference, *args)[0])
+        return torch.cat(old), torch.cat(ref) if ref else None
 
     def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world) -> dict[str, float]:
         """``ppo_epochs`` passes over ``plan`` (this rank's kept groups per update). Under DDP a rank
         whose chunk is empty still joins the update's gradient all-reduce, with a zero gradient."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         index = {int(r): i for i, r in enumerate(rows.tolist())}  # rollout row -> position in rows
-        sums: dict[str, float] = defaultdict(float)
+        totals: dict[str, float] = {}
         n_updates = 0
         for _ in range(self.s.ppo_epochs):
             for mb_groups in plan:
@@ -225,17 +233,16 @@ class RLModule(L.LightningModule):
                     with self._gradient_sync(last=i == len(micros) - 1):
                         m = self._micro_step(rollout, micro, micro_local, mask, adv, acc, old_logp, ref_logp, ctx,
                                              pos_ctx, world)
-                    for k, v in m.items():
-                        sums[k] += v
+                    accumulate(totals, m)
                 if not micros:
                     self.manual_backward(zero_loss(self.policy))  # joins the all-reduce of the others' gradients
                 grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
                 opt.step()
                 sched.step()
-                sums["grad_norm"] += float(grad)
+                accumulate(totals, {"grad_norm": float(grad)})
                 n_updates += 1
-        return {f"rl/{k}" if k not in ("pg_loss", "loss") else f"train/{k}": v / max(n_updates, 1)
-                for k, v in sums.items()} | {"rl/updates_per_step": float(n_updates)}
+        return {f"rl/{k}" if k not in ("pg_loss", "loss") else f"train/{k}": v
+                for k, v in step_values(totals, n_updates).items()} | {"rl/updates_per_step": float(n_updates)}
 
     def _contexts(self, mask: torch.Tensor, pos_mask: torch.Tensor, world: int) -> tuple[AggContext, AggContext]:
         """Aggregation counts of the update's minibatch and of its positives; under DDP summed over the
@@ -268,8 +275,7 @@ class RLModule(L.LightningModule):
         loss, metrics = rl_objective(self.clip, self.aggregation, batch, ctx, self.weights, pos_ctx)
         self.manual_backward(loss * world)  # DDP averages gradients over ranks; x world keeps the global sum
         share = float(mask[rows].sum()) / max(ctx.num_tokens, 1.0)  # token-weighted mean of clip metrics
-        return {k: float(v) * (1.0 if k in ("loss", "pg_loss", "positive_loss", "entropy", "kl") else share)
-                for k, v in metrics.items() if k != "num_tokens"}
+        return weight_micro_metrics({k: float(v) for k, v in metrics.items() if k != "num_tokens"}, share)
 
     # ---------------------------------------------------------------- evaluation
     def validation_step(self, batch, batch_idx: int) -> None:

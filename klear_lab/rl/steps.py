@@ -27,19 +27,23 @@ def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor
         prompt_ids: unpadded prompt ids per sequence (N lists).
         response_ids: [N, T] sampled tokens (right-padded). response_mask: [N, T].
     Returns:
-        logp [N, T] (0 at padding) and entropy [N, T] or None.
+        logp [N, T] (0 at padding) and entropy [N, T] or None, on the model's device (the rows are
+        built on the host, where a rollout's tensors live, and moved there in one copy each).
     """
     n, t = response_ids.shape
-    device = response_ids.device
-    plens = torch.tensor([len(p) for p in prompt_ids], device=device)  # [N]
+    plens = torch.tensor([len(p) for p in prompt_ids])  # [N]
     width = int(plens.max()) + t
-    ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
-    attn = torch.zeros((n, width), dtype=torch.long, device=device)
-    rlens = response_mask.sum(-1).long()  # [N]
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    rlens = response_mask.sum(-1).long().tolist()  # [N]
+    response_cpu = response_ids.cpu()
     for i, p in enumerate(prompt_ids):
-        ids[i, : len(p)] = torch.tensor(p, device=device)
-        ids[i, len(p): len(p) + t] = response_ids[i]
-        attn[i, : len(p) + int(rlens[i])] = 1
+        ids[i, : len(p)] = torch.tensor(p)
+        ids[i, len(p): len(p) + t] = response_cpu[i]
+        attn[i, : len(p) + rlens[i]] = 1
+    device = next(model.parameters()).device
+    ids, attn, plens = ids.to(device), attn.to(device), plens.to(device)
+    response_ids, response_mask = response_ids.to(device), response_mask.to(device)
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # [N, W, V]
     pos = (plens[:, None] - 1 + torch.arange(t, device=device)[None, :]).clamp(max=width - 1)  # [N, T]
     sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature  # [N, T, V]

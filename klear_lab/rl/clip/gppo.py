@@ -26,7 +26,7 @@ from klear_lab.rl.clip.base import (
 class GPPOClip:
     """GPPO (Klear-Reasoner, arXiv 2508.07629, Eq. 11; general beta form Appendix A.2 Eq. 17).
 
-    Per-token objective (loss = its negation), ``r = pi / pi_old``, ``u = r / sg(r)`` (value 1,
+    Per-token objective (loss = its negation), ``r = pi / pi_old``, ``u = exp(log pi - sg(log pi))`` (value 1,
     gradient = grad log pi):
 
     - ``beta1 (1 - eps_low) u A``   if r < 1 - eps_low and A < 0   (gradient F = beta1 (1 - eps_low))
@@ -69,7 +69,9 @@ class GPPOClip:
         a = expand_adv(adv, ratio)  # [N, T]
         low = (ratio < 1.0 - self.eps_low) & (a < 0)
         high = (ratio > 1.0 + self.eps_high) & (a > 0)
-        unit = ratio / ratio.detach()  # Eq. 11: value 1, gradient grad log pi
+        # Eq. 11: value 1, gradient grad log pi. From log-probs, not from ``ratio``: its log-ratio clamp at
+        # +-20 would zero the gradient of a token clipped that far out, which GPPO must keep
+        unit = torch.exp(logp - logp.detach())
         low_surr = torch.ones_like(unit) if self.only_high else self.beta1 * unit
         surr = torch.where(
             low,

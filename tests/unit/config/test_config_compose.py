@@ -143,11 +143,17 @@ def test_the_smallest_tokenizer_vocab_trains_and_an_hf_model_ignores_it():
     ("tracking.wandb.mode=ofline", "tracking.wandb.mode must be one of offline, online, disabled"),  # ran online
     ("trainer.log_every_n_steps=-5", "trainer.log_every_n_steps must be >= 0"),
     ("tracking.wandb.log_samples=-1", "tracking.wandb.log_samples must be >= 0"),  # was [:-1]: all samples but one
+    ("rl.clip=gspo", "rl.aggregation is 'token-mean', but clip 'gspo' clips whole sequences"),  # weighted by length
 ])
 def test_rl_values_that_would_fail_mid_run_are_refused(override, needle):
     with pytest.raises(ConfigError) as err:
         compose(ROOT / "experiments/quickstart/rl.yaml", override.split())
     assert needle in str(err.value)
+
+
+def test_a_sequence_level_clip_composes_with_the_aggregation_it_is_defined_with():
+    cfg = compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip=gspo", "rl.aggregation=seq-mean-token-mean"])
+    assert (cfg["rl"]["clip"]["name"], cfg["rl"]["aggregation"]["name"]) == ("gspo", "seq-mean-token-mean")
 
 
 def test_min_lr_is_free_under_a_constant_schedule():

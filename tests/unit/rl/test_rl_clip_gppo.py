@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from clip_cases import close, run  # noqa: E402 - sibling helper module
@@ -52,6 +54,14 @@ def test_dual_clip_zero_gradient():
     # A=-1, r 12 > c 10 -> loss 10, grad 0; A=-1, r 5 -> 5, grad 5; A=+1, r 12 -> -1.28, grad -1.28
     close(out.loss, [[10.0, 5.0, -1.28]])
     close(grad, [[0.0, 5.0, -1.28]])
+
+
+def test_far_clipped_tokens_keep_their_gradient():
+    """A token whose log-ratio is past the +-20 clamp of the ratio is still clipped with gradient F."""
+    out, grad = run(GPPOClip(), [[math.exp(-19.0), math.exp(-21.0), math.exp(-25.0), math.exp(25.0)]],
+                    [[-1.0, -1.0, -1.0, 1.0]])
+    close(out.loss, [[0.8, 0.8, 0.8, -1.28]])
+    close(grad, [[0.8, 0.8, 0.8, -1.28]])  # the clamp used to give 0 past e^-20 and e^20
 
 
 def test_padding_is_zero():

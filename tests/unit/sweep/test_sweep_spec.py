@@ -138,3 +138,19 @@ def test_override_errors_name_the_spec_or_the_command_line(tmp_path, bad):
     assert from_spec.startswith(f"{tmp_path}/toy.yaml: overrides: ") and "command line" not in from_spec
     from_cli = _error(_edit(write_spec(tmp_path), overrides=["sft.max_steps=2"]), [bad])
     assert "command line" in from_cli and "overrides" not in from_cli.replace("override ", "")
+
+
+def test_paper_clip_sweep_arms_differ_only_in_the_clip_rule(repo_root):
+    """Figure 2 compares clipping rules: the token-level arms must share everything else of the recipe,
+    dual clip c = 10 included (an arm that names another component starts from that one's defaults)."""
+    from pathlib import Path
+
+    from klear_lab.sweep.grid import trial_layer
+
+    spec = load_spec(Path(repo_root, "sweeps/paper/fig2_clip.yaml"))
+    clips = {arm.label: spec.compose([trial_layer(spec, arm.params, 0, None, None, arm.label)])["rl"]["clip"]
+             for arm in grid_arms(spec)}
+    gppo, higher = clips["clip=gppo"], clips["clip=clip_higher"]
+    gppo_only = {"name", "beta1", "beta2", "only_high"}
+    assert {k: v for k, v in gppo.items() if k not in gppo_only} == {k: v for k, v in higher.items() if k != "name"}
+    assert higher["dual_clip_c"] == 10.0
