@@ -64,15 +64,35 @@ def _log_to_wandb(rep: Reproduction, out: Path, png: Path | None, console: Any) 
 
 
 def _first_with_results(analysis: Analysis) -> Path:
+    """The first of the analysis's sweeps run here with a completed trial; else the first started one
+    (its report says what it lacks), so a paper-scale sweep just started does not hide a finished one."""
     from klear_lab.sweep.spec import load_spec
 
-    looked = []
+    looked, started = [], []
     for ref in analysis.sweeps:
         sweep_dir = load_spec(ref.spec_path).sweep_dir
         if (sweep_dir / "sweep.json").is_file():
-            return sweep_dir
+            if _has_completed_trial(sweep_dir):
+                return sweep_dir
+            started.append(sweep_dir)
         looked.append(f"`klear-lab sweep {_display(ref.spec_path)}` (results would be in {sweep_dir})")
+    if started:
+        return started[0]
     raise NoResults(f"{analysis.path}: no results yet; run one of: " + "; ".join(looked))
+
+
+def _has_completed_trial(sweep_dir: Path) -> bool:
+    import optuna
+
+    from klear_lab.sweep.locate import locate
+    from klear_lab.sweep.storage import open_study
+
+    try:
+        spec, url = locate(sweep_dir)
+        study = open_study(spec, url, create=False, heartbeat=False)
+    except Exception:  # noqa: BLE001 - unreadable or unreachable storage: the caller's fallback reports it
+        return False
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
 def _source_spec(target: Path) -> Path:

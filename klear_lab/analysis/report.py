@@ -170,7 +170,8 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
     for rep in reps:
         for _, row in rep.claims.iterrows():
             style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
-            table.add_row(escape(rep.analysis.title), escape(row["claim"]), escape(rep.sweep.name), interval(row),
+            table.add_row(escape(rep.analysis.title), escape(row["claim"]), escape(rep.sweep.name),
+                          escape(interval(row)),  # "[no interval]" is not a style tag either
                           f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)
     console.print(table)
     if skipped:

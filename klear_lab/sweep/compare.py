@@ -72,12 +72,19 @@ def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
 
 def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed: int = 0,
                    ) -> tuple[float, float, float]:
-    """mean(arm) - mean(base) and its percentile-bootstrap 95 % interval."""
+    """mean(arm) - mean(base) and its percentile-bootstrap 95 % interval.
+
+    No interval (NaN bounds) unless both arms have 2 values or more: resampling one value gives back
+    that value, so the interval would be as narrow as the other arm's spread (zero with one seed each).
+    """
+    diff = float(arm.mean() - base.mean())
+    if len(arm) < 2 or len(base) < 2:
+        return diff, math.nan, math.nan
     rng = np.random.default_rng(seed)
     a = rng.choice(arm, size=(n_boot, len(arm)), replace=True).mean(axis=1)
     b = rng.choice(base, size=(n_boot, len(base)), replace=True).mean(axis=1)
     lo, hi = np.percentile(a - b, [2.5, 97.5])
-    return float(arm.mean() - base.mean()), float(lo), float(hi)
+    return diff, float(lo), float(hi)
 
 
 def summarize(records: list[TrialRecord], objective: str, metrics: list[str], direction: str,
@@ -86,7 +93,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     order = list(arm_order or [])
     order = list(dict.fromkeys([*order, *(r.arm for r in records)]))
     done = [r for r in records if r.state == "COMPLETE"]
-    names = [objective, *[m for m in metrics if m != objective]]
+    names = list(dict.fromkeys([objective, *metrics]))  # a metric listed twice is one column
     rows = []
     for arm in order:
         mine = [r for r in done if r.arm == arm]
@@ -99,7 +106,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
             row[f"{m} std"] = float(vals.std(ddof=1)) if len(vals) > 1 else math.nan
             row[f"{m} n"] = len(vals)
         rows.append(row)
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows, columns=_columns(names))  # no arm yet (a tpe sweep before its first trial): empty
     _add_deltas(df, done, objective, baseline, seed)
     means = df[f"{objective} mean"]
     df["best"] = False  # no arm completed: no best (pandas refuses idxmax over all-NaN)
@@ -110,9 +117,15 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     return df
 
 
+def _columns(names: list[str]) -> list[str]:
+    return ["arm", "n", "pruned", "failed", *[f"{m} {part}" for m in names for part in ("mean", "std", "n")]]
+
+
 def _values(records: list[TrialRecord], metric: str) -> np.ndarray:
+    """The finite values of ``metric``: a run that diverged (inf) or never logged it has no value, as
+    in Welch's interval (``klear_lab.stats``) and the paper reproduction."""
     vals = [r.metrics[metric] for r in records if metric in r.metrics]
-    return np.array([v for v in vals if v is not None and not math.isnan(v)], dtype=float)
+    return np.array([v for v in vals if v is not None and math.isfinite(v)], dtype=float)
 
 
 def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, baseline: str | None,
@@ -125,6 +138,8 @@ def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, basel
         both = len(vals) and len(base)
         d, lo, hi = bootstrap_diff(vals, base, seed=seed) if both else (math.nan,) * 3
         _, w_lo, w_hi = welch_interval(vals, base) if both else (math.nan,) * 3
+        if arm == baseline:  # 0 by definition; an interval of the baseline against itself means nothing
+            lo = hi = w_lo = w_hi = math.nan
         for k, v in zip(cols, (d, lo, hi, w_lo, w_hi)):
             cols[k].append(v)
     for k, v in cols.items():
@@ -133,14 +148,14 @@ def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, basel
 
 def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
     """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals."""
-    names = [objective, *[m for m in metrics if m != objective]]
+    names = list(dict.fromkeys([objective, *metrics]))  # a metric listed twice is one column
     head = ["arm", *names, f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI", "pruned", "failed"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():
         arm = f"**{row['arm']}** ★" if row["best"] else row["arm"]
         cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
                  str(row["pruned"]), str(row["failed"])]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
     return "\n".join(lines) + "\n"
 
 
@@ -159,6 +174,8 @@ def delta_cell(row: Any) -> str:
     if math.isnan(row["delta"]):
         return "–"
     d, lo, hi = row["delta"], row["delta ci low"], row["delta ci high"]
+    if math.isnan(lo):
+        return f"{d:+.4g} (under 2 seeds: no interval)"
     if abs(d) <= 1e-6 * max(abs(lo), abs(hi)):  # float32-logged metrics: equal means differ by ~1e-8
         d = 0.0
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"

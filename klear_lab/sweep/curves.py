@@ -1,5 +1,8 @@
 """Metric curves per arm: mean across seeds over optimizer steps, with a ±std band.
 
+The mean and band are over completed trials, as the table's: a pruned trial's curve stops early, and
+averaged in it would make the mean jump where it stops. Pruned trials are drawn apart, dotted.
+
 Reads each trial's ``RUN_DIR/csv/metrics.csv`` (or ``RUN_DIR/metrics.csv``): Lightning's
 CSVLogger, a ``step`` column and one column per metric, rows sparse. Runs whose directory is not
 on this machine (workers on other machines) are skipped.
@@ -32,13 +35,21 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     return pd.Series(rows[metric].to_numpy(), index=steps.to_numpy()).groupby(level=0).last()
 
 
+def arm_order(records: list[Any], order: list[str] | None) -> list[str]:
+    return list(order or []) + sorted({r.arm for r in records} - set(order or []))
+
+
+def trial_curves(records: list[Any], arm: str, metric: str, state: str) -> list[pd.Series]:
+    """The curves of ``arm``'s trials in ``state`` that logged ``metric`` on this machine."""
+    return [s for r in records if r.arm == arm and r.state == state
+            for s in [read_curve(r.run_dir, metric)] if s is not None]
+
+
 def arm_curves(records: list[Any], metric: str, order: list[str] | None = None) -> dict[str, pd.DataFrame]:
-    """Arm -> DataFrame(step, mean, std, n) over its finished trials' curves."""
+    """Arm -> DataFrame(step, mean, std, n) over its completed trials' curves."""
     out: dict[str, pd.DataFrame] = {}
-    arms = list(order or []) + sorted({r.arm for r in records} - set(order or []))
-    for arm in arms:
-        series = [s for r in records if r.arm == arm and r.state in ("COMPLETE", "PRUNED")
-                  for s in [read_curve(r.run_dir, metric)] if s is not None]
+    for arm in arm_order(records, order):
+        series = trial_curves(records, arm, metric, "COMPLETE")
         if not series:
             continue
         table = pd.concat(series, axis=1)
@@ -51,7 +62,11 @@ def arm_curves(records: list[Any], metric: str, order: list[str] | None = None) 
 def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: list[str] | None = None,
                 ) -> Path | None:
     """One subplot per metric that has curves; returns the PNG path or None if nothing to plot."""
-    per_metric = {m: c for m in dict.fromkeys(metrics) for c in [arm_curves(records, m, order)] if c}
+    arms = arm_order(records, order)
+    per_metric = {m: (arm_curves(records, m, order),
+                      {a: c for a in arms for c in [trial_curves(records, a, m, "PRUNED")] if c})
+                  for m in dict.fromkeys(metrics)}
+    per_metric = {m: (done, pruned) for m, (done, pruned) in per_metric.items() if done or pruned}
     if not per_metric:
         return None
     import matplotlib
@@ -62,12 +77,17 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
     from klear_lab.tracking import atomic_write
 
     fig, axes = plt.subplots(1, len(per_metric), figsize=(5.5 * len(per_metric), 4), squeeze=False)
-    for ax, (metric, curves) in zip(axes[0], per_metric.items(), strict=False):
+    colors = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
+    for ax, (metric, (curves, pruned)) in zip(axes[0], per_metric.items(), strict=False):
         for arm, c in curves.items():
-            (line,) = ax.plot(c["step"], c["mean"], marker="o", markersize=3,
-                              label=f"{arm} (n={int(c['n'].max())})")
-            ax.fill_between(c["step"], c["mean"] - c["std"], c["mean"] + c["std"], color=line.get_color(),
+            ax.plot(c["step"], c["mean"], marker="o", markersize=3, color=colors[arm],
+                    label=f"{arm} (n={int(c['n'].max())})")
+            ax.fill_between(c["step"], c["mean"] - c["std"], c["mean"] + c["std"], color=colors[arm],
                             alpha=0.2, linewidth=0)
+        for arm, series in pruned.items():
+            for i, s in enumerate(series):
+                ax.plot(s.index, s.to_numpy(), linestyle=":", linewidth=1, marker="x", markersize=4, color=colors[arm],
+                        label=f"{arm}: pruned ({len(series)})" if i == 0 else None)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
         ax.set_title(f"{metric}: mean ± std across seeds")

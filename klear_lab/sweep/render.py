@@ -20,7 +20,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     from klear_lab.sweep.compare import cell, delta_cell, welch_cell
 
     console = console or make_console()
-    names = [spec.metric, *[m for m in spec.metrics if m != spec.metric]]
+    names = list(dict.fromkeys([spec.metric, *spec.metrics]))
     # every header is escaped: Rich reads "[bootstrap 95% CI]" as a markup tag and drops it
     rescored = title is not None
     table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}"))

@@ -82,6 +82,21 @@ def test_tables_put_paper_and_ours_side_by_side(tmp_path):
     assert rep.n_complete == 6 and rep.n_trials == 6
 
 
+def test_the_printed_summary_keeps_a_one_seed_claim_s_no_interval(tmp_path):
+    """Rich read "[no interval]" as a style tag and printed the delta alone."""
+    from rich.console import Console
+
+    from klear_lab.analysis.report import print_summary
+
+    analysis = load_analysis(write_analysis(tmp_path))
+    spec = load_spec(analysis.sweeps[0].spec_path)
+    rep = reproduce(analysis, analysis.sweeps[0], spec, records({"lr=0.001": [0.10], "lr=0.002": [0.30],
+                                                                  "lr=0.003": [0.11]}))
+    console = Console(record=True, width=250)
+    print_summary([rep], [], console)
+    assert "+0.2 [no interval]" in console.export_text()
+
+
 def test_unmatched_sweep_arms_and_missing_results(tmp_path):
     path = write_analysis(tmp_path, paper={"0.001": [1.0, 1.0], "0.002": [2.0, 2.0]},
                           claims=[{"better": "0.002", "than": "0.001"}])

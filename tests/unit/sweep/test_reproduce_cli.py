@@ -83,6 +83,20 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
     assert "| Toy toy_table | 0.002 beats 0.001 | `toy` |" in text and "| reproduced |" in text
     assert "Not run yet: `other_table`" in text
 
+    # an analysis whose first sweep was started (an empty study) takes the later one that has results
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.spec import load_spec
+    from klear_lab.sweep.storage import default_storage_url, open_study
+
+    other = load_spec(tmp_path / "other.yaml")
+    url = default_storage_url(other)
+    freeze_spec(other, url)
+    open_study(other, url, create=True, heartbeat=False)
+    body = yaml.safe_load(analysis.read_text()) | {"sweeps": ["../other.yaml", "../toy.yaml"]}
+    (tmp_path / "analysis" / "both_table.yaml").write_text(yaml.safe_dump(body))
+    assert main(["reproduce", str(tmp_path / "analysis" / "both_table.yaml"), "--no-wandb"]) == 0
+    assert (tmp_path / "out" / "toy" / "reproduce" / "both_table" / "claims.csv").is_file()
+
 
 def test_validate_only_and_bad_spec(tmp_path, capsys):
     write_spec(tmp_path, seeds=(0, 1))

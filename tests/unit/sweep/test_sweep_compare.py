@@ -156,3 +156,68 @@ def test_a_sweep_whose_every_trial_failed_still_gets_its_table(tmp_path):
     df = summarize(records, "val/acc", [], "maximize", "ppo")
     assert not df["best"].any() and df["failed"].tolist() == [1, 1]
     assert "gppo" in to_markdown(df, "val/acc", [], "ppo")
+
+
+def test_an_arm_under_two_seeds_gets_its_delta_but_no_interval(tmp_path):
+    """Resampling one value gives that value back: the bootstrap "interval" of one seed per arm had zero
+    width and so always excluded 0 (every 1-seed paper sweep row looked significant)."""
+    records = [TrialRecord("a", 0, "COMPLETE", {"m": 0.5}), TrialRecord("b", 0, "COMPLETE", {"m": 0.52}),
+               TrialRecord("c", 0, "COMPLETE", {"m": 0.6}), TrialRecord("c", 1, "COMPLETE", {"m": 0.7})]
+    d, lo, hi = bootstrap_diff(np.array([0.52]), np.array([0.5, 0.6]))
+    assert abs(d + 0.03) < 1e-12 and math.isnan(lo) and math.isnan(hi)
+    df = summarize(records, "m", [], "maximize", "a", ["a", "b", "c"]).set_index("arm")
+    assert abs(df.loc["b", "delta"] - 0.02) < 1e-12 and math.isnan(df.loc["b", "delta ci low"])
+    assert math.isnan(df.loc["c", "delta ci low"])  # the baseline has one seed
+    md = to_markdown(df.reset_index(), "m", [], "a")
+    assert "| +0.02 (under 2 seeds: no interval) |" in md and "+0.02 [" not in md
+
+
+def test_the_baseline_row_has_no_interval_against_itself():
+    df = summarize(_records(n_seeds=2), "val/acc", [], "maximize", "ppo").set_index("arm")
+    assert df.loc["ppo", "delta"] == 0.0
+    assert df.loc["ppo", ["delta ci low", "delta ci high", "welch ci low", "welch ci high"]].isna().all()
+    assert df.loc["gppo", ["delta ci low", "welch ci low"]].notna().all()
+
+
+def test_a_diverged_run_is_not_a_value():
+    """inf left the mean, n and the best-arm mark to a diverged run, while Welch's interval dropped it."""
+    records = [TrialRecord("a", s, "COMPLETE", {"m": v}) for s, v in enumerate([0.5, 0.6])]
+    records += [TrialRecord("b", s, "COMPLETE", {"m": v}) for s, v in enumerate([0.7, 0.8, math.inf])]
+    df = summarize(records, "m", [], "maximize", "a", ["a", "b"]).set_index("arm")
+    assert df.loc["b", "m n"] == 2 and abs(df.loc["b", "m mean"] - 0.75) < 1e-12
+    assert abs(df.loc["b", "delta"] - 0.2) < 1e-12 and df.loc["b", "delta ci high"] < math.inf
+
+
+def test_a_pipe_in_an_arm_or_metric_keeps_the_markdown_columns():
+    records = [TrialRecord(arm, s, "COMPLETE", {"m|x": 0.1 * s}) for arm in ("pat=a|b", "pat=c") for s in (0, 1)]
+    md = to_markdown(summarize(records, "m|x", [], "maximize", "pat=c"), "m|x", [], "pat=c")
+    widths = {len(line.replace("\\|", "").split("|")) for line in md.splitlines()}
+    assert widths == {8} and "pat=a\\|b" in md  # 6 cells a row
+
+
+def test_a_sweep_without_trials_has_an_empty_table(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    df = write_comparison([], spec, None, None, tmp_path / "cmp")
+    assert df.empty and "val/acc mean" in df.columns
+    assert pd.read_csv(tmp_path / "cmp" / "table.csv").empty
+    assert (tmp_path / "cmp" / "table.md").read_text().count("\n") == 2  # the header only
+
+
+def test_pruned_trials_are_drawn_apart_from_the_mean(tmp_path):
+    records = _records(tmp_path, n_seeds=2)
+    pruned_dir = tmp_path / "ppo-pruned" / "csv"
+    pruned_dir.mkdir(parents=True)
+    pruned_dir.joinpath("metrics.csv").write_text("step,val/acc\n10,0.9\n")
+    records.append(TrialRecord("ppo", 7, "PRUNED", {}, str(pruned_dir.parent)))
+    ppo = arm_curves(records, "val/acc", ["ppo", "gppo", "cispo"])["ppo"]
+    assert list(ppo["n"]) == [2, 2, 2]  # the pruned curve stopped at step 10 and used to pull its mean up
+    from klear_lab.sweep.curves import plot_curves
+
+    png = plot_curves(records, ["val/acc"], tmp_path / "curves.png", ["ppo", "gppo", "cispo"])
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_metric_listed_twice_is_one_column():
+    df = summarize(_records(), "val/acc", ["train/loss", "train/loss", "val/acc"], "maximize", "ppo")
+    md = to_markdown(df, "val/acc", ["train/loss", "train/loss"], "ppo")
+    assert md.splitlines()[0].startswith("| arm | val/acc | train/loss | Δ val/acc")
