@@ -62,7 +62,12 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
     if not any(pools.values()):
         raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})")
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
-    filtered = {name: flt(recs) for name, recs in pools.items()}
+    filtered = {}
+    for name, recs in pools.items():
+        try:
+            filtered[name] = flt(recs)
+        except ValueError as exc:  # the filter cannot act on this source's records
+            raise DataError(f"data.filter {cfg['data']['filter']['name']!r} on source {name!r}: {exc}") from None
     stats: dict[str, float] = {}
     for name in pools:
         stats[f"data/kept_frac/{name}"] = len(filtered[name]) / max(len(pools[name]), 1)

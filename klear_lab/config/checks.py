@@ -70,7 +70,14 @@ def check_optim(o: dict[str, Any]) -> None:
 def check_sft(cfg: dict[str, Any]) -> None:
     s, max_len = cfg["sft"], cfg["data"]["max_length"]
     _require(s["loss"] == "token-mean", "sft.loss",
-             f"is {s['loss']!r}; only 'token-mean' (over the optimizer batch's response tokens) is implemented")
+             f"is {s['loss']!r}; only 'token-mean' (each micro-batch's mean over its response tokens, averaged "
+             "over accumulation and ranks) is implemented")
+    rows = s["tokens_per_micro_batch"] // max_len
+    _require(not (cfg["data"]["pack"] and rows > 1 and cfg["model"]["attn_implementation"] == "flash_attention_2"),
+             "sft.tokens_per_micro_batch",
+             f"({s['tokens_per_micro_batch']}) gives {rows} packed rows of data.max_length ({max_len}) a micro-batch; "
+             "transformers' flash_attention_2 finds packed sequences only in a batch of one row and would let "
+             "the packed examples of several rows attend to each other: set it to data.max_length, or use sdpa")
     _require(s["grad_accum"] >= 1, "sft.grad_accum", f"must be >= 1, got {s['grad_accum']}")
     _require(s["tokens_per_micro_batch"] >= max_len, "sft.tokens_per_micro_batch",
              f"({s['tokens_per_micro_batch']}) is less than one packed row of data.max_length ({max_len}); a "

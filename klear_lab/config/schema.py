@@ -94,7 +94,9 @@ class SFTSection:
     """Packed rows of ``data.max_length`` per micro-batch = this // max_length."""
     grad_accum: int = 1
     loss: str = "token-mean"
-    """``token-mean`` over all response tokens of the optimizer batch."""
+    """``token-mean``: each micro-batch's mean over its response tokens, averaged over the
+    ``grad_accum`` micro-batches and the ranks (Lightning's accumulation, DDP's mean). Not the mean
+    over the whole optimizer batch's tokens: a micro-batch with few response tokens weighs each more."""
 
 
 @dataclass

@@ -20,11 +20,13 @@ class Record:
         source: name of the source that produced the record (``arith_r1``, a file's data_source...).
         task: verifier family: ``math`` (boxed answers) or ``code`` (python function + tests).
         prompt: the user turn as plain text (chat messages are flattened to their user content).
-        answer: reference answer (math: the boxed value as a string; code: the function name).
+        answer: reference answer (math: the boxed value as a string; code: a reference program, or a verl
+            record's JSON test spec).
         difficulty: integer level, 1 = easiest.
         response: teacher response in the reasoning format (``<think>...</think> answer``), if any.
         response_correct: whether the teacher response is correct, if known.
-        tests: hidden test cases for code tasks (each ``{"input": [...], "output": ...}``).
+        tests: hidden test cases for code tasks (each ``{"input": [...], "output": ...}``, a function call,
+            or ``{"stdin": str, "stdout": str}``, a whole program).
         meta: anything else carried through untouched.
     """
 
@@ -45,3 +47,11 @@ class Record:
             "answer": self.answer, "difficulty": self.difficulty, "response": self.response,
             "response_correct": self.response_correct, "tests": list(self.tests), "meta": self.meta,
         }
+
+
+def require_known_correctness(records: list[Record]) -> None:
+    """A correctness filter needs ``response_correct``: with no record saying it, it would keep every
+    record, and a "correct only" arm would silently train on the same data as its "mixed" twin."""
+    if records and all(r.response_correct is None for r in records):
+        raise ValueError(f"correct_only: none of the {len(records)} records says whether its response is "
+                         "correct (response_correct is unset on all); annotate the data or drop correct_only")

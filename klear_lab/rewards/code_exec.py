@@ -6,13 +6,13 @@ import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from klear_lab.data.records import Record
 from klear_lab.errors import DataError
 from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
-from klear_lab.rewards.function_tests import TestRun, run_function_tests
+from klear_lab.rewards.function_tests import TestRun, run_function_tests, run_stdio_tests
 from klear_lab.rewards.sandbox import require_bwrap
 
 MODES = ("soft", "hard", "affine")
@@ -34,7 +34,9 @@ class CodeExecReward:
     Checks in order: no ``</think>`` → ``missing_think_close`` (−0.5); no ``<think>`` →
     ``missing_think_open`` (−2.0); no fenced ``python`` block after the last ``</think>`` →
     ``no_code`` (−1). Otherwise the block must define ``func_name`` (``f``), which is called on
-    at most ``max_tests`` (16, as the official code) of ``Record.tests``, drawn with
+    at most ``max_tests`` (16, as the official code) of ``Record.tests`` (``{"input": [args],
+    "output": value}``; tests ``{"stdin": str, "stdout": str}``, as verl code data holds, run the
+    block as a whole program per test instead), drawn with
     ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in
     one sandbox process with a ``timeout_s`` wall clock (official default 35 s). Scores by
     ``mode``, with p the pass rate:
@@ -49,6 +51,8 @@ class CodeExecReward:
 
     mode: str = "soft"
     no_code: float = -1.0
+
+    tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
     missing_think_close: float = -0.5
     missing_think_open: float = -2.0
     max_tests: int = 16
@@ -113,4 +117,6 @@ class CodeExecReward:
         return RewardOutput(score, all_pass, True, info[:200])
 
     def _run(self, code: str, tests: list[dict[str, Any]]) -> TestRun:
+        if "stdin" in tests[0]:  # a whole program on stdin/stdout (verl, LiveCodeBench), not a function
+            return run_stdio_tests(code, tests, timeout_s=self.timeout_s)
         return run_function_tests(code, self.func_name, tests, timeout_s=self.timeout_s)

@@ -108,11 +108,16 @@ def run_function_tests(
         seen.add(i)
         if "err" in rec and not info:
             info = str(rec["err"])
-    reported, status = len(seen), "ok"
+    return _finish(passed, seen, info, res, timeout_s, len(tests))
+
+
+def _finish(passed: list[bool], seen: set[int], info: str, res: Any, timeout_s: float, n: int) -> TestRun:
+    """The run's status: a timeout, a process that died before reporting every test, or ok."""
+    status = "ok"
     if res.timed_out:
         status, info = "timeout", f"timed out after {timeout_s:g} s"
-    elif reported < len(tests):
-        status, info = "crash", f"exit {res.returncode} after {reported}/{len(tests)} tests"
+    elif len(seen) < n:
+        status, info = "crash", f"exit {res.returncode} after {len(seen)}/{n} tests"
     return TestRun(tuple(passed), status, info[:200], res.wall_s)
 
 
@@ -130,3 +135,71 @@ def _parse(line: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return rec if isinstance(rec, dict) else {}
+
+
+_STDIO_HARNESS = """import io, json, os, sys
+_P = json.loads({payload!r})
+_out = os.fdopen(os.dup(1), "w")
+_null = os.open(os.devnull, os.O_WRONLY); os.dup2(_null, 1); os.dup2(_null, 2)
+try:
+    _code = compile(_P["code"], "solution.py", "exec")
+except BaseException as e:
+    _out.write(json.dumps({{"load_error": type(e).__name__ + ": " + str(e)[:200]}}) + "\\n"); _out.flush()
+    os._exit(0)
+for _i, _data in enumerate(_P["stdins"]):
+    sys.stdin = io.TextIOWrapper(io.BytesIO(_data.encode()), encoding="utf-8")
+    sys.stdout = _cap = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    _rec = {{"i": _i}}
+    try:
+        exec(_code, {{"__name__": "__main__"}})
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            _rec["err"] = "exit " + str(e.code)[:50]
+    except BaseException as e:
+        _rec["err"] = type(e).__name__ + ": " + str(e)[:200]
+    try:
+        _cap.flush()
+        _rec["out"] = _cap.buffer.getvalue().decode("utf-8", "replace")
+    except BaseException as e:
+        _rec["err"] = "output: " + type(e).__name__
+    sys.stdout = sys.__stdout__
+    _out.write(json.dumps(_rec) + "\\n"); _out.flush()
+"""
+
+
+def stdout_matches(got: Any, expected: str) -> bool:
+    """Program output against an expected stdout, as competitive-programming judges compare: line by
+    line, trailing whitespace and trailing blank lines ignored."""
+    if not isinstance(got, str):
+        return False
+
+    def lines(text: str) -> list[str]:
+        out = [line.rstrip() for line in text.splitlines()]
+        while out and not out[-1]:
+            out.pop()
+        return out
+
+    return lines(got) == lines(expected)
+
+
+def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
+                    limits: SandboxLimits | None = None) -> TestRun:
+    """Run ``code`` as a whole program once per ``{"stdin": str, "stdout": str}`` test (verl/LiveCodeBench
+    style), all in one sandbox process: a fresh ``__main__`` namespace per test reading ``stdin``; its
+    output is compared on the host (:func:`stdout_matches`). ``exit()``/``sys.exit(0)`` ends a test
+    normally; another exit code fails it."""
+    payload = json.dumps({"code": code, "stdins": [t["stdin"] for t in tests]})
+    res = run_python(_STDIO_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
+    passed, info, seen = [False] * len(tests), "", set()
+    for rec in map(_parse, res.stdout.splitlines()):
+        if "load_error" in rec:
+            return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
+        i = rec.get("i")
+        if not (isinstance(i, int) and 0 <= i < len(tests)):
+            continue
+        ok = "err" not in rec and stdout_matches(rec.get("out"), tests[i]["stdout"])
+        passed[i] = i not in seen and ok
+        seen.add(i)
+        if "err" in rec and not info:
+            info = str(rec["err"])
+    return _finish(passed, seen, info, res, timeout_s, len(tests))

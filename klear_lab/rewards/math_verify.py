@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from klear_lab.data.records import Record
 from klear_lab.registry import REWARD
@@ -33,6 +33,8 @@ class MathVerifyReward:
 
     correct: float = 1.0
     wrong: float = -1.0
+
+    tasks: ClassVar[tuple[str, ...]] = ("math",)  # the Record.task values it can score
     missing_think_close: float = -0.5
     missing_think_open: float = -2.0
     timeout_s: float = 5.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,21 @@ def rl_callbacks() -> list:
     return [LearningRateMonitor(logging_interval="step"), RichProgressBar(leave=True)]
 
 
+def check_reward_tasks(reward: str, records: list[Record]) -> None:
+    """RL scores every prompt with the one ``rl.reward``: a math reward would grade code records by
+    matching the reference program's text, and run nothing. A reward that declares ``tasks`` must
+    cover every training record's task (one that declares none is trusted)."""
+    tasks = getattr(REWARD.get(reward), "tasks", None)
+    if tasks is None:
+        return
+    other = Counter(r.task for r in records if r.task not in tasks)
+    if other:
+        found = ", ".join(f"{n} {task}" for task, n in other.most_common())
+        raise ConfigError(f"rl.reward {reward!r} scores {'/'.join(tasks)} tasks, but data.sources hold {found} "
+                          f"record(s) of {len(records)}: choose the reward of their task (rl.reward=code for code) "
+                          "or leave them out of the sources")
+
+
 def drop_long_prompts(records: list[Record], tokenizer: Any, cap: int) -> tuple[list[Record], int]:
     """The records whose chat-formatted prompt has at most ``cap`` tokens, and how many were dropped.
 
@@ -142,6 +158,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     records, data_stats = builders.build_train_records(cfg)
     if not records:
         raise DataError("RL needs prompts: data.sources produced none")
+    check_reward_tasks(rl["reward"]["name"], records)
     eval_records = builders.build_eval_records(cfg)
     builders.resolve_init_from(cfg)
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from klear_lab.data.records import Record
+from klear_lab.data.records import Record, require_known_correctness
 from klear_lab.registry import DIFFICULTY_FILTER
 
 
@@ -20,7 +20,7 @@ class BandFilter:
     ``min_pass_rate``/``max_pass_rate`` (inclusive) additionally bound ``meta["pass_rate"]``, a
     model-annotated difficulty like the paper's; when either is set, records without a pass
     rate are dropped. ``correct_only`` drops records whose ``response_correct`` is False
-    (None = unknown is kept). ``max_level`` None = no upper bound.
+    (None = unknown is kept; a source where none is known is refused). ``max_level`` None = no upper bound.
     """
 
     min_level: int = 1
@@ -59,4 +59,6 @@ class BandFilter:
         return lo <= rate <= hi
 
     def __call__(self, records: list[Record]) -> list[Record]:
+        if self.correct_only:
+            require_known_correctness(records)
         return [r for r in records if self.keep(r)]

@@ -215,8 +215,17 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
     if not isinstance(spec, dict):
         raise r.fail("answer", f"code ground truth must be a JSON object, got {type(spec).__name__}")
     ins, outs = spec.get("inputs"), spec.get("outputs")  # stdin/stdout specs; others stay in answer
-    pairs = zip(ins, outs, strict=False) if isinstance(ins, list) and isinstance(outs, list) else ()
-    tests = tuple({"input": i, "output": o} for i, o in pairs)
+    tests: tuple = ()
+    if ins is not None or outs is not None:
+        if not (isinstance(ins, list) and isinstance(outs, list) and len(ins) == len(outs)):
+            raise r.fail("answer", "code ground truth needs 'inputs' and 'outputs' as lists of equal length, got "
+                         f"{type(ins).__name__} and {type(outs).__name__}"
+                         + (f" of {len(ins)} and {len(outs)}" if isinstance(ins, list) and isinstance(outs, list)
+                            else ""))
+        if not all(isinstance(x, str) for x in (*ins, *outs)):
+            raise r.fail("answer", "code ground truth 'inputs'/'outputs' must be strings (a program's stdin "
+                         "and expected stdout)")
+        tests = tuple({"stdin": i, "stdout": o} for i, o in zip(ins, outs, strict=True))
     return {**out, "answer": json.dumps(spec), "tests": tests}
 
 
@@ -242,8 +251,13 @@ def _last_turn(r: _Row, key: str, turns: list[Any], role: str) -> str:
 
 def _records_fields(r: _Row) -> dict[str, Any]:
     tests = r.get("tests", (list,), [])
-    if not all(isinstance(t, dict) for t in tests):
-        raise r.fail("tests", "every test must be an object")
+    for k, t in enumerate(tests):
+        function_test = isinstance(t, dict) and isinstance(t.get("input"), list) and "output" in t
+        program_test = isinstance(t, dict) and isinstance(t.get("stdin"), str) and isinstance(t.get("stdout"), str)
+        if not (function_test or program_test):
+            raise r.fail(f"tests.{k}", "a test is {\"input\": [arguments], \"output\": value} (a function "
+                         "call) or {\"stdin\": text, \"stdout\": text} (a whole program), got "
+                         f"{json.dumps(t)[:80]}")
     return {"prompt": r.get("prompt", (str,)), "answer": _answer(r), "tests": tuple(tests),
             "response": r.get("response", (str,), None), "meta": dict(r.get("meta", (dict,), {})),
             "response_correct": r.get("response_correct", (bool,), None)}

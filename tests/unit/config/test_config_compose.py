@@ -118,11 +118,18 @@ def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     ("sft.epochs=0", "sft.epochs must be > 0 when sft.max_steps is not set"),
     ("trainer.num_threads=-1", "trainer.num_threads must be >= 0 (0 = cores // parallel workers), got -1"),
     ("model.tokenizer_vocab=10", "model.tokenizer_vocab (10) must be >= 263"),  # BPE learned no merge, silently
+    ("model.attn_implementation=flash_attention_2",  # packed examples of 12 rows would attend to each other
+     "sft.tokens_per_micro_batch (1200) gives 12 packed rows of data.max_length (100) a micro-batch"),
 ])
 def test_values_that_would_train_wrongly_or_silently_differently_are_refused(override, needle):
     with pytest.raises(ConfigError) as err:
         compose(ROOT / "experiments/quickstart/sft.yaml", [override])
     assert needle in str(err.value)
+
+
+def test_flash_attention_packs_one_row_a_micro_batch_or_none():
+    for overrides in (["sft.tokens_per_micro_batch=100"], ["data.pack=false"]):
+        compose(ROOT / "experiments/quickstart/sft.yaml", ["model.attn_implementation=flash_attention_2", *overrides])
 
 
 def test_the_smallest_tokenizer_vocab_trains_and_an_hf_model_ignores_it():

@@ -59,7 +59,7 @@ def test_verl_round_trip(tmp_path, kind):
     assert math.meta["__index_level_0__"] == 7 and math.response is None
     assert (code.task, code.prompt, code.source) == ("code", "Echo the input.", "coder1_longcot")
     assert json.loads(code.answer)["outputs"] == ["1", "2"]
-    assert code.tests == ({"input": "1\n", "output": "1"}, {"input": "2\n", "output": "2"})
+    assert code.tests == ({"stdin": "1\n", "stdout": "1"}, {"stdin": "2\n", "stdout": "2"})  # a program's
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet", "hf_dir"])
@@ -123,6 +123,14 @@ def _bad(row: dict, where: tuple) -> dict:
     ([VERL[0], _bad(VERL[1], ("reward_model", "ground_truth", "not json"))], "auto",
      "'reward_model.ground_truth'"),
     ([VERL[0], _bad(VERL[0], ("data_source", 3))], "auto", "'data_source'"),
+    ([VERL[0], _bad(VERL[1], ("reward_model", "ground_truth", json.dumps({"inputs": ["1\n"], "outputs": []})))],
+     "auto", "'reward_model.ground_truth'"),  # a test without its expected output was dropped silently
+    ([VERL[0], _bad(VERL[1], ("reward_model", "ground_truth", json.dumps({"inputs": [1], "outputs": [1]})))],
+     "auto", "'reward_model.ground_truth'"),
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "tests": [{"input": 5, "output": 5}]}],
+     "records", "'tests.0'"),  # was a TypeError mid-training, naming nothing
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "tests": [{"input": [1]}]}],
+     "records", "'tests.0'"),
     ([MESSAGES[0], _bad(MESSAGES[0], ("messages", "hi"))], "messages", "'messages'"),
     ([MESSAGES[0], _bad(MESSAGES[0], ("messages", [{"role": "assistant", "content": "x"}]))], "messages",
      "'messages'"),

@@ -63,3 +63,27 @@ def test_band_inverted_ranges():
         DIFFICULTY_FILTER.build({"name": "band", "min_level": 3, "max_level": 2})
     with pytest.raises(ConfigError, match="max_pass_rate"):
         DIFFICULTY_FILTER.build({"name": "band", "min_pass_rate": 0.6, "max_pass_rate": 0.5})
+
+
+@pytest.mark.parametrize("spec", [{"name": "correct_only"}, {"name": "band", "correct_only": True}])
+def test_a_correctness_filter_refuses_records_that_do_not_say(spec, tmp_path):
+    """It kept them all: a "True" arm trained on its "Mixed" twin's data, and data/correct_frac read 1.0."""
+    unknown = [r for r in _records() if r.response_correct is None]
+    with pytest.raises(ValueError, match="none of the 3 records says whether its response is correct"):
+        DIFFICULTY_FILTER.build(spec)(unknown)
+    assert DIFFICULTY_FILTER.build(spec)(unknown[:1] + [_records()[0]])  # one known is enough to filter
+
+    import json
+
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+    from klear_lab.errors import DataError
+
+    path = tmp_path / "unlabelled.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "1", "response": "r"}) + "\n" for i in range(3)))
+    from pathlib import Path
+
+    cfg = compose(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml",
+                  [f"data.sources=[{{name: file, path: {path}, format: records}}]", f"data.filter={spec}"])
+    with pytest.raises(DataError, match=r"data.filter '\w+' on source 'file': correct_only: none of the 3"):
+        build_train_records(cfg)

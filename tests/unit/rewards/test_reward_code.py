@@ -36,6 +36,25 @@ def test_mode_values(mode, partial, correct):
     assert (out_correct.score, out_correct.acc) == (correct, True)
 
 
+def test_a_verl_code_record_scores_a_whole_program(tmp_path):
+    """A verl row's stdin/stdout tests (CodeSub-15K, LiveCodeBench) used to become calls of f with the
+    input string's characters: every correct program scored 0 ("load_error: KeyError: 'f'")."""
+    import json
+
+    from klear_lab.data.sources.file import FileSource
+
+    spec = {"inputs": ["3\n1 2 3\n", "1\n5\n"], "outputs": ["6\n", "5\n"]}
+    row = {"data_source": "coder1_longcot", "ability": "code", "prompt": [{"role": "user", "content": "sum"}],
+           "reward_model": {"ground_truth": json.dumps(spec), "style": "rule"}}
+    (tmp_path / "code.jsonl").write_text(json.dumps(row) + "\n")
+    (record,) = FileSource(path=str(tmp_path / "code.jsonl")).records(0, "train")
+    program = "<think>sum</think>\n```python\ninput()\nprint(sum(map(int, input().split())))\n```"
+    half = "<think>sum</think>\n```python\ninput()\nprint(6)\n```"
+    right, partial = CodeExecReward(workers=2)([program, half], [record, record])
+    assert (right.score, right.acc, right.info) == (1.0, True, "2/2 passed")
+    assert (partial.score, partial.acc) == (0.5, False)
+
+
 @pytest.mark.parametrize(("completion", "score", "info"), [
     ("<think>x ```python\ndef f(x): return 2*x\n```", -0.5, "no </think>"),
     ("x</think>```python\ndef f(x): return 2*x\n```", -2.0, "no <think>"),

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from klear_lab.rewards import sandbox
-from klear_lab.rewards.function_tests import outputs_match, run_function_tests
+from klear_lab.rewards.function_tests import outputs_match, run_function_tests, run_stdio_tests, stdout_matches
 from klear_lab.rewards.isolation import choose_isolation
 from klear_lab.rewards.sandbox import MARKER, run_python
 
@@ -173,6 +173,24 @@ def test_missing_function_and_timeout_mid_tests():
     tests = [{"input": [1], "output": 1}, {"input": [2], "output": 2}, {"input": [3], "output": 3}]
     run = run_function_tests(code, "f", tests, timeout_s=1.0)
     assert (run.passed, run.status) == ((True, False, False), "timeout")
+
+
+def test_whole_programs_on_stdin_and_stdout():
+    """verl code data (CodeSub-15K, LiveCodeBench) holds stdin/stdout pairs: a program, not a function."""
+    tests = [{"stdin": "3\n1 2 3\n", "stdout": "6\n"}, {"stdin": "2\n5 5\n", "stdout": "10"},
+             {"stdin": "1\n7\n", "stdout": "7\n"}]
+    summing = "import sys\nn = int(input())\nprint(sum(map(int, sys.stdin.readline().split())))\n"
+    assert run_stdio_tests(summing, tests, timeout_s=10).passed == (True, True, True)
+    binary = "import sys\ndata = sys.stdin.buffer.read().split()\nsys.stdout.write(str(sum(map(int, data[1:]))))\n"
+    assert run_stdio_tests(binary, tests, timeout_s=10).passed == (True, True, True)
+    wrong = "n = int(input())\nprint(n)\nexit(0)\n"
+    assert run_stdio_tests(wrong, tests, timeout_s=10).passed == (False, False, False)
+    failing = "import sys\nprint(6)\nsys.exit(3)\n"  # the right output, then an error exit
+    assert run_stdio_tests(failing, tests[:1], timeout_s=10).passed == (False,)
+    assert run_stdio_tests("print(", tests, timeout_s=10).status == "load_error"
+    hang = "n = int(input())\nwhile n == 2:\n    pass\nprint(sum(map(int, input().split())))\n"
+    assert run_stdio_tests(hang, tests, timeout_s=1.0).passed == (True, False, False)
+    assert stdout_matches("6  \n\n", "6") and not stdout_matches("6 7", "6\n7") and not stdout_matches(6, "6")
 
 
 def test_outputs_match():
