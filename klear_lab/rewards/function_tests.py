@@ -97,22 +97,25 @@ def run_function_tests(
     """
     payload = json.dumps({"code": code, "func": func, "inputs": [list(t["input"]) for t in tests]})
     res = run_python(_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
-    passed, info, seen = [False] * len(tests), "", set()
+    return _verdicts(res, timeout_s, len(tests),
+                     lambda i, rec: "out" in rec and _matches(rec["out"], tests[i]["output"]))
+
+
+def _verdicts(res: Any, timeout_s: float, n: int, check: Any) -> TestRun:
+    """Per-test verdicts from the harness' result lines (``check(i, line)``: test ``i`` passed); a test
+    reported twice fails. The status: a load error, a timeout, a process that died before reporting
+    every test, or ok."""
+    passed, info, seen = [False] * n, "", set()
     for rec in map(_parse, res.stdout.splitlines()):
         if "load_error" in rec:
             return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
         i = rec.get("i")
-        if not (isinstance(i, int) and 0 <= i < len(tests)):
+        if not (isinstance(i, int) and 0 <= i < n):
             continue
-        passed[i] = i not in seen and "out" in rec and _matches(rec["out"], tests[i]["output"])
+        passed[i] = i not in seen and check(i, rec)
         seen.add(i)
         if "err" in rec and not info:
             info = str(rec["err"])
-    return _finish(passed, seen, info, res, timeout_s, len(tests))
-
-
-def _finish(passed: list[bool], seen: set[int], info: str, res: Any, timeout_s: float, n: int) -> TestRun:
-    """The run's status: a timeout, a process that died before reporting every test, or ok."""
     status = "ok"
     if res.timed_out:
         status, info = "timeout", f"timed out after {timeout_s:g} s"
@@ -190,16 +193,5 @@ def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: fl
     normally; another exit code fails it."""
     payload = json.dumps({"code": code, "stdins": [t["stdin"] for t in tests]})
     res = run_python(_STDIO_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
-    passed, info, seen = [False] * len(tests), "", set()
-    for rec in map(_parse, res.stdout.splitlines()):
-        if "load_error" in rec:
-            return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
-        i = rec.get("i")
-        if not (isinstance(i, int) and 0 <= i < len(tests)):
-            continue
-        ok = "err" not in rec and stdout_matches(rec.get("out"), tests[i]["stdout"])
-        passed[i] = i not in seen and ok
-        seen.add(i)
-        if "err" in rec and not info:
-            info = str(rec["err"])
-    return _finish(passed, seen, info, res, timeout_s, len(tests))
+    return _verdicts(res, timeout_s, len(tests),
+                     lambda i, rec: "err" not in rec and stdout_matches(rec.get("out"), tests[i]["stdout"]))
