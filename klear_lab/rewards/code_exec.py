@@ -51,8 +51,6 @@ class CodeExecReward:
 
     mode: str = "soft"
     no_code: float = -1.0
-
-    tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
     missing_think_close: float = -0.5
     missing_think_open: float = -2.0
     max_tests: int = 16
@@ -60,6 +58,8 @@ class CodeExecReward:
     workers: int = 4
     seed: int = 0
     func_name: str = "f"
+
+    tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

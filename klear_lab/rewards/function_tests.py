@@ -19,11 +19,15 @@ from typing import Any
 
 from klear_lab.rewards.sandbox import SandboxLimits, run_python
 
-_HARNESS = """import json, os
+# both harnesses: the payload, and the real stdout kept as ``_out`` for result lines only (the
+# candidate's own fd 1 and 2 go to /dev/null)
+_PRELUDE = """import io, json, os, sys
 _P = json.loads({payload!r})
 _out = os.fdopen(os.dup(1), "w")
 _null = os.open(os.devnull, os.O_WRONLY); os.dup2(_null, 1); os.dup2(_null, 2)
-def _emit(rec):
+"""
+
+_HARNESS = _PRELUDE + """def _emit(rec):
     try:
         line = json.dumps(rec, default=lambda o: {{"__repr__": repr(o)[:200]}})
     except Exception as e:
@@ -140,11 +144,7 @@ def _parse(line: str) -> dict[str, Any]:
     return rec if isinstance(rec, dict) else {}
 
 
-_STDIO_HARNESS = """import io, json, os, sys
-_P = json.loads({payload!r})
-_out = os.fdopen(os.dup(1), "w")
-_null = os.open(os.devnull, os.O_WRONLY); os.dup2(_null, 1); os.dup2(_null, 2)
-try:
+_STDIO_HARNESS = _PRELUDE + """try:
     _code = compile(_P["code"], "solution.py", "exec")
 except BaseException as e:
     _out.write(json.dumps({{"load_error": type(e).__name__ + ": " + str(e)[:200]}}) + "\\n"); _out.flush()

@@ -33,13 +33,13 @@ class MathVerifyReward:
 
     correct: float = 1.0
     wrong: float = -1.0
-
-    tasks: ClassVar[tuple[str, ...]] = ("math",)  # the Record.task values it can score
     missing_think_close: float = -0.5
     missing_think_open: float = -2.0
     timeout_s: float = 5.0
     workers: int = 2
     inline_below: int = 16
+
+    tasks: ClassVar[tuple[str, ...]] = ("math",)  # the Record.task values it can score
 
     def __post_init__(self) -> None:
         for name in ("wrong", "missing_think_close", "missing_think_open"):

@@ -93,7 +93,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     order = list(arm_order or [])
     order = list(dict.fromkeys([*order, *(r.arm for r in records)]))
     done = [r for r in records if r.state == "COMPLETE"]
-    names = list(dict.fromkeys([objective, *metrics]))  # a metric listed twice is one column
+    names = table_metrics(objective, metrics)
     rows = []
     for arm in order:
         mine = [r for r in done if r.arm == arm]
@@ -115,6 +115,11 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
         df["best"] = [i == best for i in df.index]
     df["baseline"] = df["arm"] == baseline
     return df
+
+
+def table_metrics(objective: str, metrics: list[str]) -> list[str]:
+    """The table's metric columns: the objective first; a metric listed twice is one column."""
+    return list(dict.fromkeys([objective, *metrics]))
 
 
 def _columns(names: list[str]) -> list[str]:
@@ -148,7 +153,7 @@ def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, basel
 
 def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
     """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals."""
-    names = list(dict.fromkeys([objective, *metrics]))  # a metric listed twice is one column
+    names = table_metrics(objective, metrics)
     head = ["arm", *names, f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI", "pruned", "failed"]
     lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():

@@ -17,10 +17,10 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     from rich.table import Table
 
     from klear_lab.console import make_console
-    from klear_lab.sweep.compare import cell, delta_cell, welch_cell
+    from klear_lab.sweep.compare import cell, delta_cell, table_metrics, welch_cell
 
     console = console or make_console()
-    names = list(dict.fromkeys([spec.metric, *spec.metrics]))
+    names = table_metrics(spec.metric, spec.metrics)
     # every header is escaped: Rich reads "[bootstrap 95% CI]" as a markup tag and drops it
     rescored = title is not None
     table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}"))

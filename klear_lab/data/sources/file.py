@@ -217,11 +217,11 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
     ins, outs = spec.get("inputs"), spec.get("outputs")  # stdin/stdout specs; others stay in answer
     tests: tuple = ()
     if ins is not None or outs is not None:
-        if not (isinstance(ins, list) and isinstance(outs, list) and len(ins) == len(outs)):
-            raise r.fail("answer", "code ground truth needs 'inputs' and 'outputs' as lists of equal length, got "
-                         f"{type(ins).__name__} and {type(outs).__name__}"
-                         + (f" of {len(ins)} and {len(outs)}" if isinstance(ins, list) and isinstance(outs, list)
-                            else ""))
+        if not (isinstance(ins, list) and isinstance(outs, list)):
+            raise r.fail("answer", "code ground truth needs 'inputs' and 'outputs' as lists, got "
+                         f"{type(ins).__name__} and {type(outs).__name__}")
+        if len(ins) != len(outs):
+            raise r.fail("answer", f"code ground truth has {len(ins)} 'inputs' but {len(outs)} 'outputs'")
         if not all(isinstance(x, str) for x in (*ins, *outs)):
             raise r.fail("answer", "code ground truth 'inputs'/'outputs' must be strings (a program's stdin "
                          "and expected stdout)")
