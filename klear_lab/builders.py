@@ -14,7 +14,7 @@ import torch
 
 from klear_lab.config.validate import component_args
 from klear_lab.data.mixes.base import share_metrics
-from klear_lab.data.records import Record
+from klear_lab.data.records import Record, require_gradeable
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.hardware import cpu_cores
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, ROLLOUT, SOURCE
@@ -93,7 +93,11 @@ def record_stats(records: list[Record]) -> dict[str, float]:
 
 def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
     pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"])
-    return [r for recs in pools.values() for r in recs]
+    if empty := [label for label, recs in pools.items() if not recs]:
+        raise DataError(f"data.eval_sources: {', '.join(map(repr, empty))} gave no eval records")
+    records = [r for recs in pools.values() for r in recs]
+    require_gradeable(records, "data.eval_sources")
+    return records
 
 
 def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:

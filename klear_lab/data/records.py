@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from klear_lab.errors import DataError
+
 
 @dataclass(frozen=True)
 class Record:
@@ -55,3 +57,20 @@ def require_known_correctness(records: list[Record]) -> None:
     if records and all(r.response_correct is None for r in records):
         raise ValueError(f"correct_only: none of the {len(records)} records says whether its response is "
                          "correct (response_correct is unset on all); annotate the data or drop correct_only")
+
+
+def require_gradeable(records: list[Record], what: str) -> None:
+    """Every record a reward will grade needs something to grade against: a math record its reference
+    answer (an empty one matches an empty ``\\boxed{}``), a code record its tests (without them scoring
+    fails mid-run, after hours of training).
+
+    Raises:
+        DataError: naming how many records of ``what`` cannot be graded and the first one.
+    """
+    bad = [r for r in records if (r.task == "code" and not r.tests) or (r.task == "math" and not r.answer.strip())]
+    if bad:
+        first = bad[0]
+        why = ("no tests (a verl spec needs 'inputs'/'outputs' stdin tests; 'functional'/'pytest' specs are not "
+               "supported)" if first.task == "code" else "an empty reference answer")
+        raise DataError(f"{what}: {len(bad)} of {len(records)} records cannot be graded; the first, "
+                        f"{first.uid!r} of source {first.source!r} ({first.task}), has {why}")

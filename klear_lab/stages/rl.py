@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from klear_lab import builders
 from klear_lab.checkpointing import ResumableLoader, batches_trained, resume_callback
-from klear_lab.data.records import Record
+from klear_lab.data.records import Record, require_gradeable
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
@@ -159,6 +159,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     if not records:
         raise DataError("RL needs prompts: data.sources produced none")
     check_reward_tasks(rl["reward"]["name"], records)
+    require_gradeable(records, "data.sources")
     eval_records = builders.build_eval_records(cfg)
     builders.resolve_init_from(cfg)
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))

@@ -37,12 +37,13 @@ class FileSource:
     Serves the paper's real-data runs (§6: MathSub-30K / CodeSub-15K in verl layout; SFT data as
     chat messages). ``path`` is a ``.jsonl``/``.json``/``.parquet`` file, a directory written by
     ``datasets.save_to_disk``, or (when ``HF_HUB_OFFLINE`` is unset) a hub id. The ``eval`` split
-    reads ``eval_path`` (none: no eval records). ``format`` ``auto`` picks ``messages`` if rows
-    have ``messages``, ``verl`` if they have ``reward_model``, else ``records``. ``fields`` maps
-    record fields to columns (``{prompt: question, answer: solution}``). ``task`` ``auto`` reads
-    verl ``ability``/``data_source`` (``code`` if it contains "code"), else ``math``. Code ground
-    truth is the JSON test spec, kept verbatim in ``answer``; its ``inputs``/``outputs`` pairs also
-    fill ``tests``. Loading is all-or-nothing; the seed is unused (file order is kept).
+    (read for ``data.eval_sources``) is ``eval_path``, or ``path`` when that is unset. ``format``
+    ``auto`` picks ``messages`` if rows have ``messages``, ``verl`` if they have ``reward_model``,
+    else ``records``. ``fields`` maps record fields to columns (``{prompt: question, answer:
+    solution}``). ``task`` ``auto`` reads verl ``ability``/``data_source`` (``code`` if it contains
+    "code"), else ``math``. Code ground truth is the JSON test spec, kept verbatim in ``answer``;
+    its ``inputs``/``outputs`` pairs also fill ``tests``. Loading is all-or-nothing; the seed is
+    unused (file order is kept).
     """
 
     path: str = ""
@@ -68,11 +69,9 @@ class FileSource:
         """All rows of the split's file as records (first ``limit`` rows if set)."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        path = self.path if split == "train" else self.eval_path
-        if split == "train" and not path:
-            raise DataError("source 'file': no path set")
+        path = self.path if split == "train" else (self.eval_path or self.path)
         if not path:
-            return []
+            raise DataError(f"source 'file': no path set for the {split} split")
         rows = read_rows(path)[: self.limit]
         fmt = self.format if self.format != "auto" else detect_format(rows)
         columns = {**COLUMNS[fmt], **self.fields}

@@ -84,7 +84,7 @@ def test_records_with_field_mapping_and_meta(tmp_path):
 def test_eval_path_limit_and_auto_detect(tmp_path):
     train = str(_jsonl(tmp_path / "train.jsonl", MESSAGES * 3))
     held = str(_jsonl(tmp_path / "eval.jsonl", VERL))
-    assert FileSource(path=train).records(0, "eval") == []
+    assert FileSource(path=train).records(0, "eval") == FileSource(path=train).records(0, "train")  # an eval source
     src = FileSource(path=train, eval_path=held, limit=4)
     assert len(src.records(0, "train")) == 4 and src.records(0, "train")[0].response
     assert [r.task for r in src.records(0, "eval")] == ["math", "code"]
