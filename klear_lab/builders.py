@@ -77,7 +77,7 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
                         f"every source ({', '.join(pools)})")
     mix = build(DATA_MIX, cfg["data"]["mix"])
     try:
-        records = mix({n: r for n, r in filtered.items() if r}, ranks, cfg["run"]["seed"])
+        records = mix(filtered, ranks, cfg["run"]["seed"])  # emptied sources too: top_k must not skip one
     except ValueError as exc:
         raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
     return records, {**stats, **record_stats(records)}

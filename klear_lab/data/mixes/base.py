@@ -6,6 +6,10 @@ A mix is a registered frozen dataclass with two methods:
   (the caller logs ``data/mix_share/<source>`` from it via ``share_metrics``);
 * ``__call__(pools, ranks, seed) -> list[Record]``: draws that plan from the pools, shuffled.
 
+A pool may be empty (the difficulty filter removed all its records). It stays in ``pools`` so that
+a plan giving it a share fails, naming it, instead of quietly handing its place to another source
+(``top_k`` with K=1 would train on the second-best source).
+
 Sampling is without replacement whenever a pool holds at least its count. A pool smaller than
 its count is repeated whole as often as it fits and the rest is drawn without replacement, so
 its records appear at most ``ceil(count / len(pool))`` times (the budget is always met exactly).
@@ -33,7 +37,7 @@ def take(pool: list[Record], n: int, rng: random.Random, name: str = "pool") -> 
     if n <= 0:
         return []
     if not pool:
-        raise ValueError(f"source {name!r} has no records but its share is {n}")
+        raise ValueError(f"source {name!r} has no records (after data.filter) but its share is {n}")
     repeats, rest = divmod(n, len(pool))
     return list(pool) * repeats + rng.sample(pool, rest)
 

@@ -121,3 +121,22 @@ def test_sources_that_produce_nothing_are_named(tmp_path):
     cfg = compose(root / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {empty}}}]"])
     with pytest.raises(DataError, match=r"data.sources produced no training records \(file: 0\)"):
         build_train_records(cfg)
+
+
+def test_top_k_refuses_a_source_the_filter_emptied():
+    """It quietly trained on the second-best source: K=1 of an emptied best source must fail, naming it."""
+    from pathlib import Path
+
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+
+    root = Path(__file__).resolve().parents[3]
+    sources = ("data.sources=[{name: arith_r1, n_prompts: 50, levels: [1], level_weights: [1.0], quality_rank: 1}, "
+               "{name: arith, n_prompts: 50, levels: [2], level_weights: [1.0], quality_rank: 2}]")
+    banded = [sources, "data.filter={name: band, min_level: 2}"]
+    cfg = compose(root / "experiments/quickstart/sft.yaml", [*banded, "data.mix={name: top_k, k: 1, budget: 40}"])
+    with pytest.raises(ConfigError, match=r"data.mix 'top_k': source 'arith_r1' has no records \(after data.filter\)"):
+        build_train_records(cfg)
+    cfg = compose(root / "experiments/quickstart/sft.yaml", [*banded, "data.mix={name: all}"])
+    records, stats = build_train_records(cfg)  # `all` takes what is left, and the emptied source is logged
+    assert {r.source for r in records} == {"arith"} and stats["data/kept_frac/arith_r1"] == 0.0
