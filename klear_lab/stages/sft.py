@@ -113,6 +113,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     records, data_stats = builders.build_train_records(cfg)
+    without = check_responses(records)
     eval_records = builders.build_eval_records(cfg)
     rewards = builders.build_eval_rewards(cfg)
     tokenizer, model = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
@@ -129,6 +130,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
                        pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"])
     plan = sft_plan(cfg, dm, examples, dropped, model)
     plan.update(data_stats)
+    plan["plan/dropped_no_response"] = float(without)
     module = SFTModule(
         model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
@@ -136,6 +138,19 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"],
     )
     return SFTStage(cfg, module, dm, plan)
+
+
+def check_responses(records: list) -> int:
+    """How many training records lack a teacher response (SFT skips them), with a warning naming the
+    count; none with one (say, a verl RL file as SFT data) is a DataError."""
+    without = sum(r.response is None for r in records)
+    if without == len(records):
+        raise DataError(f"data.sources: none of the {len(records)} training records has a teacher response to "
+                        "train on (SFT data holds chat messages ending in an assistant turn, or a 'response' field)")
+    if without:  # like a length drop, it shrinks a fixed budget
+        warnings.warn(f"data.sources: {without} of {len(records)} training records have no teacher response and "
+                      "are skipped", UserWarning, stacklevel=3)
+    return without
 
 
 def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: int,

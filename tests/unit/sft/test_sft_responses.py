@@ -1,0 +1,38 @@
+"""SFT trains on teacher responses: records without one are counted, and data without any is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from klear_lab.data.records import Record
+from klear_lab.errors import DataError
+from klear_lab.stages.sft import check_responses
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_records_without_a_response_are_counted_and_warned():
+    recs = [Record("a/0", "a", "math", "p", "1", response="<think>x</think> 1"), Record("a/1", "a", "math", "p", "1")]
+    with pytest.warns(UserWarning, match="1 of 2 training records have no teacher response and are skipped"):
+        assert check_responses(recs) == 1
+    assert check_responses(recs[:1]) == 0
+
+
+def test_a_verl_rl_file_as_sft_data_is_refused_before_a_model_is_built(tmp_path):
+    """It ended in "no SFT example fits data.max_length (dropped 0 longer ones)", which named the wrong cause."""
+    from klear_lab.config.compose import compose
+    from klear_lab.stages.sft import prepare_sft
+
+    row = {"data_source": "math", "prompt": [{"role": "user", "content": "2+3?"}],
+           "reward_model": {"ground_truth": "5", "style": "rule"}}
+    path = tmp_path / "rl.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {path}}}]"])
+    with pytest.raises(DataError, match="none of the 1 training records has a teacher response"):
+        prepare_sft(cfg)
