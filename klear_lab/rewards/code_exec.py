@@ -38,8 +38,10 @@ class CodeExecReward:
     "output": value}``; tests ``{"stdin": str, "stdout": str}``, as verl code data holds, run the
     block as a whole program per test instead), drawn with
     ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in
-    one sandbox process with a ``timeout_s`` wall clock (official default 35 s). Scores by
-    ``mode``, with p the pass rate:
+    one sandbox process. Each test (and defining the solution) gets ``timeout_s``, as the official
+    code runs each test under its own 35 s limit; a slow test fails and the next one runs. The whole
+    process gets ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). Scores by ``mode``, with
+    p the pass rate:
 
     - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
     - ``hard`` (Fig. 3 baseline, "positive only if all tests pass"): +1 if p == 1 else −1.
@@ -55,6 +57,7 @@ class CodeExecReward:
     missing_think_open: float = -2.0
     max_tests: int = 16
     timeout_s: float = 35.0
+    total_timeout_s: float | None = None
     workers: int = 4
     seed: int = 0
     func_name: str = "f"
@@ -67,8 +70,10 @@ class CodeExecReward:
         for name in ("max_tests", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
+        if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.total_timeout_s is not None and not self.total_timeout_s > 0:
+            raise ValueError(f"total_timeout_s must be > 0 or None, got {self.total_timeout_s}")
         if not self.func_name.isidentifier():
             raise ValueError(f"func_name must be a Python identifier, got {self.func_name!r}")
 
@@ -117,6 +122,7 @@ class CodeExecReward:
         return RewardOutput(score, all_pass, True, info[:200])
 
     def _run(self, code: str, tests: list[dict[str, Any]]) -> TestRun:
+        wall = self.total_timeout_s or self.timeout_s * (len(tests) + 1)
         if "stdin" in tests[0]:  # a whole program on stdin/stdout (verl, LiveCodeBench), not a function
-            return run_stdio_tests(code, tests, timeout_s=self.timeout_s)
-        return run_function_tests(code, self.func_name, tests, timeout_s=self.timeout_s)
+            return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=self.timeout_s)
+        return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=self.timeout_s)

@@ -19,12 +19,24 @@ from typing import Any
 
 from klear_lab.rewards.sandbox import SandboxLimits, run_python
 
-# both harnesses: the payload, and the real stdout kept as ``_out`` for result lines only (the
-# candidate's own fd 1 and 2 go to /dev/null)
-_PRELUDE = """import io, json, os, sys
+# both harnesses: the payload, the real stdout kept as ``_out`` for result lines only (the
+# candidate's own fd 1 and 2 go to /dev/null), and a per-test alarm: ``_arm()`` before a test,
+# ``_disarm()`` after it; a test over ``test_s`` raises ``_Timeout`` (a candidate that blocks the
+# alarm runs on to the sandbox's wall clock)
+_PRELUDE = """import io, json, os, signal, sys
 _P = json.loads({payload!r})
 _out = os.fdopen(os.dup(1), "w")
 _null = os.open(os.devnull, os.O_WRONLY); os.dup2(_null, 1); os.dup2(_null, 2)
+class _Timeout(BaseException):
+    pass
+def _on_alarm(*_):
+    raise _Timeout()
+signal.signal(signal.SIGALRM, _on_alarm)
+def _arm():
+    if _P["test_s"]:
+        signal.setitimer(signal.ITIMER_REAL, _P["test_s"])
+def _disarm():
+    signal.setitimer(signal.ITIMER_REAL, 0)
 """
 
 _HARNESS = _PRELUDE + """def _emit(rec):
@@ -35,15 +47,29 @@ _HARNESS = _PRELUDE + """def _emit(rec):
     _out.write(line + "\\n"); _out.flush()
 try:
     _ns = {{"__name__": "solution"}}
-    exec(compile(_P["code"], "solution.py", "exec"), _ns)
+    _arm()
+    try:
+        exec(compile(_P["code"], "solution.py", "exec"), _ns)
+    finally:
+        _disarm()
     _fn = _ns[_P["func"]]
+except _Timeout:
+    _emit({{"load_error": "timed out defining the solution"}}); os._exit(0)
 except BaseException as e:
     _emit({{"load_error": type(e).__name__ + ": " + str(e)[:200]}}); os._exit(0)
 for _i, _args in enumerate(_P["inputs"]):
+    _rec = {{"i": _i}}
     try:
-        _emit({{"i": _i, "out": _fn(*_args)}})
+        _arm()
+        try:
+            _rec["out"] = _fn(*_args)
+        finally:
+            _disarm()
+    except _Timeout:
+        _rec = {{"i": _i, "timeout": True}}
     except BaseException as e:
-        _emit({{"i": _i, "err": type(e).__name__ + ": " + str(e)[:200]}})
+        _rec = {{"i": _i, "err": type(e).__name__ + ": " + str(e)[:200]}}
+    _emit(_rec)
 """
 
 
@@ -85,7 +111,7 @@ def outputs_match(got: Any, expected: Any) -> bool:
 
 def run_function_tests(
     code: str, func: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
-    limits: SandboxLimits | None = None,
+    test_timeout_s: float | None = None, limits: SandboxLimits | None = None,
 ) -> TestRun:
     """Define ``code`` in the sandbox and check ``func(*test["input"]) == test["output"]`` per test.
 
@@ -94,37 +120,44 @@ def run_function_tests(
         func: name of the function under test.
         tests: test cases; ``input`` is the positional-argument list.
         timeout_s: wall-clock limit for the whole run (all tests).
+        test_timeout_s: limit per test (and for defining the solution); a test over it fails and the
+            next one runs. None: only ``timeout_s``.
         limits: sandbox resource limits.
 
     Raises:
         RuntimeError: bwrap is missing or the sandbox failed to start.
     """
-    payload = json.dumps({"code": code, "func": func, "inputs": [list(t["input"]) for t in tests]})
+    payload = json.dumps({"code": code, "func": func, "inputs": [list(t["input"]) for t in tests],
+                          "test_s": test_timeout_s})
     res = run_python(_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
-    return _verdicts(res, timeout_s, len(tests),
+    return _verdicts(res, timeout_s, test_timeout_s, len(tests),
                      lambda i, rec: "out" in rec and _matches(rec["out"], tests[i]["output"]))
 
 
-def _verdicts(res: Any, timeout_s: float, n: int, check: Any) -> TestRun:
+def _verdicts(res: Any, timeout_s: float, test_timeout_s: float | None, n: int, check: Any) -> TestRun:
     """Per-test verdicts from the harness' result lines (``check(i, line)``: test ``i`` passed); a test
-    reported twice fails. The status: a load error, a timeout, a process that died before reporting
-    every test, or ok."""
-    passed, info, seen = [False] * n, "", set()
+    reported twice fails. The status: a load error, a timeout (of the run or of a test), a process
+    that died before reporting every test, or ok."""
+    passed, info, seen, slow = [False] * n, "", set(), []
     for rec in map(_parse, res.stdout.splitlines()):
         if "load_error" in rec:
             return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
         i = rec.get("i")
         if not (isinstance(i, int) and 0 <= i < n):
             continue
-        passed[i] = i not in seen and check(i, rec)
+        passed[i] = i not in seen and "timeout" not in rec and check(i, rec)
         seen.add(i)
-        if "err" in rec and not info:
+        if "timeout" in rec:
+            slow.append(i)
+        elif "err" in rec and not info:
             info = str(rec["err"])
     status = "ok"
     if res.timed_out:
         status, info = "timeout", f"timed out after {timeout_s:g} s"
     elif len(seen) < n:
         status, info = "crash", f"exit {res.returncode} after {len(seen)}/{n} tests"
+    elif slow:
+        status, info = "timeout", f"{len(slow)} test(s) over {test_timeout_s:g} s (first: test {slow[0]})"
     return TestRun(tuple(passed), status, info[:200], res.wall_s)
 
 
@@ -154,7 +187,13 @@ for _i, _data in enumerate(_P["stdins"]):
     sys.stdout = _cap = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     _rec = {{"i": _i}}
     try:
-        exec(_code, {{"__name__": "__main__"}})
+        _arm()
+        try:
+            exec(_code, {{"__name__": "__main__"}})
+        finally:
+            _disarm()
+    except _Timeout:
+        _rec["timeout"] = True
     except SystemExit as e:
         if e.code not in (None, 0):
             _rec["err"] = "exit " + str(e.code)[:50]
@@ -186,12 +225,12 @@ def stdout_matches(got: Any, expected: str) -> bool:
 
 
 def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
-                    limits: SandboxLimits | None = None) -> TestRun:
+                    test_timeout_s: float | None = None, limits: SandboxLimits | None = None) -> TestRun:
     """Run ``code`` as a whole program once per ``{"stdin": str, "stdout": str}`` test (verl/LiveCodeBench
     style), all in one sandbox process: a fresh ``__main__`` namespace per test reading ``stdin``; its
     output is compared on the host (:func:`stdout_matches`). ``exit()``/``sys.exit(0)`` ends a test
-    normally; another exit code fails it."""
-    payload = json.dumps({"code": code, "stdins": [t["stdin"] for t in tests]})
+    normally; another exit code fails it. Timeouts as :func:`run_function_tests`."""
+    payload = json.dumps({"code": code, "stdins": [t["stdin"] for t in tests], "test_s": test_timeout_s})
     res = run_python(_STDIO_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
-    return _verdicts(res, timeout_s, len(tests),
+    return _verdicts(res, timeout_s, test_timeout_s, len(tests),
                      lambda i, rec: "err" not in rec and stdout_matches(rec.get("out"), tests[i]["stdout"]))

@@ -93,3 +93,16 @@ def test_missing_bwrap_raises_instead_of_running_unisolated(monkeypatch, tmp_pat
     monkeypatch.setattr(sandbox, "_search_path", lambda: str(tmp_path))
     with pytest.raises(RuntimeError, match="bubblewrap"):
         CodeExecReward()([CORRECT], [RECORD])
+
+
+def test_timeout_s_is_per_test_as_the_official_code():
+    """A slow test fails alone (soft 2/3), and total_timeout_s caps the whole run."""
+    rec = Record(uid="c/3", source="t", task="code", prompt="p", answer="",
+                 tests=tuple({"input": [i], "output": i} for i in (1, 2, 3)))
+    completion = "<think>x</think>\n```python\ndef f(x):\n    while x == 2:\n        pass\n    return x\n```"
+    (out,) = CodeExecReward(timeout_s=0.5)([completion], [rec])
+    assert (out.score, out.acc) == (pytest.approx(2 / 3), False) and "over 0.5 s" in out.info
+    (capped,) = CodeExecReward(timeout_s=5.0, total_timeout_s=1.0)([completion], [rec])
+    assert capped.score == pytest.approx(1 / 3) and "timed out after 1 s" in capped.info
+    with pytest.raises(ValueError, match="total_timeout_s"):
+        CodeExecReward(total_timeout_s=0.0)

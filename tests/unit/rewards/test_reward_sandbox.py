@@ -215,3 +215,24 @@ def _sandboxed_pids() -> list[int]:
         except OSError:
             pass
     return pids
+
+
+def test_a_slow_test_fails_alone_and_the_next_ones_run():
+    """The official code gives each test its own limit: one 35 s clock for all of them failed every test after
+    a slow one (and a correct solution of 16 tests of 3 s each)."""
+    code = "def f(x):\n    while x == 2:\n        pass\n    return x\n"
+    tests = [{"input": [1], "output": 1}, {"input": [2], "output": 2}, {"input": [3], "output": 3}]
+    run = run_function_tests(code, "f", tests, timeout_s=20, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((True, False, True), "timeout")
+    assert run.info == "1 test(s) over 0.5 s (first: test 1)"
+    hang = "n = int(input())\nwhile n == 2:\n    pass\nprint(n)\n"
+    stdio = [{"stdin": "1\n", "stdout": "1"}, {"stdin": "2\n", "stdout": "2"}, {"stdin": "3\n", "stdout": "3"}]
+    run = run_stdio_tests(hang, stdio, timeout_s=20, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((True, False, True), "timeout")
+    slow_load = "while True:\n    pass\n"
+    run = run_function_tests(slow_load, "f", tests, timeout_s=20, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((False, False, False), "load_error")
+    assert run.info == "timed out defining the solution"
+    blocked = "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n" + code  # runs on to the wall clock
+    run = run_function_tests(blocked, "f", tests, timeout_s=2, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((True, False, False), "timeout")
