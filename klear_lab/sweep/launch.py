@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep import launcher
@@ -15,7 +16,7 @@ from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import READY_ATTR, grid_status, missing_points, prepare_study
+from klear_lab.sweep.queue import READY_ATTR, count, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
@@ -103,6 +104,13 @@ def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: An
         from klear_lab.sweep.compare import compare_study
 
         compare_study(spec, study)
+    if not arms:  # tpe/random: n_trials finished ones
+        finished = count(study, (TrialState.COMPLETE, TrialState.PRUNED))
+        if finished < spec.n_trials:
+            log(f"{finished} of n_trials={spec.n_trials} trials finished; see the trial logs in "
+                f"{spec.sweep_dir / 'trials'} and rerun the same command to run the rest")
+            return 1
+        return 0
     if missing:
         log(f"{len(missing)} grid point(s) without a finished trial: {', '.join(missing[:8])}"
             f"{' ...' if len(missing) > 8 else ''}; see the trial logs in {spec.sweep_dir / 'trials'} "

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, canonical_point, decode, encode, enqueue_params, point_key
 from klear_lab.sweep.spec import SweepSpec
-from klear_lab.sweep.storage import StudyLock, current_study
+from klear_lab.sweep.storage import StudyLock, current_study, make_sampler
 from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
 
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
@@ -55,30 +55,40 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
 
 
 def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
-    """Refuse, before any trial is claimed, a ``tpe``/``random`` spec whose categorical axis changed.
+    """Refuse, before any trial is claimed, a ``tpe``/``random`` spec whose axis changed in a way Optuna
+    refuses within a study: a categorical axis's choices, a range's ``log`` or int/float type.
 
-    Optuna fixes a categorical parameter's choices at its first trial in a study ("does not support
-    dynamic value space"), so a trial of the changed spec would fail only once a worker had claimed it.
-    The sampler draws from those choices, so unlike a grid (``successor.py``) they cannot be widened.
+    Optuna fixes these at a parameter's first trial in a study ("does not support dynamic value space"),
+    so a trial of the changed spec would fail only once a worker had claimed it. The sampler draws
+    from those choices, so unlike a grid (``successor.py``) they cannot be widened.
 
     Raises:
-        ConfigError: naming the axis and the choices the study holds.
+        ConfigError: naming the axis and what the study holds.
     """
     Categorical = optuna.distributions.CategoricalDistribution
     expected = {name: (key, Categorical(values)) for name, (key, values) in spec_choices(spec).items()}
+    expected |= {axis.key: (axis.key, axis_distribution(axis)) for axis in spec.axes if axis.is_range}
     for trial in study.get_trials(deepcopy=False):
         for name in expected.keys() & trial.distributions.keys():
             (key, new), old = expected.pop(name), trial.distributions[name]
             try:  # Optuna's own rule, the one suggest_* would apply once a worker had claimed a trial
                 optuna.distributions.check_distribution_compatibility(old, new)
-            except ValueError:
-                was = list(old.choices) if isinstance(old, Categorical) else old
+            except ValueError as exc:
+                was, now = (list(old.choices), list(new.choices)) if isinstance(old, Categorical) else (old, new)
                 raise ConfigError(
-                    f"{spec.path}: {key}: study {spec.name!r} was run with {was}, the spec now says "
-                    f"{list(new.choices)}; Optuna cannot change a categorical parameter's choices within a "
-                    f"study: run the new spec as a new study (--name NEW) or delete {spec.sweep_dir}") from None
+                    f"{spec.path}: {key}: study {spec.name!r} was run with {was}, the spec now says {now} "
+                    f"({exc}); Optuna cannot change this within a study: run the new spec as a new study "
+                    f"(--name NEW) or delete {spec.sweep_dir}") from None
         if not expected:
             return
+
+
+def axis_distribution(axis: Any) -> optuna.distributions.BaseDistribution:
+    """The distribution a range axis's values are drawn from (int when its bounds and step are ints)."""
+    if _is_int_range(axis):
+        return optuna.distributions.IntDistribution(int(axis.low), int(axis.high), log=axis.log,
+                                                    step=int(axis.step or 1))
+    return optuna.distributions.FloatDistribution(axis.low, axis.high, log=axis.log, step=axis.step)
 
 
 def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:
@@ -94,8 +104,11 @@ def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> i
     return added
 
 
-def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock) -> int | None:
-    """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left."""
+def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bool = True) -> int | None:
+    """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left.
+
+    ``ask=False``: only WAITING trials, no new ``tpe``/``random`` ones (the worker saw trials keep failing).
+    """
     storage = study._storage  # the storage API (set_trial_state_values, record_heartbeat) is public
     with lock.hold():
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -105,13 +118,21 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock) -> int | N
                     return frozen._trial_id
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
-        if spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
+        if not ask or spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
             return None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with optimize"
             trial = study.ask()
         _heartbeat(storage, trial._trial_id)
         return trial._trial_id
+
+
+def claimed_trial(study: optuna.Study, trial_id: int, spec: SweepSpec) -> optuna.trial.Trial:
+    """The claimed trial, its parameters to be drawn by a sampler seeded for its number
+    (:func:`make_sampler`; ``study`` is this worker's own)."""
+    if spec.sampler != "grid":
+        study.sampler = make_sampler(spec, study._storage.get_trial(trial_id).number)
+    return optuna.trial.Trial(study, trial_id)
 
 
 def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, Any], int, str]:
@@ -122,12 +143,11 @@ def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, 
         if not axis.is_range:
             choices = study_choices.get(axis.key) or [encode(v) for v in axis.values]
             values[axis.key] = decode(trial.suggest_categorical(axis.key, choices))
-        elif _is_int_range(axis):
-            values[axis.key] = trial.suggest_int(axis.key, int(axis.low), int(axis.high), log=axis.log,
-                                                 step=int(axis.step or 1))
         else:
-            values[axis.key] = trial.suggest_float(axis.key, axis.low, axis.high, log=axis.log,
-                                                   step=axis.step)
+            dist = axis_distribution(axis)
+            is_int = isinstance(dist, optuna.distributions.IntDistribution)
+            suggest = trial.suggest_int if is_int else trial.suggest_float
+            values[axis.key] = suggest(axis.key, dist.low, dist.high, log=dist.log, step=dist.step)
     attrs = trial.user_attrs
     if spec.sampler == "grid":
         seed = trial.suggest_categorical(SEED_PARAM, study_choices.get(SEED_PARAM) or list(spec.seeds))

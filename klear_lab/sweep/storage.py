@@ -53,13 +53,19 @@ def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int
         raise ConfigError(f"storage {_redact(url)}: cannot open: {exc}") from None
 
 
-def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
-    """Grid trials are all enqueued with fixed params, so their sampler never samples."""
+def make_sampler(spec: SweepSpec, trial_number: int = 0) -> optuna.samplers.BaseSampler:
+    """The sampler that draws trial ``trial_number``'s parameters, seeded ``sampler_seed + trial_number``.
+
+    One seed per trial, not per sampler: every worker (and every rerun) builds its own sampler, and
+    samplers seeded alike drew the same values in each of them. Grid trials are all enqueued with
+    fixed params, so their sampler never samples.
+    """
+    seed = spec.sampler_seed + trial_number
     if spec.sampler == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=spec.sampler_seed, constant_liar=spec.workers > 1)
-    return optuna.samplers.RandomSampler(seed=spec.sampler_seed)
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=spec.workers > 1)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def make_pruner(name: str, n_startup_trials: int = 1) -> optuna.pruners.BasePruner:

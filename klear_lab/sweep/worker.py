@@ -30,12 +30,13 @@ from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import count, take_trial, trial_values
+from klear_lab.sweep.queue import claimed_trial, count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 
 _COMPOSE_LOCK = threading.Lock()
 STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
+MAX_FAILED_IN_A_ROW = 5  # tpe/random: stop asking for new trials after this many failed in a row here
 
 
 @dataclass
@@ -51,6 +52,12 @@ class WorkerContext:
     log: Callable[[str], None] = print
     poll_s: float = 2.0
     progress: Progress | None = None
+    failed_in_a_row: int = 0  # trials of this process, any worker; a finished one resets it
+
+    def asks(self) -> bool:
+        """Whether a worker may ask the sampler for a new trial: not once trials keep failing (an
+        objective the runs never log would otherwise launch trials without end)."""
+        return self.failed_in_a_row < MAX_FAILED_IN_A_ROW
 
 
 def threads_per_trial(workers: int, base_threads: int) -> int | None:
@@ -104,7 +111,7 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
-        trial_id = take_trial(study, ctx.spec, lock)
+        trial_id = take_trial(study, ctx.spec, lock, ask=ctx.asks())
         if trial_id is None:
             if SUCCESSOR_ATTR in study.user_attrs:  # the grid was widened: its work moved to a copy
                 study = current_study(study)
@@ -113,7 +120,11 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
                 return
             ctx.stop.wait(ctx.poll_s)
             continue
-        run_trial(ctx, study, trial_id, index)
+        state = run_trial(ctx, study, trial_id, index)
+        ctx.failed_in_a_row = 0 if state in (TrialState.COMPLETE, TrialState.PRUNED) else ctx.failed_in_a_row + 1
+        if ctx.spec.sampler != "grid" and not ctx.asks():
+            ctx.log(f"[worker {index}] {ctx.failed_in_a_row} trials failed in a row: no new trials are asked for; "
+                    "see the trial logs")
 
 
 def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
@@ -146,13 +157,14 @@ def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
 
 def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
     storage = study._storage  # public storage API behind the study
-    trial = optuna.trial.Trial(study, trial_id)
+    trial = claimed_trial(study, trial_id, ctx.spec)
     try:
         values, seed, label = trial_values(trial, ctx.spec)
     except ValueError as exc:  # Optuna refused the parameters: fail the trial rather than leave it RUNNING
         trial.set_user_attr("error", str(exc))
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        raise
+        ctx.log(f"[worker {index}] trial {trial.number}: parameters refused: {exc}")
+        return TrialState.FAIL
     trials_dir = ctx.spec.sweep_dir / "trials"
     trials_dir.mkdir(parents=True, exist_ok=True)
     stem = trials_dir / f"trial-{trial.number:04d}"

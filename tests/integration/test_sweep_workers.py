@@ -193,3 +193,18 @@ def test_ctrl_c_stops_the_sweep_and_its_trial(tmp_path, trial_start):
     _, study = _study(spec_path)
     assert sorted(_complete_per_point(study).values()) == [1, 1, 1]
     assert [(lr, s) for lr, s, _, _ in fx.invocations(spec.sweep_dir)].count((0.001, 0)) == 2
+
+
+def test_a_random_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
+    """An objective the runs never log failed every trial, and tpe/random asked for new ones without end."""
+    spec_path = fx.write_spec(tmp_path, name="nolog", sampler="random", n_trials=30,
+                              axes={"optim.lr": {"low": 0.001, "high": 0.003}},
+                              objective={"metric": "val/not_logged", "direction": "maximize"})
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 1, log.read_text()[-3000:]
+    _, study = _study(spec_path)
+    states = [t.state.name for t in study.get_trials()]
+    assert set(states) == {"FAIL"} and 5 <= len(states) <= 6  # 5 in a row, and one the other worker had started
+    text = log.read_text()
+    assert "5 trials failed in a row: no new trials are asked for" in text
+    assert "0 of n_trials=30 trials finished" in text

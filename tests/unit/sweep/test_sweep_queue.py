@@ -11,7 +11,7 @@ from sweep_fixtures import write_spec
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
-from klear_lab.sweep.queue import missing_points, prepare_study, take_trial, trial_values
+from klear_lab.sweep.queue import claimed_trial, missing_points, prepare_study, take_trial, trial_values
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
 from klear_lab.sweep.worker import threads_per_trial, trial_env
@@ -105,6 +105,29 @@ def test_tpe_asks_up_to_n_trials(tmp_path):
         seen.append(seed)
         study.tell(trial, values["optim.lr"])
     assert seen == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_workers_and_reruns_draw_different_values(tmp_path, sampler):
+    """Each worker (and each rerun) builds its own sampler: seeded alike, they drew the same values."""
+    spec, arms, url, study, lock = _setup(tmp_path, sampler=sampler, n_trials=4,
+                                          axes={"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}})
+    prepare_study(study, spec, arms, lock)
+
+    def run_until_done(workers):
+        drawn = []
+        while True:
+            for own in workers:  # the workers take turns, each with its own study object
+                if (tid := take_trial(own, spec, lock)) is None:
+                    return drawn
+                trial = claimed_trial(own, tid, spec)
+                drawn.append(trial_values(trial, spec)[0]["optim.lr"])
+                own.tell(trial, drawn[-1])
+
+    first = run_until_done([open_study(spec, url, create=False) for _ in range(2)])
+    spec.n_trials = 6  # a rerun with a larger budget: a fresh process, fresh samplers
+    more = run_until_done([open_study(spec, url, create=False)])
+    assert len(first) == 4 and len(more) == 2 and len(set(first + more)) == 6
 
 
 def test_threads_per_trial_divides_cores(monkeypatch):
@@ -210,6 +233,19 @@ def test_tpe_refuses_a_changed_categorical_axis_before_claiming(tmp_path):
     with pytest.raises(ConfigError, match=r"optim.lr: study .* was run with .*--name NEW"):
         prepare_study(study, spec, arms, lock)
     assert study.get_trials(states=(TrialState.WAITING,)) == []
+
+
+def test_tpe_refuses_a_range_axis_turned_log_before_claiming(tmp_path):
+    """Optuna refused the changed range only in a claimed trial, and that worker stopped for the sweep."""
+    spec, arms, url, study, lock = _setup(tmp_path, sampler="tpe", n_trials=4,
+                                          axes={"optim.lr": {"low": 1e-4, "high": 1e-2}})
+    prepare_study(study, spec, arms, lock)
+    _run_one(study, spec, lock)
+    spec.axes[0].log = True
+    with pytest.raises(ConfigError, match=r"optim.lr: study .* was run with FloatDistribution\(.*log=False"):
+        prepare_study(study, spec, arms, lock)
+    spec.axes[0].log, spec.axes[0].high = False, 2e-2  # a wider range is fine: Optuna allows it
+    prepare_study(study, spec, arms, lock)
 
 
 def test_two_sweeps_widening_together_make_one_copy(tmp_path):
