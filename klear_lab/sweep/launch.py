@@ -16,7 +16,7 @@ from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import READY_ATTR, count, grid_status, missing_points, prepare_study
+from klear_lab.sweep.queue import READY_ATTR, check_same_base, count, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
@@ -70,13 +70,16 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         log(f"{spec.path}: OK: {len(arms) or spec.n_trials} arm(s) x {len(spec.seeds)} seed(s) = {n_points} "
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         return 0
-    frozen = freeze_spec(spec, url)
     study = _wait_for_study(spec, url, arms) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = spec.compose()
-    if not join:
+    if join:
+        check_same_base(study, spec, joining=True)
+        frozen = freeze_spec(spec, url)
+    else:
         before = study.study_name
         study, added = prepare_study(study, spec, arms, lock)
+        frozen = freeze_spec(spec, url)  # only once the study took the spec: a refused rerun keeps the old one
         if study.study_name != before:
             log(f"sweep {spec.name}: {superseded_note(study)}")
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "

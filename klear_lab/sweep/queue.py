@@ -36,14 +36,10 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         ConfigError: the study exists but was started from another base experiment/overrides; a
             ``tpe``/``random`` spec changed a categorical axis; a widened grid has running trials.
     """
-    base = {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
-            "overrides": list(spec.overrides), "sampler": spec.sampler}
+    base = study_base(spec)
     with lock.hold():
         study = current_study(study)  # another sweep process may have widened it since we opened it
-        old = study.user_attrs.get(BASE_ATTR)
-        if old is not None and old != base:
-            raise ConfigError(f"{spec.path}: study {spec.name!r} already exists with a different base "
-                              f"({old}); rename the sweep (name:) or delete its storage")
+        check_same_base(study, spec)
         if spec.sampler == "grid":
             study = widen_choices(study, spec)
         else:
@@ -52,6 +48,35 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         added = _enqueue_missing(study, spec, arms) if spec.sampler == "grid" else 0
         study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
     return study, added
+
+
+def study_base(spec: SweepSpec) -> dict[str, Any]:
+    """What every trial of one study must share: the base experiment and overrides, the sampler, the
+    objective and the pruner (trials run, scored or pruned otherwise are not arms of one comparison)."""
+    return {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
+            "overrides": list(spec.overrides), "sampler": spec.sampler,
+            "objective": f"{spec.metric} ({spec.direction})", "pruner": spec.pruner}
+
+
+def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = False) -> None:
+    """Refuse a spec whose base differs from the one the study was started with (:func:`study_base`).
+
+    Keys a study recorded before they existed are not compared. A joiner (``--join``, maybe another
+    machine with another checkout) is not compared on the experiment's path.
+
+    Raises:
+        ConfigError: naming the keys that differ.
+    """
+    old, new = study.user_attrs.get(BASE_ATTR) or {}, study_base(spec)
+    skip = {"experiment"} if joining else set()
+    differ = sorted(k for k in old.keys() & new.keys() - skip if old[k] != new[k])
+    if study.direction.name.lower() != spec.direction:
+        differ.append(f"direction (the study's is {study.direction.name.lower()})")
+    if differ:
+        shown = "; ".join(f"{k}: the study has {old[k]!r}, the spec {new[k]!r}" if k in new else k for k in differ)
+        action = ("join with the spec and overrides the sweep was started with" if joining else
+                  "rename the sweep (name: or --name) or delete its storage")
+        raise ConfigError(f"{spec.path}: study {spec.name!r} was started with a different base ({shown}); {action}")
 
 
 def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:

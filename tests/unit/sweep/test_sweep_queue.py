@@ -43,6 +43,46 @@ def test_resume_refuses_a_different_base(tmp_path):
         prepare_study(study, spec, arms, lock)
 
 
+def test_resume_refuses_another_objective_direction_or_pruner(tmp_path):
+    """Optuna keeps a loaded study's direction: a flipped objective made TPE and the pruner work backwards."""
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    for key, value, shown in [("direction", "minimize", r"direction \(the study's is maximize\)"),
+                              ("metric", "val/loss", r"objective: the study has 'val/acc \(maximize\)'"),
+                              ("pruner", "median", "pruner: the study has 'none', the spec 'median'")]:
+        changed = load_spec(spec.path)
+        setattr(changed, key, value)
+        with pytest.raises(ConfigError, match=shown):
+            prepare_study(open_study(changed, url, create=True), changed, arms, lock)
+
+
+def test_a_joiner_must_share_the_base_but_not_the_experiment_path(tmp_path):
+    """``--join`` compared nothing: a joiner without the main process's overrides trained other arms."""
+    from klear_lab.sweep.queue import check_same_base
+
+    spec, arms, url, study, lock = _setup(tmp_path)
+    spec.overrides = ["sft.max_steps=3"]
+    prepare_study(study, spec, arms, lock)
+    joiner = load_spec(spec.path)  # the same spec, without the override
+    with pytest.raises(ConfigError, match=r"overrides: the study has \['sft.max_steps=3'\], the spec \[\]\); join"):
+        check_same_base(study, joiner, joining=True)
+    joiner.overrides = ["sft.max_steps=3"]
+    joiner.experiment = tmp_path / "elsewhere" / "exp.yaml"  # another machine's checkout
+    check_same_base(study, joiner, joining=True)
+
+
+def test_a_refused_rerun_leaves_the_frozen_spec_alone(tmp_path):
+    """``spec.yaml`` was rewritten before the rerun was refused, and compare then read the refused spec."""
+    from klear_lab.sweep.launch import freeze_spec, run_sweep
+
+    spec, arms, url, study, lock = _setup(tmp_path, trial_start="fresh")
+    prepare_study(study, spec, arms, lock)
+    frozen = freeze_spec(spec, url).read_bytes()
+    with pytest.raises(ConfigError, match="different base"):
+        run_sweep(spec.path, ["sft.max_steps=3"], compare=False)
+    assert (spec.sweep_dir / "spec.yaml").read_bytes() == frozen
+
+
 def test_parallel_claims_take_each_point_once(tmp_path):
     spec, arms, url, study, lock = _setup(tmp_path)
     prepare_study(study, spec, arms, lock)
