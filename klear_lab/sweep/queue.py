@@ -45,6 +45,8 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         else:
             check_choices_unchanged(study, spec)
         study.set_user_attr(BASE_ATTR, base)
+        if spec.sampler == "grid":
+            _drop_unwanted(study, spec, arms)
         added = _enqueue_missing(study, spec, arms) if spec.sampler == "grid" else 0
         study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
     return study, added
@@ -114,6 +116,17 @@ def axis_distribution(axis: Any) -> optuna.distributions.BaseDistribution:
         return optuna.distributions.IntDistribution(int(axis.low), int(axis.high), log=axis.log,
                                                     step=int(axis.step or 1))
     return optuna.distributions.FloatDistribution(axis.low, axis.high, log=axis.log, step=axis.step)
+
+
+def _drop_unwanted(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> None:
+    """Fail the WAITING trials (left by an interrupted run, or retries) whose point the spec no longer
+    has: a grid trimmed to save time ran them all the same. A point put back is enqueued again."""
+    wanted = {point_key(a.params, s) for a in arms for s in spec.seeds}
+    storage = study._storage
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if canonical_point(t.user_attrs.get("point")) not in wanted:
+            storage.set_trial_user_attr(t._trial_id, "error", "dropped: the spec no longer has this point")
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
 
 def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:

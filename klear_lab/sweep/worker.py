@@ -144,7 +144,10 @@ def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
 
     def beat() -> None:
         while not stop.wait(interval):
-            storage.record_heartbeat(trial_id)
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception:  # noqa: BLE001 - a database hiccup must not end the beats: the trial would look dead
+                continue
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
     thread.start()

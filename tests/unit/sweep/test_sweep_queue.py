@@ -265,6 +265,40 @@ def test_dropping_a_seed_keeps_the_study_and_the_table_shows_the_spec(tmp_path):
     assert {(r.arm, r.seed) for r in load_records(spec, study)} == {(a.label, 1) for a in arms}
 
 
+def test_waiting_trials_of_points_trimmed_from_the_spec_do_not_run(tmp_path):
+    spec, arms, url, study, lock = _setup(tmp_path)  # 3 lrs x 2 seeds, all WAITING (an interrupted run)
+    prepare_study(study, spec, arms, lock)
+    trimmed = load_spec(write_spec(tmp_path, lrs=(0.001,), seeds=(0, 1)))
+    prepare_study(study, trimmed, check_spec(trimmed), lock)
+    claimed = []
+    while (tid := take_trial(study, trimmed, lock)) is not None:
+        claimed.append(study._storage.get_trial(tid).user_attrs["arm"])
+    assert claimed == ["lr=0.001", "lr=0.001"]
+    dropped = study.get_trials(states=(TrialState.FAIL,))
+    assert len(dropped) == 4
+    assert {t.user_attrs["error"] for t in dropped} == {"dropped: the spec no longer has this point"}
+    assert prepare_study(study, spec, arms, lock)[1] == 4  # put back: enqueued again
+
+
+def test_a_heartbeat_outlives_a_database_hiccup():
+    """One failed heartbeat ended the thread, and the trial was taken for dead while it ran."""
+    import time
+
+    from klear_lab.sweep.worker import beating
+
+    class Flaky:
+        calls = 0
+
+        def record_heartbeat(self, trial_id):
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                raise RuntimeError("connection reset")
+
+    with beating(Flaky(), 0, 0.05):
+        time.sleep(0.5)
+    assert Flaky.calls >= 3
+
+
 def test_tpe_refuses_a_changed_categorical_axis_before_claiming(tmp_path):
     spec, arms, url, study, lock = _setup(tmp_path, sampler="tpe", n_trials=4)
     prepare_study(study, spec, arms, lock)
