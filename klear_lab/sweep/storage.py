@@ -29,8 +29,19 @@ SUCCESSOR_ATTR = "klear.successor"  # set on a study continued elsewhere (see ``
 
 
 def default_storage_url(spec: SweepSpec) -> str:
-    """The spec's ``storage``, else an SQLite file ``study.db`` in the sweep directory."""
-    return spec.storage or f"sqlite:///{(spec.sweep_dir / 'study.db').resolve()}"
+    """The spec's ``storage``, else an SQLite file ``study.db`` in the sweep directory.
+
+    A relative SQLite path is made absolute (from the working directory, as ``out_dir`` is): the URL
+    is saved in ``sweep.json``, and ``compare``/``dashboard`` run from elsewhere made a new, empty
+    database beside them.
+    """
+    if not spec.storage:
+        return f"sqlite:///{(spec.sweep_dir / 'study.db').resolve()}"
+    url = make_url(spec.storage)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" \
+            and not Path(url.database).is_absolute():
+        return url.set(database=str(Path(url.database).resolve())).render_as_string(hide_password=False)
+    return spec.storage
 
 
 def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int | None = 3,

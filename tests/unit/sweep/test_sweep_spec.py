@@ -154,3 +154,14 @@ def test_paper_clip_sweep_arms_differ_only_in_the_clip_rule(repo_root):
     gppo_only = {"name", "beta1", "beta2", "only_high"}
     assert {k: v for k, v in gppo.items() if k not in gppo_only} == {k: v for k, v in higher.items() if k != "name"}
     assert higher["dual_clip_c"] == 10.0
+
+
+def test_a_relative_sqlite_storage_is_saved_absolute(tmp_path, monkeypatch):
+    """``sweep.json`` kept ``sqlite:///study.db``: compare run from elsewhere made a new, empty database."""
+    from klear_lab.sweep.storage import default_storage_url
+
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(_edit(write_spec(tmp_path), storage="sqlite:///dbs/study.db"))
+    assert default_storage_url(spec) == f"sqlite:///{tmp_path / 'dbs' / 'study.db'}"
+    spec = load_spec(_edit(write_spec(tmp_path), storage="postgresql://u:secret@db/s"))
+    assert default_storage_url(spec) == "postgresql://u:secret@db/s"
