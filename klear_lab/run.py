@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,10 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         with without_upstream_noise(), exported_run_dir(run_dir), env_restored(*RUN_SET_ENV):
             metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
     except BaseException as exc:
+        if pruned(exc):  # a sweep's pruner stopped it on purpose: not a crash in run.json or W&B
+            tracking.write_json(run_dir / "run.json", {**identity, "status": "pruned", "error": error_line(exc)})
+            tracking.finish_wandb_run(exit_code=0)
+            raise
         causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason
         error = "; ".join([*causes, f"rank 0: {error_line(exc)}"]) if causes else error_line(exc)
         # host: a model.init_from parent that failed resumes only on the machine that ran it
@@ -104,6 +109,12 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
     tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})
     return RunResult(run_dir, metrics, wandb_dir)
+
+
+def pruned(exc: BaseException) -> bool:
+    """Whether ``exc`` is Optuna's ``TrialPruned`` (optuna is imported only by sweeps, so look it up)."""
+    optuna = sys.modules.get("optuna")
+    return optuna is not None and isinstance(exc, optuna.TrialPruned)
 
 
 def error_line(exc: BaseException) -> str:

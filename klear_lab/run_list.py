@@ -2,7 +2,7 @@
 
 The status comes from ``run.json``, checked against this machine's processes:
 
-- ``completed`` / ``failed`` (with its error) as the run recorded;
+- ``completed`` / ``failed`` (with its error) / ``pruned`` (a sweep's pruner stopped it) as the run recorded;
 - ``running``: recorded as running, and the writer's process is alive here;
 - ``stopped``: recorded as running, but the writer's process is gone (``kill -9``, preemption, the
   OOM killer), which is what a researcher coming back to a machine most needs to find;
@@ -26,7 +26,7 @@ from klear_lab.errors import KlearError
 from klear_lab.resume import checkpoint_path, still_running
 from klear_lab.tracking import csv_rows
 
-STATUSES = ("running", "stopped", "failed", "completed", "unknown")
+STATUSES = ("running", "stopped", "failed", "pruned", "completed", "unknown")
 # Where run directories sit below a given path: runs/<run>, sweep_runs/<sweep>/runs/<run> (given a runs
 # directory, a sweep, the sweeps directory or the directory holding it).
 RUN_GLOBS = ("*/run.json", "runs/*/run.json", "*/runs/*/run.json", "*/*/runs/*/run.json")
@@ -157,7 +157,8 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
 
     from klear_lab.console import make_console
 
-    colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "completed": "green", "unknown": "yellow"}
+    colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "pruned": "magenta", "completed": "green",
+               "unknown": "yellow"}
     table = Table(show_header=True)
     for col in ("run", "kind", "status", "updated", "attempts", "step", metric, "ckpt", "note"):
         table.add_column(col, justify="right" if col in ("attempts", "step", metric) else "left")

@@ -113,3 +113,31 @@ def test_avg_at_k_evaluation_in_a_run(repo_root, tiny_sft_overrides, monkeypatch
     summary = json.loads((run_experiment(cfg).run_dir / "summary.json").read_text())
     assert summary["val/samples"] == 4 and summary["val/n"] == 8
     assert 0.0 <= summary["val/acc"] <= summary["val/pass_at_k"] <= 1.0
+
+
+def test_a_pruned_run_is_recorded_as_pruned_not_failed(tiny_sft_overrides, capsys, monkeypatch):
+    """A sweep's pruner stopping a run wrote status failed and finished its W&B run with exit code 1."""
+    import lightning as L
+    import optuna
+
+    from klear_lab import tracking
+
+    class Prune(L.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            raise optuna.TrialPruned("trial was pruned at step 1")
+
+    finished = []
+    real_finish = tracking.finish_wandb_run
+    monkeypatch.setattr(tracking, "finish_wandb_run", lambda exit_code: (finished.append(exit_code),
+                                                                         real_finish(exit_code)))
+    cfg = compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml", tiny_sft_overrides)
+    with pytest.raises(optuna.TrialPruned):
+        run_experiment(cfg, callbacks=[Prune()])
+    (run_json,) = Path(cfg["run"]["out_dir"]).glob("*/run.json")
+    record = json.loads(run_json.read_text())
+    assert record["status"] == "pruned"
+    assert record["error"] == "optuna.exceptions.TrialPruned: trial was pruned at step 1"
+    assert finished == [0]
+    capsys.readouterr()
+    assert main(["runs", str(run_json.parents[1]), "--status", "pruned", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "pruned"
