@@ -35,7 +35,6 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
             override of another key.
     """
     from klear_lab.config.compose import compose
-    from klear_lab.distributed import joined_run_dir  # a DDP rank > 0 of this resume: rank 0 is alive
 
     run_dir = Path(run_dir)
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
@@ -44,9 +43,6 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     identity = json.loads(record.read_text())
     if identity.get("status") == "completed":
         raise ConfigError(f"{record}: the run already completed; nothing to resume")
-    if identity.get("status") == "running" and joined_run_dir() is None and still_running(identity):
-        raise ConfigError(f"{record}: the run is still running (pid {identity['pid']} on this machine); "
-                          "stop it before resuming, or two processes would write one run")
     for item in overrides or []:
         key = item.split("=", 1)[0].strip().lstrip("+~")
         if key not in RESUME_OVERRIDABLE:
@@ -54,17 +50,56 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
                               f"{', '.join(RESUME_OVERRIDABLE)} may change (to change anything else, start a "
                               f"new run: klear-lab train {saved} {item})")
     cfg = compose(saved, overrides)
+    check_resumable(run_dir, cfg)
+    return cfg
+
+
+def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
+    """Refuse to continue ``run_dir`` with ``cfg`` unless the run can continue and ``cfg`` is its config
+    (``run_experiment(cfg, resume=...)`` from the API or a sweep, as well as ``klear-lab resume``).
+
+    Raises:
+        ConfigError: an eval run, a completed run, one still running on this machine, another config,
+            no checkpoint.
+    """
+    import yaml
+
+    from klear_lab.distributed import joined_run_dir  # a DDP rank > 0 of this resume: rank 0 is alive
+
+    saved, record = run_dir / "config.yaml", run_dir / "run.json"
+    if not saved.is_file() or not record.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
+    identity = json.loads(record.read_text())
     if cfg["run"]["kind"] not in ("sft", "rl"):
         raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
                           "(run the evaluation again instead)")
-    if config_hash(cfg) != identity.get("config_hash"):
-        raise ConfigError(f"{saved}: composes to config hash {config_hash(cfg)}, but the run started with "
-                          f"{identity.get('config_hash')} (a default, or a plugin's code, changed since; "
+    if identity.get("status") == "completed":
+        raise ConfigError(f"{record}: the run already completed; nothing to resume")
+    if identity.get("status") == "running" and joined_run_dir() is None and still_running(identity):
+        raise ConfigError(f"{record}: the run is still running (pid {identity['pid']} on this machine); "
+                          "stop it before resuming, or two processes would write one run")
+    written = yaml.safe_load(saved.read_text()) or {}
+    seed = (written.get("run") or {}).get("seed")
+    if seed is not None and cfg["run"]["seed"] != seed:
+        raise ConfigError(f"{saved}: the run started with run.seed={seed}, the config to resume with has "
+                          f"{cfg['run']['seed']}: not the same run")
+    got = config_hash(as_resolved(cfg, written.get("model") or {}))
+    if got != identity.get("config_hash"):
+        raise ConfigError(f"{saved}: the config to resume with hashes to {got}, but the run started with "
+                          f"{identity.get('config_hash')} (a setting, a default, or a plugin's code differs; "
                           f"{run_dir / 'plugins'} keeps the plugins' code the run started with): not the same run")
     if not checkpoint_path(run_dir).is_file():
         raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "
                           "trainer.checkpoint was false)")
+
+
+def as_resolved(cfg: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` as its run resolved it: ``model.init_from`` sets ``model.name_or_path`` to the parent's run
+    when the run starts, so a freshly composed config (a sweep's retry) lacks what the saved one holds."""
+    m = cfg["model"]
+    if m.get("init_from") and not m.get("name_or_path") and model.get("init_from") == m["init_from"]:
+        return {**cfg, "model": {**m, "name_or_path": model.get("name_or_path")}}
     return cfg
 
 

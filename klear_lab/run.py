@@ -18,7 +18,14 @@ from klear_lab.distributed import (
     rank_failures,
     record_rank_failure,
 )
-from klear_lab.resume import checkpoint_log_step, checkpoint_path, running_process, saved_identity, set_aside_later_rows
+from klear_lab.resume import (
+    check_resumable,
+    checkpoint_log_step,
+    checkpoint_path,
+    running_process,
+    saved_identity,
+    set_aside_later_rows,
+)
 
 # Lightning's WandbLogger sets WANDB_MODE=dryrun in this process for an offline run: put back after each
 # run, so a later run in the process (a notebook, a test) reads the user's environment, not it
@@ -67,6 +74,8 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         raise ConfigError(f"run.kind must be 'sft', 'rl' or 'eval', got {kind!r}")
     from klear_lab.stages.common import without_upstream_noise
 
+    if resume is not None:  # the CLI checked it (resume_config); the API and sweeps pass a cfg of their own
+        check_resumable(Path(resume), cfg)
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     ckpt = None if resume is None else checkpoint_path(Path(resume))
     extra = {} if ckpt is None else {"resume": ckpt}

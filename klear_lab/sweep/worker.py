@@ -232,7 +232,7 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> str:
 def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:
     """The run directory a retried trial continues: its killed predecessor's, when that run left a
     checkpoint and its saved config hashes like ``cfg`` (a retry of the same grid point and seed)."""
-    from klear_lab.resume import resume_config
+    from klear_lab.resume import as_resolved, resume_config
     from klear_lab.sweep.record import RUN_DIR_ATTR
     from klear_lab.tracking import config_hash
 
@@ -247,7 +247,7 @@ def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> st
                 saved = resume_config(run_dir)
             except ConfigError:  # no checkpoint yet, completed, another config...: start over
                 return None
-            return run_dir if config_hash(saved) == config_hash(cfg) else None
+            return run_dir if config_hash(saved) == config_hash(as_resolved(cfg, saved["model"])) else None
     return None
 
 

@@ -239,3 +239,38 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_sft_overrides, ca
 
     assert main(["resume", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides):
+    """``run_experiment(cfg, resume=DIR)`` trained the old checkpoint under any cfg and rewrote its config.yaml."""
+    from klear_lab.errors import ConfigError
+
+    overrides = [o for o in tiny_sft_overrides if not o.startswith("trainer.checkpoint")]
+    overrides += ["trainer.checkpoint_every=2", "sft.max_steps=4"]
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
+    (run_dir,) = (tmp_path / "runs").glob("*/")
+    saved = (run_dir / "config.yaml").read_bytes()
+    for change, needle in [("optim.lr=0.1", "hashes to"), ("run.seed=7", "run.seed=0")]:
+        with pytest.raises(ConfigError, match=needle):
+            run_experiment(compose(SFT, [*overrides, change]), resume=run_dir)
+    assert (run_dir / "config.yaml").read_bytes() == saved
+    done = run_experiment(compose(SFT, overrides), resume=run_dir)  # the same config continues
+    assert json.loads((done.run_dir / "run.json").read_text())["status"] == "completed"
+    with pytest.raises(ConfigError, match="already completed"):
+        run_experiment(compose(SFT, overrides), resume=run_dir)
+
+
+def test_a_fresh_init_from_config_is_the_run_that_resolved_it(tmp_path):
+    """An RL trial with model.init_from saved the parent's run as model.name_or_path, so its sweep retry (a fresh
+    config) never matched the killed run's hash and started over."""
+    from klear_lab.resume import as_resolved
+    from klear_lab.tracking import config_hash
+
+    fresh = compose(RL, [f"run.out_dir={tmp_path}"])
+    assert fresh["model"]["init_from"] and not fresh["model"]["name_or_path"]
+    started = {**fresh, "model": {**fresh["model"], "name_or_path": str(tmp_path / "parent-run")}}
+    assert config_hash(fresh) != config_hash(started)
+    assert config_hash(as_resolved(fresh, started["model"])) == config_hash(started)
+    other = {**started["model"], "init_from": str(tmp_path / "other.yaml")}
+    assert config_hash(as_resolved(fresh, other)) != config_hash(started)
