@@ -28,6 +28,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from klear_lab.resume import checkpoint_path
@@ -88,12 +89,17 @@ class ResumeCheckpoint(L.Callback):
         self.dirpath, self.every, self.counter, self.val_every = Path(dirpath), every, counter, val_every
         self._seen = -1  # the step count at the last batch end looked at
         self._due = False  # a checkpoint is due and waits for a point it can be resumed from
+        self._stepped = False  # the last batch ended a step (not mid gradient accumulation)
+        self._held = False  # a SIGTERM held back to the step's end
+        self._written_at = -1  # the step of the last checkpoint written
         self._restored: dict[str, Any] | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         step = self.counter(trainer)
-        if step == self._seen:  # mid gradient accumulation: no new optimizer step
+        self._stepped = step != self._seen
+        self._hold_sigterm_to_step_end(trainer)
+        if not self._stepped:  # mid gradient accumulation: no new optimizer step
             return
         self._seen = step
         self._due |= self.every > 0 and step > 0 and step % self.every == 0
@@ -109,6 +115,26 @@ class ResumeCheckpoint(L.Callback):
         if trainer.state.fn == TrainerFn.FITTING and self._due:
             self._write(trainer)
 
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """SIGTERM (preemption, ``scancel``, ``docker stop``): Lightning stops after the batch; write the
+        checkpoint there when it can be resumed from (a step's end, not an epoch's last batch), so the
+        grace period saves the steps since the last one."""
+        if (isinstance(exception, SIGTERMException) and self.every > 0 and self._stepped
+                and self._written_at != self._seen and trainer.state.fn == TrainerFn.FITTING):
+            self._write(trainer)
+
+    def _hold_sigterm_to_step_end(self, trainer: L.Trainer) -> None:
+        """Lightning stops after the batch a SIGTERM came in, and mid gradient accumulation no checkpoint can
+        be resumed from: a single process holds the stop back to the step's end (at most grad_accum - 1
+        batches). Under DDP Lightning's own broadcast of the stop decides."""
+        connector = trainer._signal_connector  # Lightning's flag, read by its loops after each batch
+        if self.every <= 0 or trainer.world_size != 1:
+            return
+        if not self._stepped and connector.received_sigterm:
+            connector.received_sigterm, self._held = False, True
+        elif self._stepped and self._held:
+            connector.received_sigterm, self._held = True, False
+
     def _evaluation_follows(self, trainer: L.Trainer) -> bool:
         """Lightning's ``val_check_interval`` (in batches, counted over epochs) ends at this batch."""
         return self.val_every > 0 and trainer.fit_loop.epoch_loop.batch_progress.total.ready % self.val_every == 0
@@ -118,7 +144,7 @@ class ResumeCheckpoint(L.Callback):
         epoch's iterator (no batches). The next step's end writes it instead."""
         if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             return
-        self._due = False
+        self._due, self._written_at = False, self._seen
         save_atomically(trainer, checkpoint_path(self.dirpath.parent))
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:

@@ -181,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("klear-lab: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exc:
+        if type(exc).__name__ != "SIGTERMException":  # Lightning's: no exit code, Python would exit 0
+            raise
+        print("klear-lab: terminated (SIGTERM) after a step: `klear-lab runs` says how to continue", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -127,4 +127,6 @@ def pruned(exc: BaseException) -> bool:
 
 
 def error_line(exc: BaseException) -> str:
+    if type(exc).__name__ == "SIGTERMException":  # Lightning's, raised after the batch a SIGTERM came in
+        return "terminated (SIGTERM)"
     return "".join(traceback.format_exception_only(exc)).strip()

@@ -274,3 +274,35 @@ def test_a_fresh_init_from_config_is_the_run_that_resolved_it(tmp_path):
     assert config_hash(as_resolved(fresh, started["model"])) == config_hash(started)
     other = {**started["model"], "init_from": str(tmp_path / "other.yaml")}
     assert config_hash(as_resolved(fresh, other)) != config_hash(started)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
+    """A preempted run (SIGTERM) exited 0, as if it had finished, and lost the steps since its last checkpoint."""
+    out = tmp_path / "runs"
+    args = ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=40",
+            "sft.tokens_per_micro_batch=400", "sft.grad_accum=2", "data.eval_sources.0.n_prompts=8",
+            "eval.max_new_tokens=16", "trainer.checkpoint_every=1000", "trainer.log_every_n_steps=1"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
+    proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while len(list(out.glob("*/csv/metrics.csv"))) == 0 or len(
+            [r for r in csv_rows(next(out.glob("*/csv/metrics.csv"))) if r.get("train/loss")]) < 5:
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err.decode()[-2000:]
+    (run_dir,) = out.iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["error"]) == ("failed", "terminated (SIGTERM)")
+    logged = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
+    assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") == logged[-1] + 1 >= 5  # the step it stopped at
+    capsys.readouterr()
+    assert main(["runs", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["note"].endswith(f"klear-lab resume {run_dir}")
+    assert main(["resume", str(run_dir)]) == 0
+    whole = run_experiment(compose(SFT, [*[a for a in args[2:] if "out_dir" not in a], f"run.out_dir={tmp_path}/w"]))
+    assert [s for s, _ in rows(run_dir, "train/loss")] == list(range(40))  # each step once, and the same steps:
+    resumed, reference = ([v for _, v in rows(d, "train/loss")] for d in (run_dir, whole.run_dir))
+    assert resumed == pytest.approx(reference, rel=1e-5)
