@@ -58,7 +58,11 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
 
     DDP/FSDP on GPUs is configuration (``trainer.strategy=fsdp``), not code.
     """
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
     t = cfg["trainer"]
+    if not loggers:  # tracking.csv=false and no W&B: the monitor has nowhere to log and would fail the run
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     return L.Trainer(
         accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
         max_steps=max_steps, max_epochs=max_epochs, logger=loggers or False, callbacks=callbacks,

@@ -141,3 +141,11 @@ def test_a_pruned_run_is_recorded_as_pruned_not_failed(tiny_sft_overrides, capsy
     capsys.readouterr()
     assert main(["runs", str(run_json.parents[1]), "--status", "pruned", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "pruned"
+
+
+def test_a_run_that_records_nowhere_but_its_summary_completes(tiny_sft_overrides):
+    """With tracking.csv=false and W&B off, Lightning's LR monitor failed the run once its directory existed."""
+    cfg = compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml",
+                  [*tiny_sft_overrides, "tracking.csv=false", "tracking.wandb.enabled=false"])
+    result = run_experiment(cfg)
+    assert result.metrics["train/steps"] == 3 and not (result.run_dir / "csv").exists()
