@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +166,7 @@ def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int 
     tags = [f"{a.key}={value_label(a, values[a.key])}" for a in spec.axes if a.key in values]
     flat.update({
         SEED_PARAM: seed,
-        "run.name": f"{spec.name}-{label}".replace(",", "_").replace("=", "-").replace("/", "-"),
+        "run.name": re.sub(r"[^A-Za-z0-9_.+-]", "-", f"{spec.name}-{label}".replace(",", "_")),
         "run.group": spec.wandb_group or spec.name,
         "run.job_type": label,
         "run.tags": [*tags, f"seed={seed}", f"sweep={spec.name}"],
