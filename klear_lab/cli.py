@@ -78,12 +78,10 @@ def _print_result(result) -> None:
 
 
 def _config(args: argparse.Namespace) -> int:
-    import yaml
-
-    from klear_lab.config.compose import compose
+    from klear_lab.config.compose import compose, dump_yaml
 
     cfg = compose(args.experiment, args.overrides)
-    sys.stdout.write(yaml.safe_dump(cfg, sort_keys=False))
+    sys.stdout.write(dump_yaml(cfg))
     return 0
 
 

@@ -89,7 +89,9 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
             copy = run_dir / "plugins" / f"{Path(plugin).stem}-{code_digest(Path(plugin))[:8]}.py"
             copy.parent.mkdir(exist_ok=True)
             atomic_write(copy, lambda tmp, src=Path(plugin): shutil.copyfile(src, tmp))
-    text = yaml.safe_dump(cfg, sort_keys=False)
+    from klear_lab.config.compose import dump_yaml
+
+    text = dump_yaml(cfg)
     atomic_write(run_dir / "config.yaml", lambda tmp: tmp.write_text(text))
 
 

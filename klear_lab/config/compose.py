@@ -32,14 +32,25 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that reads ``2e-3`` as a float (YAML 1.1 would read it as a string)."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that quotes what :class:`_Loader` would read as a float (the string ``"1e-3"``): a saved
+    config with such a string (a tag, a name) composed back to a float and could not be resumed."""
+
+
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
+        list("-+0123456789."),
+    )
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text that :func:`load_yaml` reads back to ``data`` (keys in their order)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 def load_yaml(path: Path) -> dict[str, Any]:

@@ -124,6 +124,7 @@ def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: An
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:
     """Write ``spec.yaml`` (absolute paths, merged overrides, storage) and ``sweep.json``."""
+    from klear_lab.config.compose import dump_yaml
     from klear_lab.tracking import atomic_write
 
     raw = yaml.safe_load(spec.path.read_text()) or {}
@@ -135,7 +136,7 @@ def freeze_spec(spec: SweepSpec, url: str) -> Path:
     spec.sweep_dir.mkdir(parents=True, exist_ok=True)
     frozen = spec.sweep_dir / "spec.yaml"
     # atomic: every sweep and --join rewrites them while compare, reproduce or a joiner may read them
-    atomic_write(frozen, lambda tmp: tmp.write_text(yaml.safe_dump(raw, sort_keys=False)))
+    atomic_write(frozen, lambda tmp: tmp.write_text(dump_yaml(raw)))
     meta = {"name": spec.name, "storage": url, "spec": str(spec.path.resolve()), "frozen_spec": str(frozen)}
     atomic_write(spec.sweep_dir / "sweep.json", lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
     return frozen

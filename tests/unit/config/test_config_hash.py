@@ -25,3 +25,14 @@ def test_seed_threads_and_tracking_do_not_change_it_but_what_is_computed_does():
                         "tracking.wandb.mode=disabled"])
     assert config_hash(same) == config_hash(cfg)
     assert config_hash(compose(RL, ["optim.lr=0.001"])) != config_hash(cfg)
+
+
+def test_a_saved_config_composes_back_to_itself(tmp_path):
+    """``safe_dump`` wrote the string "1e-3" bare, and compose read it back as a float: such a run could be
+    neither resumed nor run again from its config.yaml."""
+    from klear_lab.tracking import write_config
+
+    cfg = compose(RL, ["run.tags=['1e-3', '5e4', 'x']", "run.notes='2.5'"])
+    assert cfg["run"]["tags"] == ["1e-3", "5e4", "x"] and cfg["run"]["notes"] == "2.5"
+    write_config(tmp_path, cfg)
+    assert compose(tmp_path / "config.yaml") == cfg
