@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import socket
 import sys
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from klear_lab.distributed import (
     rank_failures,
     record_rank_failure,
 )
+from klear_lab.errors import ConfigError
 from klear_lab.resume import (
     check_resumable,
     checkpoint_log_step,
@@ -69,13 +74,40 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
     elif kind == "eval":
         from klear_lab.stages.eval import prepare_eval as prepare
     else:
-        from klear_lab.errors import ConfigError
-
         raise ConfigError(f"run.kind must be 'sft', 'rl' or 'eval', got {kind!r}")
+
+    with contextlib.ExitStack() as held:
+        if resume is not None and joined_run_dir() is None:  # one writer per run: a second resume fails here
+            held.enter_context(run_lock(Path(resume)))
+            check_resumable(Path(resume), cfg)  # the CLI checked it; the API and sweeps pass a cfg of their own
+        return _run(cfg, prepare, callbacks, resume)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir/.lock`` (an ``flock``, released when the process ends) while a process resumes the run.
+
+    ``run.json`` says running only once the run is built (data, model, engine: minutes at scale); two
+    resumes started in that time both passed the check and wrote one run's CSV, checkpoint and W&B id.
+
+    Raises:
+        ConfigError: another process holds it.
+    """
+    fd = os.open(run_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"{run_dir}: another process is resuming this run (it holds {run_dir / '.lock'})") from None
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None) -> RunResult:
     from klear_lab.stages.common import without_upstream_noise
 
-    if resume is not None:  # the CLI checked it (resume_config); the API and sweeps pass a cfg of their own
-        check_resumable(Path(resume), cfg)
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     ckpt = None if resume is None else checkpoint_path(Path(resume))
     extra = {} if ckpt is None else {"resume": ckpt}

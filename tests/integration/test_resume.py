@@ -306,3 +306,22 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
     assert [s for s, _ in rows(run_dir, "train/loss")] == list(range(40))  # each step once, and the same steps:
     resumed, reference = ([v for _, v in rows(d, "train/loss")] for d in (run_dir, whole.run_dir))
     assert resumed == pytest.approx(reference, rel=1e-5)
+
+
+def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(tmp_path, tiny_sft_overrides):
+    """Two resumes started while the first was still building its run (run.json not yet "running") both
+    passed the checks and wrote one run's CSV, checkpoint and W&B id."""
+    import fcntl
+
+    from klear_lab.errors import ConfigError
+
+    overrides = [o for o in tiny_sft_overrides if not o.startswith("trainer.checkpoint")]
+    overrides += ["trainer.checkpoint_every=2", "sft.max_steps=4"]
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
+    (run_dir,) = (tmp_path / "runs").glob("*/")
+    with open(run_dir / ".lock", "w") as held:  # what a resume in another process holds
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ConfigError, match="another process is resuming this run"):
+            run_experiment(compose(SFT, overrides), resume=run_dir)
+    assert run_experiment(compose(SFT, overrides), resume=run_dir).metrics["train/steps"] == 4  # released
