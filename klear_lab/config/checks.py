@@ -127,7 +127,10 @@ def check_rl(cfg: dict[str, Any]) -> None:
              f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
     _require(rl["steps"] >= 1, "rl.steps", f"must be >= 1, got {rl['steps']}")
     _require(rl["temperature"] > 0, "rl.temperature", "must be > 0 for sampling rollouts")
-    _require(0 < rl["top_p"] <= 1, "rl.top_p", f"must be in (0, 1], got {rl['top_p']}")
+    _require(rl["top_p"] == 1, "rl.top_p",
+             f"is {rl['top_p']}, but only 1 is supported (the paper's): the update's old and new log-probs are those "
+             "of the whole tempered softmax, while nucleus sampling draws from the renormalised top-p part, so the "
+             "PPO ratio would be silently off-policy")
     _require(rl["overlong"] in OVERLONG, "rl.overlong", f"must be one of {OVERLONG}, got {rl['overlong']!r}")
     _require(rl["kl_estimator"] in KL, "rl.kl_estimator", f"must be one of {KL}, got {rl['kl_estimator']!r}")
     _require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")

@@ -67,7 +67,9 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
         accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
         max_steps=max_steps, max_epochs=max_epochs, logger=loggers or False, callbacks=callbacks,
         default_root_dir=str(run_dir), log_every_n_steps=t["log_every_n_steps"],
-        val_check_interval=val_check_interval, check_val_every_n_epoch=None if val_check_interval else 1,
+        # None: no evaluation during fit (the stages run the final one); Lightning's "never" is an interval
+        # counted over epochs that no run reaches (with check_val_every_n_epoch=1 it evaluated every epoch)
+        val_check_interval=val_check_interval or 2**62, check_val_every_n_epoch=None,
         num_sanity_val_steps=0, enable_model_summary=False,
         enable_progress_bar=any(type(c).__name__.endswith("ProgressBar") for c in callbacks),
         enable_checkpointing=False, **kwargs,  # checkpoints: klear_lab.checkpointing.ResumeCheckpoint

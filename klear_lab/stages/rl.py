@@ -44,6 +44,9 @@ def prompt_batches(records: list[Record], batch: int, steps: int, seed: int) -> 
         if len(order) < batch:
             fresh = list(range(len(records)))
             rng.shuffle(fresh)
+            if len(records) >= batch:  # the last epoch's leftovers go later in the new one, not twice in a step
+                left = set(order)
+                fresh = [i for i in fresh if i not in left] + [i for i in fresh if i in left]
             order += fresh
         out.append([records[i] for i in order[:batch]])
         order = order[batch:]

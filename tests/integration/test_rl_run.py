@@ -198,3 +198,13 @@ def test_rl_max_prompt_tokens_drops_long_prompts_before_the_run(tmp_path, reward
     assert all(len(prompt_ids(tokenizer, r.prompt)) <= cap for batch in capped.batches for r in batch)
     with pytest.raises(DataError, match=r"rl.max_prompt_tokens=1: all 20 training prompts are longer"):
         prepare_rl(tiny_rl(tmp_path, reward_plugin, "gppo", 2, *mixed, "rl.max_prompt_tokens=1"))
+
+
+def test_without_evaluations_during_training_the_run_evaluates_twice(tmp_path, reward_plugin):
+    """With rl.eval_every=0 Lightning also validated at the epoch's end, so the final evaluation ran twice
+    (at paper scale: a second avg@32 of 32K-token answers)."""
+    from klear_lab.tracking import csv_rows
+
+    result = run_experiment(tiny_rl(tmp_path, reward_plugin, "ppo", 4, "rl.steps=2"))
+    evaluated = [int(r["step"]) for r in csv_rows(result.run_dir / "csv" / "metrics.csv") if r.get("val/acc")]
+    assert evaluated == [0, 2]  # the starting point and the end

@@ -149,3 +149,14 @@ def test_a_run_that_records_nowhere_but_its_summary_completes(tiny_sft_overrides
                   [*tiny_sft_overrides, "tracking.csv=false", "tracking.wandb.enabled=false"])
     result = run_experiment(cfg)
     assert result.metrics["train/steps"] == 3 and not (result.run_dir / "csv").exists()
+
+
+def test_without_evaluations_during_training_sft_evaluates_once_at_the_end(tiny_sft_overrides):
+    """eval.every_n_steps=0 ("at the end only") evaluated at every epoch's end and then again at the end."""
+    from klear_lab.tracking import csv_rows
+
+    cfg = compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml",
+                  [*tiny_sft_overrides, "sft.max_steps=30"])  # 12 steps an epoch
+    result = run_experiment(cfg)
+    evaluated = [int(r["step"]) for r in csv_rows(result.run_dir / "csv" / "metrics.csv") if r.get("val/acc")]
+    assert evaluated == [30]

@@ -159,7 +159,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
             outs = self.llm.generate(inputs, params, use_tqdm=False)
         except RuntimeError as exc:
             raise _explained(exc, self.head_dim) from exc
-        samples = [_to_sample(c) for out in outs for c in sorted(out.outputs, key=lambda c: c.index)]
+        samples = [_to_sample(c, self.eos_ids) for out in outs for c in sorted(out.outputs, key=lambda c: c.index)]
         return assemble(self.tokenizer, encoded, n, samples, self.tokenizer.pad_token_id, self.eos_ids)
 
     def check_fits(self, prompts: Sequence[Prompt], max_new_tokens: int, where: str) -> None:
@@ -252,11 +252,15 @@ def _engine_max_len(llm) -> int | None:
     return int(value) if value else None
 
 
-def _to_sample(completion) -> Sample:
-    """A vLLM ``CompletionOutput`` (token ids incl. EOS, per-token logprob dicts) as a :class:`Sample`."""
+def _to_sample(completion, eos_ids: Sequence[int]) -> Sample:
+    """A vLLM ``CompletionOutput`` (token ids incl. EOS, per-token logprob dicts) as a :class:`Sample`.
+
+    Finished: stopped at EOS, also when the EOS was the ``max_tokens``-th token (some vLLM versions
+    check the length cap first and report ``length``; the HF engine calls such a sample finished)."""
     tokens = [int(t) for t in completion.token_ids]
     logps = [float(lp[t].logprob) for lp, t in zip(completion.logprobs, tokens, strict=True)]
-    return Sample(tokens=tokens, logps=logps, finished=completion.finish_reason == "stop")
+    finished = completion.finish_reason == "stop" or bool(tokens and tokens[-1] in eos_ids)
+    return Sample(tokens=tokens, logps=logps, finished=finished)
 
 
 def _prepare_env(config: VLLMRollout, dtype: str) -> bool:

@@ -129,3 +129,15 @@ def test_ranks_with_summed_counts_give_the_whole_minibatch_gradient(aggregation)
     ddp_mean = torch.stack(rank_grads).mean(0)  # what DDP's all-reduce leaves on every rank
     torch.testing.assert_close(ddp_mean, expected)
     assert not torch.allclose(rank_grads[0] / world, expected)  # one rank alone is not the answer
+
+
+def test_a_step_never_holds_one_prompt_twice_and_each_epoch_holds_every_prompt():
+    """At an epoch boundary the last epoch's leftovers joined a fresh shuffle: 30 prompts in batches of 16 put
+    a prompt twice in a step (two groups of it, normalised apart)."""
+    from klear_lab.stages.rl import prompt_batches
+
+    batches = prompt_batches(list(range(30)), 16, 15, seed=0)  # 240 draws: 8 epochs
+    assert all(len(set(b)) == 16 for b in batches)
+    drawn = [i for b in batches for i in b]
+    assert all(sorted(drawn[e * 30:(e + 1) * 30]) == list(range(30)) for e in range(8))
+    assert prompt_batches(list(range(3)), 4, 2, seed=0)[0].count(0) >= 1  # a pool smaller than a step repeats

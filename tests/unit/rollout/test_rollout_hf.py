@@ -238,3 +238,18 @@ def test_vllm_missing_gives_install_hint_before_any_model(world):
     for call in (type(engine).check_available, lambda: engine.start(world[1], world[0])):
         with pytest.raises(ConfigError, match=r"klear-lab\[vllm\].*setup_vllm_cpu\.sh"):
             call()
+
+
+def test_a_vllm_sample_ending_in_eos_at_the_length_cap_is_finished():
+    """Some vLLM versions check the cap before EOS and say ``length``: the sample was counted truncated."""
+    from types import SimpleNamespace
+
+    from klear_lab.rl.rollout.vllm import _to_sample
+
+    def completion(tokens, reason):
+        return SimpleNamespace(token_ids=tokens, finish_reason=reason,
+                               logprobs=[{t: SimpleNamespace(logprob=-0.5)} for t in tokens])
+
+    assert _to_sample(completion([5, 6, 2], "length"), eos_ids=[2]).finished
+    assert _to_sample(completion([5, 6, 2], "stop"), eos_ids=[2]).finished
+    assert not _to_sample(completion([5, 6, 7], "length"), eos_ids=[2]).finished
