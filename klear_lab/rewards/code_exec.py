@@ -32,16 +32,15 @@ class CodeExecReward:
     """Test-based code reward of Klear-Reasoner (arXiv 2508.07629, §3.2; official ``code_r1_compute``).
 
     Checks in order: no ``</think>`` → ``missing_think_close`` (−0.5); no ``<think>`` →
-    ``missing_think_open`` (−2.0); no fenced ``python`` block after the last ``</think>`` →
-    ``no_code`` (−1). Otherwise the block must define ``func_name`` (``f``), which is called on
-    at most ``max_tests`` (16, as the official code) of ``Record.tests`` (``{"input": [args],
-    "output": value}``; tests ``{"stdin": str, "stdout": str}``, as verl code data holds, run the
-    block as a whole program per test instead), drawn with
-    ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in
-    one sandbox process. Each test (and defining the solution) gets ``timeout_s``, as the official
-    code runs each test under its own 35 s limit; a slow test fails and the next one runs. The whole
-    process gets ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). Scores by ``mode``, with
-    p the pass rate:
+    ``missing_think_open`` (−2.0); no fenced ``python`` block after the last ``</think>`` → ``no_code``
+    (−1). Otherwise the block must define ``func_name`` (``f``), which is called on at most
+    ``max_tests`` (16, as the official code; None: all, as LiveCodeBench evaluation) of ``Record.tests``
+    (``{"input": [args], "output": value}``; tests ``{"stdin": str, "stdout": str}``, as verl code data
+    holds, run the block as a whole program per test instead), drawn with
+    ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in one
+    sandbox process. Each test (and defining the solution) gets ``timeout_s``, as the official code runs
+    each test under its own 35 s limit; a slow test fails and the next one runs. The whole process gets
+    ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). Scores by ``mode``, with p the pass rate:
 
     - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
     - ``hard`` (Fig. 3 baseline, "positive only if all tests pass"): +1 if p == 1 else −1.
@@ -55,7 +54,7 @@ class CodeExecReward:
     no_code: float = -1.0
     missing_think_close: float = -0.5
     missing_think_open: float = -2.0
-    max_tests: int = 16
+    max_tests: int | None = 16
     timeout_s: float = 35.0
     total_timeout_s: float | None = None
     workers: int = 4
@@ -67,9 +66,10 @@ class CodeExecReward:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        for name in ("max_tests", "workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_tests is not None and self.max_tests < 1:
+            raise ValueError(f"max_tests must be >= 1 or None (all tests), got {self.max_tests}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.total_timeout_s is not None and not self.total_timeout_s > 0:
@@ -102,7 +102,7 @@ class CodeExecReward:
         if not record.tests:
             raise DataError(f"code record {record.uid!r} has no tests (Record.tests is empty)")
         tests = list(record.tests)
-        if len(tests) <= self.max_tests:
+        if self.max_tests is None or len(tests) <= self.max_tests:
             return tests
         return random.Random(f"{self.seed}/{record.uid}").sample(tests, self.max_tests)
 

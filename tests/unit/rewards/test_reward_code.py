@@ -74,6 +74,17 @@ def test_draw_tests_is_seeded_and_capped():
     assert drawn != CodeExecReward(max_tests=16, seed=1).draw_tests(rec)
     with pytest.raises(DataError, match="c/2"):
         r.draw_tests(Record(uid="c/2", source="t", task="code", prompt="p", answer=""))
+    assert CodeExecReward(max_tests=None).draw_tests(rec) == list(rec.tests)  # evaluation: all, as LiveCodeBench
+
+
+def test_the_paper_code_config_evaluates_on_every_test():
+    """A program failing only tests outside the 16 drawn counted as solved: LiveCodeBench pass@1 ran high."""
+    from pathlib import Path
+
+    from klear_lab.config.compose import compose
+
+    cfg = compose(Path(__file__).resolve().parents[3] / "experiments/paper/rl/code.yaml")
+    assert cfg["eval"]["code_reward"]["max_tests"] is None and cfg["rl"]["reward"]["max_tests"] == 16
 
 
 def test_extract_code_takes_last_python_block():
