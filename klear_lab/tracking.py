@@ -7,6 +7,7 @@ final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.jso
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import json
@@ -27,19 +28,24 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
                     ("trainer", "checkpoint_every")}
 
 
-# Keys added after runs existed, hashed only when set away from their default, so that older runs keep
-# their hash (a resume checks it; sweeps match retried trials by it).
-ADDED_KEYS = {("rl", "max_prompt_tokens"): 0}
+# Keys added after runs existed (by path), hashed only when set away from their value before (what the
+# runs before them did), so that older runs keep their hash (a resume checks it; sweeps match retried
+# trials by it).
+ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update",
+              ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:
     """Hash of what the run computes (seed and naming excluded): seeds of one arm share it."""
-    body = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items() if k != "tracking"}
+    body = copy.deepcopy({k: v for k, v in cfg.items() if k != "tracking"})
     for section, key in IDENTITY_EXCLUDE:
         body.get(section, {}).pop(key, None)
-    for (section, key), default in ADDED_KEYS.items():
-        if body.get(section, {}).get(key, default) == default:
-            body.get(section, {}).pop(key, None)
+    for (*parents, key), before in ADDED_KEYS.items():
+        node: Any = body
+        for name in parents:
+            node = node.get(name) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get(key, before) == before:
+            node.pop(key, None)
     if body.get("plugins"):  # their code, not where it lies (configs without plugins keep their hash)
         body["plugins"] = plugin_digests(body["plugins"])
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -126,6 +126,8 @@ def check_rl(cfg: dict[str, Any]) -> None:
              "rl.minibatch_prompts",
              f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
     _require(rl["steps"] >= 1, "rl.steps", f"must be >= 1, got {rl['steps']}")
+    _require(rl["lr_schedule_unit"] in ("rollout_step", "update"), "rl.lr_schedule_unit",
+             f"must be 'rollout_step' or 'update', got {rl['lr_schedule_unit']!r}")
     _require(rl["temperature"] > 0, "rl.temperature", "must be > 0 for sampling rollouts")
     _require(rl["top_p"] == 1, "rl.top_p",
              f"is {rl['top_p']}, but only 1 is supported (the paper's): the update's old and new log-probs are those "

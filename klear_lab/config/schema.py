@@ -126,6 +126,10 @@ class RLSection:
     (paper: 4K prompts; verl's ``data.max_prompt_length`` with ``filter_overlong_prompts``)."""
     temperature: float = 1.0
     top_p: float = 1.0
+    lr_schedule_unit: str = "update"
+    """What the LR schedule counts (``optim.warmup_steps``, the cosine's length): ``update`` (each optimizer
+    update; the schedule assumes every group is kept) or ``rollout_step`` (verl, and so the paper's recipe:
+    its 10 warmup steps are 10 rollout steps, and groups a filter drops do not stretch the schedule)."""
     alpha: float = 0.1
     """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1)."""
     entropy_coef: float = 0.0

@@ -57,6 +57,7 @@ class RLSettings:
     max_eval_new_tokens: int
     eval_batch_size: int
     eval_sampling: Sampling = GREEDY
+    schedule_per_update: bool = False  # rl.lr_schedule_unit=update: the LR schedule steps at each update
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -130,6 +131,8 @@ class RLModule(L.LightningModule):
             metrics.update(update)
             self.engine.sync_weights(self.policy)
             times["update"] = time.perf_counter() - t
+        if not self.s.schedule_per_update:  # once per rollout step, as verl (even when every group was dropped)
+            self.lr_schedulers().step()
         self._tokens += int(rollout.response_mask.sum())
         metrics.update({f"perf/time_{k}_s": v for k, v in times.items()})
         metrics["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(times["generate"], 1e-9)
@@ -238,7 +241,8 @@ class RLModule(L.LightningModule):
                     self.manual_backward(zero_loss(self.policy))  # joins the all-reduce of the others' gradients
                 grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
                 opt.step()
-                sched.step()
+                if self.s.schedule_per_update:
+                    sched.step()
                 accumulate(totals, {"grad_norm": float(grad)})
                 n_updates += 1
         return {f"rl/{k}" if k not in ("pg_loss", "loss") else f"train/{k}": v

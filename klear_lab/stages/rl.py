@@ -172,13 +172,14 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         data_stats = {**kept_stats, **builders.record_stats(records), "data/dropped_long_prompts": float(dropped)}
     steps = rl["steps"]
     updates = steps * rl["ppo_epochs"] * -(-rl["prompts_per_step"] // rl["minibatch_prompts"])
+    schedule_steps = updates if rl["lr_schedule_unit"] == "update" else steps  # what the LR schedule counts
     settings = RLSettings(
         group_size=rl["group_size"], minibatch_prompts=rl["minibatch_prompts"], micro_batch_seqs=rl["micro_batch_seqs"],
         ppo_epochs=rl["ppo_epochs"], max_new_tokens=rl["max_new_tokens"], temperature=rl["temperature"],
         top_p=rl["top_p"], grad_clip=cfg["optim"]["grad_clip"], overlong=rl["overlong"],
         overlong_buffer=rl["overlong_buffer"], overlong_penalty=rl["overlong_penalty"], seed=cfg["run"]["seed"],
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
-        eval_sampling=builders.eval_sampling(cfg),
+        eval_sampling=builders.eval_sampling(cfg), schedule_per_update=rl["lr_schedule_unit"] == "update",
     )
     parts = {
         "reward": builders.build(REWARD, rl["reward"]), "advantage": builders.build(ADVANTAGE, rl["advantage"]),
@@ -186,7 +187,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         "group_filter": builders.build(GROUP_FILTER, rl["group_filter"]),
         "weights": ObjectiveWeights(alpha=rl["alpha"], entropy_coef=rl["entropy_coef"], kl_coef=rl["kl_coef"],
                                     kl_estimator=rl["kl_estimator"]),
-        "settings": settings, "optim": builders.optim_settings(cfg, updates), "eval_records": eval_records,
+        "settings": settings, "optim": builders.optim_settings(cfg, schedule_steps), "eval_records": eval_records,
         "eval_rewards": builders.build_eval_rewards(cfg), "use_reference": rl["kl_coef"] > 0,
     }
     engine = engine_cfg.start(policy, tokenizer)  # last: nothing after it may leave it running

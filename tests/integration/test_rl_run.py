@@ -208,3 +208,16 @@ def test_without_evaluations_during_training_the_run_evaluates_twice(tmp_path, r
     result = run_experiment(tiny_rl(tmp_path, reward_plugin, "ppo", 4, "rl.steps=2"))
     evaluated = [int(r["step"]) for r in csv_rows(result.run_dir / "csv" / "metrics.csv") if r.get("val/acc")]
     assert evaluated == [0, 2]  # the starting point and the end
+
+
+@pytest.mark.parametrize(("unit", "expected"), [("update", [0.25, 0.75, 1.0]), ("rollout_step", [0.25, 0.5, 0.75])])
+def test_the_lr_schedule_counts_updates_or_rollout_steps(tmp_path, reward_plugin, unit, expected):
+    """verl steps the LR schedule once per rollout step: the paper's 10 warmup steps are 10 rollout steps, not
+    10 of its 8 updates a step. Here 2 updates a step and 4 warmup steps: the LR at each step's start."""
+    from klear_lab.tracking import csv_rows
+
+    cfg = tiny_rl(tmp_path, reward_plugin, "ppo", 2, "rl.steps=3", "optim.warmup_steps=4", "optim.schedule=constant",
+                  f"rl.lr_schedule_unit={unit}", "trainer.log_every_n_steps=1")
+    result = run_experiment(cfg)
+    rows = csv_rows(result.run_dir / "csv" / "metrics.csv")
+    assert [float(r["lr-AdamW/pg1"]) / 0.05 for r in rows if r.get("lr-AdamW/pg1")] == pytest.approx(expected)

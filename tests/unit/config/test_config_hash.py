@@ -15,8 +15,13 @@ def test_a_key_added_later_keeps_older_runs_hashes_until_it_is_set():
     cfg = compose(RL)
     older = copy.deepcopy(cfg)
     del older["rl"]["max_prompt_tokens"]  # a run saved before the key existed
+    del older["rl"]["lr_schedule_unit"]
+    del older["eval"]["code_reward"]["total_timeout_s"]  # a component's parameter added later
     assert config_hash(older) == config_hash(cfg)
-    assert config_hash(compose(RL, ["rl.max_prompt_tokens=4096"])) != config_hash(cfg)
+    assert "total_timeout_s" in cfg["eval"]["code_reward"]  # hashing changes nothing of the config
+    for changed in ("rl.max_prompt_tokens=4096", "rl.lr_schedule_unit=rollout_step",
+                    "eval.code_reward.total_timeout_s=60"):
+        assert config_hash(compose(RL, [changed])) != config_hash(cfg), changed
 
 
 def test_seed_threads_and_tracking_do_not_change_it_but_what_is_computed_does():
