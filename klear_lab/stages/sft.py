@@ -158,12 +158,16 @@ def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: in
     """Derived quantities (steps, tokens per step), computed once and logged.
 
     Under DDP each of the ``world`` ranks sees 1/world of the rows per epoch (Lightning's
-    DistributedSampler), so an epoch has 1/world the optimizer steps, each world times the tokens.
+    DistributedSampler, padded to equal shares), so an epoch has 1/world the optimizer steps, each
+    world times the tokens. Lightning steps the optimizer on an epoch's last batch even when its
+    accumulation window is short, so an epoch has ceil(batches / grad_accum) steps (rounding down
+    left the last batches of each epoch untrained and made ``sft.epochs`` fewer epochs).
     """
     from klear_lab.distributed import device_count
 
     accum, world = cfg["sft"]["grad_accum"], device_count(cfg["trainer"])
-    steps_per_epoch = max(dm.batches_per_epoch() // (accum * world), 1)
+    rank_batches = math.ceil(math.ceil(len(dm.rows) / world) / dm.rows_per_batch)
+    steps_per_epoch = max(math.ceil(rank_batches / accum), 1)
     epochs_steps = math.ceil(cfg["sft"]["epochs"] * steps_per_epoch)
     total = cfg["sft"]["max_steps"] if cfg["sft"]["max_steps"] > 0 else epochs_steps
     return {

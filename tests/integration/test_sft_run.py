@@ -160,3 +160,21 @@ def test_without_evaluations_during_training_sft_evaluates_once_at_the_end(tiny_
     result = run_experiment(cfg)
     evaluated = [int(r["step"]) for r in csv_rows(result.run_dir / "csv" / "metrics.csv") if r.get("val/acc")]
     assert evaluated == [30]
+
+
+def test_an_epoch_trains_every_batch_with_gradient_accumulation(tiny_sft_overrides):
+    """12 batches with sft.grad_accum=5: Lightning steps at batches 5, 10 and 12 (the epoch's short last
+    window); the plan said 12 // 5 = 2 steps, and sft.epochs=1 left 2 batches untrained."""
+    import lightning as L
+
+    class Count(L.Callback):
+        batches = 0
+
+        def on_train_batch_end(self, *args) -> None:
+            Count.batches += 1
+
+    cfg = compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml",
+                  [*tiny_sft_overrides, "sft.max_steps=0", "sft.epochs=1", "sft.grad_accum=5"])
+    result = run_experiment(cfg, callbacks=[Count()])
+    assert result.metrics["plan/steps_per_epoch"] == 3 and result.metrics["train/steps"] == 3
+    assert Count.batches == 12
