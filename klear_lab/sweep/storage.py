@@ -127,7 +127,7 @@ class StudyLock:
         self.lock_file = Path(f"{parsed.database}.lock") if self.backend == "sqlite" else None
         if self.lock_file is not None:
             self.lock_file.parent.mkdir(parents=True, exist_ok=True)
-        self.engine = None
+        self.engine, self.shown = None, _redact(url)
         if self.backend == "postgresql":
             from sqlalchemy import create_engine
             from sqlalchemy.pool import NullPool
@@ -145,9 +145,14 @@ class StudyLock:
                 finally:
                     fcntl.flock(fh, fcntl.LOCK_UN)
         elif self.engine is not None:
-            from sqlalchemy import text
+            from sqlalchemy import exc, text
 
-            with self.engine.connect() as conn:
+            try:
+                conn = self.engine.connect()
+            except exc.SQLAlchemyError as error:  # the first contact with the server: a wrong host, password...
+                raise ConfigError(f"storage {self.shown}: cannot connect: {getattr(error, 'orig', None) or error}"
+                                  ) from None
+            with conn:
                 conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self.key})
                 try:
                     yield

@@ -165,3 +165,15 @@ def test_a_relative_sqlite_storage_is_saved_absolute(tmp_path, monkeypatch):
     assert default_storage_url(spec) == f"sqlite:///{tmp_path / 'dbs' / 'study.db'}"
     spec = load_spec(_edit(write_spec(tmp_path), storage="postgresql://u:secret@db/s"))
     assert default_storage_url(spec) == "postgresql://u:secret@db/s"
+
+
+def test_an_unreachable_postgres_storage_is_a_config_error_without_the_password(tmp_path):
+    """The first connection (the study lock's) raised a raw sqlalchemy traceback."""
+    from klear_lab.errors import ConfigError
+    from klear_lab.sweep.storage import default_storage_url, open_study
+
+    spec = load_spec(_edit(write_spec(tmp_path), storage="postgresql+psycopg://u:secret@127.0.0.1:9/klear"))
+    shown = r"postgresql\+psycopg://u:\*\*\*@127.0.0.1:9/klear"
+    with pytest.raises(ConfigError, match=rf"storage {shown}: cannot connect") as err:
+        open_study(spec, default_storage_url(spec), create=True)
+    assert "secret" not in str(err.value)
