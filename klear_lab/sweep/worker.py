@@ -230,18 +230,19 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> str:
 
 
 def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:
-    """The run directory a retried trial continues: its killed predecessor's, when that run left a
-    checkpoint and its saved config hashes like ``cfg`` (a retry of the same grid point and seed)."""
+    """The run directory a trial continues: that of the latest failed trial of its point (grid point and
+    seed; a retry's killed predecessor, or a trial the rerun enqueued again once the retries were used
+    up), when that run left a checkpoint and its saved config hashes like ``cfg``."""
     from klear_lab.resume import as_resolved, resume_config
+    from klear_lab.sweep.grid import canonical_point
     from klear_lab.sweep.record import RUN_DIR_ATTR
     from klear_lab.tracking import config_hash
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        history = optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(study._storage.get_trial(trial_id))
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    for number in reversed(history):  # the latest attempt first (it may have resumed an earlier one)
-        run_dir = by_number[number].user_attrs.get(RUN_DIR_ATTR) if number in by_number else None
+    point = canonical_point(study._storage.get_trial(trial_id).user_attrs.get("point"))
+    earlier = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+               if point is not None and canonical_point(t.user_attrs.get("point")) == point]
+    for trial in sorted(earlier, key=lambda t: t.number, reverse=True):  # the latest attempt first (it may
+        run_dir = trial.user_attrs.get(RUN_DIR_ATTR)                      # have resumed an earlier one)
         if run_dir:
             try:
                 saved = resume_config(run_dir)

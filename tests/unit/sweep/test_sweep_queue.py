@@ -403,3 +403,26 @@ def test_a_value_written_as_1_or_1_0_is_one_grid_point(tmp_path):
     labels = [a.label for a in edited_arms]
     table = summarize(load_records(edited, study), "val/acc", [], "maximize", None, labels)
     assert table["arm"].tolist() == labels and table["n"].tolist() == [2, 2]
+
+
+def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_path, monkeypatch):
+    """Once a point's retries were used up, the rerun enqueued it afresh, with no retry history: the trial
+    started over instead of continuing the checkpoint its killed run left."""
+    from klear_lab import resume
+    from klear_lab.sweep.record import RUN_DIR_ATTR
+    from klear_lab.sweep.worker import resumable_run
+
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    killed = take_trial(study, spec, lock)
+    trial_values(optuna.trial.Trial(study, killed), spec)  # records the point, as a worker does
+    study._storage.set_trial_user_attr(killed, RUN_DIR_ATTR, str(tmp_path / "killed-run"))
+    study._storage.set_trial_state_values(killed, TrialState.FAIL)  # retries used up: no WAITING copy
+    assert prepare_study(study, spec, arms, lock)[1] == 1  # the rerun enqueues the point again
+    cfg = spec.compose()
+    monkeypatch.setattr(resume, "resume_config", lambda run_dir: cfg)  # the killed run: a checkpoint, same config
+    again = next(t for t in study.get_trials(states=(TrialState.WAITING,))
+                 if t.user_attrs["point"] == study._storage.get_trial(killed).user_attrs["point"])
+    assert resumable_run(study, again._trial_id, cfg) == str(tmp_path / "killed-run")
+    other = next(t for t in study.get_trials(states=(TrialState.WAITING,)) if t._trial_id != again._trial_id)
+    assert resumable_run(study, other._trial_id, cfg) is None  # another point: nothing to continue
