@@ -31,7 +31,7 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
 # Keys added after runs existed (by path), hashed only when set away from their value before (what the
 # runs before them did), so that older runs keep their hash (a resume checks it; sweeps match retried
 # trials by it).
-ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update",
+ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update", ("rl", "max_kept_prompts"): 0,
               ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None}
 
 

@@ -126,6 +126,8 @@ def check_rl(cfg: dict[str, Any]) -> None:
              "rl.minibatch_prompts",
              f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
     _require(rl["steps"] >= 1, "rl.steps", f"must be >= 1, got {rl['steps']}")
+    _require(0 <= rl["max_kept_prompts"] <= rl["prompts_per_step"], "rl.max_kept_prompts",
+             f"({rl['max_kept_prompts']}) must be in [0, rl.prompts_per_step={rl['prompts_per_step']}] (0: all kept)")
     _require(rl["lr_schedule_unit"] in ("rollout_step", "update"), "rl.lr_schedule_unit",
              f"must be 'rollout_step' or 'update', got {rl['lr_schedule_unit']!r}")
     _require(rl["temperature"] > 0, "rl.temperature", "must be > 0 for sampling rollouts")

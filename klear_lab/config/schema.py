@@ -117,6 +117,10 @@ class RLSection:
     """G: responses per prompt (paper: 8)."""
     minibatch_prompts: int = 4
     """Prompts per optimizer update; B / this = updates per rollout batch (paper: 16 -> 8 updates)."""
+    max_kept_prompts: int = 0
+    """Train on at most this many of the groups the filter keeps, the first in generation order (0: all).
+    The paper generates 256 prompts and trains on the first 128 that survive (so every step takes
+    8 full updates, not a short last one of a few groups)."""
     micro_batch_seqs: int = 0
     """Sequences per forward/backward (gradient accumulation inside an update); 0 = whole minibatch."""
     ppo_epochs: int = 1

@@ -57,6 +57,7 @@ class RLSettings:
     max_eval_new_tokens: int
     eval_batch_size: int
     eval_sampling: Sampling = GREEDY
+    max_kept_prompts: int = 0  # train on at most this many kept groups (0: all)
     schedule_per_update: bool = False  # rl.lr_schedule_unit=update: the LR schedule steps at each update
 
 
@@ -119,15 +120,17 @@ class RLModule(L.LightningModule):
         metrics = rollout_metrics(groups, scores, keep, rollout)
         kept = keep.nonzero().flatten().tolist()
         plan = self._minibatch_plan(kept, rank, world)
-        summed: list[str] = []
+        trained = [g for mb in plan for g in mb]  # kept, up to rl.max_kept_prompts over the ranks
+        metrics["rl/trained_groups"] = float(len(trained))
+        summed: list[str] = ["rl/trained_groups"]
         if plan:  # some rank kept a group: every rank joins every update
-            rows = group_rows(kept, self.s.group_size)
+            rows = group_rows(trained, self.s.group_size)
             dev = self.device  # rollouts, rewards and advantages are host tensors; the loss is on the policy's
             mask, adv, acc = mask.to(dev), adv.to(dev), groups.acc.reshape(-1).to(dev)
             old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
             update = self._update(rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world)
-            summed = [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step") and not is_extreme(k)]
+            summed += [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step") and not is_extreme(k)]
             metrics.update(update)
             self.engine.sync_weights(self.policy)
             times["update"] = time.perf_counter() - t
@@ -150,7 +153,7 @@ class RLModule(L.LightningModule):
         """This rank's kept groups per optimizer update of one epoch (no updates when no rank kept any)."""
         counts = ([len(kept)] if world == 1 else  # [world]
                   self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist())
-        return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts)
+        return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts, self.s.max_kept_prompts)
 
     def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str], world: int,
                      responses: int) -> dict[str, float]:

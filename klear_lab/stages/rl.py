@@ -171,7 +171,8 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         kept_stats = {k: v for k, v in data_stats.items() if not k.startswith("data/mix_share/")}  # a source may go
         data_stats = {**kept_stats, **builders.record_stats(records), "data/dropped_long_prompts": float(dropped)}
     steps = rl["steps"]
-    updates = steps * rl["ppo_epochs"] * -(-rl["prompts_per_step"] // rl["minibatch_prompts"])
+    trained = rl["max_kept_prompts"] or rl["prompts_per_step"]
+    updates = steps * rl["ppo_epochs"] * -(-trained // rl["minibatch_prompts"])
     schedule_steps = updates if rl["lr_schedule_unit"] == "update" else steps  # what the LR schedule counts
     settings = RLSettings(
         group_size=rl["group_size"], minibatch_prompts=rl["minibatch_prompts"], micro_batch_seqs=rl["micro_batch_seqs"],
@@ -180,6 +181,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         overlong_buffer=rl["overlong_buffer"], overlong_penalty=rl["overlong_penalty"], seed=cfg["run"]["seed"],
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
         eval_sampling=builders.eval_sampling(cfg), schedule_per_update=rl["lr_schedule_unit"] == "update",
+        max_kept_prompts=rl["max_kept_prompts"],
     )
     parts = {
         "reward": builders.build(REWARD, rl["reward"]), "advantage": builders.build(ADVANTAGE, rl["advantage"]),

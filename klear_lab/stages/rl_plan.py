@@ -8,7 +8,8 @@ from typing import Any
 def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
     rl = cfg["rl"]
     b, g = rl["prompts_per_step"], rl["group_size"]
-    updates = rl["ppo_epochs"] * b // rl["minibatch_prompts"]
+    trained = rl["max_kept_prompts"] or b
+    updates = rl["ppo_epochs"] * -(-trained // rl["minibatch_prompts"])  # at most: the filter may keep fewer
     engine = "ready"
     try:
         from klear_lab.builders import build
@@ -34,9 +35,12 @@ def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
                                                    f"{rl['group_filter']['name']}"),
         ("prompts x responses per rollout step", f"{b} x {g} = {b * g:,} sequences"),
         ("max response tokens per rollout step", f"{b * g * rl['max_new_tokens']:,}"),
-        ("optimizer updates per rollout step", f"{updates} (minibatch {rl['minibatch_prompts']} prompts)"),
-        ("rollout steps / total updates", f"{rl['steps']:,} / {rl['steps'] * updates:,}"),
+        ("groups trained on per rollout step", f"those kept, at most {trained}" if rl["max_kept_prompts"] else
+         "those kept"),
+        ("optimizer updates per rollout step", f"up to {updates} (minibatch {rl['minibatch_prompts']} prompts)"),
+        ("rollout steps / total updates", f"{rl['steps']:,} / up to {rl['steps'] * updates:,}"),
         ("loss extras",
          f"alpha {rl['alpha']}, entropy {rl['entropy_coef']}, kl {rl['kl_coef']} ({rl['kl_estimator']})"),
-        ("lr", f"{cfg['optim']['lr']:g} {cfg['optim']['schedule']}, warmup {cfg['optim']['warmup_steps']}"),
+        ("lr", f"{cfg['optim']['lr']:g} {cfg['optim']['schedule']}, warmup {cfg['optim']['warmup_steps']} "
+               f"(the schedule counts: {rl['lr_schedule_unit']})"),
     ]

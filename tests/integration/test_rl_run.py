@@ -221,3 +221,9 @@ def test_the_lr_schedule_counts_updates_or_rollout_steps(tmp_path, reward_plugin
     result = run_experiment(cfg)
     rows = csv_rows(result.run_dir / "csv" / "metrics.csv")
     assert [float(r["lr-AdamW/pg1"]) / 0.05 for r in rows if r.get("lr-AdamW/pg1")] == pytest.approx(expected)
+
+
+def test_max_kept_prompts_trains_on_the_first_survivors(tmp_path, reward_plugin):
+    cfg = tiny_rl(tmp_path, reward_plugin, "ppo", 2, "rl.max_kept_prompts=2")  # 4 prompts, no filter
+    metrics = run_experiment(cfg).metrics
+    assert metrics["rl/trained_groups"] == 2 and metrics["rl/updates_per_step"] == 1

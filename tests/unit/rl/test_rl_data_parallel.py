@@ -141,3 +141,17 @@ def test_a_step_never_holds_one_prompt_twice_and_each_epoch_holds_every_prompt()
     drawn = [i for b in batches for i in b]
     assert all(sorted(drawn[e * 30:(e + 1) * 30]) == list(range(30)) for e in range(8))
     assert prompt_batches(list(range(3)), 4, 2, seed=0)[0].count(0) >= 1  # a pool smaller than a step repeats
+
+
+def test_max_kept_trains_on_the_first_survivors_in_full_minibatches():
+    """The paper trains on the first 128 of 256 prompts that survive the filter: 17 kept with minibatch 16
+    made a full update and one of a single group (Adam moves as far on it)."""
+    from klear_lab.rl.data_parallel import rank_minibatches
+
+    kept = list(range(0, 34, 2))  # 17 groups survived
+    assert [len(mb) for mb in rank_minibatches(kept, [17], 0, 16)] == [16, 1]
+    assert rank_minibatches(kept, [17], 0, 16, max_kept=16) == [kept[:16]]
+    assert rank_minibatches(kept[:3], [3], 0, 16, max_kept=16) == [kept[:3]]  # fewer survived: all of them
+    # two ranks: the cap applies to the interleaved order of all ranks' kept groups
+    assert rank_minibatches([0, 1, 2], [3, 2], 0, 2, max_kept=4) == [[0], [1]]
+    assert rank_minibatches([5, 6], [3, 2], 1, 2, max_kept=4) == [[5], [6]]
