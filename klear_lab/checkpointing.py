@@ -102,6 +102,9 @@ class ResumeCheckpoint(L.Callback):
         if not self._stepped:  # mid gradient accumulation: no new optimizer step
             return
         self._seen = step
+        if self.every > 0 and trainer.world_size == 1 and trainer.received_sigterm:
+            self._write(trainer)  # now, not after an evaluation due here (minutes at scale: past a grace period)
+            return
         self._due |= self.every > 0 and step > 0 and step % self.every == 0
         if self._due and not self._evaluation_follows(trainer):
             self._write(trainer)
@@ -110,9 +113,12 @@ class ResumeCheckpoint(L.Callback):
         """A checkpoint due at a step that an evaluation follows is written after it (with it).
 
         Lightning resumes a checkpoint written at a batch's end by skipping the evaluation that was due
-        after that batch; one written at the evaluation's end resumes after it.
+        after that batch; one written at the evaluation's end resumes after it. So does one a SIGTERM
+        during the evaluation calls for (after it, Lightning has moved its step count on: a checkpoint
+        written on the exception would resume one logging step late).
         """
-        if trainer.state.fn == TrainerFn.FITTING and self._due:
+        sigterm = self.every > 0 and trainer.world_size == 1 and trainer.received_sigterm and self._stepped
+        if trainer.state.fn == TrainerFn.FITTING and (self._due or (sigterm and self._written_at != self._seen)):
             self._write(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
@@ -167,8 +173,8 @@ class ResumeCheckpoint(L.Callback):
         return int(self._restored["epoch"]), int(self._restored["batches"])
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._seen = self.counter(trainer)  # a fresh run's first micro-batch ends no step; a restored step is written
         if self._restored is not None:  # after the loader has been set up, before the next step
-            self._seen = self.counter(trainer)  # the restored step: written already
             torch.set_rng_state(self._restored["torch_rng"])
             random.setstate(self._restored["python_rng"])
             if self._restored["cuda_rng"] and torch.cuda.is_available():

@@ -93,6 +93,8 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     Raises:
         ConfigError: another process holds it.
     """
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
     fd = os.open(run_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

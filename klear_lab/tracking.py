@@ -12,6 +12,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,8 @@ def component_tags(cfg: dict[str, Any]) -> list[str]:
 def create_run_dir(cfg: dict[str, Any]) -> Path:
     """A fresh, uniquely named directory under ``run.out_dir``: ``<name>-<time>-<hash>-s<seed>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(cfg["run"]["out_dir"]) / f"{cfg['run']['name']}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
+    name = re.sub(r"[^A-Za-z0-9_.+=-]", "-", str(cfg["run"]["name"])) or "run"  # W&B ids refuse / : ; , # ? '
+    base = Path(cfg["run"]["out_dir"]) / f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
     path, i = base, 1
     while path.exists():
         path, i = Path(f"{base}-{i}"), i + 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +45,6 @@ def check_run(cfg: dict[str, Any]) -> None:
     _require(m["name_or_path"] or m["tokenizer_vocab"] >= MIN_VOCAB, "model.tokenizer_vocab",
              f"({m['tokenizer_vocab']}) must be >= {MIN_VOCAB}: the tiny model's byte-level BPE starts from "
              f"256 byte tokens and {MIN_VOCAB - 256} special ones, so a smaller vocab would learn no merge")
-    name = str(cfg["run"]["name"])
-    _require(re.fullmatch(r"[^\s/\\:;,#?'\"]+", name) is not None, "run.name",
-             f"({name!r}) names the run's directory and W&B run id: it must not be empty or hold whitespace or "
-             "any of / \\ : ; , # ? ' \"")
     _require(0 <= seed < 2**32, "run.seed", f"must be in [0, 2**32) (Lightning's and numpy's seed range), got {seed}")
     _require(t["log_every_n_steps"] >= 0, "trainer.log_every_n_steps",
              f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")

@@ -25,6 +25,7 @@ from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
 from klear_lab.rl.data_parallel import (
+    first_survivors,
     merge_rank_metrics,
     pooled_std,
     rank_minibatches,
@@ -151,9 +152,20 @@ class RLModule(L.LightningModule):
 
     def _minibatch_plan(self, kept: list[int], rank: int, world: int) -> list[list[int]]:
         """This rank's kept groups per optimizer update of one epoch (no updates when no rank kept any)."""
-        counts = ([len(kept)] if world == 1 else  # [world]
-                  self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist())
-        return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts, self.s.max_kept_prompts)
+        cap = self.s.max_kept_prompts
+        if world == 1:
+            kept = kept[:cap] if cap else kept
+            counts = [len(kept)]
+        elif cap:  # the step's first survivors in generation order, over the ranks
+            import torch.distributed as dist
+
+            parts: list = [None] * world
+            dist.all_gather_object(parts, kept)
+            parts = first_survivors(parts, cap)
+            kept, counts = parts[rank], [len(p) for p in parts]
+        else:
+            counts = self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist()  # [world]
+        return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts)
 
     def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str], world: int,
                      responses: int) -> dict[str, float]:

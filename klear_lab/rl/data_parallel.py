@@ -21,22 +21,31 @@ def rank_prompts(batch: list, rank: int, world: int) -> list:
     return batch[rank::world]
 
 
-def rank_minibatches(kept: list[int], kept_per_rank: Sequence[int], rank: int, minibatch_prompts: int,
-                     max_kept: int = 0) -> list[list[int]]:
+def first_survivors(kept_by_rank: Sequence[Sequence[int]], cap: int) -> list[list[int]]:
+    """Each rank's kept groups among the first ``cap`` survivors of the whole step in generation order
+    (rank ``r``'s local prompt ``j`` is the step's prompt ``j * world + r``, :func:`rank_prompts`)."""
+    world = len(kept_by_rank)
+    order = sorted((j * world + r, r, j) for r, kept in enumerate(kept_by_rank) for j in kept)
+    out: list[list[int]] = [[] for _ in range(world)]
+    for _, r, j in order[:cap]:
+        out[r].append(j)
+    return out
+
+
+def rank_minibatches(kept: list[int], kept_per_rank: Sequence[int], rank: int, minibatch_prompts: int
+                     ) -> list[list[int]]:
     """This rank's kept groups in each optimizer update of one epoch.
 
     The ranks' kept groups are interleaved (each rank's first, then each rank's second, ...) and cut
     into global minibatches of ``minibatch_prompts``; a rank takes its own groups of each. Every rank
     gets the same number of updates, ``ceil(sum(kept_per_rank) / minibatch_prompts)``, some possibly
-    empty for it. With one rank these are consecutive chunks of ``kept``. ``max_kept`` > 0: only the
-    first ``max_kept`` groups of that order (of all ranks) are trained on.
+    empty for it. With one rank these are consecutive chunks of ``kept``.
 
     Args:
         kept: this rank's kept group indices. kept_per_rank: every rank's count (``kept_per_rank[rank]
             == len(kept)``). minibatch_prompts: groups per update, over all ranks.
     """
     order = [(r, i) for i in range(max(kept_per_rank, default=0)) for r, n in enumerate(kept_per_rank) if i < n]
-    order = order[:max_kept] if max_kept else order
     chunks = [order[s: s + minibatch_prompts] for s in range(0, len(order), minibatch_prompts)]
     return [[kept[i] for r, i in chunk if r == rank] for chunk in chunks]
 

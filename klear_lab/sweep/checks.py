@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.grid import Arm, grid_arms, resolve_baseline, trial_layer
+from klear_lab.sweep.grid import Arm, axis_distribution, grid_arms, resolve_baseline, trial_layer
 from klear_lab.sweep.spec import SweepSpec
 
 METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/", "data/", "plan/")
@@ -36,6 +36,11 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     for axis in spec.axes:
         if axis.key in SWEEP_OWNED_KEYS or axis.key == "run":
             raise spec.err(f"axes.{axis.key}", "is set by the sweep itself (replicates go in seeds:)")
+        if axis.is_range:
+            try:
+                axis_distribution(axis)
+            except ValueError as exc:  # Optuna's rule: it raised in the first claimed trial
+                raise spec.err(f"axes.{axis.key}", str(exc)) from None
         others = {a.key: _probe_values(a)[0] for a in spec.axes if a is not axis}
         for value in _probe_values(axis):
             context = f" (other axes at {others})" if others else ""

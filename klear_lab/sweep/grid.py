@@ -178,3 +178,22 @@ def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int 
     if threads:
         flat["trainer.num_threads"] = threads
     return f"sweep trial {number}" if number is not None else "sweep axes", nest(flat)
+
+
+def axis_distribution(axis: Any) -> Any:
+    """The distribution a range axis's values are drawn from (int when its bounds and step are ints).
+
+    Raises:
+        ValueError: Optuna refuses it (log with a bound <= 0, log with a step...).
+    """
+    import optuna
+
+    if _is_int_range(axis):
+        return optuna.distributions.IntDistribution(int(axis.low), int(axis.high), log=axis.log,
+                                                    step=int(axis.step or 1))
+    return optuna.distributions.FloatDistribution(axis.low, axis.high, log=axis.log, step=axis.step)
+
+
+def _is_int_range(axis: Any) -> bool:
+    return isinstance(axis.low, int) and isinstance(axis.high, int) and (axis.step is None or
+                                                                          isinstance(axis.step, int))

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
@@ -124,10 +123,10 @@ def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: An
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:
     """Write ``spec.yaml`` (absolute paths, merged overrides, storage) and ``sweep.json``."""
-    from klear_lab.config.compose import dump_yaml
+    from klear_lab.config.compose import dump_yaml, load_yaml
     from klear_lab.tracking import atomic_write
 
-    raw = yaml.safe_load(spec.path.read_text()) or {}
+    raw = load_yaml(spec.path)  # the config loader: 1e-5 is a number, as load_spec read it
     raw.update({"name": spec.name, "overrides": list(spec.overrides), "storage": url,
                 "out_dir": str(spec.out_dir.resolve()), "workers": spec.workers})
     if spec.experiment is not None:

@@ -17,7 +17,17 @@ import optuna
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.grid import SEED_PARAM, Arm, arm_label, canonical_point, decode, encode, enqueue_params, point_key
+from klear_lab.sweep.grid import (
+    SEED_PARAM,
+    Arm,
+    arm_label,
+    axis_distribution,
+    canonical_point,
+    decode,
+    encode,
+    enqueue_params,
+    point_key,
+)
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock, current_study, make_sampler
 from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
@@ -108,14 +118,6 @@ def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
                     f"(--name NEW) or delete {spec.sweep_dir}") from None
         if not expected:
             return
-
-
-def axis_distribution(axis: Any) -> optuna.distributions.BaseDistribution:
-    """The distribution a range axis's values are drawn from (int when its bounds and step are ints)."""
-    if _is_int_range(axis):
-        return optuna.distributions.IntDistribution(int(axis.low), int(axis.high), log=axis.log,
-                                                    step=int(axis.step or 1))
-    return optuna.distributions.FloatDistribution(axis.low, axis.high, log=axis.log, step=axis.step)
 
 
 def _drop_unwanted(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> None:
@@ -222,8 +224,3 @@ def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm],
 def _heartbeat(storage: Any, trial_id: int) -> None:
     if hasattr(storage, "record_heartbeat") and storage.get_heartbeat_interval() is not None:
         storage.record_heartbeat(trial_id)
-
-
-def _is_int_range(axis: Any) -> bool:
-    return isinstance(axis.low, int) and isinstance(axis.high, int) and (axis.step is None or
-                                                                          isinstance(axis.step, int))

@@ -112,12 +112,15 @@ def run_job(job: dict[str, Any]) -> int:
         load_plugins(cfg.get("plugins") or [])  # the pruning callback too: its broadcasts pair with rank 0's
         resolve_runner(job["runner"])(cfg, callbacks=callbacks, **_resume(job))
         return 0
+    result = None
     try:
         load_plugins(cfg.get("plugins") or [])
         result = resolve_runner(job["runner"])(cfg, callbacks=callbacks, **_resume(job))
         for cb in callbacks:  # under DDP the pruning decision surfaces only here
             getattr(cb, "check_pruned", lambda: None)()
     except optuna.TrialPruned as exc:
+        if result is not None:  # DDP: the run stopped early and recorded itself completed before this
+            mark_pruned(result_fields(result)[1], str(exc))
         trial.set_user_attr("pruned", str(exc))
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
@@ -138,6 +141,18 @@ def run_job(job: dict[str, Any]) -> int:
     study.tell(trial, value)
     print(f"trial {trial.number}: {job['objective']}={value:.6g} run_dir={run_dir}", flush=True)
     return 0
+
+
+def mark_pruned(run_dir: str | None, reason: str) -> None:
+    """Record a run the pruner stopped as ``pruned`` in its ``run.json`` (so ``klear-lab runs --status pruned``
+    lists it and ``model.init_from`` never takes it for a finished run)."""
+    import json
+
+    from klear_lab.tracking import write_json
+
+    path = Path(run_dir or "") / "run.json"
+    if run_dir and path.is_file():
+        write_json(path, {**json.loads(path.read_text()), "status": "pruned", "error": f"pruned: {reason}"})
 
 
 def _fail(study: Any, trial: Any, message: str) -> int:

@@ -259,6 +259,8 @@ def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides)
     assert json.loads((done.run_dir / "run.json").read_text())["status"] == "completed"
     with pytest.raises(ConfigError, match="already completed"):
         run_experiment(compose(SFT, overrides), resume=run_dir)
+    with pytest.raises(ConfigError, match="not a run directory"):
+        run_experiment(compose(SFT, overrides), resume=tmp_path / "typo")
 
 
 def test_a_fresh_init_from_config_is_the_run_that_resolved_it(tmp_path):
@@ -276,12 +278,15 @@ def test_a_fresh_init_from_config_is_the_run_that_resolved_it(tmp_path):
     assert config_hash(as_resolved(fresh, other)) != config_hash(started)
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
-    """A preempted run (SIGTERM) exited 0, as if it had finished, and lost the steps since its last checkpoint."""
+@pytest.mark.parametrize("evals", ["eval.every_n_steps=0", "eval.every_n_steps=1"])
+def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys, evals):
+    """A preempted run (SIGTERM) exited 0, as if it had finished, and lost the steps since its last checkpoint.
+    With an evaluation after every step, the checkpoint is written before it (at scale it outlasts a grace
+    period)."""
     out = tmp_path / "runs"
     args = ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=40",
             "sft.tokens_per_micro_batch=400", "sft.grad_accum=2", "data.eval_sources.0.n_prompts=8",
-            "eval.max_new_tokens=16", "trainer.checkpoint_every=1000", "trainer.log_every_n_steps=1"]
+            "eval.max_new_tokens=16", "trainer.checkpoint_every=1000", "trainer.log_every_n_steps=1", evals]
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
     proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -297,7 +302,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys):
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["error"]) == ("failed", "terminated (SIGTERM)")
     logged = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
-    assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") == logged[-1] + 1 >= 5  # the step it stopped at
+    assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") >= logged[-1] >= 4  # at the last step
     capsys.readouterr()
     assert main(["runs", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["note"].endswith(f"klear-lab resume {run_dir}")

@@ -41,3 +41,14 @@ def test_a_saved_config_composes_back_to_itself(tmp_path):
     assert cfg["run"]["tags"] == ["1e-3", "5e4", "x"] and cfg["run"]["notes"] == "2.5"
     write_config(tmp_path, cfg)
     assert compose(tmp_path / "config.yaml") == cfg
+
+
+def test_the_run_directory_and_wandb_id_use_a_safe_form_of_run_name(tmp_path):
+    """W&B refuses ids with / : ; , # ? ' (only once the run directory existed), and a / made nested
+    directories `klear-lab runs` missed. Older runs' names are not refused: their directories are safe."""
+    from klear_lab.tracking import create_run_dir, identity_of
+
+    cfg = compose(RL, [f"run.out_dir={tmp_path}", "run.name='gppo,eps:0.2 a/b'"])
+    run_dir = create_run_dir(cfg)
+    assert run_dir.parent == tmp_path and run_dir.name.startswith("gppo-eps-0.2-a-b-")
+    assert not set(identity_of(cfg, run_dir)["run_id"]) & set("/:;,#?' ")

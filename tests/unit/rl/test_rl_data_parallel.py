@@ -146,12 +146,12 @@ def test_a_step_never_holds_one_prompt_twice_and_each_epoch_holds_every_prompt()
 def test_max_kept_trains_on_the_first_survivors_in_full_minibatches():
     """The paper trains on the first 128 of 256 prompts that survive the filter: 17 kept with minibatch 16
     made a full update and one of a single group (Adam moves as far on it)."""
-    from klear_lab.rl.data_parallel import rank_minibatches
+    from klear_lab.rl.data_parallel import first_survivors, rank_minibatches
 
     kept = list(range(0, 34, 2))  # 17 groups survived
     assert [len(mb) for mb in rank_minibatches(kept, [17], 0, 16)] == [16, 1]
-    assert rank_minibatches(kept, [17], 0, 16, max_kept=16) == [kept[:16]]
-    assert rank_minibatches(kept[:3], [3], 0, 16, max_kept=16) == [kept[:3]]  # fewer survived: all of them
-    # two ranks: the cap applies to the interleaved order of all ranks' kept groups
-    assert rank_minibatches([0, 1, 2], [3, 2], 0, 2, max_kept=4) == [[0], [1]]
-    assert rank_minibatches([5, 6], [3, 2], 1, 2, max_kept=4) == [[5], [6]]
+    assert first_survivors([kept], 16) == [kept[:16]] and first_survivors([kept[:3]], 16) == [kept[:3]]
+    # two ranks: rank r's local prompt j is the step's prompt 2j + r; rank 0 kept 0, 1 (prompts 0, 2) and
+    # rank 1 kept 5 (prompt 11): the first two survivors are prompts 0 and 2, both rank 0's
+    assert first_survivors([[0, 1], [5]], 2) == [[0, 1], []]
+    assert first_survivors([[3], [0, 4]], 2) == [[3], [0]]  # prompts 6 | 1, 9: the first two are 1 and 6

@@ -426,3 +426,17 @@ def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_p
     assert resumable_run(study, again._trial_id, cfg) == str(tmp_path / "killed-run")
     other = next(t for t in study.get_trials(states=(TrialState.WAITING,)) if t._trial_id != again._trial_id)
     assert resumable_run(study, other._trial_id, cfg) is None  # another point: nothing to continue
+
+
+def test_a_ddp_trial_pruned_after_its_run_recorded_completion_is_recorded_pruned(tmp_path):
+    """Under DDP the pruning decision surfaces after run_experiment wrote ``completed``: the stopped run
+    looked finished to `klear-lab runs` and to model.init_from."""
+    import json
+
+    from klear_lab.sweep.trial import mark_pruned
+
+    (tmp_path / "run.json").write_text(json.dumps({"status": "completed", "config_hash": "abc"}))
+    mark_pruned(str(tmp_path), "trial was pruned at step 20")
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record == {"status": "pruned", "config_hash": "abc", "error": "pruned: trial was pruned at step 20"}
+    mark_pruned(None, "x")  # a runner that returned no run directory: nothing to mark

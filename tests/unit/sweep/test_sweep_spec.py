@@ -177,3 +177,22 @@ def test_an_unreachable_postgres_storage_is_a_config_error_without_the_password(
     with pytest.raises(ConfigError, match=rf"storage {shown}: cannot connect") as err:
         open_study(spec, default_storage_url(spec), create=True)
     assert "secret" not in str(err.value)
+
+
+def test_the_frozen_spec_keeps_numbers_numbers_and_bad_ranges_stop_before_a_study(tmp_path):
+    """``spec.yaml`` was read with YAML 1.1 and written back quoted: a range from 1e-5 came back as a string,
+    and compare/dashboard could not load the sweep. A log range from 0 raised in Optuna's first trial."""
+    from klear_lab.errors import ConfigError
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.storage import default_storage_url
+
+    spec = load_spec(_edit(write_spec(tmp_path), sampler="tpe", n_trials=2,
+                           axes={"optim.lr": {"low": 1e-5, "high": 1e-3, "log": True}}))
+    (tmp_path / "raw.yaml").write_text((tmp_path / "toy.yaml").read_text().replace("1.0e-05", "1e-5"))
+    spec = load_spec(tmp_path / "raw.yaml", name="toy")
+    frozen = load_spec(freeze_spec(spec, default_storage_url(spec)))
+    assert (frozen.axes[0].low, frozen.axes[0].high) == (1e-5, 1e-3)
+    bad = load_spec(_edit(write_spec(tmp_path), sampler="tpe", n_trials=2,
+                          axes={"optim.lr": {"low": 0.0, "high": 0.1, "log": True}}))
+    with pytest.raises(ConfigError, match=r"axes.optim.lr: .*low > 0"):
+        check_spec(bad)
