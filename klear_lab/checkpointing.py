@@ -102,7 +102,7 @@ class ResumeCheckpoint(L.Callback):
         if not self._stepped:  # mid gradient accumulation: no new optimizer step
             return
         self._seen = step
-        if self.every > 0 and trainer.world_size == 1 and trainer.received_sigterm:
+        if self._sigterm_write_due(trainer):
             self._write(trainer)  # now, not after an evaluation due here (minutes at scale: past a grace period)
             return
         self._due |= self.every > 0 and step > 0 and step % self.every == 0
@@ -117,9 +117,13 @@ class ResumeCheckpoint(L.Callback):
         during the evaluation calls for (after it, Lightning has moved its step count on: a checkpoint
         written on the exception would resume one logging step late).
         """
-        sigterm = self.every > 0 and trainer.world_size == 1 and trainer.received_sigterm and self._stepped
-        if trainer.state.fn == TrainerFn.FITTING and (self._due or (sigterm and self._written_at != self._seen)):
+        if trainer.state.fn == TrainerFn.FITTING and (self._due or self._sigterm_write_due(trainer)):
             self._write(trainer)
+
+    def _sigterm_write_due(self, trainer: L.Trainer) -> bool:
+        """One process got a SIGTERM, and the step the last batch ended has no checkpoint yet."""
+        return (self.every > 0 and trainer.world_size == 1 and trainer.received_sigterm and self._stepped
+                and self._written_at != self._seen)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """SIGTERM (preemption, ``scancel``, ``docker stop``): Lightning stops after the batch; write the

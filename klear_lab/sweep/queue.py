@@ -55,9 +55,10 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         else:
             check_choices_unchanged(study, spec)
         study.set_user_attr(BASE_ATTR, base)
+        added = 0
         if spec.sampler == "grid":
             _drop_unwanted(study, spec, arms)
-        added = _enqueue_missing(study, spec, arms) if spec.sampler == "grid" else 0
+            added = _enqueue_missing(study, spec, arms)
         study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
     return study, added
 
