@@ -156,11 +156,13 @@ def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[
 
 
 def eval_sampling(cfg: dict[str, Any]):
-    """How held-out completions are drawn (``eval.samples``, ``temperature``, ``top_p``; the run seed)."""
+    """How held-out completions are drawn (``eval.samples``, ``temperature``, ``top_p``, ``top_k``,
+    ``repetition_penalty``; the run seed)."""
     from klear_lab.eval.heldout import Sampling
 
     ev = cfg["eval"]
-    return Sampling(samples=ev["samples"], temperature=ev["temperature"], top_p=ev["top_p"], seed=cfg["run"]["seed"])
+    return Sampling(samples=ev["samples"], temperature=ev["temperature"], top_p=ev["top_p"], seed=cfg["run"]["seed"],
+                    top_k=ev["top_k"], repetition_penalty=ev["repetition_penalty"])
 
 
 def eval_engine(cfg: dict[str, Any], shared=None):

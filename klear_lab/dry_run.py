@@ -105,6 +105,10 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     ev = cfg["eval"]
     decoding = (f"avg@{ev['samples']}, temperature {ev['temperature']:g}, top_p {ev['top_p']:g}"
                 if ev["temperature"] > 0 else "greedy")
+    if ev.get("top_k"):
+        decoding += f", top_k {ev['top_k']}"
+    if ev.get("repetition_penalty", 1.0) != 1.0:
+        decoding += f", repetition penalty {ev['repetition_penalty']:g}"
     engine = f"transformers generate, {ev['batch_size']} per batch"
     if ev["engine"] == "rollout" and cfg["rl"]["rollout"]["name"] != "hf":  # hf: the generate path
         engine = f"rollout engine {cfg['rl']['rollout']['name']!r}"

@@ -33,7 +33,8 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
 # runs before them did), so that older runs keep their hash (a resume checks it; sweeps match retried
 # trials by it).
 ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update", ("rl", "max_kept_prompts"): 0,
-              ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None}
+              ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None,
+              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:

@@ -95,6 +95,13 @@ def check_eval(ev: dict[str, Any]) -> None:
              "eval.temperature (the paper's avg@k: 0.6 with eval.top_p 0.95)")
     _require(ev["top_p"] == 1 or ev["temperature"] > 0, "eval.top_p",
              f"is {ev['top_p']} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
+    top_k = ev["top_k"]
+    _require(isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 0, "eval.top_k",
+             f"must be an integer >= 0 (0 = off), got {top_k!r}")
+    _require(top_k == 0 or ev["temperature"] > 0, "eval.top_k",
+             f"is {top_k} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
+    _require(ev["repetition_penalty"] > 0, "eval.repetition_penalty",
+             f"must be > 0 (1 = off), got {ev['repetition_penalty']}")
     _require(ev["batch_size"] >= 1 and ev["max_new_tokens"] >= 1, "eval.batch_size/eval.max_new_tokens",
              "must be >= 1")
     _require(ev["every_n_steps"] >= 0, "eval.every_n_steps",

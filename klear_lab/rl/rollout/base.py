@@ -3,9 +3,14 @@
 Sequences are laid out prompt-major: the ``n`` samples of prompt ``b`` are rows ``b*n .. b*n+n-1``
 (``group_index`` says so explicitly). ``sample_logp`` is the log-probability of each sampled token
 under the distribution the engine actually sampled from: ``log_softmax(logits / temperature)``,
-renormalised over the top-p nucleus when ``top_p < 1`` (so at ``top_p == 1`` it equals a
-teacher-forced forward pass at the same temperature). At ``temperature == 0`` (greedy) the engines
-report ``log_softmax(logits)``, as vLLM does.
+renormalised over the top-k tokens and the top-p nucleus when those are set (so without them it
+equals a teacher-forced forward pass at the same temperature), after any repetition penalty. At
+``temperature == 0`` (greedy) the engines report ``log_softmax(logits)`` (penalised), as vLLM does.
+
+``top_k`` and ``repetition_penalty`` are evaluation settings (the paper's released eval script uses
+top_k 20 and repetition penalty 1.05); RL rollouts leave them off, since the update's log-probs are
+those of the unmodified policy. Callers pass them only when set, so an engine written before them
+keeps working for everything else.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ class RolloutRuntime(ABC):
 
     @abstractmethod
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: Seed = None) -> Rollout:
+                 top_p: float = 1.0, seed: Seed = None, top_k: int = 0, repetition_penalty: float = 1.0) -> Rollout:
         """Sample ``n`` responses per prompt.
 
         Args:
@@ -84,6 +89,9 @@ class RolloutRuntime(ABC):
             seed: Makes the batch reproducible when given: one seed per prompt, or one call seed
                 from which :func:`prompt_seeds` draws them by position. A prompt's samples depend only
                 on its seed, not on the engine's batching or on which prompts share its call.
+            top_k: Sample among the k most likely tokens; 0 disables it.
+            repetition_penalty: Divide the positive logits (multiply the negative ones) of every token
+                already in the prompt or the response by it, as transformers and vLLM do; 1 disables it.
 
         Returns:
             A :class:`Rollout` with N = B*n sequences.
@@ -110,7 +118,8 @@ class RolloutRuntime(ABC):
         self.close()
 
 
-def check_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
+def check_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float, top_k: int = 0,
+                   repetition_penalty: float = 1.0) -> None:
     """Raise ``ValueError`` for sampling arguments no engine accepts."""
     if n < 1:
         raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
@@ -120,6 +129,10 @@ def check_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
+    if not repetition_penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0 (1 = off), got {repetition_penalty}")
 
 
 def encode_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:

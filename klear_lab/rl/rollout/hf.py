@@ -1,13 +1,14 @@
 """``hf``: rollouts with transformers ``generate`` on the live policy (KV cache, left padding, batched).
 
-Sampling log-probs are recorded by a logits processor that applies the temperature and top-p
-itself, as the last processor before sampling, and only one [b, V] tensor is kept per step
-(``output_scores`` would keep all T of them). The same processor draws the token from that
-distribution (with a generator of the row's own) and hands transformers a one-hot choice, which it
-decodes greedily: a sample depends on its prompt's seed, not on ``batch_size`` or the other prompts
-of the call (up to float rounding of batched matmuls), as with vLLM's per-request seeds. The model's
-own generation config (e.g. a hub ``temperature`` or ``top_k``) is swapped out for a clean one
-during the call, so nothing else reshapes the logits.
+Sampling log-probs are recorded by a logits processor that applies the repetition penalty,
+temperature, top-k and top-p itself (in transformers' and vLLM's order), as the last processor before
+sampling, and only one [b, V] tensor is kept per step (``output_scores`` would keep all T of them).
+The same processor draws the token from that distribution (with a generator of the row's own) and
+hands transformers a one-hot choice, which it decodes greedily: a sample depends on its prompt's
+seed, not on ``batch_size`` or the other prompts of the call (up to float rounding of batched
+matmuls), as with vLLM's per-request seeds. The model's own generation config (e.g. a hub
+``temperature`` or ``top_k``) is swapped out for a clean one during the call, so nothing else
+reshapes the logits.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from klear_lab.registry import ROLLOUT
 from klear_lab.rl.rollout.base import (
@@ -76,9 +77,10 @@ class HFRolloutRuntime(RolloutRuntime):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: Seed = None) -> Rollout:
+                 top_p: float = 1.0, seed: Seed = None, top_k: int = 0, repetition_penalty: float = 1.0) -> Rollout:
         """See :meth:`RolloutRuntime.generate`."""
-        check_sampling(n, max_new_tokens, temperature, top_p)
+        check_sampling(n, max_new_tokens, temperature, top_p, top_k, repetition_penalty)
+        warp = Warp(temperature, top_p, top_k, repetition_penalty)
         encoded = encode_prompts(self.tokenizer, prompts)
         flat = [ids for ids in encoded for _ in range(n)]  # prompt-major, N = B*n
         seeds = prompt_seeds(seed, len(encoded))
@@ -89,14 +91,16 @@ class HFRolloutRuntime(RolloutRuntime):
         with _eval_mode(self.model), clean_generation_config(self.model):
             for start in range(0, len(flat), self.config.batch_size):
                 end = start + self.config.batch_size
-                samples += self._generate_chunk(flat[start:end], rows[start:end], max_new_tokens, temperature, top_p)
+                samples += self._generate_chunk(flat[start:end], rows[start:end], max_new_tokens, warp)
         return assemble(self.tokenizer, encoded, n, samples, self.tokenizer.pad_token_id, self.eos_ids)
 
-    def _generate_chunk(self, chunk: list[list[int]], seeds: list[int], max_new_tokens: int, temperature: float,
-                        top_p: float) -> list[Sample]:
+    def _generate_chunk(self, chunk: list[list[int]], seeds: list[int], max_new_tokens: int,
+                        warp: Warp) -> list[Sample]:
         """One left-padded ``generate`` call; returns unpadded samples with their log-probs."""
         ids, mask = left_pad(chunk, self.tokenizer.pad_token_id, _device(self.model))  # [b, P]
-        recorder = SampleLogProbs(temperature, top_p, seeds, max_new_tokens)
+        starts = [ids.shape[1] - len(c) for c in chunk]  # first real token of each row
+        recorder = SampleLogProbs(warp.temperature, warp.top_p, seeds, max_new_tokens, top_k=warp.top_k,
+                                  repetition_penalty=warp.repetition_penalty, starts=starts)
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
             logits_processor=LogitsProcessorList([recorder]),
@@ -107,21 +111,39 @@ class HFRolloutRuntime(RolloutRuntime):
         return split_samples(gen.cpu(), logp.cpu(), self.eos_ids)
 
 
+@dataclass(frozen=True)
+class Warp:
+    """The sampling settings of one ``generate`` call (see :meth:`RolloutRuntime.generate`)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+
+
 class SampleLogProbs(LogitsProcessor):
-    """Applies temperature and top-p, records log p(sampled token) under the result, and draws the token.
+    """Applies the repetition penalty, temperature, top-k and top-p, records log p(sampled token) under
+    the result, and draws the token.
 
     Called once per step with the tokens so far; the log-softmax of step t is gathered at the token
     sampled at t when step t+1 (or :meth:`finish`) sees it. When sampling, row r draws its token at
     step t with uniform ``t`` of ``torch.rand(max_new_tokens)`` from a generator seeded with
     ``seeds[r]`` (drawn once, on the CPU; finished rows use theirs too), and the returned scores are
     one-hot on it, so transformers' greedy step picks that token. Greedy (temperature 0) records
-    ``log_softmax(logits)`` and leaves the choice to transformers.
+    ``log_softmax(logits)`` (penalised) and leaves the choice to transformers.
+
+    The repetition penalty counts the tokens of each row from ``starts[r]`` on (its prompt and its
+    response so far), not the left padding, so a row's samples do not depend on its batch.
     """
 
-    def __init__(self, temperature: float, top_p: float, seeds: Sequence[int], max_new_tokens: int) -> None:
+    def __init__(self, temperature: float, top_p: float, seeds: Sequence[int], max_new_tokens: int,
+                 top_k: int = 0, repetition_penalty: float = 1.0, starts: Sequence[int] | None = None) -> None:
+        self.penalty, self.starts = repetition_penalty, list(starts) if starts is not None else [0] * len(seeds)
         self.warpers: list[LogitsProcessor] = []
         if temperature > 0 and temperature != 1.0:
             self.warpers.append(TemperatureLogitsWarper(temperature))
+        if temperature > 0 and top_k > 0:
+            self.warpers.append(TopKLogitsWarper(top_k))
         if temperature > 0 and top_p < 1.0:
             self.warpers.append(TopPLogitsWarper(top_p))
         self.sample, self.seeds, self.max_new_tokens = temperature > 0, list(seeds), max_new_tokens
@@ -133,6 +155,8 @@ class SampleLogProbs(LogitsProcessor):
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         if self.prev is not None:
             self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        if self.penalty != 1.0:
+            scores = penalise_repeats(scores, input_ids, self.starts, self.penalty)
         for warp in self.warpers:
             scores = warp(input_ids, scores)
         self.prev = torch.log_softmax(scores.float(), dim=-1)
@@ -170,6 +194,17 @@ class SampleLogProbs(LogitsProcessor):
         if len(steps) != generated.shape[1]:
             raise RuntimeError(f"recorded {len(steps)} steps for {generated.shape[1]} generated tokens")
         return torch.stack(steps, dim=1)
+
+
+def penalise_repeats(scores: Tensor, input_ids: Tensor, starts: Sequence[int], penalty: float) -> Tensor:
+    """Repetition penalty (CTRL, Keskar et al. 2019, as transformers and vLLM apply it): the scores [b, V]
+    of tokens present in row r of ``input_ids`` [b, L] from ``starts[r]`` on are divided by ``penalty``
+    where positive and multiplied by it where negative."""
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # [L]
+    real = positions[None, :] >= torch.tensor(list(starts), device=input_ids.device)[:, None]  # [b, L]
+    seen = torch.zeros_like(scores).scatter_add_(1, input_ids, real.to(scores.dtype)) > 0  # [b, V]
+    penalised = torch.where(scores > 0, scores / penalty, scores * penalty)
+    return torch.where(seen, penalised, scores)
 
 
 def one_hot_scores(scores: Tensor, chosen: Tensor) -> Tensor:

@@ -139,12 +139,15 @@ class VLLMRolloutRuntime(RolloutRuntime):
             torch.set_num_threads = set_threads
 
     def generate(self, prompts: Sequence[Prompt], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: Seed = None) -> Rollout:
+                 top_p: float = 1.0, seed: Seed = None, top_k: int = 0, repetition_penalty: float = 1.0) -> Rollout:
         """See :meth:`RolloutRuntime.generate`."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        check_sampling(n, max_new_tokens, temperature, top_p)
+        check_sampling(n, max_new_tokens, temperature, top_p, top_k, repetition_penalty)
+        extra = {"top_k": top_k} if top_k > 0 else {}  # "off" is -1 in older vLLM, 0 in newer: leave its default
+        if repetition_penalty != 1.0:
+            extra["repetition_penalty"] = repetition_penalty
         encoded = encode_prompts(self.tokenizer, prompts)
         # vLLM allows n > 1 only when sampling; greedy copies are separate requests
         copies, per_request = (n, 1) if temperature == 0 else (1, n)
@@ -152,7 +155,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
         requests = [ids for ids in encoded for _ in range(copies)]
         seeds = [s for s in (prompt_seeds(seed, len(encoded)) or [None] * len(encoded)) for _ in range(copies)]
         params = [SamplingParams(n=per_request, temperature=temperature, top_p=top_p, logprobs=0, seed=s,
-                                 max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False)
+                                 max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False, **extra)
                   for s in seeds]
         inputs = [TokensPrompt(prompt_token_ids=ids) for ids in requests]
         try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from klear_lab.builders import eval_sampling
 from klear_lab.config.compose import compose
 from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError
@@ -109,10 +110,32 @@ def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     (["eval.temperature=-1"], "eval.temperature must be >= 0"),
     (["eval.top_p=0", "eval.temperature=0.6"], "eval.top_p must be in (0, 1]"),
     (["eval.top_p=0.95"], "eval.top_p is 0.95 with eval.temperature 0"),
+    (["eval.top_k=20"], "eval.top_k is 20 with eval.temperature 0"),
+    (["eval.top_k=-1", "eval.temperature=0.6"], "eval.top_k must be an integer >= 0"),
+    (["eval.repetition_penalty=0"], "eval.repetition_penalty must be > 0"),
 ])
 def test_bad_eval_sampling_is_refused(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         compose(None, ["run.kind=sft", *override])
+
+
+def test_the_released_scripts_top_k_and_penalty_reach_the_sampler_and_only_when_set(world, monkeypatch):
+    tok, model, recs = world
+    assert Sampling(temperature=0.6, top_p=0.95).engine_kwargs() == {"temperature": 0.6, "top_p": 0.95}
+    cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.top_k=20", "eval.repetition_penalty=1.05"])
+    sampling = eval_sampling(cfg)
+    assert sampling.engine_kwargs() == {"temperature": 0.6, "top_p": 1.0, "top_k": 20, "repetition_penalty": 1.05}
+    seen = []
+    real = model.generate
+
+    def spy(**kwargs):
+        seen.append(kwargs["logits_processor"][0])
+        return real(**kwargs)
+
+    monkeypatch.setattr(model, "generate", spy)
+    evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 6, sampling)
+    warpers = {type(w).__name__: w for w in seen[0].warpers}
+    assert warpers["TopKLogitsWarper"].top_k == 20 and seen[0].penalty == 1.05
 
 
 def test_each_sample_belongs_to_its_own_record(world, reference_greedy):

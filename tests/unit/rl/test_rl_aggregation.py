@@ -51,6 +51,20 @@ def test_context_from_mask():
     assert AggContext.from_mask(mask, max_len=64).max_len == 64
     with pytest.raises(ValueError, match="max_len"):
         AggContext(num_tokens=1.0, num_seqs=1.0, max_len=0)
+    assert ctx.num_rows is None and AggContext.from_mask(mask, count_rows=True).num_rows == 3.0
+
+
+def test_dr_grpo_divides_by_every_row_even_a_fully_masked_one():
+    """A truncated response that ``rl.overlong: mask`` drops keeps Dr. GRPO's divisor B x L constant
+    (TRL's dr_grpo); seq-mean-token-mean still averages over the responses that have tokens."""
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    loss = torch.ones(2, 4, requires_grad=True)
+    ctx = AggContext.from_mask(mask, count_rows=True)
+    value = SeqMeanTokenSumNorm()(loss, mask, ctx)
+    value.backward()
+    torch.testing.assert_close(value, torch.tensor(2 / (2 * 4)))  # not 2 / (1 x 4)
+    torch.testing.assert_close(loss.grad, mask / 8)
+    torch.testing.assert_close(SeqMeanTokenMean()(loss, mask, ctx), torch.tensor(1.0))
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,29 @@ def test_a_micro_batch_without_tokens_adds_no_extremes():
     assert step_values(totals, updates=1) == {"ratio_max": 0.905, "ratio_min": 0.9, "clipfrac": 0.5}
 
 
+def test_a_sequence_level_variants_fractions_add_up_over_sequences_not_tokens():
+    """GSPO's clipfrac is a share of sequences: split into micro-batches, a 100-token clipped sequence
+    and a 10-token unclipped one still make 0.5 (token weights gave 100/110)."""
+    from klear_lab.rl.clip.gspo import GSPOClip
+
+    clip = GSPOClip()
+    mask = torch.zeros(2, 100)
+    mask[0], mask[1, :10] = 1.0, 1.0
+    old = torch.zeros(2, 100)
+    logp = torch.where(torch.arange(2)[:, None] == 0, 0.01, 0.0).expand(2, 100)  # s_0 = e^0.01, s_1 = 1
+    adv = torch.tensor([1.0, 1.0])
+    whole = {k: float(v) for k, v in clip(logp, old, adv, mask).metrics.items()}
+    assert whole["clipfrac"] == pytest.approx(0.5)
+    totals: dict[str, float] = {}
+    for row in (0, 1):
+        part = {k: float(v) for k, v in clip(logp[row:row + 1], old[row:row + 1], adv[row:row + 1],
+                                             mask[row:row + 1]).metrics.items()}
+        accumulate(totals, weight_micro_metrics(part, float(mask[row].sum()) / 110, seq_share=0.5))
+    got = step_values(totals, updates=1)
+    for key in ("clipfrac", "clipfrac_high", "ratio_mean", "approx_kl", "ratio_max", "ratio_min"):
+        assert got[key] == pytest.approx(whole[key], abs=1e-7), key
+
+
 class _Model(torch.nn.Module):
     """Logits from an embedding: enough for ``response_logp`` on any device."""
 

@@ -13,7 +13,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
 from klear_lab.rl.rollout.base import Rollout, prompt_seeds
-from klear_lab.rl.rollout.hf import SampleLogProbs
+from klear_lab.rl.rollout.hf import SampleLogProbs, penalise_repeats
 
 MAX_NEW = 24
 ROOT = Path(__file__).resolve().parents[3]
@@ -109,6 +109,46 @@ def test_top_p_logp_is_the_renormalised_nucleus(world):
     assert gaps.max() > 0.1 and (gaps <= -torch.log(torch.tensor(0.5)) + 1e-4).all()
 
 
+def test_top_k_samples_among_the_k_likeliest_and_renormalises(world):
+    _, model, prompts = world
+    ro = _engine(world).generate(prompts, n=3, max_new_tokens=MAX_NEW, temperature=1.0, top_k=3, seed=4)
+    ranks: list[int] = []
+    gaps = torch.cat([ro.sample_logp[i, :len(ref)] - ref
+                      for i, ref in enumerate(_teacher_forced(model, ro, 1.0, ranks))])  # = -log(top-3 mass)
+    assert 1 <= max(ranks) <= 2 and (gaps > -1e-5).all() and gaps.max() > 0.1  # without top_k: >= 100
+    one = _engine(world).generate(prompts, n=2, max_new_tokens=MAX_NEW, temperature=1.0, top_k=1, seed=4)
+    greedy = _engine(world).generate(prompts, n=2, max_new_tokens=MAX_NEW, temperature=0.0)
+    assert one.texts == greedy.texts
+
+
+def test_repetition_penalty_on_hand_computed_scores():
+    scores = torch.tensor([[2.0, -1.0, 0.5, 3.0], [2.0, -1.0, 0.5, 3.0]])  # [b=2, V=4]
+    ids = torch.tensor([[3, 3, 1, 2], [3, 0, 0, 3]])  # row 0: two pads (token 3) on the left
+    out = penalise_repeats(scores, ids, starts=[2, 0], penalty=2.0)
+    torch.testing.assert_close(out, torch.tensor([[2.0, -2.0, 0.25, 3.0], [1.0, -1.0, 0.5, 1.5]]))
+
+
+def test_repetition_penalty_matches_transformers_unbatched(make_tiny_lm):
+    """Batched and left-padded, greedy with a penalty decodes what transformers' own processor does
+    on each prompt alone (its prompt and response penalised, never the padding)."""
+    tok, model, recs = make_tiny_lm(4)  # no EOS bias: greedy responses run long enough to repeat
+    prompts = [r.prompt for r in recs]
+    ro = _engine((tok, model, prompts), batch_size=4).generate(prompts, n=1, max_new_tokens=MAX_NEW, temperature=0.0,
+                                               repetition_penalty=1.8)
+    expected, plain = [], []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([prompt_ids(tok, p)])
+            kw = {"max_new_tokens": MAX_NEW, "do_sample": False, "pad_token_id": tok.pad_token_id,
+                  "eos_token_id": tok.eos_token_id}
+            expected.append(model.generate(ids, repetition_penalty=1.8, **kw)[0, ids.shape[1]:])
+            plain.append(model.generate(ids, repetition_penalty=1.0, **kw)[0, ids.shape[1]:])
+    for i, ref in enumerate(expected):
+        k = int(ro.response_lengths[i])
+        assert ro.response_ids[i, :k].tolist() == ref.tolist()  # one prompt per call: no padding in ref
+    assert any(not torch.equal(e, q) for e, q in zip(expected, plain))  # the penalty changes these decodes
+
+
 def test_greedy_matches_unbatched_argmax(world, reference_greedy):
     tok, model, prompts = world
     bias = model.lm_head.bias
@@ -196,10 +236,10 @@ def test_token_id_prompts_pass_through(world):
 
 
 @pytest.mark.parametrize("kwargs", [{"n": 0}, {"max_new_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0},
-                                    {"top_p": 1.5}])
+                                    {"top_p": 1.5}, {"top_k": -1}, {"top_k": 2.5}, {"repetition_penalty": 0.0}])
 def test_bad_sampling_arguments(world, kwargs):
     args = {"n": 1, "max_new_tokens": 4, **kwargs}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
         _engine(world).generate(world[2][:1], **args)
 
 
