@@ -11,7 +11,7 @@ import sys
 
 from klear_lab.cli_args import parse_args
 from klear_lab.distributed import joined_run_dir
-from klear_lab.errors import KlearError
+from klear_lab.errors import KlearError, interrupted
 from klear_lab.run_list import STATUSES
 
 
@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         print("klear-lab: interrupted", file=sys.stderr)
         return 130
     except SystemExit as exc:
+        if interrupted(exc):  # Lightning's sys.exit(1) after a Ctrl-C inside fit
+            print("klear-lab: interrupted: `klear-lab runs` says how to continue", file=sys.stderr)
+            return 130
         if type(exc).__name__ != "SIGTERMException":  # Lightning's: no exit code, Python would exit 0
             raise
         print("klear-lab: terminated (SIGTERM) after a step: `klear-lab runs` says how to continue", file=sys.stderr)

@@ -15,3 +15,9 @@ class ConfigError(KlearError):
 
 class DataError(KlearError):
     """A data problem: missing file, malformed row, missing field."""
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a ``KeyboardInterrupt``, or the ``sys.exit(1)`` Lightning turns one inside ``fit`` into."""
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit)
+                                                  and isinstance(exc.__context__, KeyboardInterrupt))

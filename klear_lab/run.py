@@ -22,7 +22,7 @@ from klear_lab.distributed import (
     rank_failures,
     record_rank_failure,
 )
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, interrupted
 from klear_lab.resume import (
     check_resumable,
     checkpoint_log_step,
@@ -163,4 +163,6 @@ def pruned(exc: BaseException) -> bool:
 def error_line(exc: BaseException) -> str:
     if type(exc).__name__ == "SIGTERMException":  # Lightning's, raised after the batch a SIGTERM came in
         return "terminated (SIGTERM)"
+    if interrupted(exc):
+        return "interrupted (Ctrl-C)"
     return "".join(traceback.format_exception_only(exc)).strip()

@@ -330,3 +330,46 @@ def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(tmp_path
         with pytest.raises(ConfigError, match="another process is resuming this run"):
             run_experiment(compose(SFT, overrides), resume=run_dir)
     assert run_experiment(compose(SFT, overrides), resume=run_dir).metrics["train/steps"] == 4  # released
+
+
+class CtrlC(L.Callback):
+    """Ctrl-C at the end of training step ``at``, as the default SIGINT handler raises it."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.at:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_is_recorded_as_an_interruption_and_leaves_ctrl_c_working(tmp_path, tiny_sft_overrides):
+    """Lightning turns a Ctrl-C inside fit into sys.exit(1): the run was recorded as "SystemExit: 1". It
+    ignores SIGINT while it shuts down, and its teardown gives the process (a notebook, the next run)
+    its handler back."""
+    before = signal.getsignal(signal.SIGINT)
+    assert before is not signal.SIG_IGN
+    with pytest.raises(SystemExit):
+        run_experiment(compose(SFT, tiny_sft_overrides), callbacks=[CtrlC(2)])
+    assert signal.getsignal(signal.SIGINT) is before
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["error"]) == ("failed", "interrupted (Ctrl-C)")
+
+
+def test_ctrl_c_on_the_command_line_exits_130(tmp_path):
+    out = tmp_path / "runs"
+    args = ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=400",
+            "sft.tokens_per_micro_batch=400", "trainer.log_every_n_steps=1", "trainer.checkpoint=false"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
+    proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while not any(r.get("train/loss") for f in out.glob("*/csv/metrics.csv") for r in csv_rows(f)):
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "klear-lab: interrupted" in err.decode(), err.decode()[-2000:]
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["error"] == "interrupted (Ctrl-C)"
