@@ -142,6 +142,8 @@ def check_rl(cfg: dict[str, Any]) -> None:
     _require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")
     _require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
     _require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
+    _require(rl["logp_chunk_tokens"] >= 0, "rl.logp_chunk_tokens",
+             f"must be >= 0 (0 = all response tokens at once), got {rl['logp_chunk_tokens']}")
     _require(rl["micro_batch_seqs"] >= 0, "rl.micro_batch_seqs",
              f"must be >= 0 (0 = the whole minibatch at once), got {rl['micro_batch_seqs']}")
     _require(rl["eval_every"] >= 0, "rl.eval_every", f"must be >= 0 (0 = none during training), got {rl['eval_every']}")

@@ -123,6 +123,10 @@ class RLSection:
     8 full updates, not a short last one of a few groups)."""
     micro_batch_seqs: int = 0
     """Sequences per forward/backward (gradient accumulation inside an update); 0 = whole minibatch."""
+    logp_chunk_tokens: int = 0
+    """Run the LM head and log-softmax this many response tokens at a time, recomputed in backward: the
+    same log-probs in [seqs, chunk, V] memory instead of [seqs, T, V] float32 (about 20 GB per 32K-token
+    Qwen3 response); 0 = all at once. ``scripts/bench_logp_chunks.py`` measures it."""
     ppo_epochs: int = 1
     max_new_tokens: int = 128
     max_prompt_tokens: int = 0

@@ -60,6 +60,7 @@ class RLSettings:
     eval_sampling: Sampling = GREEDY
     max_kept_prompts: int = 0  # train on at most this many kept groups (0: all)
     schedule_per_update: bool = False  # rl.lr_schedule_unit=update: the LR schedule steps at each update
+    logp_chunk_tokens: int = 0  # LM head over this many response tokens at a time (0: all)
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -227,9 +228,9 @@ class RLModule(L.LightningModule):
             prompts = [rollout.prompt_ids[i] for i in chunk.tolist()]
             args = (prompts, rollout.response_ids[chunk], mask[chunk], self.tokenizer.pad_token_id,
                     self.s.temperature)
-            old.append(response_logp(self.policy, *args)[0])
+            old.append(response_logp(self.policy, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
             if self.reference is not None:
-                ref.append(response_logp(self.reference, *args)[0])
+                ref.append(response_logp(self.reference, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
         return torch.cat(old), torch.cat(ref) if ref else None
 
     def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world) -> dict[str, float]:
@@ -289,7 +290,8 @@ class RLModule(L.LightningModule):
                     world: int = 1) -> dict[str, float]:
         prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
         logp, entropy = response_logp(self.policy, prompts, rollout.response_ids[rows], mask[rows],
-                                      self.tokenizer.pad_token_id, self.s.temperature, with_entropy=True)
+                                      self.tokenizer.pad_token_id, self.s.temperature, with_entropy=True,
+                                      chunk_tokens=self.s.logp_chunk_tokens)
         batch = PolicyBatch(logp=logp, old_logp=old_logp[local], adv=adv[rows], mask=mask[rows],
                             positive=acc[rows], ref_logp=None if ref_logp is None else ref_logp[local],
                             entropy=entropy if self.weights.entropy_coef else entropy.detach())

@@ -9,19 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from klear_lab.data.records import Record
 from klear_lab.rewards.base import RewardOutput
+from klear_lab.rl.token_stats import chunked_head_stats, decoder_and_head, token_stats
 
 
 def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor, response_mask: torch.Tensor,
-                  pad_id: int, temperature: float = 1.0, with_entropy: bool = False
+                  pad_id: int, temperature: float = 1.0, with_entropy: bool = False, chunk_tokens: int = 0
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the response tokens under ``model``, teacher-forced.
 
     Each row is ``prompt + response`` right-padded; position ``p + t - 1`` predicts response
     token ``t``. Logits are divided by the sampling temperature, as the engine sampled.
+    ``chunk_tokens`` > 0 runs the LM head that many response tokens at a time, recomputed in
+    backward (:mod:`klear_lab.rl.token_stats`): the same values in [N, chunk, V] memory, not [N, T, V].
 
     Args:
         prompt_ids: unpadded prompt ids per sequence (N lists).
@@ -44,15 +46,17 @@ def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor
     device = next(model.parameters()).device
     ids, attn, plens = ids.to(device), attn.to(device), plens.to(device)
     response_ids, response_mask = response_ids.to(device), response_mask.to(device)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # [N, W, V]
     pos = (plens[:, None] - 1 + torch.arange(t, device=device)[None, :]).clamp(max=width - 1)  # [N, T]
-    sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature  # [N, T, V]
-    logprobs = F.log_softmax(sel, dim=-1)
-    logp = logprobs.gather(-1, response_ids[..., None]).squeeze(-1) * response_mask  # [N, T]
-    entropy = None
-    if with_entropy:
-        entropy = -(logprobs.exp() * logprobs).sum(-1) * response_mask  # [N, T]
-    return logp, entropy
+    if chunk_tokens > 0:
+        decoder, head = decoder_and_head(model)
+        hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [N, W, H]
+        sel = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))  # [N, T, H]
+        logp, entropy = chunked_head_stats(head, sel, response_ids, temperature, with_entropy, chunk_tokens)
+    else:
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # [N, W, V]
+        sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))  # [N, T, V]
+        logp, entropy = token_stats(sel, response_ids, temperature, with_entropy)
+    return logp * response_mask, entropy * response_mask if entropy is not None else None
 
 
 @dataclass(frozen=True)

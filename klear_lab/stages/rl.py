@@ -24,6 +24,7 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.rl.objective import ObjectiveWeights
+from klear_lab.rl.token_stats import check_head_composes
 from klear_lab.stages.common import (
     check_trainer,
     check_wandb_login,
@@ -166,6 +167,11 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     eval_records = builders.build_eval_records(cfg)
     builders.resolve_init_from(cfg)
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
+    if rl["logp_chunk_tokens"]:
+        try:
+            check_head_composes(policy)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     if rl["max_prompt_tokens"]:
         records, dropped = drop_long_prompts(records, tokenizer, rl["max_prompt_tokens"])
         kept_stats = {k: v for k, v in data_stats.items() if not k.startswith("data/mix_share/")}  # a source may go
@@ -181,7 +187,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         overlong_buffer=rl["overlong_buffer"], overlong_penalty=rl["overlong_penalty"], seed=cfg["run"]["seed"],
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
         eval_sampling=builders.eval_sampling(cfg), schedule_per_update=rl["lr_schedule_unit"] == "update",
-        max_kept_prompts=rl["max_kept_prompts"],
+        max_kept_prompts=rl["max_kept_prompts"], logp_chunk_tokens=rl["logp_chunk_tokens"],
     )
     parts = {
         "reward": builders.build(REWARD, rl["reward"]), "advantage": builders.build(ADVANTAGE, rl["advantage"]),

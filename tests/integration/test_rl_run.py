@@ -71,6 +71,16 @@ def test_clip_variant_matters_only_off_policy(tmp_path, reward_plugin):
     assert max_diff(off_ppo, off_gppo) > 1e-4
 
 
+def test_chunked_log_probs_train_the_same_policy(tmp_path, reward_plugin):
+    """rl.logp_chunk_tokens changes the memory of the update, not what it computes (two updates, the second
+    off-policy, entropy in the loss, so every term's gradient goes through the chunks)."""
+    runs = [run_experiment(tiny_rl(tmp_path, reward_plugin, "gppo", 2, "rl.entropy_coef=0.01", *extra)).metrics
+            for extra in ([], ["rl.logp_chunk_tokens=5"])]
+    for key in ("train/loss", "train/pg_loss", "rl/entropy", "rl/grad_norm", "rl/ratio_max", "rl/ratio_min"):
+        assert runs[1][key] == pytest.approx(runs[0][key], rel=1e-3), key  # Adam amplifies float rounding
+    assert runs[0]["rl/ratio_max"] > 1.5  # the second update is off-policy: the ratios went through chunks too
+
+
 PLUGIN_CLIP = textwrap.dedent('''
     from dataclasses import dataclass
     import torch
