@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -80,7 +81,25 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
         records = mix(filtered, ranks, cfg["run"]["seed"])  # emptied sources too: top_k must not skip one
     except ValueError as exc:
         raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
-    return records, {**stats, **record_stats(records)}
+    return records, {**stats, **repeat_stats(filtered, records, cfg["data"]["mix"]["name"]), **record_stats(records)}
+
+
+def repeat_stats(pools: dict[str, list[Record]], records: list[Record], mix: str) -> dict[str, float]:
+    """``data/repeat_factor/<source>``: records drawn from a source per distinct record, with a warning when
+    a source is repeated to fill its share (a budget larger than a filtered pool is met by repeating it,
+    so two arms of one budget can differ in how often they see each example)."""
+    owner = {id(r): name for name, recs in pools.items() for r in recs}
+    drawn = Counter(owner.get(id(r)) for r in records)
+    distinct = Counter(owner.get(i) for i in {id(r) for r in records})
+    stats = {}
+    for name in pools:
+        if drawn[name]:
+            stats[f"data/repeat_factor/{name}"] = factor = drawn[name] / distinct[name]
+            if factor > 1:
+                warnings.warn(f"data.mix {mix!r}: source {name!r} has {len(pools[name])} records after data.filter "
+                              f"for a share of {drawn[name]}: each is used {factor:.2f} times on average "
+                              f"(data/repeat_factor/{name})", UserWarning, stacklevel=2)
+    return stats
 
 
 def record_stats(records: list[Record]) -> dict[str, float]:

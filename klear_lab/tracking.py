@@ -29,12 +29,13 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
                     ("trainer", "checkpoint_every")}
 
 
-# Keys added after runs existed (by path), hashed only when set away from their value before (what the
-# runs before them did), so that older runs keep their hash (a resume checks it; sweeps match retried
-# trials by it).
+# Keys added after runs existed (by path; "*" = every item of a list), hashed only when set away from
+# their value before (what the runs before them did), so that older runs keep their hash (a resume
+# checks it; sweeps match retried trials by it).
 ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update", ("rl", "max_kept_prompts"): 0,
               ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None,
-              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("rl", "logp_chunk_tokens"): 0}
+              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("rl", "logp_chunk_tokens"): 0,
+              ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:
@@ -42,15 +43,25 @@ def config_hash(cfg: dict[str, Any]) -> str:
     body = copy.deepcopy({k: v for k, v in cfg.items() if k != "tracking"})
     for section, key in IDENTITY_EXCLUDE:
         body.get(section, {}).pop(key, None)
-    for (*parents, key), before in ADDED_KEYS.items():
-        node: Any = body
-        for name in parents:
-            node = node.get(name) if isinstance(node, dict) else None
-        if isinstance(node, dict) and node.get(key, before) == before:
-            node.pop(key, None)
+    for path, before in ADDED_KEYS.items():
+        drop_if_unchanged(body, path, before)
     if body.get("plugins"):  # their code, not where it lies (configs without plugins keep their hash)
         body["plugins"] = plugin_digests(body["plugins"])
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def drop_if_unchanged(node: Any, path: tuple[str, ...], before: Any) -> None:
+    """Remove the key at ``path`` below ``node`` ("*": in every item of a list) where it holds ``before``."""
+    name, rest = path[0], path[1:]
+    if name == "*":
+        for item in node if isinstance(node, list) else []:
+            drop_if_unchanged(item, rest, before)
+    elif not isinstance(node, dict):
+        return
+    elif rest:
+        drop_if_unchanged(node.get(name), rest, before)
+    elif node.get(name, before) == before:
+        node.pop(name, None)
 
 
 def git_commit(path: Path | None = None) -> str:

@@ -19,8 +19,10 @@ class BandFilter:
 
     ``min_pass_rate``/``max_pass_rate`` (inclusive) additionally bound ``meta["pass_rate"]``, a
     model-annotated difficulty like the paper's; when either is set, records without a pass
-    rate are dropped. ``correct_only`` drops records whose ``response_correct`` is False
-    (None = unknown is kept; a source where none is known is refused). ``max_level`` None = no upper bound.
+    rate are dropped, and a source where no record has one is refused (the arm would train on nothing,
+    or, as with the paper's released, already-filtered code set, on other data than its twin).
+    ``correct_only`` drops records whose ``response_correct`` is False (None = unknown is kept; a
+    source where none is known is refused). ``max_level`` None = no upper bound.
     """
 
     min_level: int = 1
@@ -61,4 +63,8 @@ class BandFilter:
     def __call__(self, records: list[Record]) -> list[Record]:
         if self.correct_only:
             require_known_correctness(records)
+        if (self.min_pass_rate is not None or self.max_pass_rate is not None) and records and all(
+                r.meta.get("pass_rate") is None for r in records):
+            raise ValueError(f"min_pass_rate/max_pass_rate: none of the {len(records)} records has a pass rate "
+                             "(meta['pass_rate'], a pass_rate column); annotate the data or drop the bounds")
         return [r for r in records if self.keep(r)]

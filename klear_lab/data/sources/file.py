@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,10 @@ class FileSource:
     else ``records``. ``fields`` maps record fields to columns (``{prompt: question, answer:
     solution}``). ``task`` ``auto`` reads verl ``ability``/``data_source`` (``code`` if it contains
     "code"), else ``math``. Code ground truth is the JSON test spec, kept verbatim in ``answer``;
-    its ``inputs``/``outputs`` pairs also fill ``tests``. Loading is all-or-nothing; the seed is
-    unused (file order is kept).
+    its ``inputs``/``outputs`` pairs also fill ``tests``. ``label`` names the records' source (what
+    per-source metrics such as ``val/<label>/acc`` call them), over the file's ``source`` /
+    ``data_source`` column and the file name. Loading is all-or-nothing; the seed is unused (file
+    order is kept).
     """
 
     path: str = ""
@@ -53,8 +55,11 @@ class FileSource:
     task: str = "auto"
     quality_rank: int = 1
     limit: int | None = None
+    label: str | None = None
 
     def __post_init__(self) -> None:
+        if self.label is not None and not self.label.strip():
+            raise ValueError("label must be a non-empty name or null")
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
         if self.task not in TASKS:
@@ -75,8 +80,10 @@ class FileSource:
         rows = read_rows(path)[: self.limit]
         fmt = self.format if self.format != "auto" else detect_format(rows)
         columns = {**COLUMNS[fmt], **self.fields}
-        label = Path(path).stem or path
-        return [_to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
+        label = self.label or Path(path).stem or path
+        records = [_to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
+        # the label names the source whatever the file's columns say (after they chose each task)
+        return [replace(r, source=self.label) for r in records] if self.label else records
 
 
 def detect_format(rows: list[tuple[int, Any]]) -> str:

@@ -24,6 +24,19 @@ def test_a_key_added_later_keeps_older_runs_hashes_until_it_is_set():
         assert config_hash(compose(RL, [changed])) != config_hash(cfg), changed
 
 
+def test_a_parameter_added_to_list_items_keeps_older_runs_hashes():
+    """A file source's ``label`` came later; runs with file sources saved before it must keep their hash."""
+    path = Path(__file__).resolve().parents[3] / "experiments/paper/sft/table4/top1.yaml"
+    cfg = compose(path)
+    older = copy.deepcopy(cfg)
+    for source in older["data"]["sources"]:
+        del source["label"]
+    assert config_hash(older) == config_hash(cfg)
+    labelled = copy.deepcopy(cfg)
+    labelled["data"]["sources"][0]["label"] = "openthoughts1"
+    assert config_hash(labelled) != config_hash(cfg)
+
+
 def test_seed_threads_and_tracking_do_not_change_it_but_what_is_computed_does():
     cfg = compose(RL)
     same = compose(RL, ["run.seed=3", "trainer.num_threads=1", "trainer.checkpoint_every=7",

@@ -62,6 +62,14 @@ def test_verl_round_trip(tmp_path, kind):
     assert code.tests == ({"stdin": "1\n", "stdout": "1"}, {"stdin": "2\n", "stdout": "2"})  # a program's
 
 
+def test_a_label_names_the_source_and_the_tasks_still_come_from_the_file(tmp_path):
+    """Per-source metrics (val/<source>/acc) are named after a benchmark, not its rows' data_source."""
+    math, code = FileSource(path=_write(tmp_path, VERL, "jsonl"), label="lcb_v5").records(0, "eval")
+    assert (math.source, code.source, math.task, code.task) == ("lcb_v5", "lcb_v5", "math", "code")
+    with pytest.raises(ValueError, match="label"):
+        FileSource(path="x.jsonl", label=" ")
+
+
 @pytest.mark.parametrize("kind", ["jsonl", "parquet", "hf_dir"])
 def test_messages_round_trip(tmp_path, kind):
     rows = [{**r, "answer": str(r["answer"])} for r in MESSAGES]  # arrow needs one type per column

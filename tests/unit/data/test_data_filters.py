@@ -87,3 +87,26 @@ def test_a_correctness_filter_refuses_records_that_do_not_say(spec, tmp_path):
                   [f"data.sources=[{{name: file, path: {path}, format: records}}]", f"data.filter={spec}"])
     with pytest.raises(DataError, match=r"data.filter '\w+' on source 'file': correct_only: none of the 3"):
         build_train_records(cfg)
+
+
+def test_pass_rate_bounds_on_a_source_without_pass_rates_are_refused(tmp_path):
+    """They dropped every record: the paper's released code set is already filtered and has no pass_rate,
+    so a Figure 4 "filter" arm trained on nothing."""
+    import json
+    from pathlib import Path
+
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+    from klear_lab.errors import DataError
+
+    band = DIFFICULTY_FILTER.build({"name": "band", "min_pass_rate": 0.5})
+    with pytest.raises(ValueError, match="none of the 3 records has a pass rate"):
+        band([r for r in _records() if "pass_rate" not in r.meta])
+    assert band(_records())  # some rated: those in the band are kept
+    path = tmp_path / "unrated.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "1"}) + "\n" for i in range(3)))
+    cfg = compose(Path(__file__).resolve().parents[3] / "experiments/quickstart/rl.yaml",
+                  [f"data.sources=[{{name: file, path: {path}, format: records}}]",
+                   "data.filter={name: band, min_pass_rate: 0.5}"])
+    with pytest.raises(DataError, match=r"on source 'file': min_pass_rate/max_pass_rate: none of the 3"):
+        build_train_records(cfg)

@@ -140,3 +140,25 @@ def test_top_k_refuses_a_source_the_filter_emptied():
     cfg = compose(root / "experiments/quickstart/sft.yaml", [*banded, "data.mix={name: all}"])
     records, stats = build_train_records(cfg)  # `all` takes what is left, and the emptied source is logged
     assert {r.source for r in records} == {"arith"} and stats["data/kept_frac/arith_r1"] == 0.0
+
+
+def test_a_source_repeated_to_fill_its_share_is_logged_and_warned(tmp_path):
+    """A budget larger than a filtered pool is met by repeating it, silently: two arms of one budget then
+    differ in how often each example is seen."""
+    import json
+    from pathlib import Path
+
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "1", "response": "r"}) + "\n" for i in range(3)))
+    exp = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
+    cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records}}]",
+                        "data.mix={name: top_k, k: 0, budget: 7}"])
+    with pytest.warns(UserWarning, match=r"source 'file' has 3 records after data.filter for a share of 7"):
+        records, stats = build_train_records(cfg)
+    assert len(records) == 7 and stats["data/repeat_factor/file"] == pytest.approx(7 / 3)
+    cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records}}]",
+                        "data.mix={name: top_k, k: 0, budget: 3}"])
+    assert build_train_records(cfg)[1]["data/repeat_factor/file"] == 1.0
