@@ -59,18 +59,39 @@ class EvalStage:
         return metrics, finish_loggers(loggers, metrics)
 
 
+# What an evaluation reads: an override of anything else (optim.lr, sft.epochs...) would be accepted and
+# change nothing but the saved config and the W&B title of a rescore.
+EVAL_KEYS = ("eval", "data.eval_sources", "run.name", "run.out_dir", "run.seed", "run.tags", "run.group",
+             "run.job_type", "run.notes", "tracking", "trainer", "plugins", "rl.rollout", "model.name_or_path",
+             "model.dtype", "model.attn_implementation")
+
+
+def check_eval_overrides(overrides: list[str]) -> None:
+    """Raise ``ConfigError`` for an override an evaluation would not read."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip().lstrip("+~")
+        if not any(key == k or key.startswith(f"{k}.") for k in EVAL_KEYS):
+            raise ConfigError(f"{item!r}: {key} does not change an evaluation (it is not read when scoring); an "
+                              f"evaluation takes {', '.join(f'{k}...' for k in EVAL_KEYS[:2])}, run naming and "
+                              "seed, tracking, trainer, plugins, rl.rollout (eval.engine: rollout) and the model's "
+                              "name_or_path, dtype and attention")
+
+
 def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """The config of ``klear-lab eval TARGET [key=value ...]``.
 
     ``TARGET`` is a finished run directory (its saved config, and its final model as
     ``model.name_or_path``) or an experiment file (the model it names). ``overrides`` come last, so
-    ``eval.samples=64`` or another ``data.eval_sources`` apply to either.
+    ``eval.samples=64`` or another ``data.eval_sources`` apply to either; keys an evaluation does
+    not read are refused (:data:`EVAL_KEYS`).
 
     Raises:
-        ConfigError: ``TARGET`` is neither, or the run directory has no final model.
+        ConfigError: ``TARGET`` is neither, the run directory has no final model, or an override
+            names a key an evaluation does not read.
     """
     from klear_lab.config.compose import compose, dotlist_layer
 
+    check_eval_overrides(overrides or [])
     path = Path(target)
     if path.is_dir():
         experiment, layer = saved_run(path)

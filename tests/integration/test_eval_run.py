@@ -108,6 +108,23 @@ def test_bad_eval_targets(tmp_path, make, needle):
         eval_config(make(tmp_path))
 
 
+def test_an_override_an_evaluation_does_not_read_is_refused(tmp_path, capsys):
+    """``eval RUN optim.lr=5`` was accepted, and a ``compare --rescore optim.lr=1`` rescored every trial and
+    titled its table after a key that changed nothing."""
+    from klear_lab.cli import main
+
+    run_dir = _run_dir(tmp_path, "completed")
+    for bad in ("optim.lr=5", "sft.epochs=9", "rl.clip=ppo", "data.sources=[]", "model.tiny.size=7m"):
+        with pytest.raises(ConfigError, match=f"{bad.split('=')[0]} does not change an evaluation"):
+            eval_config(run_dir, [bad])
+    assert main(["eval", str(run_dir), "optim.lr=5", "--dry-run"]) == 2
+    assert "optim.lr does not change an evaluation" in capsys.readouterr().err
+    from klear_lab.stages.eval import check_eval_overrides
+
+    check_eval_overrides(["eval.samples=4", "data.eval_sources.0.n_prompts=3", "run.seed=2", "rl.rollout=vllm",
+                          "trainer.num_threads=1", "tracking.wandb.enabled=false", "model.dtype=bfloat16"])
+
+
 def test_eval_of_an_experiment_needs_a_trained_model(tmp_path, capsys):
     from klear_lab.cli import main
 
