@@ -3,7 +3,8 @@
     .venv/bin/python scripts/bench_logp_chunks.py
     .venv/bin/python scripts/bench_logp_chunks.py --vocab 151936 --tokens 2048 --chunks 0 256 1024
 
-One forward and backward of ``response_logp`` with entropies (what an update's micro-batch runs) on
+One forward and backward of ``response_logp`` with entropies (what an update's micro-batch runs; at
+``--entropy-coef 0`` the entropy is logged only, outside autograd, as ``rl.entropy_coef: 0`` runs) on
 a small Qwen2 with a real vocabulary size. Each setting runs in a fresh process, so its peak resident
 memory (``ru_maxrss``, CPU) or peak CUDA memory is its own; the first line is the whole-response
 reference and the others are printed against it. It also prints the largest log-prob difference
@@ -42,8 +43,8 @@ def one_setting(args: argparse.Namespace, chunk: int) -> dict[str, float]:
         model.zero_grad()
         start = time.perf_counter()
         logp, entropy = response_logp(model, prompts, responses, mask, pad_id=0, with_entropy=True,
-                                      chunk_tokens=chunk)
-        (logp.sum() + 0.01 * entropy.sum()).backward()
+                                      chunk_tokens=chunk, entropy_grad=args.entropy_coef != 0)
+        (logp.sum() + args.entropy_coef * entropy.sum()).backward()
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
@@ -62,6 +63,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--chunks", type=int, nargs="+", default=[0, 512, 128], help="0 = whole responses")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--entropy-coef", type=float, default=0.01,
+                        help="0: the entropy is only logged, computed outside autograd (rl.entropy_coef 0)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # a child's setting
     args = parser.parse_args()
@@ -69,7 +72,8 @@ def main() -> None:
         print(json.dumps(one_setting(args, args.one)))
         return
     print(f"{args.seqs} sequences x ({args.prompt} prompt + {args.tokens} response) tokens, vocabulary "
-          f"{args.vocab:,}, hidden {args.hidden}, {args.threads} threads; forward + backward with entropy")
+          f"{args.vocab:,}, hidden {args.hidden}, {args.threads} threads; forward + backward, entropy coefficient "
+          f"{args.entropy_coef:g}")
     reference = None
     for chunk in args.chunks:
         child = [sys.executable, __file__, *sys.argv[1:], "--one", str(chunk)]

@@ -291,7 +291,8 @@ class RLModule(L.LightningModule):
         prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
         logp, entropy = response_logp(self.policy, prompts, rollout.response_ids[rows], mask[rows],
                                       self.tokenizer.pad_token_id, self.s.temperature, with_entropy=True,
-                                      chunk_tokens=self.s.logp_chunk_tokens)
+                                      chunk_tokens=self.s.logp_chunk_tokens,
+                                      entropy_grad=bool(self.weights.entropy_coef))
         batch = PolicyBatch(logp=logp, old_logp=old_logp[local], adv=adv[rows], mask=mask[rows],
                             positive=acc[rows], ref_logp=None if ref_logp is None else ref_logp[local],
                             entropy=entropy if self.weights.entropy_coef else entropy.detach())

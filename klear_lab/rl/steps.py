@@ -16,14 +16,15 @@ from klear_lab.rl.token_stats import chunked_head_stats, decoder_and_head, token
 
 
 def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor, response_mask: torch.Tensor,
-                  pad_id: int, temperature: float = 1.0, with_entropy: bool = False, chunk_tokens: int = 0
-                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  pad_id: int, temperature: float = 1.0, with_entropy: bool = False, chunk_tokens: int = 0,
+                  entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the response tokens under ``model``, teacher-forced.
 
     Each row is ``prompt + response`` right-padded; position ``p + t - 1`` predicts response
     token ``t``. Logits are divided by the sampling temperature, as the engine sampled.
     ``chunk_tokens`` > 0 runs the LM head that many response tokens at a time, recomputed in
     backward (:mod:`klear_lab.rl.token_stats`): the same values in [N, chunk, V] memory, not [N, T, V].
+    ``entropy_grad`` False computes the entropies outside autograd (logged, not in the loss).
 
     Args:
         prompt_ids: unpadded prompt ids per sequence (N lists).
@@ -51,11 +52,12 @@ def response_logp(model, prompt_ids: list[list[int]], response_ids: torch.Tensor
         decoder, head = decoder_and_head(model)
         hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [N, W, H]
         sel = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))  # [N, T, H]
-        logp, entropy = chunked_head_stats(head, sel, response_ids, temperature, with_entropy, chunk_tokens)
+        logp, entropy = chunked_head_stats(head, sel, response_ids, temperature, with_entropy, chunk_tokens,
+                                           entropy_grad)
     else:
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # [N, W, V]
         sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))  # [N, T, V]
-        logp, entropy = token_stats(sel, response_ids, temperature, with_entropy)
+        logp, entropy = token_stats(sel, response_ids, temperature, with_entropy, entropy_grad)
     return logp * response_mask, entropy * response_mask if entropy is not None else None
 
 

@@ -16,12 +16,14 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 
-def token_stats(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool
-                ) -> tuple[Tensor, Tensor | None]:
+def token_stats(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool,
+                entropy_grad: bool = True) -> tuple[Tensor, Tensor | None]:
     """log p(token) and the entropy of softmax(logits / temperature), in float32.
 
     Args:
         logits: [N, C, V] at the positions that predict ``tokens`` [N, C].
+        entropy_grad: False computes the entropy outside autograd (a logged metric, not a loss term),
+            so backward keeps no [N, C, V] tensor for it.
     Returns:
         logp [N, C] and entropy [N, C] (None unless ``with_entropy``).
     """
@@ -30,12 +32,13 @@ def token_stats(logits: Tensor, tokens: Tensor, temperature: float, with_entropy
     logp = z.gather(-1, tokens[..., None]).squeeze(-1) - lse
     if not with_entropy:
         return logp, None
-    logprobs = z - lse[..., None]  # [N, C, V]
-    return logp, -(logprobs.exp() * logprobs).sum(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        logprobs = z - lse[..., None]  # [N, C, V]
+        return logp, -(logprobs.exp() * logprobs).sum(-1)
 
 
 def chunked_head_stats(head: torch.nn.Module, hidden: Tensor, tokens: Tensor, temperature: float,
-                       with_entropy: bool, chunk: int) -> tuple[Tensor, Tensor | None]:
+                       with_entropy: bool, chunk: int, entropy_grad: bool = True) -> tuple[Tensor, Tensor | None]:
     """:func:`token_stats` of ``head(hidden)``, ``chunk`` tokens at a time, each chunk's logits
     recomputed in backward rather than kept.
 
@@ -46,7 +49,7 @@ def chunked_head_stats(head: torch.nn.Module, hidden: Tensor, tokens: Tensor, te
         logp [N, T] and entropy [N, T] (None unless ``with_entropy``).
     """
     def stats(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
-        logp, entropy = token_stats(head(h), t, temperature, with_entropy)
+        logp, entropy = token_stats(head(h), t, temperature, with_entropy, entropy_grad)
         return logp, entropy if entropy is not None else torch.zeros_like(logp)
 
     grad = torch.is_grad_enabled()

@@ -55,3 +55,14 @@ def test_a_model_that_post_processes_its_logits_is_refused():
                                            final_logit_softcapping=0.5))
     with pytest.raises(ValueError, match="soft-capping"):
         check_head_composes(gemma)
+
+
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_an_entropy_outside_the_loss_is_computed_outside_autograd(chunk):
+    """With rl.entropy_coef 0 the entropy is only logged: no graph (and no [N, T, V] tensor kept) for it."""
+    model = qwen2()
+    logp, entropy = response_logp(model, PROMPTS, RESPONSES, MASK, pad_id=0, temperature=0.7, with_entropy=True,
+                                  chunk_tokens=chunk, entropy_grad=False)
+    assert logp.requires_grad and not entropy.requires_grad
+    _, reference, _ = stats_and_grads(model, chunk)
+    torch.testing.assert_close(entropy, reference, rtol=0, atol=1e-6)
