@@ -11,7 +11,7 @@ import sys
 
 from klear_lab.cli_args import parse_args
 from klear_lab.distributed import joined_run_dir
-from klear_lab.errors import KlearError, interrupted
+from klear_lab.errors import ConfigError, KlearError, interrupted
 from klear_lab.run_list import STATUSES
 
 
@@ -20,10 +20,7 @@ def _train(args: argparse.Namespace) -> int:
 
     cfg = compose(args.experiment, args.overrides)
     if args.dry_run:
-        from klear_lab.dry_run import dry_run
-
-        dry_run(cfg)
-        return 0
+        return _dry_run(cfg)
     from klear_lab.run import run_experiment
 
     result = run_experiment(cfg)
@@ -48,11 +45,20 @@ def _eval(args: argparse.Namespace) -> int:
 
     cfg = eval_config(args.target, args.overrides)
     if args.dry_run:
-        from klear_lab.dry_run import dry_run
-
-        dry_run(cfg)
-        return 0
+        return _dry_run(cfg)
     _print_result(run_experiment(cfg))
+    return 0
+
+
+def _dry_run(cfg: dict) -> int:
+    """Print the plan; a row that says NOT SUPPORTED then fails the command like the run's ConfigError
+    would (exit 2), so a script checking configs with ``--dry-run`` sees it. Rows that say something is
+    not available on this machine do not: the config may be meant for another one."""
+    from klear_lab.dry_run import dry_run, unsupported
+
+    problems = unsupported(dry_run(cfg))
+    if problems:
+        raise ConfigError(f"the plan above cannot run: {'; '.join(problems)}")
     return 0
 
 
@@ -119,8 +125,10 @@ def _runs(args: argparse.Namespace) -> int:
     from klear_lab.run_list import list_runs, print_runs
 
     paths = args.paths or [p for p in ("runs", "sweep_runs") if Path(p).is_dir()]
-    if not paths:
-        raise KlearError("no runs/ or sweep_runs/ directory here; give the directories to list")
+    if not paths:  # a fresh clone: nothing has run yet, which is an answer, not an error
+        print(f"no runs yet under {Path.cwd()} (no runs/ or sweep_runs/ directory)",
+              file=sys.stderr if args.json else sys.stdout)  # --json: stdout stays JSON lines
+        return 0
     print_runs(list_runs(paths, args.metric, args.status), args.metric, args.json)
     return 0
 
@@ -145,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_eval)
     p = sub.add_parser("runs", help="list runs and their status: running, stopped (its process died), failed, "
                        "completed; how to continue the stopped ones")
-    p.add_argument("paths", nargs="*", help="run, runs or sweep directories (default: runs/ and sweep_runs/ here)")
+    p.add_argument("paths", nargs="*", help="run, runs or sweep directories (default: runs/ and sweep_runs/ here; "
+                   "when neither exists it says there are no runs yet and exits 0, while a directory given here "
+                   "that does not exist is an error, exit 2)")
     p.add_argument("--status", action="append", choices=STATUSES, help="only runs with this status (repeatable)")
     p.add_argument("--metric", default="val/acc", help="the metric column (default: val/acc)")
     p.add_argument("--json", action="store_true", help="one JSON object per run instead of a table")

@@ -2,7 +2,9 @@
 
 No weights are allocated and no data is read or downloaded, so a paper-scale config (Qwen3-8B,
 32K context, 8 GPUs) is checked on a laptop. Data sizes come from the config: embedded sources
-declare ``n_prompts``, file sources their ``limit``, mixes their ``budget``.
+declare ``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that says NOT
+SUPPORTED is a config problem (the run would stop with a ConfigError): the command exits 2 after the
+plan; NOT AVAILABLE HERE (a package or device this machine lacks) leaves it at 0.
 """
 
 from __future__ import annotations
@@ -20,12 +22,24 @@ from klear_lab.distributed import device_count
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
 
+UNSUPPORTED = "NOT SUPPORTED"  # a row that says the config cannot run: the command exits 2 after the plan
+# Lightning converts the model to these precisions' dtype (HalfPrecision, DoublePrecision); 32-true and
+# the *-mixed ones leave it as loaded
+TRUE_PRECISIONS = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64,
+                   "64": torch.float64}
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+
 
 def model_config(cfg: dict[str, Any]):
-    """The model's HF config without weights: local dir, known paper checkpoint, or tiny builder."""
+    """The model's HF config without weights: local dir, known paper checkpoint, tiny builder, or the
+    ``model.init_from`` experiment's (the run trains that model further, not this config's ``tiny``)."""
     from transformers import AutoConfig
 
     m = cfg["model"]
+    if not m["name_or_path"] and m["init_from"]:
+        from klear_lab.builders import parent_config
+
+        return model_config(parent_config(cfg))
     if not m["name_or_path"]:
         from klear_lab.builders import build
         from klear_lab.registry import MODEL
@@ -45,6 +59,17 @@ def model_config(cfg: dict[str, Any]):
         return AutoConfig.for_model(spec.pop("model_type"), **spec)
     raise ConfigError(f"model.name_or_path {path!r}: not a local directory and not a known architecture "
                       f"({', '.join(KNOWN)}); a dry run never downloads")
+
+
+def model_name(cfg: dict[str, Any]) -> str:
+    """The model as the plan names it; through ``model.init_from``, the starting experiment's, after it."""
+    m = cfg["model"]
+    if not m["name_or_path"] and m["init_from"]:
+        from klear_lab.builders import parent_config
+
+        parent = parent_config(cfg)
+        return f"{model_name(parent)}, as {parent['run']['experiment']} leaves it (model.init_from)"
+    return m["name_or_path"] or f"tiny {m['tiny']['name']} {m['tiny'].get('size', '')}"
 
 
 def meta_params(config) -> int:
@@ -69,13 +94,15 @@ def estimated_examples(cfg: dict[str, Any]) -> int | None:
 
 
 def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
-    t, m = cfg["trainer"], cfg["model"]
+    t = cfg["trainer"]
     devices = device_count(t)
-    rows = [("model", m["name_or_path"] or f"tiny {m['tiny']['name']} {m['tiny'].get('size', '')}"),
+    rows = [("model", model_name(cfg)),
             ("parameters", f"{params / 1e6:,.1f} M")]
     if cfg["run"]["kind"] == "eval":
-        return [*rows, ("weights (inference)", f"{params * 4 / 2**30:,.1f} GiB in fp32, one device"), eval_row(cfg)]
-    rows += [("weights+grads+AdamW (fp32 master)", f"{params * 16 / 2**30:,.1f} GiB before sharding"),
+        dtype, source = weight_dtype(cfg, training=False)
+        weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"
+        return [*rows, ("weights (inference)", weights), eval_row(cfg)]
+    rows += [*init_from_rows(cfg), training_memory_row(cfg, params),
              ("accelerator / devices / strategy / precision",
               f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
     if cfg["run"]["kind"] == "sft":
@@ -100,6 +127,71 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     return [*rows, eval_row(cfg)]
 
 
+def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:
+    """The dtype the weights are held in (in training their gradients and AdamW states too), and the key
+    that sets it.
+
+    The model is loaded in ``model.dtype``. A ``16-true``, ``bf16-true`` or ``64-true`` precision makes
+    Lightning convert it for training, so the optimizer states follow; ``32-true`` and the ``*-mixed``
+    precisions leave it as loaded (autocast lowers the compute, not the stored weights).
+    """
+    precision = str(cfg["trainer"]["precision"])
+    if training and precision in TRUE_PRECISIONS:
+        return TRUE_PRECISIONS[precision], f"trainer.precision={precision}"
+    return getattr(torch, cfg["model"]["dtype"]), f"model.dtype={cfg['model']['dtype']}"
+
+
+def training_memory_row(cfg: dict[str, Any], params: int) -> tuple[str, str]:
+    """Weights, gradients and AdamW's two moments: four tensors per parameter in the weights' dtype
+    (no separate fp32 master copy: under ``*-mixed`` the weights themselves are the master)."""
+    dtype, source = weight_dtype(cfg, training=True)
+    precision = str(cfg["trainer"]["precision"])
+    held = f"{DTYPE_NAMES[dtype]} ({source}"
+    if precision.endswith("mixed") or precision in ("16", "bf16"):
+        held += f"; {precision} computes under autocast"
+    return "weights+grads+AdamW", f"{size(params * 4 * dtype.itemsize)} in {held}), before sharding"
+
+
+def init_from_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where the ``model.init_from`` starting point comes from, as the run will find it
+    (``builders.resolve_init_from``): its completed run, else its stopped run resumed, else a whole
+    training run of that experiment first. Only looked up: a dry run trains nothing."""
+    m = cfg["model"]
+    if m["name_or_path"] or not m["init_from"]:
+        return []
+    from klear_lab.builders import find_completed_run, find_resumable_run, parent_config
+    from klear_lab.distributed import several_devices
+    from klear_lab.tracking import config_hash
+
+    parent = parent_config(cfg)
+    out, seed, parent_hash = Path(parent["run"]["out_dir"]), parent["run"]["seed"], config_hash(parent)
+    name, key = parent["run"]["experiment"], "starting point (model.init_from)"
+    done = find_completed_run(out, parent_hash, seed=seed)
+    if done is not None:
+        return [(key, f"{name}: its completed run {done}")]
+    missing = f"{name}: no completed run of it (this config, seed {seed}) in {out}/"
+    stopped = find_resumable_run(out, parent_hash, seed=seed)
+    if several_devices(parent["trainer"]):  # resolve_init_from refuses to train or resume it from here
+        how = f"klear-lab resume {stopped}" if stopped else f"klear-lab train {name} run.out_dir={out}"
+        return [(key, f"{UNSUPPORTED}: {missing}, and it trains on several devices: "
+                      f"{'finish' if stopped else 'train'} it first with `{how}`")]
+    if stopped is not None:
+        return [(key, f"{missing}: the run first RESUMES its stopped run {stopped}")]
+    return [(key, f"{missing}: the run first TRAINS IT, a whole {parent['run']['kind']} run "
+                  f"(its plan: klear-lab train {name} --dry-run)")]
+
+
+def size(n_bytes: float) -> str:
+    """GiB, or MiB below one (a tiny model's 30 MB read "0.0 GiB")."""
+    return f"{n_bytes / 2**30:,.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:,.1f} MiB"
+
+
+def unsupported(rows: list[tuple[str, str]]) -> list[str]:
+    """The rows that say the config cannot run (a config problem), as ``item: value``; rows that only
+    say something is not available on this machine (a package, a GPU) are not among them."""
+    return [f"{k}: {v}" for k, v in rows if UNSUPPORTED in v]
+
+
 def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     """How held-out problems are decoded: greedy or avg@k, by which engine."""
     ev = cfg["eval"]
@@ -115,12 +207,14 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
         if cfg["run"]["kind"] == "rl":  # the run's own engine, shared: its own row says if it is available
             engine += " (shared with the rollouts)"
         else:
-            try:
-                from klear_lab.builders import eval_engine
+            from klear_lab.builders import eval_engine
+            from klear_lab.distributed import several_devices
 
+            try:
                 eval_engine(cfg)
-            except Exception as exc:  # noqa: BLE001 - reported, not fatal, in a plan
-                engine += f" NOT AVAILABLE HERE: {exc}"
+            except Exception as exc:  # noqa: BLE001 - reported in the plan
+                # eval_engine refuses several devices before it checks the engine's package
+                engine += f" {UNSUPPORTED if several_devices(cfg['trainer']) else 'NOT AVAILABLE HERE'}: {exc}"
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 

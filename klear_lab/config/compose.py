@@ -55,6 +55,10 @@ def dump_yaml(data: Any) -> str:
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """Read one YAML mapping; errors name the file (and line for syntax errors)."""
+    if path.is_dir():  # `klear-lab config experiments/quickstart`: "not found" would send them looking for it
+        yamls = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:5])
+        raise ConfigError(f"{path}: is a directory; expected an experiment YAML file"
+                          + (f" (in it: {yamls})" if yamls else ""))
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:

@@ -48,7 +48,7 @@ class SFTStage:
         self.datamodule.skip = checkpoints.skip
         trainer = make_trainer(
             cfg, run_dir, loggers, max_steps=int(self.plan["plan/total_steps"]),
-            callbacks=[*default_callbacks(cfg), checkpoints, *callbacks],
+            callbacks=[*default_callbacks(cfg, planned_epochs(self.plan)), checkpoints, *callbacks],
             val_check_interval=every or None, accumulate_grad_batches=cfg["sft"]["grad_accum"],
             gradient_clip_val=cfg["optim"]["grad_clip"] or None,
         )
@@ -99,10 +99,34 @@ class StepLRMonitor(LearningRateMonitor):
             super().on_train_batch_start(trainer, *args, **kwargs)
 
 
-def default_callbacks(cfg: dict[str, Any]) -> list:
+class PlannedEpochsProgressBar(RichProgressBar):
+    """Lightning's RichProgressBar, its "Epoch i/last" counted against the plan's epochs.
+
+    The run stops at ``max_steps`` and leaves ``max_epochs`` at -1 (no epoch limit), which Lightning's
+    bar printed as "Epoch 0/-2". Only the label changes: the Trainer's limits, hence the steps, stay.
+    """
+
+    def __init__(self, epochs: int | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.epochs = epochs
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        limit = self.trainer.max_epochs
+        if limit is not None and limit >= 0:  # a real limit: Lightning's own label
+            return super()._get_train_description(current_epoch)
+        label = f"Epoch {current_epoch}" + (f"/{self.epochs - 1}" if self.epochs else "")  # 0-based, as Lightning
+        return f"{label:{len(self.validation_description)}}"  # padded like Lightning's: no flicker
+
+
+def planned_epochs(plan: dict[str, float]) -> int:
+    """Epochs the planned optimizer steps reach (a started one counts: ``sft.epochs=1.5`` is 2)."""
+    return math.ceil(plan["plan/total_steps"] / plan["plan/steps_per_epoch"])
+
+
+def default_callbacks(cfg: dict[str, Any], epochs: int | None = None) -> list:
     out: list = [StepLRMonitor()]
     if cfg["trainer"].get("progress_bar", True):
-        out.append(RichProgressBar(leave=True))
+        out.append(PlannedEpochsProgressBar(epochs, leave=True))
     return out
 
 

@@ -182,7 +182,7 @@ def test_dry_run_says_how_the_ranks_split_a_step(tmp_path, plugin, capsys):
     assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "--dry-run"]) == 0
     assert "2 (DDP: each rank generates 2 prompts x 4" in capsys.readouterr().out
     assert main(["train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "trainer.strategy=fsdp",
-                 "--dry-run"]) == 0
+                 "--dry-run"]) == 2  # the plan, then the config error the run would stop with
     assert "NOT SUPPORTED: trainer.strategy='fsdp'" in capsys.readouterr().out
 
 

@@ -1,0 +1,40 @@
+"""What the CLI says in a fresh clone and on a wrong path: answers, not misleading errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from klear_lab.cli import build_parser, main
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+
+
+def test_runs_in_a_fresh_clone_says_there_are_none_yet(tmp_path, capsys, monkeypatch):
+    """No runs/ or sweep_runs/ here: nothing has run yet (was exit 2, "no runs/ ..."); a directory
+    given that does not exist stays an error."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs"]) == 0
+    assert capsys.readouterr().out.strip() == f"no runs yet under {tmp_path} (no runs/ or sweep_runs/ directory)"
+    assert main(["runs", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("no runs yet under")  # stdout stays JSON lines (none)
+    assert main(["runs", "runs"]) == 2
+    assert "runs: no such directory" in capsys.readouterr().err
+
+
+def test_a_directory_for_an_experiment_is_named_as_one(tmp_path, capsys):
+    (tmp_path / "sft.yaml").write_text("run: {kind: sft}\n")
+    with pytest.raises(ConfigError, match="is a directory; expected an experiment YAML file \\(in it: sft.yaml\\)"):
+        compose(tmp_path)
+    assert main(["config", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory; expected an experiment YAML file" in err and "not found" not in err
+
+
+@pytest.mark.xfail(strict=True, reason="the reproduce description in klear_lab/cli_sweep.py still writes '95 %%' "
+                                       "(argparse expands %% in help strings, not in descriptions)")
+def test_reproduce_help_prints_one_percent_sign(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["reproduce", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "95 % intervals" in out and "%%" not in out

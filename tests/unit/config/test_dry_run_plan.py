@@ -1,0 +1,89 @@
+"""``--dry-run``: memory in the dtype the config holds weights in, the ``init_from`` starting point,
+and exit 2 when a row says the config is NOT SUPPORTED (not when something is unavailable here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from klear_lab.cli import main
+from klear_lab.config.compose import compose
+from klear_lab.dry_run import init_from_rows, plan_rows
+
+ROOT = Path(__file__).resolve().parents[3]
+MATH = ROOT / "experiments/paper/rl/math.yaml"  # Qwen3-8B, model.dtype bfloat16, trainer.precision bf16-true
+QUICK_RL = ROOT / "experiments/quickstart/rl.yaml"
+PARAMS = 8_190_735_360  # Qwen3-8B on the meta device: 15.3 GiB in bf16, 30.5 in fp32
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ([], "61.0 GiB in bf16 (trainer.precision=bf16-true), before sharding"),  # was 122.1 "fp32 master"
+    (["trainer.precision=bf16-mixed", "model.dtype=float32"],
+     "122.1 GiB in fp32 (model.dtype=float32; bf16-mixed computes under autocast), before sharding"),
+    (["trainer.precision=32-true"], "61.0 GiB in bf16 (model.dtype=bfloat16), before sharding"),  # not converted
+])
+def test_training_memory_follows_the_precision(overrides, expected):
+    rows = dict(plan_rows(compose(MATH, overrides), PARAMS))
+    assert rows["weights+grads+AdamW"] == expected
+
+
+def test_inference_weights_are_counted_in_model_dtype():
+    cfg = compose(MATH)
+    cfg["run"]["kind"] = "eval"
+    assert dict(plan_rows(cfg, PARAMS))["weights (inference)"] == "15.3 GiB in bf16 (model.dtype=bfloat16), one device"
+
+
+def test_the_plan_says_init_from_trains_its_parent_first_and_trains_nothing(tmp_path):
+    from klear_lab.builders import parent_config
+    from klear_lab.tracking import config_hash
+
+    runs = tmp_path / "runs"
+    cfg = compose(QUICK_RL, [f"run.out_dir={runs}"])
+    ((key, value),) = init_from_rows(cfg)
+    assert key == "starting point (model.init_from)"
+    assert "experiments/quickstart/sft.yaml: no completed run" in value and "first TRAINS IT, a whole sft run" in value
+    assert not runs.exists()  # looked up only
+    done = runs / "quickstart-sft-1"  # what a finished parent leaves: found by config hash and seed
+    (done / "model").mkdir(parents=True)
+    (done / "model" / "config.json").write_text("{}")
+    (done / "config.yaml").write_text("run: {seed: 0}\n")
+    (done / "run.json").write_text(json.dumps({"status": "completed", "config_hash": config_hash(parent_config(cfg))}))
+    assert init_from_rows(cfg) == [(key, f"experiments/quickstart/sft.yaml: its completed run {done}")]
+    assert init_from_rows(compose(QUICK_RL, [f"model.name_or_path={done}"])) == []  # a model given: no parent
+
+
+def test_a_parent_that_trains_on_several_devices_is_not_trained_by_the_run(tmp_path, capsys):
+    """resolve_init_from refuses to train such a parent (its DDP launcher would re-run this command)."""
+    (tmp_path / "sft.yaml").write_text(f"base: {ROOT / 'experiments/quickstart/sft.yaml'}\n"
+                                       "trainer: {devices: 2, strategy: ddp}\n")
+    (tmp_path / "rl.yaml").write_text(f"base: {QUICK_RL}\nmodel: {{init_from: sft.yaml}}\n")
+    assert main(["train", str(tmp_path / "rl.yaml"), f"run.out_dir={tmp_path / 'runs'}", "--dry-run"]) == 2
+    assert "starting point (model.init_from): NOT SUPPORTED:" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_not_supported_row_fails_the_dry_run_after_the_plan(tmp_path, capsys):
+    args = [str(QUICK_RL), f"run.out_dir={tmp_path}", "trainer.devices=2", "trainer.strategy=fsdp", "--dry-run"]
+    assert main(["train", *args]) == 2
+    out, err = capsys.readouterr()
+    assert "NOT SUPPORTED: trainer.strategy='fsdp'" in out  # the plan is printed first
+    assert "training devices: NOT SUPPORTED: trainer.strategy='fsdp'" in err
+
+
+def test_an_engine_missing_here_is_no_failure(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here: nothing is unavailable")
+    assert main(["train", str(MATH), "--dry-run"]) == 0  # a GPU config checked on a laptop
+    assert "NOT AVAILABLE HERE" in capsys.readouterr().out
+
+
+def test_an_evaluation_engine_on_every_rank_is_not_supported(capsys):
+    """eval_engine refuses several devices (every rank would start an engine) before it checks the package."""
+    sft = str(ROOT / "experiments/quickstart/sft.yaml")
+    assert main(["train", sft, "eval.engine=rollout", "rl.rollout=vllm", "trainer.devices=2", "trainer.strategy=ddp",
+                 "--dry-run"]) == 2
+    assert "NOT SUPPORTED: eval.engine: rollout with 'vllm' on several devices" in capsys.readouterr().err
