@@ -122,7 +122,7 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_compare)
     p = subparsers.add_parser("reproduce", help="a paper table or figure next to a sweep's results (analysis/*.yaml)",
                               description="Put the paper's numbers beside a sweep's arms and check each of the "
-                                          "paper's claims against it (Welch t 95 %% intervals over seeds).")
+                                          "paper's claims against it (Welch t 95 % intervals over seeds).")
     p.add_argument("analysis", help="analysis spec (analysis/fig2_clip.yaml) or a directory of them (analysis/)")
     p.add_argument("target", nargs="?", default=None,
                    help="sweep directory or spec (default: the first of the analysis's sweeps that has results)")

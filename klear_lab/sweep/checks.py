@@ -3,7 +3,8 @@
 Every axis value is composed onto the base experiment through ``compose()`` (the same path a
 trial takes; the other axes at their first value), then every grid arm is composed whole, so a
 misspelt key, an unknown component or an out-of-range parameter stops the sweep with the spec
-file and axis named.
+file and axis named. Each composed config also goes through the refusals ``klear-lab train``
+makes before it loads a model (``runnable_problem``): a config every trial would fail on.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import Arm, axis_distribution, grid_arms, resolve_baseline, trial_layer
-from klear_lab.sweep.spec import SweepSpec
+from klear_lab.sweep.metrics import is_logged, unlogged_message
+from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
 METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/", "data/", "plan/")
-"""Namespaces run_experiment logs under (Lightning ``self.log`` names, summary.json keys)."""
-KNOWN_METRICS = frozenset({"val/acc", "train/loss", "val/loss", "perf/tokens_per_s", "rl/reward_mean"})
-"""Named here so the list of documented metrics has one home; any prefixed name is also accepted."""
+"""Namespaces a custom runner's metrics must use (``run_experiment``'s names are checked one by one)."""
 SWEEP_OWNED_KEYS = ("run.seed", "run.group", "run.job_type", "run.tags", "run.out_dir", "run.name",
                     "run.notes")
 """Set by the sweep for every trial; an axis on them would be overwritten (use ``seeds:``)."""
@@ -30,9 +30,10 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     Raises:
         ConfigError: naming the spec file and the key at fault.
     """
-    check_objective(spec)
     check_storage_url(spec.storage, spec)
-    _check_base(spec)
+    base = _check_base(spec)
+    check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")))
+    inherited = runnable_problem(base)  # reported as the base's when an arm has it (no axis is at fault)
     for axis in spec.axes:
         if axis.key in SWEEP_OWNED_KEYS or axis.key == "run":
             raise spec.err(f"axes.{axis.key}", "is set by the sweep itself (replicates go in seeds:)")
@@ -45,21 +46,47 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
         for value in _probe_values(axis):
             context = f" (other axes at {others})" if others else ""
             _compose_or_raise(spec, {**others, axis.key: value}, f"axes.{axis.key}",
-                              f"value {value!r}{context}")
+                              f"value {value!r}{context}", inherited)
     arms = grid_arms(spec) if spec.sampler == "grid" else []
     for arm in arms[:MAX_COMPOSED_ARMS]:
-        _compose_or_raise(spec, arm.params, "axes", f"arm {arm.label}")
+        _compose_or_raise(spec, arm.params, "axes", f"arm {arm.label}", inherited)
     resolve_baseline(spec, [a.label for a in arms])
     return arms
 
 
-def check_objective(spec: SweepSpec) -> None:
-    """The objective and table metrics must be names that runs log (see ``METRIC_PREFIXES``)."""
+def check_objective(spec: SweepSpec, kind: str, plugins: bool = False) -> None:
+    """The objective and table metrics must be names that runs of ``kind`` log (``metrics.py``): a trial
+    whose objective is missing fails only once it has trained.
+
+    A custom ``runner:`` returns metrics of its own: only their namespace (``METRIC_PREFIXES``) is checked.
+    So is a name under ``rl/`` or ``reward/`` when the experiment loads plugins: a plugin clip variant's
+    statistics are logged as ``rl/<key>``, and those are known only once it runs.
+    """
     named = [("objective.metric", spec.metric), *[(f"metrics[{i}]", m) for i, m in enumerate(spec.metrics)]]
     for key, name in named:
-        if name not in KNOWN_METRICS and not name.startswith(METRIC_PREFIXES):
-            raise spec.err(key, f"{name!r} is not a metric that runs log; expected a name starting with "
-                                f"{', '.join(METRIC_PREFIXES)} (e.g. val/acc)")
+        if spec.runner != DEFAULT_RUNNER or (plugins and name.startswith(("rl/", "reward/"))):
+            if not name.startswith(METRIC_PREFIXES):
+                raise spec.err(key, f"{name!r} is not a metric that runs log; expected a name starting with "
+                                    f"{', '.join(METRIC_PREFIXES)} (e.g. val/acc)")
+        elif not is_logged(name, kind):
+            raise spec.err(key, unlogged_message(name, kind))
+
+
+def runnable_problem(cfg: dict[str, Any]) -> str | None:
+    """Why ``klear-lab train`` would refuse ``cfg`` before loading a model (None: it would not).
+
+    The stage's own check (``prepare_rl`` calls ``multi_device_rl_problem`` first), so a sweep whose
+    arms cannot run stops before a study exists instead of failing every trial. ``strategy: auto`` is
+    checked as the trial process sees it: a fresh, non-interactive process (DDP), even when this sweep
+    runs in a notebook.
+    """
+    if cfg["run"]["kind"] != "rl":
+        return None
+    from klear_lab.distributed import multi_device_rl_problem
+
+    if cfg["trainer"]["strategy"] == "auto":
+        cfg = {**cfg, "trainer": {**cfg["trainer"], "strategy": "ddp"}}
+    return multi_device_rl_problem(cfg)
 
 
 def check_storage_url(url: str | None, spec: SweepSpec | None = None) -> None:
@@ -85,14 +112,15 @@ def check_storage_url(url: str | None, spec: SweepSpec | None = None) -> None:
         raise fail(f"{url!r}: workers share the study through a file; give sqlite:///PATH")
 
 
-def _check_base(spec: SweepSpec) -> None:
+def _check_base(spec: SweepSpec) -> dict[str, Any]:
     if spec.experiment is not None and not spec.experiment.is_file():
         raise spec.err("experiment", f"{spec.experiment} not found")
     try:
-        spec.compose()
+        cfg = spec.compose()
     except ConfigError as exc:  # an error in the spec's own overrides already names the spec
         msg = str(exc)
         raise ConfigError(msg if msg.startswith(f"{spec.path}: ") else f"{spec.path}: base experiment: {msg}") from None
+    return cfg
 
 
 def _probe_values(axis: Any) -> list[Any]:
@@ -102,10 +130,18 @@ def _probe_values(axis: Any) -> list[Any]:
     return [int(axis.low), int(axis.high)] if integer else [float(axis.low), float(axis.high)]
 
 
-def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str) -> None:
+def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,
+                      inherited: str | None = None) -> None:
+    """Compose one trial's config and ask :func:`runnable_problem` of it; a problem the base experiment
+    has too (``inherited``) is the base's, not the axis value's. The base alone is not refused: an axis
+    (say ``trainer.strategy``) may be what makes it runnable."""
     seed = spec.seeds[0]
     layer = trial_layer(spec, values, seed, None, None, "check")
     try:
-        spec.compose([layer])
+        problem = runnable_problem(spec.compose([layer]))
     except ConfigError as exc:
         raise spec.err(key, f"{what}: {exc}") from None
+    if problem and problem == inherited:
+        raise ConfigError(f"{spec.path}: base experiment: every trial would stop before training: {problem}")
+    if problem:
+        raise spec.err(key, f"{what}: {problem}")

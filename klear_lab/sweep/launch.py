@@ -19,6 +19,7 @@ from klear_lab.sweep.queue import READY_ATTR, check_same_base, count, grid_statu
 from klear_lab.sweep.spec import SweepSpec, load_spec
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
 from klear_lab.sweep.worker import WorkerContext, cpu_cores, run_workers, threads_per_trial
 
 JOIN_WAIT_S = 600
@@ -97,6 +98,9 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         return 130
     study = current_study(study)  # a sweep started alongside may have widened the grid meanwhile
     log(f"sweep {spec.name}: workers done in {time.time() - started:.1f}s; trials {grid_status(study)}")
+    if ctx.no_objective:
+        raise spec.err("objective.metric", f"{ctx.no_objective}; no further trial was started (their runs would "
+                                           f"lack {spec.metric!r} too): make the objective a metric the runs log")
     return _finish(spec, study, arms, compare and not join, log)
 
 
@@ -110,15 +114,35 @@ def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: An
         finished = count(study, (TrialState.COMPLETE, TrialState.PRUNED))
         if finished < spec.n_trials:
             log(f"{finished} of n_trials={spec.n_trials} trials finished; see the trial logs in "
-                f"{spec.sweep_dir / 'trials'} and rerun the same command to run the rest")
+                f"{spec.sweep_dir / 'trials'} and {_next_step(config_failures(study, None), 'run the rest')}")
             return 1
         return 0
     if missing:
         log(f"{len(missing)} grid point(s) without a finished trial: {', '.join(missing[:8])}"
             f"{' ...' if len(missing) > 8 else ''}; see the trial logs in {spec.sweep_dir / 'trials'} "
-            "and rerun the same command to retry them")
+            f"and {_next_step(config_failures(study, set(missing)), 'retry them')}")
         return 1
     return 0
+
+
+def config_failures(study: Any, points: set[str] | None) -> list[Any]:
+    """The failed trials whose run refused its config, of ``points`` (``"ARM seed=S"``; None: any), the
+    latest attempt of each: a rerun of the same command fails those the same way."""
+    latest: dict[Any, Any] = {}
+    for t in sorted(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)), key=lambda t: t.number):
+        point = f"{t.user_attrs.get('arm')} seed={t.user_attrs.get('seed')}"
+        if points is None or point in points:
+            latest[point if points is not None else t.number] = t
+    return [t for t in latest.values() if t.user_attrs.get(CONFIG_ERROR_ATTR)]
+
+
+def _next_step(failures: list[Any], retry: str) -> str:
+    """What to do next: rerun to ``retry``, unless trials failed on their config (a rerun repeats that)."""
+    if not failures:
+        return f"rerun the same command to {retry}"
+    first = failures[0]
+    return (f"fix the config first: {len(failures)} trial(s) failed on a config error a rerun would repeat "
+            f"(trial {first.number}: {first.user_attrs.get('error', '')})")
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:

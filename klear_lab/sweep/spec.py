@@ -29,9 +29,9 @@ A spec names a base experiment, the axes to vary and how to run them::
                                         # trials always start fresh; see launcher.py)
     description: free text
 
-Objective and table metrics must be names runs log (``val/``, ``train/``, ``perf/``, ``rl/``,
-``reward/``, ``eval/``, ``test/``). Checks that need the config schema (axis keys, values) live in
-``checks.py``.
+Objective and table metrics must be names the base experiment's run kind logs (``metrics.py``;
+with a custom ``runner:``, names under ``val/``, ``train/``, ``perf/``...). Checks that need the
+config schema (axis keys, values, the run kind) live in ``checks.py``.
 """
 
 from __future__ import annotations

@@ -94,6 +94,8 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
     A study continued in a successor (a widened grid, ``successor.py``) hands over to it: the
     returned study is the current one, whose ``study_name`` may be ``NAME@v2``.
     """
+    if not create and _missing_sqlite_file(url):  # opening it would create the file, its lock and directory
+        raise _no_study(spec, url)
     with StudyLock(url, "klear-lab storage init").hold():  # concurrent schema creation races
         storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
         kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
@@ -103,8 +105,18 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
     try:
         return current_study(optuna.load_study(**kwargs))
     except KeyError:
-        raise ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
-                          f"`klear-lab sweep {spec.path}` first") from None
+        raise _no_study(spec, url) from None
+
+
+def _no_study(spec: SweepSpec, url: str) -> ConfigError:
+    return ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
+                       f"`klear-lab sweep {spec.path}` first")
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    """An SQLite URL whose database file does not exist (``compare`` or ``dashboard`` of a sweep never run)."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file()
 
 
 def current_study(study: optuna.Study) -> optuna.Study:

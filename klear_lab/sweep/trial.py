@@ -29,6 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+CONFIG_ERROR_ATTR = "config_error"
+"""Set on a trial failed by a ``ConfigError``: a rerun of the same sweep fails it the same way."""
+NO_OBJECTIVE_ATTR = "objective_missing"
+"""Set on a trial whose run finished without the objective: the other trials' runs lack it too."""
+
 
 def die_with(sweep_pid: int | None) -> None:
     """SIGKILL this process as soon as the sweep process ``sweep_pid`` exits (kill -9 included).
@@ -126,7 +131,11 @@ def run_job(job: dict[str, Any]) -> int:
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
+        from klear_lab.errors import ConfigError
+
         traceback.print_exc()
+        if isinstance(exc, ConfigError):
+            trial.set_user_attr(CONFIG_ERROR_ATTR, True)
         return _fail(study, trial, f"{type(exc).__name__}: {exc}")
     metrics, run_dir, wandb_dir = result_fields(result)
     filled = fill_from_csv(metrics, run_dir, [job["objective"], *job.get("metrics", [])])
@@ -136,6 +145,8 @@ def run_job(job: dict[str, Any]) -> int:
         trial.set_user_attr(key, value)
     value = metrics.get(job["objective"])
     if value is None or math.isnan(value):
+        if value is None:  # NaN: this run diverged, which says nothing of the others
+            trial.set_user_attr(NO_OBJECTIVE_ATTR, True)
         return _fail(study, trial, f"objective {job['objective']!r} missing from the run's metrics "
                                    f"(got {', '.join(sorted(metrics)) or 'none'})")
     study.tell(trial, value)

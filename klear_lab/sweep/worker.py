@@ -33,6 +33,7 @@ from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import claimed_trial, count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR
 
 _COMPOSE_LOCK = threading.Lock()
 STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
@@ -53,6 +54,7 @@ class WorkerContext:
     poll_s: float = 2.0
     progress: Progress | None = None
     failed_in_a_row: int = 0  # trials of this process, any worker; a finished one resets it
+    no_objective: str | None = None  # a run finished without the objective: no worker claims another trial
 
     def asks(self) -> bool:
         """Whether a worker may ask the sampler for a new trial: not once trials keep failing (an
@@ -104,10 +106,10 @@ def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
 
 
 def worker_loop(ctx: WorkerContext, index: int) -> None:
-    """Claim and run trials until none is left."""
+    """Claim and run trials until none is left (or a run lacked the objective: the others would too)."""
     study = open_study(ctx.spec, ctx.url, create=False)
     lock = StudyLock(ctx.url, ctx.spec.name)
-    while not ctx.stop.is_set():
+    while not ctx.stop.is_set() and ctx.no_objective is None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
@@ -179,6 +181,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
             cfg = ctx.spec.compose([layer])
     except ConfigError as exc:
         trial.set_user_attr("error", str(exc))
+        trial.set_user_attr(CONFIG_ERROR_ATTR, True)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         progress = f"; {ctx.progress.record(study, TrialState.FAIL, 0.0)}" if ctx.progress else ""
         ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: config error: {exc}{progress}")
@@ -203,6 +206,8 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         final = storage.get_trial(trial_id)
     if interrupted and final.state == TrialState.FAIL:
         ctx.log(f"[worker {index}] trial {trial.number}: {queue_retry(study, final)}")
+    if final.state == TrialState.FAIL and final.user_attrs.get(NO_OBJECTIVE_ATTR):
+        ctx.no_objective = f"trial {trial.number}: {final.user_attrs.get('error', '')}"
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
              else final.user_attrs.get("error", ""))
     seconds = time.time() - started
@@ -220,7 +225,8 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> str:
     retry = study._storage.get_heartbeat_stale_trial_callback()
     if retry is not None:
         frozen = copy.deepcopy(killed)
-        frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items() if k != "error"}  # the retry's own
+        frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items()  # the retry's own
+                             if k not in ("error", CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR)}
         retry(study, frozen)
     queued = any(t.system_attrs.get("retry_history", [None])[-1] == killed.number
                  for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))

@@ -196,10 +196,9 @@ def test_ctrl_c_stops_the_sweep_and_its_trial(tmp_path, trial_start):
 
 
 def test_a_random_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
-    """An objective the runs never log failed every trial, and tpe/random asked for new ones without end."""
+    """Trials that all crashed were replaced without end: tpe/random asked for new ones."""
     spec_path = fx.write_spec(tmp_path, name="nolog", sampler="random", n_trials=30,
-                              axes={"optim.lr": {"low": 0.001, "high": 0.003}},
-                              objective={"metric": "val/not_logged", "direction": "maximize"})
+                              axes={"optim.lr": {"low": 0.001, "high": 0.003}}, runner=fx.FAILING_RUNNER)
     log = tmp_path / "sweep.log"
     assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 1, log.read_text()[-3000:]
     _, study = _study(spec_path)
@@ -208,3 +207,28 @@ def test_a_random_sweep_whose_trials_all_fail_stops_and_exits_1(tmp_path):
     text = log.read_text()
     assert "5 trials failed in a row: no new trials are asked for" in text
     assert "0 of n_trials=30 trials finished" in text
+
+
+def test_a_run_without_the_objective_stops_the_sweep(tmp_path):
+    """The first run that finished without the objective failed, and every other trial trained all the same
+    (they lack it too); the sweep ended with exit 1 and a suggestion to rerun."""
+    spec_path = fx.write_spec(tmp_path, name="noobj", objective={"metric": "val/not_logged", "direction": "maximize"})
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "1", log=log), 300, log) == 2, log.read_text()[-3000:]
+    spec, study = _study(spec_path)
+    assert sorted(t.state.name for t in study.get_trials()) == ["FAIL", "WAITING", "WAITING"]
+    assert len(fx.invocations(spec.sweep_dir)) == 1
+    text = log.read_text()
+    assert (f"klear-lab: error: {spec_path}: objective.metric: trial 0: objective 'val/not_logged' missing from "
+            "the run's metrics") in text
+    assert "no further trial was started" in text and "rerun the same command" not in text
+
+
+def test_trials_that_refuse_their_config_are_not_sent_to_a_rerun(tmp_path):
+    """A config error fails the same way on every rerun: the end of the sweep said to rerun to retry them."""
+    spec_path = fx.write_spec(tmp_path, name="refused", runner=fx.REFUSING_RUNNER)
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 1, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "fix the config first: 3 trial(s) failed on a config error a rerun would repeat" in text
+    assert "ConfigError: optim.lr=" in text and "rerun the same command" not in text

@@ -31,9 +31,8 @@ def test_a_directory_for_an_experiment_is_named_as_one(tmp_path, capsys):
     assert "is a directory; expected an experiment YAML file" in err and "not found" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="the reproduce description in klear_lab/cli_sweep.py still writes '95 %%' "
-                                       "(argparse expands %% in help strings, not in descriptions)")
 def test_reproduce_help_prints_one_percent_sign(capsys):
+    """argparse expands %% in help strings, not in descriptions: it printed "95 %%"."""
     with pytest.raises(SystemExit):
         build_parser().parse_args(["reproduce", "--help"])
     out = " ".join(capsys.readouterr().out.split())

@@ -24,6 +24,8 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[3]
 RUNNER = f"{HERE}:run"
 PRUNABLE_RUNNER = f"{HERE}:run_prunable"
+FAILING_RUNNER = f"{HERE}:run_failing"
+REFUSING_RUNNER = f"{HERE}:run_refusing"
 
 
 def write_spec(tmp: Path, name: str = "toy", lrs: tuple[float, ...] = (0.001, 0.002, 0.003),
@@ -115,3 +117,19 @@ def run_prunable(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str
         for cb in callbacks or []:
             cb.on_validation_end(trainer, None)
     return {"run_dir": run_dir, "metrics": {"val/acc": acc, "train/loss": 0.25}}
+
+
+def run_failing(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """Records the call, then fails the way a crash does (not on its config)."""
+    sweep_dir, lr, seed = _point(cfg)
+    _record_call(sweep_dir, lr, seed)
+    raise RuntimeError(f"lr={lr}: the stand-in runner crashed")
+
+
+def run_refusing(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """Records the call, then refuses the config as ``run_experiment`` does before loading a model."""
+    from klear_lab.errors import ConfigError
+
+    sweep_dir, lr, seed = _point(cfg)
+    _record_call(sweep_dir, lr, seed)
+    raise ConfigError(f"optim.lr={lr}: refused by the stand-in runner")

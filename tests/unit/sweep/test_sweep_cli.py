@@ -98,3 +98,41 @@ def test_dashboard_serves_the_study(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_compare_and_dashboard_of_a_sweep_never_run_create_nothing(tmp_path, capsys, monkeypatch):
+    """Both said "no study" but left ``sweep_runs/NAME/study.db`` and its lock behind in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, out_dir="sweep_runs")
+    before = sorted(tmp_path.rglob("*"))
+    for command in ("compare", "dashboard"):
+        assert main([command, str(spec)]) == 2
+        assert "no study 'toy'" in capsys.readouterr().err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_trials_failed_on_a_config_error_are_not_sent_to_a_rerun(tmp_path):
+    """The end of a sweep whose trials all refused their config said to rerun the same command to retry them."""
+    from optuna.trial import TrialState
+
+    from klear_lab.sweep.checks import check_spec
+    from klear_lab.sweep.launch import _finish
+    from klear_lab.sweep.queue import prepare_study
+    from klear_lab.sweep.storage import StudyLock
+    from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
+
+    spec = load_spec(write_spec(tmp_path))
+    url = default_storage_url(spec)
+    arms = check_spec(spec)
+    study, _ = prepare_study(open_study(spec, url, create=True), spec, arms, StudyLock(url, spec.name))
+    storage = study._storage
+    for t in study.get_trials():
+        storage.set_trial_state_values(t._trial_id, TrialState.RUNNING)
+        storage.set_trial_user_attr(t._trial_id, "error", "ConfigError: trainer.strategy='fsdp': not for RL")
+        storage.set_trial_user_attr(t._trial_id, CONFIG_ERROR_ATTR, True)
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    lines: list[str] = []
+    assert _finish(spec, study, arms, False, lines.append) == 1
+    assert "rerun the same command" not in lines[-1]
+    assert "fix the config first: 3 trial(s) failed on a config error a rerun would repeat (trial 0: ConfigError: " \
+           "trainer.strategy='fsdp'" in lines[-1]

@@ -196,3 +196,47 @@ def test_the_frozen_spec_keeps_numbers_numbers_and_bad_ranges_stop_before_a_stud
                           axes={"optim.lr": {"low": 0.0, "high": 0.1, "log": True}}))
     with pytest.raises(ConfigError, match=r"axes.optim.lr: .*low > 0"):
         check_spec(bad)
+
+
+def test_an_objective_no_run_logs_stops_before_a_study(tmp_path):
+    """Any ``val/...`` passed: ``val/acx`` trained every trial, then failed each for lack of its objective."""
+    from klear_lab.sweep.spec import DEFAULT_RUNNER
+
+    real = {"runner": DEFAULT_RUNNER}
+    msg = _error(_edit(write_spec(tmp_path), objective={"metric": "val/acx"}, **real))
+    assert "objective.metric: 'val/acx' is not a metric sft runs log (did you mean 'val/acc'?)" in msg
+    assert "val/<source>/acc" in msg  # what sft runs log under val/
+    assert "metrics[1]: 'val/loss'" in _error(_edit(write_spec(tmp_path), metrics=["train/loss", "val/loss"], **real))
+    assert "(only rl runs do)" in _error(_edit(write_spec(tmp_path), metrics=["val/gain"], **real))
+    ok = _edit(write_spec(tmp_path), metrics=["train/loss", "val/level2/acc", "val/arith/acc", "data/mix_share/a"],
+               **real)
+    assert len(check_spec(load_spec(ok))) == 3
+    path = _edit(write_spec(tmp_path), metrics=["rl/reward_mean"], **real)
+    (tmp_path / "exp.yaml").write_text("run: {name: toy, kind: rl}\n")
+    msg = _error(path)
+    assert "metrics[0]: 'rl/reward_mean' is not a metric rl runs log (did you mean 'reward/mean'?)" in msg
+    check_spec(load_spec(_edit(path, metrics=["val/gain", "reward/mean", "rl/clipfrac", "train/pg_loss"])))
+    (tmp_path / "my_clip.py").write_text("")  # a plugin clip variant logs its own statistics under rl/
+    (tmp_path / "exp.yaml").write_text(f"run: {{name: toy, kind: rl}}\nplugins: [{tmp_path / 'my_clip.py'}]\n")
+    check_spec(load_spec(_edit(path, metrics=["rl/my_ratio_stat"])))
+    assert "'val/acx' is not a metric rl runs log" in _error(_edit(path, metrics=["val/acx"]))
+
+
+@pytest.mark.parametrize(("axes", "overrides", "expected"), [
+    ({"optim.lr": [0.1, 0.2]}, ["trainer.devices=2", "trainer.strategy=fsdp"],
+     "base experiment: every trial would stop before training: trainer.strategy='fsdp': RL on several devices"),
+    ({"trainer.strategy": ["ddp", "fsdp"]}, ["trainer.devices=2"], "axes.trainer.strategy: value 'fsdp': "),
+    ({"rl.rollout.name": ["hf", "vllm"]}, ["trainer.devices=2"],
+     "axes.rl.rollout.name: value 'vllm': rl.rollout=vllm with trainer.devices=2: every rank would start"),
+])
+def test_arms_train_would_refuse_stop_the_validation(tmp_path, capsys, axes, overrides, expected):
+    """``--validate-only`` said OK to RL arms ``klear-lab train`` refuses before loading a model (FSDP, a vLLM
+    engine per rank); the sweep then failed every trial."""
+    from klear_lab.cli_sweep import main
+
+    path = _edit(write_spec(tmp_path), axes=axes, overrides=overrides)
+    (tmp_path / "exp.yaml").write_text("run: {name: toy, kind: rl}\n")
+    assert expected in _error(path)
+    assert main(["sweep", str(path), "--validate-only"]) == 2
+    assert expected in capsys.readouterr().err
+    assert main(["sweep", str(path), "--validate-only", "trainer.devices=1"]) == 0  # one device: any strategy

@@ -1,0 +1,76 @@
+"""The metric names each run kind logs, so a sweep's objective is checked before any trial trains.
+
+A trial reads its objective from the run's final metrics (or the last row of its ``metrics.csv``);
+a name no run logs (``val/acx``) only failed once every trial had trained. The names below are
+those the code logs, with where: ``<source>`` stands for a data source's name, ``<k>`` for a
+difficulty level. A name added to the logging code belongs here too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+EVAL = ("val/acc", "val/n", "val/pass_at_k", "val/samples", "val/<source>/acc", "val/level<k>/acc")
+"""``EvalResult.metrics`` (klear_lab/eval/heldout.py): every evaluation of every kind."""
+DATA = ("data/records", "data/correct_frac", "data/mix_share/<source>", "data/kept_frac/<source>",
+        "data/repeat_factor/<source>")
+"""``builders.build_train_records`` (the data stats of a training run)."""
+TRAINED = ("train/steps", "perf/train_seconds", "perf/torch_threads", "perf/world_size")
+"""Added to the final metrics by stages/sft.py and stages/rl.py."""
+SFT = ("train/loss", "train/tokens", "perf/tokens_per_s", "perf/packing_efficiency",  # modules/sft.py
+       "perf/packing_efficiency_data", "plan/total_steps", "plan/steps_per_epoch", "plan/examples",  # sft_plan
+       "plan/dropped_too_long", "plan/tokens_per_step", "plan/params", "plan/dropped_no_response")
+GAIN = ("val/acc_start", "val/acc_final", "val/gain", "val/gain_ci95_low", "val/gain_ci95_high", "val/acc_best")
+"""``stages/gain.py:gain_summary`` (RL runs)."""
+RL_STEP = ("reward/mean", "reward/std", "reward/acc", "reward/format_rate", "rl/response_len_mean",
+           "rl/response_len_max", "rl/truncated_frac", "rl/kept_group_frac", "rl/dropped_group_frac",
+           "rl/trained_groups", "rl/updates_per_step", "rl/grad_norm", "rl/rollout_steps",
+           "perf/generated_tokens_per_s", "perf/step_s", "data/dropped_long_prompts",
+           *(f"perf/time_{phase}_s" for phase in ("generate", "score", "logprob", "update")))
+"""``modules/rl.py`` (``rollout_metrics``, ``training_step``) and ``stages/rl.py``."""
+PLACEHOLDER = re.compile(r"<[a-z]+>")
+KINDS = ("sft", "rl", "eval")  # ``run.kind``
+
+
+def rl_update_metrics() -> tuple[str, ...]:
+    """The loss terms and clip statistics of an RL update: ``loss`` and ``pg_loss`` under ``train/``, the
+    rest under ``rl/`` (``RLModule._update``). Read from the clip base and the step metrics, their homes."""
+    from klear_lab.rl.clip.base import METRIC_KEYS
+    from klear_lab.rl.step_metrics import LOSS_TERMS
+
+    return tuple(f"train/{k}" if k in ("loss", "pg_loss") else f"rl/{k}" for k in (*LOSS_TERMS, *METRIC_KEYS))
+
+
+def logged_metrics(kind: str) -> tuple[str, ...]:
+    """Names (with ``<source>``/``<k>`` placeholders) a ``run_experiment`` run of ``kind`` logs."""
+    if kind == "sft":
+        return (*EVAL, *DATA, *TRAINED, *SFT)
+    if kind == "rl":
+        return (*EVAL, *GAIN, *DATA, *TRAINED, *RL_STEP, *rl_update_metrics())
+    if kind == "eval":
+        return (*EVAL, "perf/eval_seconds", "perf/torch_threads")
+    return ()
+
+
+def is_logged(name: str, kind: str) -> bool:
+    """Whether ``name`` is a metric runs of ``kind`` log (a placeholder matches one path segment)."""
+    return any(_pattern(p).fullmatch(name) for p in logged_metrics(kind))
+
+
+def unlogged_message(name: str, kind: str) -> str:
+    """Why ``name`` is refused: a did-you-mean, and the names of its namespace (or all) that ``kind`` runs log."""
+    names = logged_metrics(kind)
+    others = [k for k in KINDS if k != kind and is_logged(name, k)]
+    hint = difflib.get_close_matches(name, names, n=1)
+    did = (f" (only {'/'.join(others)} runs do)" if others else
+           f" (did you mean {hint[0]!r}?)" if hint else "")
+    prefix = name.split("/", 1)[0] + "/"
+    same = [n for n in names if n.startswith(prefix)] if "/" in name else []
+    shown = f" under {prefix}" if same else ""
+    return f"{name!r} is not a metric {kind} runs log{did}; they log{shown}: {', '.join(same or names)}"
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    parts = PLACEHOLDER.split(name)
+    return re.compile("[^/]+".join(re.escape(p) for p in parts))
