@@ -51,7 +51,8 @@ def build_pools(cfg: dict[str, Any], split: str,
     seed = cfg["data"]["world_seed"]
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
-        label = node["name"] if node["name"] not in pools else f"{node['name']}#{i}"
+        name = getattr(source, "label", None) or node["name"]  # a file source's label names its metrics too
+        label = name if name not in pools else f"{name}#{i}"
         pools[label] = source.records(seed, split)
         ranks[label] = source.quality_rank
     return pools, ranks

@@ -21,7 +21,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.tracking import atomic_write, config_hash, csv_rows
 
 # What a resume may change: how the run executes and reports, never what it computes.
-RESUME_OVERRIDABLE = ("trainer.num_threads", "trainer.checkpoint_every")
+RESUME_OVERRIDABLE = ("trainer.num_threads", "trainer.checkpoint_every", "rl.logp_chunk_tokens")
 
 
 def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:

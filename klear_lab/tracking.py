@@ -26,7 +26,7 @@ from klear_lab.plugins import code_digest, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
                     ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
-                    ("trainer", "checkpoint_every")}
+                    ("trainer", "checkpoint_every"), ("rl", "logp_chunk_tokens")}  # the last: memory, not values
 
 
 # Keys added after runs existed (by path; "*" = every item of a list), hashed only when set away from
@@ -34,7 +34,7 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
 # checks it; sweeps match retried trials by it).
 ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update", ("rl", "max_kept_prompts"): 0,
               ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None,
-              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("rl", "logp_chunk_tokens"): 0,
+              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0,
               ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None}
 
 

@@ -21,6 +21,7 @@ import torch
 
 from klear_lab.data.records import Record
 from klear_lab.distributed import rank_and_world
+from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
 from klear_lab.modules.optim import OptimSettings, configure_adamw
@@ -38,6 +39,7 @@ from klear_lab.rl.overlong import overlong_penalty
 from klear_lab.rl.rollout.base import preserve_rng, prompt_seeds
 from klear_lab.rl.step_metrics import accumulate, is_extreme, step_values, weight_micro_metrics
 from klear_lab.rl.steps import group_rows, response_logp, score_groups, split_rows
+from klear_lab.rl.token_stats import check_head_composes
 from klear_lab.rl.types import AggContext, PolicyBatch
 
 
@@ -191,6 +193,11 @@ class RLModule(L.LightningModule):
         self._resumed = True
 
     def on_train_start(self) -> None:
+        if self.s.logp_chunk_tokens:  # on the training device, as every chunked update will run
+            try:
+                check_head_composes(self.policy)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
         if self._resumed:  # Lightning loaded the checkpoint's weights into the policy
             self.engine.sync_weights(self.policy)
 

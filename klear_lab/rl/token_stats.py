@@ -70,9 +70,26 @@ def decoder_and_head(model) -> tuple[torch.nn.Module, torch.nn.Module]:
     return decoder, head
 
 
+POST_PROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+"""transformers config attributes of models whose logits are not ``lm_head(hidden)`` (Gemma 2/3
+soft-capping, Cohere's and Granite's scales)."""
+
+
+def check_chunkable(model) -> None:
+    """Raise ``ValueError`` before training if ``model`` visibly cannot be chunked: no decoder/head pair,
+    or a config that post-processes the logits. Runs nothing (the model may not be on its device yet)."""
+    decoder_and_head(model)
+    config = getattr(model, "config", None)
+    for name in POST_PROCESSING:
+        if getattr(config, name, None) not in (None, 1, 1.0):
+            raise ValueError(f"rl.logp_chunk_tokens: {type(model).__name__} post-processes its logits ({name}="
+                             f"{getattr(config, name)!r}: soft-capping or a logit scale): set rl.logp_chunk_tokens=0")
+
+
 def check_head_composes(model) -> None:
     """Raise ``ValueError`` unless the LM head applied to the decoder's hidden states gives ``model``'s
-    logits: a model that post-processes them (logit soft-capping, a logit scale) cannot be chunked."""
+    logits: a model that post-processes them (logit soft-capping, a logit scale) cannot be chunked.
+    One forward of three tokens: run it where the model trains (flash attention needs the GPU)."""
     decoder, head = decoder_and_head(model)
     ids = torch.tensor([[1, 2, 3]], device=next(model.parameters()).device)
     with torch.no_grad():

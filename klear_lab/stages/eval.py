@@ -61,9 +61,9 @@ class EvalStage:
 
 # What an evaluation reads: an override of anything else (optim.lr, sft.epochs...) would be accepted and
 # change nothing but the saved config and the W&B title of a rescore.
-EVAL_KEYS = ("eval", "data.eval_sources", "run.name", "run.out_dir", "run.seed", "run.tags", "run.group",
-             "run.job_type", "run.notes", "tracking", "trainer", "plugins", "rl.rollout", "model.name_or_path",
-             "model.dtype", "model.attn_implementation")
+EVAL_KEYS = ("eval", "data.eval_sources", "data.world_seed", "run.name", "run.out_dir", "run.seed", "run.tags",
+             "run.group", "run.job_type", "run.notes", "tracking", "trainer", "plugins", "rl.rollout",
+             "model.name_or_path", "model.dtype", "model.attn_implementation")
 
 
 def check_eval_overrides(overrides: list[str]) -> None:
@@ -72,7 +72,7 @@ def check_eval_overrides(overrides: list[str]) -> None:
         key = item.split("=", 1)[0].strip().lstrip("+~")
         if not any(key == k or key.startswith(f"{k}.") for k in EVAL_KEYS):
             raise ConfigError(f"{item!r}: {key} does not change an evaluation (it is not read when scoring); an "
-                              f"evaluation takes {', '.join(f'{k}...' for k in EVAL_KEYS[:2])}, run naming and "
+                              f"evaluation takes {', '.join(f'{k}...' for k in EVAL_KEYS[:3])}, run naming and "
                               "seed, tracking, trainer, plugins, rl.rollout (eval.engine: rollout) and the model's "
                               "name_or_path, dtype and attention")
 

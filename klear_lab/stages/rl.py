@@ -24,7 +24,7 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.rl.token_stats import check_head_composes
+from klear_lab.rl.token_stats import check_chunkable
 from klear_lab.stages.common import (
     check_trainer,
     check_wandb_login,
@@ -169,7 +169,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     if rl["logp_chunk_tokens"]:
         try:
-            check_head_composes(policy)
+            check_chunkable(policy)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     if rl["max_prompt_tokens"]:

@@ -141,8 +141,8 @@ def _next_step(failures: list[Any], retry: str) -> str:
     if not failures:
         return f"rerun the same command to {retry}"
     first = failures[0]
-    return (f"fix the config first: {len(failures)} trial(s) failed on a config error a rerun would repeat "
-            f"(trial {first.number}: {first.user_attrs.get('error', '')})")
+    return (f"fix the config first: {len(failures)} trial(s) failed on a config error a rerun would likely "
+            f"repeat (trial {first.number}: {first.user_attrs.get('error', '')})")
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:

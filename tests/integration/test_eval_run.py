@@ -122,6 +122,7 @@ def test_an_override_an_evaluation_does_not_read_is_refused(tmp_path, capsys):
     from klear_lab.stages.eval import check_eval_overrides
 
     check_eval_overrides(["eval.samples=4", "data.eval_sources.0.n_prompts=3", "run.seed=2", "rl.rollout=vllm",
+                          "data.world_seed=3",
                           "trainer.num_threads=1", "tracking.wandb.enabled=false", "model.dtype=bfloat16"])
 
 

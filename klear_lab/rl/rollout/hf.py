@@ -156,6 +156,8 @@ class SampleLogProbs(LogitsProcessor):
         if self.prev is not None:
             self.steps.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
         if self.penalty != 1.0:
+            if not isinstance(self.starts, Tensor):  # once, on the device of the ids
+                self.starts = torch.tensor(self.starts, device=input_ids.device)
             scores = penalise_repeats(scores, input_ids, self.starts, self.penalty)
         for warp in self.warpers:
             scores = warp(input_ids, scores)
@@ -196,12 +198,12 @@ class SampleLogProbs(LogitsProcessor):
         return torch.stack(steps, dim=1)
 
 
-def penalise_repeats(scores: Tensor, input_ids: Tensor, starts: Sequence[int], penalty: float) -> Tensor:
+def penalise_repeats(scores: Tensor, input_ids: Tensor, starts: Sequence[int] | Tensor, penalty: float) -> Tensor:
     """Repetition penalty (CTRL, Keskar et al. 2019, as transformers and vLLM apply it): the scores [b, V]
     of tokens present in row r of ``input_ids`` [b, L] from ``starts[r]`` on are divided by ``penalty``
     where positive and multiplied by it where negative."""
     positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # [L]
-    real = positions[None, :] >= torch.tensor(list(starts), device=input_ids.device)[:, None]  # [b, L]
+    real = positions[None, :] >= torch.as_tensor(starts, device=input_ids.device)[:, None]  # [b, L]
     seen = torch.zeros_like(scores).scatter_add_(1, input_ids, real.to(scores.dtype)) > 0  # [b, V]
     penalised = torch.where(scores > 0, scores / penalty, scores * penalty)
     return torch.where(seen, penalised, scores)

