@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,29 @@ def extract_code(answer: str) -> str | None:
     """Return the last fenced ``python`` (or ``py``) block of ``answer``; None if there is none."""
     blocks = _CODE_BLOCK.findall(answer)
     return blocks[-1] if blocks else None
+
+
+def check_tests(uid: str, tests: list[Any]) -> None:
+    """Raise ``DataError`` naming the record for tests the harness cannot run: all function tests
+    (``{"input": [args], "output": value}``, JSON values) or all program tests (``{"stdin": str,
+    "stdout": str}``). They raised KeyError or TypeError in the middle of a reward batch."""
+    def bad(i: int, why: str) -> DataError:
+        return DataError(f"code record {uid!r}, test {i}: {why}")
+
+    stdio = isinstance(tests[0], dict) and "stdin" in tests[0]
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict):
+            raise bad(i, f"expected a mapping, got {type(t).__name__}")
+        if stdio != ("stdin" in t):
+            raise bad(i, "mixes program tests (stdin/stdout) with function tests (input/output)")
+        if stdio and not (isinstance(t["stdin"], str) and isinstance(t.get("stdout"), str)):
+            raise bad(i, "a program test needs string 'stdin' and 'stdout'")
+        if not stdio and not (isinstance(t.get("input"), (list, tuple)) and "output" in t):
+            raise bad(i, "a function test needs 'input' (a list of arguments) and 'output'")
+    try:
+        json.dumps(tests)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"code record {uid!r}: tests are not JSON values ({exc})") from None
 
 
 @REWARD.register("code")
@@ -102,6 +126,7 @@ class CodeExecReward:
         if not record.tests:
             raise DataError(f"code record {record.uid!r} has no tests (Record.tests is empty)")
         tests = list(record.tests)
+        check_tests(record.uid, tests)
         if self.max_tests is None or len(tests) <= self.max_tests:
             return tests
         return random.Random(f"{self.seed}/{record.uid}").sample(tests, self.max_tests)

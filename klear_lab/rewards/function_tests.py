@@ -162,9 +162,11 @@ def _verdicts(res: Any, timeout_s: float, test_timeout_s: float | None, n: int, 
 
 
 def _matches(got: Any, expected: Any) -> bool:
+    """A verdict for any value the program returned: one that cannot be compared fails its test (a forged
+    line nested deeper than any expected output; an int too large for a float: ``10**400`` vs 2.5)."""
     try:
         return outputs_match(got, expected)
-    except RecursionError:  # a forged line nested deeper than any expected output
+    except (RecursionError, OverflowError, ValueError, TypeError):
         return False
 
 

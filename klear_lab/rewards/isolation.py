@@ -7,8 +7,10 @@ read-only binds' files and root's kernel keyring. Three callers:
   program has no capabilities.
 - **Root that can map ``nobody``, with CAP_SYS_ADMIN** (CI machines, a privileged container): bwrap
   makes no user namespace (one would map uid 0 to host root), keeps only CAP_SETUID/CAP_SETGID,
-  and the trusted prelude becomes ``nobody`` (65534) before the program runs. Every sandbox is then
-  the same host uid, so ``RLIMIT_NPROC`` would be shared by all of them.
+  and the trusted prelude becomes a uid of the run's own (:data:`SANDBOX_UIDS`, where the namespace
+  maps them) before the program runs, so ``RLIMIT_NPROC`` counts that sandbox's threads alone.
+  Where only ``nobody`` (65534) is mapped every sandbox is that uid, and ``RLIMIT_NPROC`` would be
+  shared by all of them.
 - **Root only inside a user namespace** (``unshare -r``, rootless containers: uid 0 maps to an
   unprivileged host uid): bwrap's own user namespace maps the program to 65534 inside, that host
   uid outside.
@@ -23,6 +25,7 @@ import os
 from dataclasses import dataclass
 
 NOBODY = 65534
+SANDBOX_UIDS = range(64_000, 65_000)  # started by root: a uid of the run's own, below nobody, above accounts
 _CAP_SYS_ADMIN = 21
 
 
@@ -32,11 +35,14 @@ class Isolation:
 
     Attributes:
         args: bwrap options (the prelude switches to 65534 wherever the program would start as uid 0).
-        shared_uid: every sandbox runs as one host uid (``RLIMIT_NPROC`` counts them together).
+        shared_uid: the prelude switches uid as root (no user namespace), to ``nobody`` unless
+            ``own_uids``: then every sandbox is one host uid (``RLIMIT_NPROC`` counts them together).
+        own_uids: each run may switch to a uid of its own from :data:`SANDBOX_UIDS` (all mapped).
     """
 
     args: tuple[str, ...]
     shared_uid: bool
+    own_uids: bool = False
 
 
 def choose_isolation(euid: int, uid_map: str, gid_map: str, cap_eff: int) -> Isolation:
@@ -48,8 +54,9 @@ def choose_isolation(euid: int, uid_map: str, gid_map: str, cap_eff: int) -> Iso
     if euid != 0:
         return Isolation(("--unshare-all", "--cap-drop", "ALL"), False)
     if _maps(uid_map, NOBODY) and _maps(gid_map, NOBODY) and cap_eff >> _CAP_SYS_ADMIN & 1:
+        own = all(_maps(m, i) for m in (uid_map, gid_map) for i in (SANDBOX_UIDS[0], SANDBOX_UIDS[-1]))
         return Isolation(("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                          "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"), True)
+                          "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"), True, own)
     if _outside(uid_map, 0) not in (None, 0):
         return Isolation(("--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"), False)
     raise RuntimeError(

@@ -11,8 +11,13 @@ of the caller's environment stay invisible. A wall-clock timeout kills the whole
 pid namespace takes every sandboxed process down with it).
 
 The program is never host root: which host user it runs as, and how, is ``isolation.py``'s choice
-(started by root, the prelude becomes ``nobody``). Either way the prelude refuses to run the program
-while it holds a capability, is uid 0, or may gain privileges (``NoNewPrivs``).
+(started by root, the prelude becomes a uid of the run's own, so that ``RLIMIT_NPROC`` counts this
+sandbox alone). Either way the prelude refuses to run the program while it holds a capability, is
+uid 0, or may gain privileges (``NoNewPrivs``).
+
+Its stdout and stderr are pipes the host reads, each kept up to ``fsize_mb`` (the rest is read and
+dropped): a file the program could write to, it could also truncate or rewrite, erasing the
+prelude's start marker and other runs' verdict lines.
 
 There is no unisolated fallback: without ``bwrap`` every call raises RuntimeError.
 """
@@ -22,18 +27,20 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import select
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation
+from klear_lab.rewards.isolation import NOBODY, SANDBOX_UIDS, Isolation, current_isolation
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
@@ -44,7 +51,8 @@ for spec in sys.argv[1].split(","):
     name, value = spec.split("=")
     resource.setrlimit(getattr(resource, name), (int(value), int(value)))
 if os.geteuid() == 0:
-    os.setgroups([]); os.setresgid({NOBODY}, {NOBODY}, {NOBODY}); os.setresuid({NOBODY}, {NOBODY}, {NOBODY})
+    _id = int(sys.argv[2])
+    os.setgroups([]); os.setresgid(_id, _id, _id); os.setresuid(_id, _id, _id)
 with open("/proc/self/status") as status:
     held = dict(line.split(":", 1) for line in status)
 if os.geteuid() == 0 or int(held["CapEff"], 16) or held["NoNewPrivs"].strip() != "1":
@@ -56,6 +64,7 @@ src = sys.stdin.read()
 null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
 sys.argv = ["main.py"]
 del os, resource, spec, name, value, null, status, held
+globals().pop("_id", None)
 exec(compile(src, "main.py", "exec"), {{"__name__": "__main__"}})
 """
 
@@ -81,6 +90,15 @@ class SandboxLimits:
     nofile: int = 32
     nproc: int = 32
     tmpfs_mb: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "fsize_mb", "nofile", "nproc", "tmpfs_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1 (a limit of 0 or less would be none), got {value!r}")
+        if self.cpu_s is not None and (isinstance(self.cpu_s, bool) or not isinstance(self.cpu_s, int)
+                                       or self.cpu_s < 1):
+            raise ValueError(f"cpu_s must be an integer >= 1 or None, got {self.cpu_s!r}")
 
     def rlimit_spec(self, timeout_s: float, nproc: bool = True) -> str:
         """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up.
@@ -143,17 +161,18 @@ def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
 
 
 def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
-               isolation: Isolation | None = None) -> list[str]:
-    """Build the full command line: bwrap options, the interpreter and the limit-setting prelude."""
+               isolation: Isolation | None = None, uid: int = NOBODY) -> list[str]:
+    """Build the full command line: bwrap options, the interpreter and the limit-setting prelude, which
+    becomes ``uid`` where the program would start as uid 0."""
     exe, prefix = _python()
     isolation = isolation or current_isolation()
-    nproc = not (isolation.shared_uid and seccomp_fd is not None)
+    nproc = not (isolation.shared_uid and uid == NOBODY and seccomp_fd is not None)
     argv = [require_bwrap(), *isolation.args, "--die-with-parent", "--new-session",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
             *_mounts(prefix, limits.tmpfs_mb)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    return [*argv, exe, "-I", "-B", "-c", _BOOT, limits.rlimit_spec(timeout_s, nproc), MARKER]
+    return [*argv, exe, "-I", "-B", "-c", _BOOT, limits.rlimit_spec(timeout_s, nproc), str(uid), MARKER]
 
 
 def run_python(
@@ -170,31 +189,40 @@ def run_python(
         The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
 
     Raises:
+        ValueError: ``timeout_s`` is not a finite number > 0.
         RuntimeError: bwrap is missing, or the sandbox itself failed to start.
     """
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
+    data = source.encode("utf-8", "replace")  # a lone surrogate is the program's bug, not the host's
     limits = limits or SandboxLimits()
     require_bwrap()  # before any pipe is opened
     isolation = current_isolation()  # refuses host root without CAP_SYS_ADMIN, also before
+    with run_uid(isolation.own_uids) as uid:
+        return _run(data, timeout_s, limits, isolation, uid)
+
+
+def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolation, uid: int) -> SandboxResult:
+    """One sandboxed run of the program ``data`` as host ``uid`` (:func:`run_python`)."""
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
     alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone
     fds = (alive_w,) if read_fd is None else (alive_w, read_fd)
     start = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        try:
-            proc = subprocess.Popen(
-                bwrap_argv(limits, timeout_s, read_fd, isolation), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                pass_fds=fds, start_new_session=True, env={},  # bwrap's pid 1 inside may be the caller's uid
-            )
-        except BaseException:
-            os.close(alive_r)
-            raise
-        finally:
-            for fd in fds:
-                os.close(fd)
-        timed_out = _communicate(proc, source.encode(), timeout_s)
-        _wait_eof(alive_r, deadline_s=5.0)
-        stdout, stderr = _read(out, limits.fsize_mb), _read(err, limits.fsize_mb)
+    try:
+        proc = subprocess.Popen(
+            bwrap_argv(limits, timeout_s, read_fd, isolation, uid), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, pass_fds=fds, start_new_session=True, env={},  # pid 1 may be the caller's uid
+        )
+    except BaseException:
+        os.close(alive_r)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    out, err, timed_out = _exchange(proc, data, timeout_s, limits.fsize_mb << 20)
+    _wait_eof(alive_r, deadline_s=5.0)
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     if not stdout.startswith(_BOOT_TAG) and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
@@ -210,18 +238,73 @@ def _pipe_with(data: bytes) -> int:
     return r
 
 
-def _communicate(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float) -> bool:
-    """Feed stdin and wait; on timeout kill the process group. Returns whether it timed out."""
+_UIDS_IN_USE: set[int] = set()
+_UIDS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def run_uid(own: bool) -> Iterator[int]:
+    """The host uid one run started by root becomes: RLIMIT_NPROC counts the processes and threads of a
+    uid, so sandboxes sharing ``nobody`` shared one count (and a thread bomb could take every pid of the
+    host). Drawn from :data:`SANDBOX_UIDS` (unused by accounts), never one a concurrent run of this
+    process holds; other processes draw at random. ``own`` False (only ``nobody`` mapped): ``nobody``."""
+    if not own:
+        yield NOBODY
+        return
+    with _UIDS_LOCK:
+        uid = random.SystemRandom().choice([u for u in SANDBOX_UIDS if u not in _UIDS_IN_USE])
+        _UIDS_IN_USE.add(uid)
     try:
-        proc.communicate(data, timeout=timeout_s)
-        return False
-    except subprocess.TimeoutExpired:
-        return True
+        yield uid
     finally:
+        with _UIDS_LOCK:
+            _UIDS_IN_USE.discard(uid)
+
+
+def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int) -> tuple[bytes, bytes, bool]:
+    """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest is read and
+    dropped), until the process exits or ``timeout_s``; then kill its process group.
+
+    Returns:
+        (stdout, stderr, whether it timed out).
+    """
+    deadline = time.monotonic() + timeout_s
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    sel = selectors.DefaultSelector()
+    for f in kept:
+        sel.register(f, selectors.EVENT_READ)
+    sel.register(proc.stdin, selectors.EVENT_WRITE)
+    sent = 0
+    try:
+        while sel.get_map() and (left := deadline - time.monotonic()) > 0:
+            for key, _ in sel.select(left):
+                f = key.fileobj
+                if f is proc.stdin:  # PIPE_BUF at a time: a write POLLOUT allows never blocks
+                    try:
+                        sent += os.write(f.fileno(), data[sent:sent + select.PIPE_BUF])
+                    except BrokenPipeError:
+                        sent = len(data)
+                    if sent >= len(data):
+                        sel.unregister(f)
+                        f.close()
+                elif chunk := os.read(f.fileno(), 1 << 16):
+                    kept[f] += chunk[:max(cap - len(kept[f]), 0)]
+                else:
+                    sel.unregister(f)
+        timed_out = bool(sel.get_map())  # the deadline came first
+        if not timed_out:  # both pipes closed: the program is exiting
+            proc.wait(max(deadline - time.monotonic(), 0.01))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        sel.close()
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            f.close()
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out
 
 
 def _wait_eof(fd: int, deadline_s: float) -> None:
@@ -235,8 +318,3 @@ def _wait_eof(fd: int, deadline_s: float) -> None:
                 break
     finally:
         os.close(fd)
-
-
-def _read(f: Any, cap_mb: int) -> str:
-    f.seek(0)
-    return f.read(cap_mb << 20).decode("utf-8", "replace")

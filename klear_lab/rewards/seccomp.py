@@ -8,8 +8,12 @@ count all concurrent sandboxes together), so the sandbox stops fork bombs with a
 user namespace would give the program capabilities inside it, enough to mount a tmpfs and fill host
 memory past its address-space limit. ``add_key``, ``request_key`` and ``keyctl`` fail too: the kernel
 keyring of the program's uid outlives it, so one program could leave data there for a later one
-(every sandbox is the same uid when started by root). bubblewrap installs the program
-(``--seccomp FD``) right before it executes the sandboxed interpreter.
+(every sandbox is the same uid when started by root). ``shmget``, ``msgget`` and ``semget`` fail too:
+System V shared memory and message queues live outside the address-space limit (a program filled
+host memory with 150 MB segments under a 200 MB limit). So do ``ptrace`` and
+``process_vm_readv``/``writev``: the program could stop or use bwrap's pid 1, which has none of the
+prelude's limits. bubblewrap installs the program (``--seccomp FD``) right before it executes the
+sandboxed interpreter.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ _CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000
 
 # machine -> (audit arch, clone, clone3, denied: fork, vfork, unshare, setns, mount, umount2, pivot_root,
-# add_key, request_key, keyctl)
+# add_key, request_key, keyctl; shmget, msgget, semget, ptrace, process_vm_readv, process_vm_writev)
 _ARCHES: dict[str, tuple[int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155, 248, 249, 250)),
-    "aarch64": (0xC00000B7, 220, 435, (97, 268, 40, 39, 41, 217, 218, 219)),  # no fork/vfork syscalls
+    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155, 248, 249, 250, 29, 68, 64, 101, 310, 311)),
+    "aarch64": (0xC00000B7, 220, 435, (97, 268, 40, 39, 41, 217, 218, 219,  # no fork/vfork syscalls
+                                       194, 186, 190, 117, 270, 271)),
 }
 
 

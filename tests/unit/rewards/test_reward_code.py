@@ -117,3 +117,21 @@ def test_timeout_s_is_per_test_as_the_official_code():
     assert capped.score == pytest.approx(1 / 3) and "timed out after 1 s" in capped.info
     with pytest.raises(ValueError, match="total_timeout_s"):
         CodeExecReward(total_timeout_s=0.0)
+
+
+def test_one_completions_bad_return_value_or_bad_tests_do_not_break_the_batch():
+    """``return 10**400`` against a float output raised OverflowError out of the whole reward call; tests
+    the harness cannot run raised KeyError or TypeError mid-batch, naming nothing."""
+    rec = Record(uid="c/9", source="t", task="code", prompt="p", answer="", tests=({"input": [1], "output": 2.5},))
+    huge = "<think>t</think>\n```python\ndef f(x):\n    return 10 ** 400\n```"
+    right = "<think>t</think>\n```python\ndef f(x):\n    return 2.5\n```"
+    out = CodeExecReward(workers=2)([huge, right], [rec, rec])
+    assert (out[0].score, out[0].acc, out[1].acc) == (0.0, False, True)
+    for tests, needle in [(({"input": [1], "output": 2}, {"stdin": "1", "stdout": "2"}), "test 1: mixes"),
+                          (({"input": [1]},), "test 0: a function test needs 'input'"),
+                          (({"input": 5, "output": 1},), "test 0: a function test needs 'input'"),
+                          (({"stdin": 1, "stdout": "2"},), "test 0: a program test needs string"),
+                          (({"input": [{1, 2}], "output": 1},), "tests are not JSON values")]:
+        bad = Record(uid="c/bad", source="t", task="code", prompt="p", answer="", tests=tests)
+        with pytest.raises(DataError, match=f"code record 'c/bad', {needle}|code record 'c/bad': {needle}"):
+            CodeExecReward().draw_tests(bad)

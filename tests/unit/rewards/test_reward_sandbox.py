@@ -236,3 +236,49 @@ def test_a_slow_test_fails_alone_and_the_next_ones_run():
     blocked = "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n" + code  # runs on to the wall clock
     run = run_function_tests(blocked, "f", tests, timeout_s=2, test_timeout_s=0.5)
     assert (run.passed, run.status) == ((True, False, False), "timeout")
+
+
+def test_the_program_cannot_erase_or_rewrite_what_it_printed():
+    """stdout was a host file the program could truncate: erasing the start marker made the whole reward
+    batch raise "sandbox failed to start", and a seek could rewrite the verdict lines already written."""
+    res = run_python("import os\nprint('before', flush=True)\nfor fd in range(1, 32):\n    try:\n"
+                     "        os.ftruncate(fd, 0); os.lseek(fd, 0, 0)\n    except OSError:\n        pass\n"
+                     "print('after')")
+    assert res.returncode == 0 and res.stdout == "before\nafter\n", (res.stdout, res.stderr[-300:])
+    flood = run_python("import sys\nsys.stdout.write('x' * (12 << 20))\nprint('done', file=sys.stderr)",
+                       limits=sandbox.SandboxLimits(fsize_mb=1), timeout_s=30)
+    assert len(flood.stdout) == (1 << 20) - len("\x00klear-sandbox-up\n") and flood.stderr == "done\n"
+
+
+def test_shared_memory_and_ptrace_are_refused():
+    """System V shared memory lived outside the address-space limit (150 MB segments under 200 MB), and
+    ptrace could stop bwrap's pid 1, which has none of the prelude's limits."""
+    res = run_python(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nx86 = os.uname().machine == 'x86_64'\n"
+        "print(libc.shmget(0, 1 << 20, 0o1600), ctypes.get_errno())\n"
+        "print(libc.msgget(0, 0o1600), ctypes.get_errno())\n"
+        "print(libc.semget(0, 1, 0o1600), ctypes.get_errno())\n"
+        "print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:-1] == ["-1 1"] * 4  # EPERM
+
+
+def test_a_thread_bomb_stops_at_the_process_limit():
+    """Started by root every sandbox was nobody without RLIMIT_NPROC: 2,500 threads in 64 MB, enough at the
+    default 1 GB to take every pid of the host. Each run now has a uid of its own and the limit of 32."""
+    res = run_python(  # 16 KiB stacks: the address-space limit alone let 2,500 such threads start
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nattr = ctypes.create_string_buffer(64)\n"
+        "libc.pthread_attr_init(attr); libc.pthread_attr_setstacksize(attr, 16384)\n"
+        "tid, start, n = ctypes.c_ulong(), ctypes.cast(libc.pause, ctypes.c_void_p), 0\n"
+        "while n < 300 and libc.pthread_create(ctypes.byref(tid), attr, start, None) == 0:\n    n += 1\n"
+        "print(n, flush=True)\nos._exit(0)", timeout_s=30)
+    assert res.returncode == 0 and 0 < int(res.stdout) < 32, (res.stdout, res.stderr[-300:])
+
+
+@pytest.mark.parametrize("bad", [{"memory_mb": -1}, {"fsize_mb": 0}, {"nproc": 1.5}, {"cpu_s": 0}])
+def test_limits_that_would_be_none_are_refused(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        sandbox.SandboxLimits(**bad)
+    for timeout in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout_s must be a finite number > 0"):
+            run_python("print(1)", timeout_s=timeout)
