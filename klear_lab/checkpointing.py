@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,7 +92,9 @@ class ResumeCheckpoint(L.Callback):
         self._seen = -1  # the step count at the last batch end looked at
         self._due = False  # a checkpoint is due and waits for a point it can be resumed from
         self._stepped = False  # the last batch ended a step (not mid gradient accumulation)
-        self._held = False  # a SIGTERM held back to the step's end
+        self._pending = False  # a SIGTERM came, Lightning not yet told (one process: see _catch_sigterm)
+        self._deferred_over_end = False  # it waited past an epoch's end for a step it can be resumed from
+        self._previous_handler: Any = None
         self._written_at = -1  # the step of the last checkpoint written
         self._restored: dict[str, Any] | None = None
 
@@ -98,13 +102,11 @@ class ResumeCheckpoint(L.Callback):
                            batch_idx: int) -> None:
         step = self.counter(trainer)
         self._stepped = step != self._seen
-        self._hold_sigterm_to_step_end(trainer)
         if not self._stepped:  # mid gradient accumulation: no new optimizer step
             return
         self._seen = step
-        if self._sigterm_write_due(trainer):
-            self._write(trainer)  # now, not after an evaluation due here (minutes at scale: past a grace period)
-            return
+        if self._pending and self._stop_on_sigterm(trainer):
+            return  # written now, not after an evaluation due here (minutes at scale: past a grace period)
         self._due |= self.every > 0 and step > 0 and step % self.every == 0
         if self._due and not self._evaluation_follows(trainer):
             self._write(trainer)
@@ -117,33 +119,62 @@ class ResumeCheckpoint(L.Callback):
         during the evaluation calls for (after it, Lightning has moved its step count on: a checkpoint
         written on the exception would resume one logging step late).
         """
-        if trainer.state.fn == TrainerFn.FITTING and (self._due or self._sigterm_write_due(trainer)):
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        if self._pending and self._stop_on_sigterm(trainer):
+            return
+        if self._due:
             self._write(trainer)
-
-    def _sigterm_write_due(self, trainer: L.Trainer) -> bool:
-        """One process got a SIGTERM, and the step the last batch ended has no checkpoint yet."""
-        return (self.every > 0 and trainer.world_size == 1 and trainer.received_sigterm and self._stepped
-                and self._written_at != self._seen)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """SIGTERM (preemption, ``scancel``, ``docker stop``): Lightning stops after the batch; write the
         checkpoint there when it can be resumed from (a step's end, not an epoch's last batch), so the
         grace period saves the steps since the last one."""
+        self._release_sigterm()
         if (isinstance(exception, SIGTERMException) and self.every > 0 and self._stepped
                 and self._written_at != self._seen and trainer.state.fn == TrainerFn.FITTING):
             self._write(trainer)
 
-    def _hold_sigterm_to_step_end(self, trainer: L.Trainer) -> None:
-        """Lightning stops after the batch a SIGTERM came in, and mid gradient accumulation no checkpoint can
-        be resumed from: a single process holds the stop back to the step's end (at most grad_accum - 1
-        batches). Under DDP Lightning's own broadcast of the stop decides."""
-        connector = trainer._signal_connector  # Lightning's flag, read by its loops after each batch
-        if self.every <= 0 or trainer.world_size != 1:
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A SIGTERM still pending here came at the last steps: training is done, and the run goes on to save."""
+        self._release_sigterm()
+
+    def _catch_sigterm(self, trainer: L.Trainer) -> None:
+        """A single process takes SIGTERM from Lightning: Lightning stops after whichever batch the signal
+        came in, and no checkpoint can be resumed from mid gradient accumulation or at an epoch's last
+        batch (then nothing was written, and the steps since the last checkpoint were lost). The signal is
+        only noted; Lightning is told at the next step end that can be checkpointed (:meth:`_stop_on_sigterm`).
+        Under DDP Lightning's own handler and broadcast decide, and the checkpoint is written on its exception."""
+        if (self.every <= 0 or trainer.world_size != 1 or self._previous_handler is not None
+                or threading.current_thread() is not threading.main_thread()):
             return
-        if not self._stepped and connector.received_sigterm:
-            connector.received_sigterm, self._held = False, True
-        elif self._stepped and self._held:
-            connector.received_sigterm, self._held = True, False
+        self._previous_handler = signal.getsignal(signal.SIGTERM)
+
+        def note(signum: int, frame: Any) -> None:
+            self._pending = True
+
+        signal.signal(signal.SIGTERM, note)
+
+    def _release_sigterm(self) -> None:
+        """Give SIGTERM back to the handler before training (Lightning's; it restores its own at teardown)."""
+        previous, self._previous_handler = self._previous_handler, None
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _stop_on_sigterm(self, trainer: L.Trainer) -> bool:
+        """At a step's end after a SIGTERM: write the checkpoint and let Lightning stop (it raises after
+        this batch, or after an evaluation due here). At an epoch's last batch wait for the next step,
+        once: with one step per epoch no point can be resumed from, and Lightning stops without one.
+        Returns whether Lightning was told to stop."""
+        at_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if at_end and not self._deferred_over_end:
+            self._deferred_over_end = True
+            return False
+        if not at_end and self._written_at != self._seen:
+            self._write(trainer)
+        self._pending = False
+        trainer._signal_connector.received_sigterm = True  # Lightning's flag, read by its loops after each batch
+        return True
 
     def _evaluation_follows(self, trainer: L.Trainer) -> bool:
         """Lightning's ``val_check_interval`` (in batches, counted over epochs) ends at this batch."""
@@ -177,6 +208,7 @@ class ResumeCheckpoint(L.Callback):
         return int(self._restored["epoch"]), int(self._restored["batches"])
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._catch_sigterm(trainer)
         self._seen = self.counter(trainer)  # a fresh run's first micro-batch ends no step; a restored step is written
         if self._restored is not None:  # after the loader has been set up, before the next step
             torch.set_rng_state(self._restored["torch_rng"])

@@ -373,3 +373,33 @@ def test_ctrl_c_on_the_command_line_exits_130(tmp_path):
     assert proc.returncode == 130 and "klear-lab: interrupted" in err.decode(), err.decode()[-2000:]
     (run_dir,) = out.iterdir()
     assert json.loads((run_dir / "run.json").read_text())["error"] == "interrupted (Ctrl-C)"
+
+
+class SigtermAtEpochEnd(L.Callback):
+    """SIGTERM to this process at the end of the first epoch's last batch (as a preemption might send it)."""
+
+    def __init__(self) -> None:
+        self.sent_at: int | None = None
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if self.sent_at is None and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            self.sent_at = trainer.global_step
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_sigterm_at_an_epochs_last_batch_checkpoints_the_next_step(tmp_path, tiny_sft_overrides):
+    """Lightning stopped at once and nothing could be written there (a checkpoint at an epoch's last batch
+    cannot be resumed): the run lost every step since its last checkpoint. Now it takes one more step."""
+    overrides = [o for o in tiny_sft_overrides if not o.startswith(("trainer.checkpoint", "sft.max_steps"))]
+    overrides += ["trainer.checkpoint_every=1000", "sft.max_steps=12", "data.sources.0.n_prompts=60"]
+    whole = run_experiment(compose(SFT, [*overrides, f"run.out_dir={tmp_path / 'whole'}"]))
+    stop = SigtermAtEpochEnd()
+    with pytest.raises(SystemExit):
+        run_experiment(compose(SFT, overrides), callbacks=[stop])
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["error"] == "terminated (SIGTERM)"
+    assert 0 < stop.sent_at < 12 and checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") == stop.sent_at
+    assert signal.getsignal(signal.SIGTERM) is not None  # handed back
+    run_experiment(compose(SFT, overrides), resume=run_dir)
+    resumed, reference = ([v for _, v in rows(d, "train/loss")] for d in (run_dir, whole.run_dir))
+    assert resumed == pytest.approx(reference, rel=1e-5) and len(reference) == 12
