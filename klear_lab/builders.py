@@ -175,14 +175,22 @@ def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[
     return texts + [r.prompt for r in eval_records]
 
 
-def eval_sampling(cfg: dict[str, Any]):
-    """How held-out completions are drawn (``eval.samples``, ``temperature``, ``top_p``, ``top_k``,
-    ``repetition_penalty``; the run seed)."""
+def eval_sampling(cfg: dict[str, Any], records: list[Record]):
+    """How held-out completions are drawn (``eval.samples`` and ``samples_per_source``, ``temperature``,
+    ``top_p``, ``top_k``, ``repetition_penalty``; the run seed). A ``samples_per_source`` key must name
+    a source of ``records``, so that a typo does not silently evaluate at ``eval.samples``."""
     from klear_lab.eval.heldout import Sampling
 
     ev = cfg["eval"]
+    sources = sorted({r.source for r in records})
+    for name in ev["samples_per_source"]:
+        if name not in sources:
+            raise ConfigError(f"eval.samples_per_source.{name}: no held-out source is named {name!r} "
+                              f"(data.eval_sources give: {', '.join(sources) or 'none'}; a file source's "
+                              "name is its `label`)")
+    per_source = tuple((str(k), int(v)) for k, v in ev["samples_per_source"].items() if int(v) != ev["samples"])
     return Sampling(samples=ev["samples"], temperature=ev["temperature"], top_p=ev["top_p"], seed=cfg["run"]["seed"],
-                    top_k=ev["top_k"], repetition_penalty=ev["repetition_penalty"])
+                    top_k=ev["top_k"], repetition_penalty=ev["repetition_penalty"], per_source=per_source)
 
 
 def eval_engine(cfg: dict[str, Any], shared=None):

@@ -197,6 +197,8 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     ev = cfg["eval"]
     decoding = (f"avg@{ev['samples']}, temperature {ev['temperature']:g}, top_p {ev['top_p']:g}"
                 if ev["temperature"] > 0 else "greedy")
+    if ev.get("samples_per_source"):
+        decoding += " (" + ", ".join(f"{name} avg@{k}" for name, k in ev["samples_per_source"].items()) + ")"
     if ev.get("top_k"):
         decoding += f", top_k {ev['top_k']}"
     if ev.get("repetition_penalty", 1.0) != 1.0:

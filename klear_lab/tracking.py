@@ -34,7 +34,7 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
 # checks it; sweeps match retried trials by it).
 ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update", ("rl", "max_kept_prompts"): 0,
               ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None,
-              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0,
+              ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("eval", "samples_per_source"): {},
               ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None}
 
 

@@ -89,6 +89,7 @@ def check_sft(cfg: dict[str, Any]) -> None:
 def check_eval(ev: dict[str, Any]) -> None:
     _require(ev["samples"] >= 1, "eval.samples", f"must be >= 1, got {ev['samples']}")
     _require(ev["temperature"] >= 0, "eval.temperature", f"must be >= 0 (0 = greedy), got {ev['temperature']}")
+    check_samples_per_source(ev)
     _require(0 < ev["top_p"] <= 1, "eval.top_p", f"must be in (0, 1], got {ev['top_p']}")
     _require(ev["samples"] == 1 or ev["temperature"] > 0, "eval.samples",
              f"is {ev['samples']} with eval.temperature 0: greedy samples are all the same; set "
@@ -107,6 +108,15 @@ def check_eval(ev: dict[str, Any]) -> None:
     _require(ev["every_n_steps"] >= 0, "eval.every_n_steps",
              f"must be >= 0 (0 = none during training), got {ev['every_n_steps']}")
     _require(ev["engine"] in ENGINES, "eval.engine", f"must be one of {ENGINES}, got {ev['engine']!r}")
+
+
+def check_samples_per_source(ev: dict[str, Any]) -> None:
+    """``eval.samples_per_source``: a mapping of source name -> an integer >= 1 (> 1 needs a temperature)."""
+    for source, k in ev["samples_per_source"].items():  # a mapping: the schema's type, checked on load
+        key = f"eval.samples_per_source.{source}"
+        _require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
+        _require(k == 1 or ev["temperature"] > 0, key,
+                 f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
 
 
 SEQUENCE_AGGREGATION = "seq-mean-token-mean"  # what a sequence-level clip (GSPO) is defined with

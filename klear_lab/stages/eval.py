@@ -153,9 +153,10 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     records = builders.build_eval_records(cfg)
     if not records:
         raise DataError("data.eval_sources: an eval run needs held-out problems; none were built")
+    sampling = builders.eval_sampling(cfg, records)
     tokenizer, model = builders.build_tokenizer_and_model(cfg, [])
     model = model.to(device)
-    return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), builders.eval_sampling(cfg),
+    return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling,
                      builders.eval_engine(cfg))
 
 

@@ -165,6 +165,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     check_reward_tasks(rl["reward"]["name"], records)
     require_gradeable(records, "data.sources")
     eval_records = builders.build_eval_records(cfg)
+    sampling = builders.eval_sampling(cfg, eval_records)
     builders.resolve_init_from(cfg)
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     if rl["logp_chunk_tokens"]:
@@ -186,7 +187,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         top_p=rl["top_p"], grad_clip=cfg["optim"]["grad_clip"], overlong=rl["overlong"],
         overlong_buffer=rl["overlong_buffer"], overlong_penalty=rl["overlong_penalty"], seed=cfg["run"]["seed"],
         max_eval_new_tokens=cfg["eval"]["max_new_tokens"], eval_batch_size=cfg["eval"]["batch_size"],
-        eval_sampling=builders.eval_sampling(cfg), schedule_per_update=rl["lr_schedule_unit"] == "update",
+        eval_sampling=sampling, schedule_per_update=rl["lr_schedule_unit"] == "update",
         max_kept_prompts=rl["max_kept_prompts"], logp_chunk_tokens=rl["logp_chunk_tokens"],
     )
     parts = {

@@ -139,6 +139,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     records, data_stats = builders.build_train_records(cfg)
     without = check_responses(records)
     eval_records = builders.build_eval_records(cfg)
+    sampling = builders.eval_sampling(cfg, eval_records)
     rewards = builders.build_eval_rewards(cfg)
     tokenizer, model = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     max_len = cfg["data"]["max_length"]
@@ -158,7 +159,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     module = SFTModule(
         model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
-        eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=builders.eval_sampling(cfg),
+        eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=sampling,
         eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"],
     )
     return SFTStage(cfg, module, dm, plan)

@@ -72,6 +72,20 @@ def test_eval_command_with_another_protocol(trained, tmp_path):
     assert summary["val/n"] == 6 and "val/pass_at_k" not in summary and "val/acc" in out.stdout
 
 
+def test_a_sources_own_samples_reach_the_run_and_its_files(trained, tmp_path):
+    """eval.samples_per_source (the paper's avg@64 AIME beside avg@8 LiveCodeBench): each problem of that
+    source gets its k (here every problem: one source), the first 3 are the run's own avg@3 samples."""
+    cfg = eval_config(trained.run_dir, [f"run.out_dir={tmp_path}", "eval.samples_per_source.arith=5"])
+    result = run_experiment(cfg)
+    rows = [json.loads(line) for line in (result.run_dir / "eval_samples.jsonl").read_text().splitlines()]
+    assert [len(r["completions"]) for r in rows] == [5] * 6 and result.metrics["val/samples"] == 5
+    before = {r["uid"]: r["completions"] for r in map(json.loads, (trained.run_dir / "eval_samples.jsonl")
+                                                      .read_text().splitlines())}
+    assert all(r["completions"][:3] == before[r["uid"]] for r in rows)
+    with pytest.raises(ConfigError, match="eval.samples_per_source.lcb_v5: no held-out source is named 'lcb_v5'"):
+        run_experiment(eval_config(trained.run_dir, [f"run.out_dir={tmp_path}", "eval.samples_per_source.lcb_v5=8"]))
+
+
 def test_eval_run_is_labelled_and_written_beside_the_run_it_scores(trained, tmp_path, capsys):
     from klear_lab.cli import main
 

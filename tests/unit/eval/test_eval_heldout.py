@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -25,7 +26,7 @@ def test_avg_at_k_metrics_by_hand():
     result = EvalResult([_rec(0, 1), _rec(1, 1), _rec(2, 2)], [["a"] * 4] * 3,
                         [[True, False, False, False], [False] * 4, [True, True, True, False]])
     m = result.metrics("val")
-    assert result.scores == [0.25, 0.0, 0.75] and result.samples == 4
+    assert result.scores == [0.25, 0.0, 0.75]
     assert m["val/acc"] == pytest.approx(1 / 3) and m["val/pass_at_k"] == pytest.approx(2 / 3)
     assert m["val/level1/acc"] == pytest.approx(0.125) and m["val/level2/acc"] == 0.75
     assert m["val/arith/acc"] == pytest.approx(1 / 3) and m["val/samples"] == 4 and m["val/n"] == 3
@@ -101,7 +102,7 @@ def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     model.train()
     result = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 2)  # batches of 2, left-padded
     assert [c[0] for c in result.completions] == expected
-    assert result.samples == 1 and model.training, "evaluation restores train mode"
+    assert all(len(c) == 1 for c in result.completions) and model.training, "evaluation restores train mode"
 
 
 @pytest.mark.parametrize(("override", "needle"), [
@@ -113,6 +114,10 @@ def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     (["eval.top_k=20"], "eval.top_k is 20 with eval.temperature 0"),
     (["eval.top_k=-1", "eval.temperature=0.6"], "eval.top_k must be an integer >= 0"),
     (["eval.repetition_penalty=0"], "eval.repetition_penalty must be > 0"),
+    (["eval.samples_per_source.lcb_v5=8"], "eval.samples_per_source.lcb_v5 is 8 with eval.temperature 0"),
+    (["eval.samples_per_source.lcb_v5=0", "eval.temperature=0.6"],
+     "eval.samples_per_source.lcb_v5 must be an integer >= 1"),
+    (["eval.samples_per_source=8"], "eval.samples_per_source: expected dict, got int"),
 ])
 def test_bad_eval_sampling_is_refused(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -123,7 +128,7 @@ def test_the_released_scripts_top_k_and_penalty_reach_the_sampler_and_only_when_
     tok, model, recs = world
     assert Sampling(temperature=0.6, top_p=0.95).engine_kwargs() == {"temperature": 0.6, "top_p": 0.95}
     cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.top_k=20", "eval.repetition_penalty=1.05"])
-    sampling = eval_sampling(cfg)
+    sampling = eval_sampling(cfg, recs)
     assert sampling.engine_kwargs() == {"temperature": 0.6, "top_p": 1.0, "top_k": 20, "repetition_penalty": 1.05}
     seen = []
     real = model.generate
@@ -176,3 +181,42 @@ def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatc
     assert warpers["TemperatureLogitsWarper"].temperature == 0.6 and warpers["TopPLogitsWarper"].top_p == 0.95
     # the recorder draws the token; transformers takes the argmax of its one-hot scores (top_k unused)
     assert recorder.sample and (do_sample, penalty) == (False, None)
+
+
+def test_mixed_k_metrics_by_hand():
+    """eval.samples_per_source: avg@4 on one source, avg@2 on another; each source says its k."""
+    code = Record(uid="c0", source="lcb", task="code", prompt="q", answer="", difficulty=1)
+    result = EvalResult([_rec(0), _rec(1), code], [["a"] * 4, ["a"] * 4, ["b"] * 2],
+                        [[True, False, False, False], [False] * 4, [True, True]])
+    m = result.metrics("val")
+    assert m["val/acc"] == pytest.approx((0.25 + 0 + 1) / 3) and m["val/pass_at_k"] == pytest.approx(2 / 3)
+    assert m["val/arith/acc"] == pytest.approx(0.125) and m["val/lcb/acc"] == 1.0
+    assert (m["val/arith/samples"], m["val/lcb/samples"]) == (4.0, 2.0) and "val/samples" not in m
+
+
+def test_each_source_gets_its_own_samples_and_the_same_ones_it_would_alone(world):
+    """A source's k changes how many samples its problems get, not which: the first 2 of avg@4 are avg@2's
+    (a problem's samples come from its own seed), and the other source is decoded as without per_source."""
+    tok, model, recs = world
+    recs = [*recs[:2], *[dataclasses.replace(r, source="other") for r in recs[2:]]]
+    spy = _Spy()
+    mixed = Sampling(samples=2, temperature=1.0, seed=5, per_source=(("other", 4),))
+    got = evaluate(model, tok, recs, {"math": spy}, MAX_NEW, 4, mixed)
+    assert [len(c) for c in got.completions] == [2, 2, 4]
+    assert [uid for _, uid in spy.seen] == [r.uid for r in recs for _ in range(len(got.completions[recs.index(r)]))]
+    two = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4, Sampling(samples=2, temperature=1.0, seed=5))
+    four = evaluate(model, tok, recs, {"math": _Spy()}, MAX_NEW, 4, Sampling(samples=4, temperature=1.0, seed=5))
+    assert got.completions[:2] == two.completions[:2] and got.completions[2] == four.completions[2]
+    assert got.completions[2][:2] == two.completions[2]
+    assert got.metrics("val")["val/other/samples"] == 4.0
+
+
+def test_samples_per_source_must_name_a_heldout_source(world):
+    _, _, recs = world
+    cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples_per_source.lcb_v5=8"])
+    with pytest.raises(ConfigError, match=r"eval.samples_per_source.lcb_v5: no held-out source is named 'lcb_v5' "
+                                          r"\(data.eval_sources give: arith"):
+        eval_sampling(cfg, recs)
+    cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples=2",
+                         "eval.samples_per_source.arith_r1=8"])
+    assert eval_sampling(cfg, recs).samples_for("arith_r1") == 8 and eval_sampling(cfg, recs).samples_for("x") == 2
