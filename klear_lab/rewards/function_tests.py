@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,9 @@ from klear_lab.rewards.sandbox import SandboxLimits, run_python
 
 # both harnesses: the payload, the real stdout kept as ``_out`` for result lines only (the
 # candidate's own fd 1 and 2 go to /dev/null), and a per-test alarm: ``_arm()`` before a test,
-# ``_disarm()`` after it; a test over ``test_s`` raises ``_Timeout`` (a candidate that blocks the
-# alarm runs on to the sandbox's wall clock)
+# ``_disarm()`` after it; a test over ``test_s`` raises ``_Timeout``. A candidate that catches it
+# (``except:`` inside a loop) or blocks the alarm goes silent: the host kills the run and runs the
+# tests after that one in a fresh sandbox (``_run_harness``)
 _PRELUDE = """import io, json, os, signal, sys
 _P = json.loads({payload!r})
 _out = os.fdopen(os.dup(1), "w")
@@ -53,6 +55,7 @@ try:
     finally:
         _disarm()
     _fn = _ns[_P["func"]]
+    _emit({{"defined": True}})
 except _Timeout:
     _emit({{"load_error": "timed out defining the solution"}}); os._exit(0)
 except BaseException as e:
@@ -127,19 +130,71 @@ def run_function_tests(
     Raises:
         RuntimeError: bwrap is missing or the sandbox failed to start.
     """
-    payload = json.dumps({"code": code, "func": func, "inputs": [list(t["input"]) for t in tests],
-                          "test_s": test_timeout_s})
-    res = run_python(_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
+    payload = {"code": code, "func": func, "inputs": [list(t["input"]) for t in tests], "test_s": test_timeout_s}
+    res = _run_harness(_HARNESS, payload, "inputs", timeout_s, limits)
     return _verdicts(res, timeout_s, test_timeout_s, len(tests),
                      lambda i, rec: "out" in rec and _matches(rec["out"], tests[i]["output"]))
 
 
-def _verdicts(res: Any, timeout_s: float, test_timeout_s: float | None, n: int, check: Any) -> TestRun:
+STALL_GRACE_S = 5.0
+"""Seconds of start-up and scheduling slack on a loaded host, past the harness' own alarms, before a
+silent run counts as one that ignores them."""
+
+
+@dataclass(frozen=True)
+class HarnessRuns:
+    """The result lines of one or more harness runs over one candidate's tests (indices over all tests)."""
+
+    lines: list[dict[str, Any]]
+    timed_out: bool
+    returncode: int
+    wall_s: float
+
+
+def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: float,
+                 limits: SandboxLimits | None) -> HarnessRuns:
+    """Run ``harness`` over the tests ``payload[key]``, all within ``timeout_s``.
+
+    A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
+    595 s for the paper's code reward), holding up the whole reward batch. So a run silent for two
+    test limits (defining the solution, then one test) plus :data:`STALL_GRACE_S` is killed: that test
+    times out and the tests after it run in a fresh sandbox, as they would have had the alarm worked.
+    """
+    items, test_s = payload[key], payload["test_s"]
+    deadline = time.monotonic() + timeout_s
+    lines: list[dict[str, Any]] = []
+    start, wall = 0, 0.0
+    while True:
+        left = deadline - time.monotonic()
+        res = run_python(harness.format(payload=json.dumps({**payload, key: items[start:]})), timeout_s=max(left, 0.01),
+                         limits=limits, idle_s=2 * test_s + STALL_GRACE_S if test_s else None)
+        wall += res.wall_s
+        got = [_shifted(rec, start) for rec in map(_parse, res.stdout.splitlines())]
+        lines += got
+        if not res.stalled:
+            return HarnessRuns(lines, res.timed_out, res.returncode, wall)
+        if not any("defined" in rec or "load_error" in rec for rec in got):
+            lines.append({"load_error": f"defining the solution ignored its {test_s:g} s limit"})
+            return HarnessRuns(lines, False, res.returncode, wall)
+        stuck = max([rec["i"] + 1 for rec in got if isinstance(rec.get("i"), int)], default=start)
+        lines.append({"i": stuck, "timeout": True})
+        start = stuck + 1
+        if start >= len(items) or deadline - time.monotonic() <= 0:
+            return HarnessRuns(lines, start < len(items), res.returncode, wall)
+
+
+def _shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:
+    """A result line of a run that began at test ``start``, indexed over all tests."""
+    i = rec.get("i")
+    return {**rec, "i": i + start} if isinstance(i, int) and not isinstance(i, bool) else rec
+
+
+def _verdicts(res: HarnessRuns, timeout_s: float, test_timeout_s: float | None, n: int, check: Any) -> TestRun:
     """Per-test verdicts from the harness' result lines (``check(i, line)``: test ``i`` passed); a test
     reported twice fails. The status: a load error, a timeout (of the run or of a test), a process
     that died before reporting every test, or ok."""
     passed, info, seen, slow = [False] * n, "", set(), []
-    for rec in map(_parse, res.stdout.splitlines()):
+    for rec in res.lines:
         if "load_error" in rec:
             return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
         i = rec.get("i")
@@ -184,6 +239,7 @@ _STDIO_HARNESS = _PRELUDE + """try:
 except BaseException as e:
     _out.write(json.dumps({{"load_error": type(e).__name__ + ": " + str(e)[:200]}}) + "\\n"); _out.flush()
     os._exit(0)
+_out.write(json.dumps({{"defined": True}}) + "\\n"); _out.flush()
 for _i, _data in enumerate(_P["stdins"]):
     sys.stdin = io.TextIOWrapper(io.BytesIO(_data.encode()), encoding="utf-8")
     sys.stdout = _cap = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
@@ -232,7 +288,7 @@ def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: fl
     style), all in one sandbox process: a fresh ``__main__`` namespace per test reading ``stdin``; its
     output is compared on the host (:func:`stdout_matches`). ``exit()``/``sys.exit(0)`` ends a test
     normally; another exit code fails it. Timeouts as :func:`run_function_tests`."""
-    payload = json.dumps({"code": code, "stdins": [t["stdin"] for t in tests], "test_s": test_timeout_s})
-    res = run_python(_STDIO_HARNESS.format(payload=payload), timeout_s=timeout_s, limits=limits)
+    payload = {"code": code, "stdins": [t["stdin"] for t in tests], "test_s": test_timeout_s}
+    res = _run_harness(_STDIO_HARNESS, payload, "stdins", timeout_s, limits)
     return _verdicts(res, timeout_s, test_timeout_s, len(tests),
                      lambda i, rec: "err" not in rec and stdout_matches(rec.get("out"), tests[i]["stdout"]))

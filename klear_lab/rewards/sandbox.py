@@ -118,6 +118,7 @@ class SandboxResult:
     stderr: str
     timed_out: bool
     wall_s: float
+    stalled: bool = False  # killed for a silent stdout (``idle_s``); ``timed_out`` is then True too
 
 
 def require_bwrap() -> str:
@@ -176,7 +177,7 @@ def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
 
 
 def run_python(
-    source: str, *, timeout_s: float = 10.0, limits: SandboxLimits | None = None
+    source: str, *, timeout_s: float = 10.0, limits: SandboxLimits | None = None, idle_s: float | None = None
 ) -> SandboxResult:
     """Run ``source`` as ``__main__`` in the sandbox (stdin is empty).
 
@@ -184,6 +185,8 @@ def run_python(
         source: Python program text (fed on stdin to the prelude, never written on the host).
         timeout_s: wall-clock limit; on expiry the process group is killed.
         limits: resource limits; defaults to ``SandboxLimits()``.
+        idle_s: also kill it once its stdout has been silent this long (from the start, then from its
+            last output); ``stalled`` says so. None: only ``timeout_s``.
 
     Returns:
         The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
@@ -194,15 +197,18 @@ def run_python(
     """
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
+    if idle_s is not None and not (isinstance(idle_s, (int, float)) and math.isfinite(idle_s) and idle_s > 0):
+        raise ValueError(f"idle_s must be a finite number > 0 or None, got {idle_s!r}")
     data = source.encode("utf-8", "replace")  # a lone surrogate is the program's bug, not the host's
     limits = limits or SandboxLimits()
     require_bwrap()  # before any pipe is opened
     isolation = current_isolation()  # refuses host root without CAP_SYS_ADMIN, also before
     with run_uid(isolation.own_uids) as uid:
-        return _run(data, timeout_s, limits, isolation, uid)
+        return _run(data, timeout_s, limits, isolation, uid, idle_s)
 
 
-def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolation, uid: int) -> SandboxResult:
+def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolation, uid: int,
+         idle_s: float | None = None) -> SandboxResult:
     """One sandboxed run of the program ``data`` as host ``uid`` (:func:`run_python`)."""
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
@@ -220,14 +226,14 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     finally:
         for fd in fds:
             os.close(fd)
-    out, err, timed_out = _exchange(proc, data, timeout_s, limits.fsize_mb << 20)
+    out, err, timed_out, stalled = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s)
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     if not stdout.startswith(_BOOT_TAG) and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
-                         time.monotonic() - start)
+                         time.monotonic() - start, stalled)
 
 
 def _pipe_with(data: bytes) -> int:
@@ -261,14 +267,18 @@ def run_uid(own: bool) -> Iterator[int]:
             _UIDS_IN_USE.discard(uid)
 
 
-def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int) -> tuple[bytes, bytes, bool]:
+def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,
+              idle_s: float | None = None) -> tuple[bytes, bytes, bool, bool]:
     """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest is read and
-    dropped), until the process exits or ``timeout_s``; then kill its process group.
+    dropped), until the process exits, ``timeout_s`` passes or stdout stays silent for ``idle_s``; then
+    kill its process group.
 
     Returns:
-        (stdout, stderr, whether it timed out).
+        (stdout, stderr, whether it timed out, whether that was for silence).
     """
     deadline = time.monotonic() + timeout_s
+    heard = time.monotonic()  # stdout's last output
+    stalled = False
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     sel = selectors.DefaultSelector()
     for f in kept:
@@ -277,7 +287,10 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     sent = 0
     try:
         while sel.get_map() and (left := deadline - time.monotonic()) > 0:
-            for key, _ in sel.select(left):
+            if idle_s is not None and (quiet := heard + idle_s - time.monotonic()) <= 0:
+                stalled = True
+                break
+            for key, _ in sel.select(left if idle_s is None else min(left, quiet)):
                 f = key.fileobj
                 if f is proc.stdin:  # PIPE_BUF at a time: a write POLLOUT allows never blocks
                     try:
@@ -289,6 +302,8 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                         f.close()
                 elif chunk := os.read(f.fileno(), 1 << 16):
                     kept[f] += chunk[:max(cap - len(kept[f]), 0)]
+                    if f is proc.stdout:
+                        heard = time.monotonic()
                 else:
                     sel.unregister(f)
         timed_out = bool(sel.get_map())  # the deadline came first
@@ -304,7 +319,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
             proc.wait()
         for f in (proc.stdin, proc.stdout, proc.stderr):
             f.close()
-    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled
 
 
 def _wait_eof(fd: int, deadline_s: float) -> None:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from klear_lab.rewards import sandbox
+from klear_lab.rewards import function_tests
 from klear_lab.rewards.function_tests import outputs_match, run_function_tests, run_stdio_tests, stdout_matches
 from klear_lab.rewards.isolation import choose_isolation
 from klear_lab.rewards.sandbox import MARKER, run_python
@@ -173,6 +174,28 @@ def test_missing_function_and_timeout_mid_tests():
     tests = [{"input": [1], "output": 1}, {"input": [2], "output": 2}, {"input": [3], "output": 3}]
     run = run_function_tests(code, "f", tests, timeout_s=1.0)
     assert (run.passed, run.status) == ((True, False, False), "timeout")
+
+
+SWALLOW = "    while x == 2:\n        try:\n            while True:\n                pass\n        except:\n            pass\n"
+"""A loop whose bare ``except:`` catches the harness' per-test alarm, as generated code often has."""
+
+
+def test_a_candidate_that_catches_the_test_alarm_loses_that_test_only(monkeypatch):
+    """It ran on to the whole run's limit (595 s with the paper's code reward), holding up the reward batch;
+    now the host kills it once silent past two test limits and runs the next tests in a fresh sandbox."""
+    monkeypatch.setattr(function_tests, "STALL_GRACE_S", 1.0)
+    tests = [{"input": [1], "output": 1}, {"input": [2], "output": 2}, {"input": [3], "output": 3}]
+    run = run_function_tests("def f(x):\n" + SWALLOW + "    return x\n", "f", tests, timeout_s=60, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((True, False, True), "timeout") and run.wall_s < 10, run
+    at_load = "x = 2\n" + SWALLOW.replace("    ", "", 1).replace("\n    ", "\n") + "def f(x):\n    return x\n"
+    run = run_function_tests(at_load, "f", tests, timeout_s=60, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((False, False, False), "load_error") and "ignored" in run.info, run
+    program = "x = int(input())\n" + SWALLOW.replace("    ", "", 1).replace("\n    ", "\n") + "print(x)\n"
+    stdio = [{"stdin": f"{x}\n", "stdout": f"{x}\n"} for x in (2, 1, 2, 3)]
+    run = run_stdio_tests(program, stdio, timeout_s=60, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((False, True, False, True), "timeout") and run.wall_s < 15, run
+    slow = run_stdio_tests(program, stdio, timeout_s=3, test_timeout_s=0.5)  # the whole limit still holds
+    assert slow.status == "timeout" and "timed out after 3 s" in slow.info and slow.wall_s < 4, slow
 
 
 def test_whole_programs_on_stdin_and_stdout():
