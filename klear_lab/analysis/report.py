@@ -1,4 +1,5 @@
-"""Write a reproduction: ``arms.csv``, ``claims.csv``, ``report.md``, ``deltas.png``; print it with Rich.
+"""Write a reproduction: ``arms.csv``, ``claims.csv``, ``report.md``, ``deltas.png`` and, when the
+analysis maps paper benchmarks to metrics of the sweep, ``benchmarks.csv``; print it with Rich.
 
 Outputs go to ``SWEEP_DIR/reproduce/ANALYSIS_NAME/`` unless told otherwise; files are written to a
 temporary name and renamed, so an interrupted report never leaves half a file.
@@ -73,8 +74,17 @@ def claim_header(rep: Reproduction) -> list[str]:
             "seeds", "verdict"]
 
 
+def benchmark_header() -> list[str]:
+    return ["paper's claim", "benchmark", "ours", "paper Δ", "ours Δ [95% CI]", "seeds", "verdict"]
+
+
+def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:
+    return [row["claim"], row["benchmark"], row["metric"], num(row["paper Δ"], True, paper_decimals(rep)),
+            interval(row), f"{row['n better']}/{row['n than']}", row["verdict"]]
+
+
 def to_markdown(rep: Reproduction) -> str:
-    """The report: provenance, the arms table and the claims table."""
+    """The report: provenance, the arms table, the claims table and the claims per benchmark."""
     a, s = rep.analysis, rep.sweep
     lines = [f"# {a.title}", "", f"- paper numbers: {a.source or '(no source given)'}",
              f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {rep.n_complete} of "
@@ -84,6 +94,12 @@ def to_markdown(rep: Reproduction) -> str:
     if not rep.claims.empty:
         lines += ["", "## The paper's claims", ""]
         lines += _md_table(claim_header(rep), [claim_cells(rep, r) for _, r in rep.claims.iterrows()])
+    if not rep.benchmarks.empty:
+        mapped = ", ".join(f"{bench}: `{metric}`" for bench, metric in rep.metrics.items())
+        lines += ["", "## The paper's claims per benchmark", "",
+                  f"Ours on the metric the sweep logs for each benchmark ({mapped}); the verdicts above stay on "
+                  f"`{s.metric}`.", ""]
+        lines += _md_table(benchmark_header(), [benchmark_cells(rep, r) for _, r in rep.benchmarks.iterrows()])
     return "\n".join(lines) + "\n"
 
 
@@ -95,7 +111,7 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, console: Any = None) -> None:
-    """Both tables with Rich; reproduced claims green, contradicted red."""
+    """The tables with Rich; reproduced claims green, contradicted red."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -110,15 +126,35 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
         table.add_row(*[escape(c) for c in arm_cells(rep, row)], style=None if row["in paper"] else "dim")
     console.print(table)
     if not rep.claims.empty:
-        claims = Table(title="the paper's claims on this sweep")
-        for i, col in enumerate(claim_header(rep)):
-            claims.add_column(escape(col), justify="left" if i == 0 else "right")
-        for _, row in rep.claims.iterrows():
-            style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
-            claims.add_row(*[escape(c) for c in claim_cells(rep, row)], style=style)
-        console.print(claims)
-    console.print(escape(f"report: {out_dir / 'report.md'}  tables: {out_dir / 'arms.csv'}  {out_dir / 'claims.csv'}"))
+        console.print(_verdict_table("the paper's claims on this sweep", claim_header(rep), 1,
+                                     [claim_cells(rep, r) for _, r in rep.claims.iterrows()]))
+    if not rep.benchmarks.empty:
+        console.print(_verdict_table("the paper's claims per benchmark", benchmark_header(), 3,
+                                     [benchmark_cells(rep, r) for _, r in rep.benchmarks.iterrows()]))
+    tables = "  ".join(str(out_dir / name) for name in written_tables(rep))
+    console.print(escape(f"report: {out_dir / 'report.md'}  tables: {tables}"))
     console.print(escape(f"figure: {png}") if png else "figure: none (no completed trials)")
+
+
+def _verdict_table(title: str, header: list[str], n_left: int, rows: list[list[str]]) -> Any:
+    """A Rich table whose last cell is a verdict: reproduced rows green, contradicted red; the first
+    ``n_left`` columns are text (left), the rest numbers. Every cell is escaped: "[95% CI]" and
+    "[no interval]" are not style tags."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, col in enumerate(header):
+        table.add_column(escape(col), justify="left" if i < n_left else "right")
+    for cells in rows:
+        style = {"reproduced": "green", "contradicted": "red"}.get(cells[-1])
+        table.add_row(*[escape(c) for c in cells], style=style)
+    return table
+
+
+def written_tables(rep: Reproduction) -> list[str]:
+    """The CSV files a reproduction writes: ``benchmarks.csv`` only when benchmarks are compared."""
+    return ["arms.csv", "claims.csv", *(["benchmarks.csv"] if not rep.benchmarks.empty else [])]
 
 
 def write_reproduction(rep: Reproduction, out_dir: Path, console: Any = None) -> Path | None:
@@ -128,6 +164,7 @@ def write_reproduction(rep: Reproduction, out_dir: Path, console: Any = None) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / "arms.csv", lambda p: rep.arms.to_csv(p, index=False))
     atomic_write(out_dir / "claims.csv", lambda p: _claims_frame(rep).to_csv(p, index=False))
+    _write_benchmarks(rep, out_dir / "benchmarks.csv")
     atomic_write(out_dir / "report.md", lambda p: Path(p).write_text(to_markdown(rep)))
     png = None
     if rep.arms["n"].sum() > 0:
@@ -135,6 +172,15 @@ def write_reproduction(rep: Reproduction, out_dir: Path, console: Any = None) ->
         atomic_write(png, lambda p: plot_deltas(rep, p))
     print_reproduction(rep, out_dir, png, console)
     return png
+
+
+def _write_benchmarks(rep: Reproduction, path: Path) -> None:
+    """``benchmarks.csv``, or no such file: one left by an earlier run that mapped benchmarks would
+    sit beside tables it does not belong to."""
+    if rep.benchmarks.empty:
+        path.unlink(missing_ok=True)
+    else:
+        atomic_write(path, lambda p: rep.benchmarks.to_csv(p, index=False))
 
 
 def _claims_frame(rep: Reproduction) -> pd.DataFrame:

@@ -11,18 +11,24 @@ interval over seeds (``klear_lab.stats``). A claim "A beats B" is
 
 Both arms need at least two completed seeds for an interval; with two, only a difference several
 times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom).
+
+A benchmark that the sweep entry maps to a metric the sweep logs (``metrics: {AIME 2024:
+val/aime24/acc}``) is compared on its own as well: per arm, our mean of that metric and its delta
+(``ours ... AIME 2024`` columns of ``arms``); per claim, a verdict for that benchmark
+(``benchmarks``: one row per claim and mapped benchmark). The objective columns and each claim's
+overall verdict stay on the objective.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from klear_lab.analysis.spec import Analysis, SweepRef
+from klear_lab.analysis.spec import Analysis, Claim, SweepRef
 from klear_lab.stats import welch_interval
 from klear_lab.sweep.compare import TrialRecord
 from klear_lab.sweep.spec import SweepSpec
@@ -40,6 +46,8 @@ class Reproduction:
     claims: pd.DataFrame
     n_complete: int
     n_trials: int
+    metrics: dict[str, str] = field(default_factory=dict)  # mapped paper benchmark -> our metric
+    benchmarks: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per (claim, mapped benchmark)
 
 
 def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
@@ -64,47 +72,89 @@ def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n
 
 
 def objective_values(records: list[TrialRecord], label: str, metric: str) -> np.ndarray:
-    """The objective of every completed trial of sweep arm ``label``."""
+    """The ``metric`` (the objective, or a table metric) of every completed trial of sweep arm ``label``."""
     vals = [r.metrics.get(metric) for r in records if r.arm == label and r.state == "COMPLETE"]
     return np.array([v for v in vals if v is not None and math.isfinite(v)], dtype=float)
 
 
+def mapped_metrics(analysis: Analysis, ref: SweepRef) -> dict[str, str]:
+    """The sweep entry's paper benchmark -> metric map, in the analysis's benchmark order."""
+    return {bench: ref.metrics[bench] for bench in analysis.benchmarks if bench in ref.metrics}
+
+
 def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord]) -> Reproduction:
-    """Both tables for ``records`` of the sweep ``spec`` (pure: no files, no study)."""
-    label_of = ref.label_of
-    values = {label: objective_values(records, label, spec.metric) for label in ref.labels}
-    base_vals = values[label_of[analysis.baseline]]
-    rows = [_arm_row(analysis, arm, label_of.get(arm), values, base_vals) for arm in analysis.paper]
-    matched = set(label_of.values())
-    rows += [_arm_row(analysis, None, label, values, base_vals) for label in ref.labels if label not in matched]
-    claims = []
-    for claim in analysis.claims:
-        better = values.get(label_of.get(claim.better, ""), np.array([]))
-        than = values.get(label_of.get(claim.than, ""), np.array([]))
-        d, lo, hi = welch_interval(better, than)
-        row: dict[str, Any] = {"claim": claim.text or f"{claim.better} beats {claim.than}",
-                               "better": claim.better, "than": claim.than}
-        for i, bench in enumerate(analysis.benchmarks):
-            row[f"paper Δ {bench}"] = analysis.paper[claim.better][i] - analysis.paper[claim.than][i]
-        row.update({"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi,
-                    "n better": len(better), "n than": len(than),
-                    "verdict": verdict(d, lo, hi, spec.direction, len(better), len(than))})
-        claims.append(row)
+    """The tables for ``records`` of the sweep ``spec`` (pure: no files, no study)."""
+    metrics = mapped_metrics(analysis, ref)
+    values = _by_arm(records, ref.labels, spec.metric)
+    per_bench = {bench: _by_arm(records, ref.labels, metric) for bench, metric in metrics.items()}
+    base = ref.label_of[analysis.baseline]
+    rows = [_arm_row(analysis, arm, ref.label_of.get(arm), values, per_bench, base) for arm in analysis.paper]
+    matched = set(ref.label_of.values())
+    rows += [_arm_row(analysis, None, label, values, per_bench, base) for label in ref.labels if label not in matched]
+    claims = [_claim_row(analysis, ref, claim, values, spec.direction) for claim in analysis.claims]
+    benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], spec.direction)
+               for claim in analysis.claims for bench, metric in metrics.items()]
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims),
-                        n_complete=sum(r.state == "COMPLETE" for r in records), n_trials=len(records))
+                        n_complete=sum(r.state == "COMPLETE" for r in records), n_trials=len(records),
+                        metrics=metrics, benchmarks=pd.DataFrame(benches))
+
+
+def _by_arm(records: list[TrialRecord], labels: list[str], metric: str) -> dict[str, np.ndarray]:
+    return {label: objective_values(records, label, metric) for label in labels}
+
+
+def _claim_name(claim: Claim) -> str:
+    return claim.text or f"{claim.better} beats {claim.than}"
+
+
+def _compare(ref: SweepRef, claim: Claim, values: dict[str, np.ndarray], direction: str) -> dict[str, Any]:
+    """Our Δ of ``claim.better`` - ``claim.than`` with its interval, seed counts and verdict."""
+    better = values.get(ref.label_of.get(claim.better, ""), np.array([]))
+    than = values.get(ref.label_of.get(claim.than, ""), np.array([]))
+    d, lo, hi = welch_interval(better, than)
+    return {"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi, "n better": len(better), "n than": len(than),
+            "verdict": verdict(d, lo, hi, direction, len(better), len(than))}
+
+
+def _claim_row(analysis: Analysis, ref: SweepRef, claim: Claim, values: dict[str, np.ndarray],
+               direction: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than}
+    for i, bench in enumerate(analysis.benchmarks):
+        row[f"paper Δ {bench}"] = analysis.paper[claim.better][i] - analysis.paper[claim.than][i]
+    return row | _compare(ref, claim, values, direction)
+
+
+def _benchmark_row(analysis: Analysis, ref: SweepRef, claim: Claim, bench: str, metric: str,
+                   values: dict[str, np.ndarray], direction: str) -> dict[str, Any]:
+    i = analysis.benchmarks.index(bench)
+    row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than,
+                           "benchmark": bench, "metric": metric,
+                           "paper Δ": analysis.paper[claim.better][i] - analysis.paper[claim.than][i]}
+    return row | _compare(ref, claim, values, direction)
 
 
 def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dict[str, np.ndarray],
-             base_vals: np.ndarray) -> dict[str, Any]:
+             per_bench: dict[str, dict[str, np.ndarray]], base: str) -> dict[str, Any]:
     row: dict[str, Any] = {"arm": arm or label, "sweep arm": label or "", "in paper": arm is not None}
     for i, bench in enumerate(analysis.benchmarks):
         paper = analysis.paper[arm][i] if arm else math.nan
         row[f"paper {bench}"] = paper
         row[f"paper Δ {bench}"] = paper - analysis.paper[analysis.baseline][i] if arm else math.nan
-    mine = values.get(label or "", np.array([]))
-    row["ours mean"] = float(mine.mean()) if len(mine) else math.nan
-    row["ours std"] = float(mine.std(ddof=1)) if len(mine) > 1 else math.nan
-    row["n"] = len(mine)
-    d, lo, hi = welch_interval(mine, base_vals)
-    row.update({"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi, "baseline": arm == analysis.baseline})
+    row.update(_ours(values, label, base))
+    row["baseline"] = arm == analysis.baseline
+    for bench, bench_values in per_bench.items():
+        row.update(_ours(bench_values, label, base, bench))
     return row
+
+
+def _ours(values: dict[str, np.ndarray], label: str | None, base: str, bench: str = "") -> dict[str, Any]:
+    """Our mean ± std (n) of sweep arm ``label`` and its Δ vs the baseline arm ``base``: the objective's
+    columns (``ours mean``, ``n``, ``ours Δ``, ...) or a benchmark's (``ours AIME 2024 mean``,
+    ``ours AIME 2024 n``, ``ours Δ AIME 2024``, ...)."""
+    tag = f" {bench}" if bench else ""
+    mine = values.get(label or "", np.array([]))
+    d, lo, hi = welch_interval(mine, values[base])
+    return {f"ours{tag} mean": float(mine.mean()) if len(mine) else math.nan,
+            f"ours{tag} std": float(mine.std(ddof=1)) if len(mine) > 1 else math.nan,
+            f"ours{tag} n" if bench else "n": len(mine),
+            f"ours Δ{tag}": d, f"ours Δ{tag} ci low": lo, f"ours Δ{tag} ci high": hi}

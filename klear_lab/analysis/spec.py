@@ -15,10 +15,19 @@ An ``analysis/*.yaml`` file::
       - ../sweeps/quickstart.yaml       # sweep arms matched to paper arms by label or axis value
       - {spec: ../sweeps/paper/fig2_clip.yaml, arms: {"clip=clip_higher": clip_higher}}
 
+A table whose sweep logs each benchmark (eval sources with a ``label``: ``val/<label>/acc``) also
+maps paper benchmarks to those metrics (``analysis/table4_topk.yaml``)::
+
+    sweeps:
+      - spec: ../sweeps/paper/table4_topk.yaml
+        metrics: {AIME 2024: val/aime24/acc, AIME 2025: val/aime25/acc}   # paper benchmark -> sweep metric
+
 A sweep arm matches a paper arm through the sweep entry's ``arms`` map, else when its label is a
 paper arm (``top1``), else when it is a one-axis label whose value is one (``clip=gppo`` ->
-``gppo``). Every check here runs without touching a study, so ``--validate-only`` style tests can
-load every shipped analysis.
+``gppo``). A benchmark named in ``metrics`` is also compared on that metric; the metric must be
+the sweep's objective or in its ``metrics:`` list (what a sweep keeps per trial). Benchmarks left
+out are compared on the objective only. Every check here runs without touching a study, so
+``--validate-only`` style tests can load every shipped analysis.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from klear_lab.config.compose import load_yaml
 from klear_lab.errors import ConfigError
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
+SWEEP_KEYS = {"spec", "arms", "metrics"}
 
 
 @dataclass(frozen=True)
@@ -45,12 +55,14 @@ class Claim:
 
 @dataclass
 class SweepRef:
-    """One sweep that reproduces the analysis, with its arm label -> paper arm map."""
+    """One sweep that reproduces the analysis, with its arm label -> paper arm map and its paper
+    benchmark -> sweep metric map."""
 
     spec_path: Path
     arms: dict[str, str] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)  # the sweep's grid arm labels
     label_of: dict[str, str] = field(default_factory=dict)  # paper arm -> the sweep arm standing for it
+    metrics: dict[str, str] = field(default_factory=dict)  # paper benchmark -> a metric the sweep records
 
     def paper_arm(self, label: str, paper_arms: list[str]) -> str | None:
         """The paper arm a sweep arm label stands for, or None."""
@@ -159,22 +171,44 @@ def _sweep_ref(analysis: Analysis, i: int, raw: Any) -> SweepRef:
     key = f"sweeps[{i}]"
     if isinstance(raw, str):
         raw = {"spec": raw}
-    if not isinstance(raw, dict) or "spec" not in raw or set(raw) - {"spec", "arms"}:
-        raise analysis.err(key, f"expected a spec path or {{spec: PATH, arms: {{LABEL: PAPER_ARM}}}}, got {raw!r}")
+    if not isinstance(raw, dict) or "spec" not in raw or set(raw) - SWEEP_KEYS:
+        raise analysis.err(key, "expected a spec path or {spec: PATH, arms: {LABEL: PAPER_ARM}, "
+                                f"metrics: {{BENCHMARK: METRIC}}}}, got {raw!r}")
     spec_path = Path(raw["spec"])
     if not spec_path.is_absolute():
         spec_path = (analysis.path.parent / spec_path).resolve()
-    arms = raw.get("arms") or {}
-    if not isinstance(arms, dict):
-        raise analysis.err(f"{key}.arms", f"expected a mapping of sweep arm label -> paper arm, got {arms!r}")
-    return make_ref(analysis, key, spec_path, {str(k): str(v) for k, v in arms.items()},
-                    sweep_labels(analysis, key, spec_path))
+    arms = _mapping(analysis, f"{key}.arms", raw.get("arms"), "sweep arm label -> paper arm")
+    metrics = _mapping(analysis, f"{key}.metrics", raw.get("metrics"), "paper benchmark -> sweep metric")
+    sweep, labels = _load_sweep(analysis, key, spec_path)
+    _check_metrics(analysis, key, sweep, metrics)
+    return make_ref(analysis, key, spec_path, arms, labels, metrics)
 
 
-def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str], labels: list[str]) -> SweepRef:
+def _mapping(analysis: Analysis, key: str, raw: Any, what: str) -> dict[str, str]:
+    if not isinstance(raw or {}, dict):
+        raise analysis.err(key, f"expected a mapping of {what}, got {raw!r}")
+    return {str(k): str(v) for k, v in (raw or {}).items()}
+
+
+def _check_metrics(analysis: Analysis, key: str, sweep: Any, metrics: dict[str, str]) -> None:
+    """Each mapped benchmark is one of the analysis's, and its metric one the sweep keeps per trial
+    (a trial stores its objective and ``metrics:`` only; any other name would compare nothing)."""
+    recorded = [sweep.metric, *sweep.metrics]
+    for bench, metric in metrics.items():
+        if bench not in analysis.benchmarks:
+            raise analysis.err(f"{key}.metrics.{bench}", f"{bench!r} is not a benchmark of this analysis "
+                                                         f"(benchmarks: {', '.join(analysis.benchmarks)})")
+        if metric not in recorded:
+            raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} does not record {metric!r} "
+                                                         f"(it records {', '.join(recorded)}); add it to that "
+                                                         "sweep's `metrics:`")
+
+
+def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str], labels: list[str],
+             metrics: dict[str, str] | None = None) -> SweepRef:
     """A checked SweepRef: map entries are real arms and paper arms, one sweep arm per paper arm,
-    and some sweep arm stands for the baseline."""
-    ref = SweepRef(spec_path, arms, labels)
+    and some sweep arm stands for the baseline (``metrics`` is checked by the caller)."""
+    ref = SweepRef(spec_path, arms, labels, metrics=dict(metrics or {}))
     for label, arm in ref.arms.items():
         if label not in labels:
             raise analysis.err(f"{key}.arms.{label}", f"not an arm of {spec_path.name} (arms: {', '.join(labels)})")
@@ -194,14 +228,15 @@ def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str]
     return ref
 
 
-def sweep_labels(analysis: Analysis, key: str, spec_path: Path) -> list[str]:
-    """The grid arm labels of a sweep spec file (errors name the analysis key)."""
+def _load_sweep(analysis: Analysis, key: str, spec_path: Path) -> tuple[Any, list[str]]:
+    """A sweep spec file and its grid arm labels (errors name the analysis key)."""
     from klear_lab.sweep.spec import load_spec
 
     if not spec_path.is_file():
         raise analysis.err(key, f"{spec_path}: no such sweep spec")
     try:
-        return grid_labels(load_spec(spec_path))
+        sweep = load_spec(spec_path)
+        return sweep, grid_labels(sweep)
     except ConfigError as exc:
         raise analysis.err(key, str(exc)) from exc
 

@@ -1,9 +1,10 @@
 """Log a reproduction as its own W&B run in the sweep's group (job type ``reproduce``).
 
 The trials of a sweep are W&B runs grouped by sweep; the reproduction joins that group with the
-arms and claims tables, the delta figure and the verdict counts in its summary, so a dashboard
-shows the paper's numbers and the verdicts next to the runs they came from. W&B settings
-(mode, project, entity) are the sweep's base experiment's, offline by default like every run.
+arms and claims tables (and the per-benchmark claims when benchmarks are mapped), the delta figure
+and the verdict counts in its summary, so a dashboard shows the paper's numbers and the verdicts
+next to the runs they came from. W&B settings (mode, project, entity) are the sweep's base
+experiment's, offline by default like every run.
 """
 
 from __future__ import annotations
@@ -42,13 +43,16 @@ def log_reproduction(rep: Reproduction, out_dir: Path, png: Path | None) -> tupl
         name=f"reproduce-{rep.analysis.name}", tags=[f"analysis={rep.analysis.name}", f"sweep={rep.sweep.name}"],
         config={"analysis": str(rep.analysis.path), "title": rep.analysis.title, "source": rep.analysis.source,
                 "sweep": rep.sweep.name, "objective": rep.sweep.metric, "direction": rep.sweep.direction,
-                "paper": rep.analysis.paper, "benchmarks": rep.analysis.benchmarks},
+                "paper": rep.analysis.paper, "benchmarks": rep.analysis.benchmarks,
+                "benchmark_metrics": rep.metrics},
         settings=wandb.Settings(silent=True, console="off"), reinit="finish_previous",
     )
     try:
         payload = {"reproduce/arms": wandb.Table(dataframe=rep.arms)}
         if not rep.claims.empty:
             payload["reproduce/claims"] = wandb.Table(dataframe=rep.claims)
+        if not rep.benchmarks.empty:
+            payload["reproduce/benchmarks"] = wandb.Table(dataframe=rep.benchmarks)
         if png is not None:
             payload["reproduce/deltas"] = wandb.Image(str(png))
         run.log(payload)

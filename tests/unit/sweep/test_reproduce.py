@@ -139,6 +139,13 @@ def test_explicit_arm_map(tmp_path):
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.003": "0.002"}}]}, "both match paper arm '0.002'"),
     ({"paper": {"0.001": [1.0, 1.0], "0.5": [1.0, 1.0]}, "claims": []}, "paper: arm '0.5' is matched by no sweep"),
     ({"paper": {"x": [1.0, 1.0]}, "baseline": "x", "claims": []}, "no arm of toy.yaml matches the baseline 'x'"),
+    ({"sweeps": [{"spec": "toy.yaml", "metrics": {"C": "val/acc"}}]},
+     "sweeps[0].metrics.C: 'C' is not a benchmark of this analysis (benchmarks: A, B)"),
+    ({"sweeps": [{"spec": "toy.yaml", "metrics": {"B": "val/b/acc"}}]},
+     "sweeps[0].metrics.B: toy.yaml does not record 'val/b/acc' (it records val/acc, train/loss); "
+     "add it to that sweep's `metrics:`"),
+    ({"sweeps": [{"spec": "toy.yaml", "metrics": ["val/acc"]}]}, "sweeps[0].metrics: expected a mapping"),
+    ({"sweeps": [{"spec": "toy.yaml", "metric": {"A": "val/acc"}}]}, "sweeps[0]: expected a spec path or"),
 ])
 def test_bad_analysis_specs_name_file_and_key(tmp_path, changes, message):
     path = write_analysis(tmp_path, **changes)

@@ -97,6 +97,21 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
     assert main(["reproduce", str(tmp_path / "analysis" / "both_table.yaml"), "--no-wandb"]) == 0
     assert (tmp_path / "out" / "toy" / "reproduce" / "both_table" / "claims.csv").is_file()
 
+    # a benchmark mapped to a metric the sweep logs (the toy runner's objective): benchmarks.csv and a
+    # W&B table; a later run into the same directory that maps none leaves no benchmarks.csv behind
+    mapped = tmp_path / "analysis" / "mapped_table.yaml"
+    mapped.write_text(yaml.safe_dump(yaml.safe_load(analysis.read_text())
+                                     | {"sweeps": [{"spec": "../toy.yaml", "metrics": {"A": "val/acc"}}]}))
+    out = tmp_path / "mapped"
+    assert main(["reproduce", str(mapped), "--out-dir", str(out)]) == 0
+    assert pd.read_csv(out / "benchmarks.csv")[["benchmark", "metric", "verdict"]].values.tolist() == [
+        ["A", "val/acc", "reproduced"], ["A", "val/acc", "contradicted"]]
+    assert pd.read_csv(out / "arms.csv")["ours A n"].tolist() == [2, 2, 2]
+    run = next((out / "wandb").glob("offline-run-*"))
+    assert any(p.name.startswith("benchmarks_") for p in (run / "files" / "media").rglob("*"))
+    assert main(["reproduce", str(analysis), "--out-dir", str(out), "--no-wandb"]) == 0
+    assert not (out / "benchmarks.csv").exists() and (out / "claims.csv").is_file()
+
 
 def test_validate_only_and_bad_spec(tmp_path, capsys):
     write_spec(tmp_path, seeds=(0, 1))
