@@ -46,12 +46,15 @@ class ResumableLoader(DataLoader):
     before (whatever the sampler draws from it). ``skip()`` is asked once, at the first ``iter()``:
     ``(epoch, batches)`` of a resumed run; the first ``batches`` batches' indices are drawn and dropped
     without loading. ``len()`` stays the epoch's length: Lightning counts them as already fetched.
-    ``skip`` is a keyword argument, so Lightning's re-instantiation under DDP keeps it.
+    ``skip`` is a keyword argument, so Lightning's re-instantiation under DDP keeps it, as is ``windows``:
+    an accumulation window's size, whose batches then carry their step's loss-token count
+    (:func:`klear_lab.data.sft.with_step_tokens`; 0: none).
     """
 
-    def __init__(self, *args: Any, skip: Callable[[], tuple[int, int]] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, skip: Callable[[], tuple[int, int]] | None = None, windows: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.skip = skip
+        self.skip, self.windows = skip, windows
         self._epoch_start: torch.Tensor | None = None  # generator state when the current epoch began
         self._restore: torch.Tensor | None = None
 
@@ -68,6 +71,10 @@ class ResumableLoader(DataLoader):
         it = super().__iter__()
         for _ in range(batches):
             it._next_index()  # the sampler's next batch of indices, not loaded
+        if self.windows:
+            from klear_lab.data.sft import with_step_tokens
+
+            return with_step_tokens(it, self.windows, batches, len(self))
         return it
 
     def state_dict(self) -> dict[str, Any]:

@@ -67,11 +67,13 @@ def check_optim(o: dict[str, Any]) -> None:
              f"must be two numbers in [0, 1) (AdamW's beta1, beta2), got {list(betas)}")
 
 
+SFT_LOSSES = ("token-mean", "step-token-mean")
+
+
 def check_sft(cfg: dict[str, Any]) -> None:
     s, max_len = cfg["sft"], cfg["data"]["max_length"]
-    _require(s["loss"] == "token-mean", "sft.loss",
-             f"is {s['loss']!r}; only 'token-mean' (each micro-batch's mean over its response tokens, averaged "
-             "over accumulation and ranks) is implemented")
+    _require(s["loss"] in SFT_LOSSES, "sft.loss",
+             f"is {s['loss']!r}; one of {', '.join(SFT_LOSSES)} (klear_lab/config/schema.py: SFTSection.loss)")
     rows = s["tokens_per_micro_batch"] // max_len
     _require(not (cfg["data"]["pack"] and rows > 1 and cfg["model"]["attn_implementation"] == "flash_attention_2"),
              "sft.tokens_per_micro_batch",

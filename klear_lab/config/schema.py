@@ -95,8 +95,10 @@ class SFTSection:
     grad_accum: int = 1
     loss: str = "token-mean"
     """``token-mean``: each micro-batch's mean over its response tokens, averaged over the
-    ``grad_accum`` micro-batches and the ranks (Lightning's accumulation, DDP's mean). Not the mean
-    over the whole optimizer batch's tokens: a micro-batch with few response tokens weighs each more."""
+    ``grad_accum`` micro-batches and the ranks (Lightning's accumulation, DDP's mean): a micro-batch
+    with few response tokens weighs each of them more, so ``grad_accum`` 2 x 1 row is not 1 x 2 rows.
+    ``step-token-mean``: the mean over every response token of the optimizer step (all micro-batches
+    and ranks), the same step whatever the split (what transformers' Trainer does since 4.46)."""
 
 
 @dataclass

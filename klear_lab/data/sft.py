@@ -9,6 +9,8 @@ token at ``t + 1`` when that token is a response token of the same example, else
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -111,3 +113,24 @@ def packing_efficiency(rows: list[list[Example]], capacity: int) -> float:
     if not rows:
         return 0.0
     return sum(len(e) for row in rows for e in row) / (len(rows) * capacity)
+
+
+def with_step_tokens(batches: Iterator[dict[str, torch.Tensor]], accumulate: int, first: int,
+                     n_batches: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Each batch with ``step_label_tokens``: the loss tokens of its whole optimizer step.
+
+    An epoch's batches ``first .. n_batches - 1`` (``first`` > 0 on a resumed run) are read one
+    accumulation window ahead. Windows are Lightning's: batch ``i`` belongs to window ``i //
+    accumulate``, and the epoch's last window may be shorter. ``sft.loss: step-token-mean`` divides by
+    this count (summed over ranks), so every response token of a step weighs the same.
+    """
+    i = first
+    while i < n_batches:
+        end = min((i // accumulate + 1) * accumulate, n_batches)
+        window = list(itertools.islice(batches, end - i))
+        if not window:
+            return
+        count = sum(int((b["labels"] != IGNORE).sum()) for b in window)
+        for b in window:
+            yield {**b, "step_label_tokens": torch.tensor(count)}
+        i = end

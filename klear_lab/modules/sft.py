@@ -33,8 +33,9 @@ class SFTModule(L.LightningModule):
     def __init__(self, model, tokenizer, *, optim: OptimSettings, eval_rewards: dict,
                  eval_records: list[Record], max_new_tokens: int, eval_batch_size: int,
                  eval_sampling: Sampling = GREEDY, eval_engine: EvalEngine | None = None, log_samples: int = 8,
-                 compile_forward: bool = False) -> None:
+                 compile_forward: bool = False, loss: str = "token-mean") -> None:
         super().__init__()
+        self.loss_kind = loss
         self.model, self.tokenizer, self.optim = model, tokenizer, optim
         # Only the training forward is compiled: generation in evaluation keeps the eager model (its
         # shapes change every token). A bound method is not a submodule, so checkpoints keep their keys.
@@ -55,7 +56,8 @@ class SFTModule(L.LightningModule):
             self._t0 = time.perf_counter()
         logits = self(batch["input_ids"], batch["position_ids"])  # [B, L, V]
         loss_sum, n_tokens = masked_token_ce(logits, batch["labels"])
-        loss = loss_sum / n_tokens.clamp(min=1)
+        loss = loss_sum / n_tokens.clamp(min=1)  # what is logged: this micro-batch's mean
+        objective = loss if self.loss_kind == "token-mean" else loss_sum * self._step_scale(batch)
         # every rank's batch: rank 0's count times the ranks (their packed rows hold about as many tokens)
         self._tokens += int(batch["real_tokens"]) * self.trainer.world_size
         elapsed = max(time.perf_counter() - self._t0, 1e-6)
@@ -66,7 +68,14 @@ class SFTModule(L.LightningModule):
             "train/tokens": float(self._tokens),
         }, prog_bar=False, on_step=True, on_epoch=False)
         self.log("loss", loss.detach(), prog_bar=True, logger=False)
-        return loss
+        return objective
+
+    def _step_scale(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``step-token-mean``: 1 / the loss tokens of the whole step (every micro-batch, every rank), times
+        what Lightning's accumulation (÷ accumulate_grad_batches) and DDP/FSDP (mean over ranks) divide."""
+        tokens = batch["step_label_tokens"].to(self.device, torch.float32)
+        total = self.trainer.strategy.reduce(tokens, reduce_op="sum")
+        return self.trainer.accumulate_grad_batches * self.trainer.world_size / total.clamp(min=1)
 
     def validation_step(self, batch: list[Record], batch_idx: int) -> None:
         """Evaluation runs once per validation epoch in ``on_validation_epoch_end``."""

@@ -152,7 +152,8 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
                       "longer and were dropped; raise data.max_length to keep them", UserWarning, stacklevel=2)
     rows_per_batch = max(cfg["sft"]["tokens_per_micro_batch"] // max_len, 1)
     dm = SFTDataModule(examples, capacity=max_len, rows_per_batch=rows_per_batch, pack=cfg["data"]["pack"],
-                       pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"])
+                       pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"],
+                       step_windows=cfg["sft"]["grad_accum"] if cfg["sft"]["loss"] == "step-token-mean" else 0)
     plan = sft_plan(cfg, dm, examples, dropped, model)
     plan.update(data_stats)
     plan["plan/dropped_no_response"] = float(without)
@@ -160,7 +161,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
         eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=sampling,
-        eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"],
+        eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"], loss=cfg["sft"]["loss"],
     )
     return SFTStage(cfg, module, dm, plan)
 

@@ -76,14 +76,15 @@ def assert_same_weights(a: Path, b: Path) -> None:
         torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=1e-6, msg=key)
 
 
-@pytest.mark.parametrize(("crash_at", "checkpoint"), [(5, 4), (8, 7)])
-def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoint):
+@pytest.mark.parametrize(("crash_at", "checkpoint", "loss"), [(5, 4, "token-mean"), (8, 7, "step-token-mean")])
+def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoint, loss):
     """24 prompts of 100 tokens, 4 rows per micro-batch, 2 micro-batches per step: 3 steps per epoch, 8
     steps = 3 epochs. Checkpoints are due at steps 3 and 6, each an epoch's last step, so they are written
-    one step later, in the next epoch (resumed at an epoch's end, Lightning would run an empty epoch)."""
-    overrides = ["data.sources.0.n_prompts=24", "sft.max_steps=8", "sft.epochs=3", "sft.grad_accum=2",
-                 "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16",
-                 "trainer.log_every_n_steps=1", "trainer.checkpoint_every=3"]
+    one step later, in the next epoch (resumed at an epoch's end, Lightning would run an empty epoch).
+    ``step-token-mean`` reads each step's micro-batches ahead: a resumed run's windows are the same."""
+    overrides = [f"sft.loss={loss}", "data.sources.0.n_prompts=24", "sft.max_steps=8", "sft.epochs=3",
+                 "sft.grad_accum=2", "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8",
+                 "eval.max_new_tokens=16", "trainer.log_every_n_steps=1", "trainer.checkpoint_every=3"]
     whole, run_dir = crash_then_resume(overrides, SFT, Crash(crash_at, lambda t: t.global_step), tmp_path)
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == checkpoint
     resumed = run_experiment(resume_config(run_dir), resume=run_dir)

@@ -88,3 +88,25 @@ out_dir: {tmp_path / 'out'}
     assert json.loads((run_dir / "summary.json").read_text())["perf/world_size"] == 2
     log = (tmp_path / "out" / "ddp" / "trials" / "trial-0000.log").read_text()
     assert "GLOBAL_RANK: 1" in log and "Traceback" not in log
+
+
+def test_step_token_mean_on_two_ranks_is_the_one_process_step(tmp_path, klear_cli):
+    """sft.loss=step-token-mean divides by the step's loss tokens summed over the ranks: two ranks of 5 rows
+    train the weights one process of 10 rows does. 10 prompts of about 100 tokens fill exactly those 10
+    rows, so each of the 2 steps holds all of them, whatever order either sampler draws."""
+    from safetensors.torch import load_file
+
+    common = ["sft.loss=step-token-mean", "data.sources.0.n_prompts=10", "sft.max_steps=2", "sft.epochs=2",
+              "data.eval_sources=[]", "trainer.checkpoint=false", "tracking.wandb.enabled=false"]
+    done = klear_cli("train", str(ROOT / "experiments/quickstart/sft.yaml"), f"run.out_dir={tmp_path / 'ddp'}",
+                     *common, "sft.tokens_per_micro_batch=500", "trainer.accelerator=cpu", "trainer.devices=2",
+                     "trainer.strategy=ddp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    from klear_lab.config.compose import compose
+
+    single = run_experiment(compose(ROOT / "experiments/quickstart/sft.yaml",
+                                    [f"run.out_dir={tmp_path / 'one'}", *common, "sft.tokens_per_micro_batch=1000"]))
+    (ddp_dir,) = (tmp_path / "ddp").iterdir()
+    assert json.loads((ddp_dir / "summary.json").read_text())["plan/steps_per_epoch"] == 1
+    a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (ddp_dir, single.run_dir))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5

@@ -178,3 +178,26 @@ def test_an_epoch_trains_every_batch_with_gradient_accumulation(tiny_sft_overrid
     result = run_experiment(cfg, callbacks=[Count()])
     assert result.metrics["plan/steps_per_epoch"] == 3 and result.metrics["train/steps"] == 3
     assert Count.batches == 12
+
+
+def _weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "model" / "model.safetensors"))
+
+
+def test_step_token_mean_makes_accumulation_the_same_step_as_a_bigger_batch(tiny_sft_overrides):
+    """sft.loss=step-token-mean: 2 accumulated micro-batches of 5 rows train the weights 1 batch of 10 rows
+    does (each response token weighs the same in the step); token-mean weighs the two halves' tokens
+    differently when their counts differ, so there the weights part."""
+    quickstart = Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml"
+    splits = {"accumulated": ["sft.tokens_per_micro_batch=500", "sft.grad_accum=2"],
+              "whole": ["sft.tokens_per_micro_batch=1000", "sft.grad_accum=1"]}
+    gaps = {}
+    for loss in ("step-token-mean", "token-mean"):
+        w = {name: _weights(run_experiment(compose(quickstart, [*tiny_sft_overrides, f"sft.loss={loss}",
+                                                                "data.eval_sources=[]", *split])).run_dir)
+             for name, split in splits.items()}
+        gaps[loss] = max(float((w["accumulated"][k] - w["whole"][k]).abs().max()) for k in w["whole"])
+    assert gaps["step-token-mean"] < 1e-5, gaps
+    assert gaps["token-mean"] > 100 * max(gaps["step-token-mean"], 1e-7), gaps

@@ -111,7 +111,7 @@ def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     ("optim.warmup_steps=-5", "optim.warmup_steps must be >= 0"),
     ("optim.weight_decay=-0.1", "optim.weight_decay must be >= 0"),
     ("optim.betas=[0.9,1.0]", "optim.betas must be two numbers in [0, 1)"),
-    ("sft.loss=seq-mean", "sft.loss is 'seq-mean'; only 'token-mean'"),
+    ("sft.loss=seq-mean", "sft.loss is 'seq-mean'; one of token-mean, step-token-mean"),
     ("sft.grad_accum=0", "sft.grad_accum must be >= 1, got 0"),
     ("sft.tokens_per_micro_batch=10", "sft.tokens_per_micro_batch (10) is less than one packed row of "
                                       "data.max_length (100)"),

@@ -10,8 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from klear_lab.rewards import sandbox
-from klear_lab.rewards import function_tests
+from klear_lab.rewards import function_tests, sandbox
 from klear_lab.rewards.function_tests import outputs_match, run_function_tests, run_stdio_tests, stdout_matches
 from klear_lab.rewards.isolation import choose_isolation
 from klear_lab.rewards.sandbox import MARKER, run_python
@@ -176,7 +175,8 @@ def test_missing_function_and_timeout_mid_tests():
     assert (run.passed, run.status) == ((True, False, False), "timeout")
 
 
-SWALLOW = "    while x == 2:\n        try:\n            while True:\n                pass\n        except:\n            pass\n"
+SWALLOW = ("    while x == 2:\n        try:\n            while True:\n                pass\n"
+           "        except:\n            pass\n")
 """A loop whose bare ``except:`` catches the harness' per-test alarm, as generated code often has."""
 
 

@@ -12,6 +12,7 @@ from klear_lab.data.sft import (
     packed_rows,
     packing_efficiency,
     tokenize_records,
+    with_step_tokens,
 )
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, SOURCE
@@ -67,3 +68,20 @@ def test_packing_efficiency_on_quickstart_data(repo_root):
     cap = cfg["data"]["max_length"]
     examples, _ = tokenize_records(tok, records, cap)
     assert packing_efficiency(packed_rows(examples, cap, pack=True), cap) >= 0.97
+
+
+def _labelled(n_loss_tokens: int) -> dict[str, torch.Tensor]:
+    labels = torch.full((1, 8), IGNORE)
+    labels[0, :n_loss_tokens] = 1
+    return {"labels": labels}
+
+
+def test_each_batch_carries_its_accumulation_windows_loss_tokens():
+    """Lightning's windows: batches 0-2 and 3-5 step together, the epoch's last one alone; a resumed run
+    that starts at batch 4 sees the rest of its window (4-5), then the short last one."""
+    counts = [1, 2, 3, 4, 5, 6, 7]
+    got = [int(b["step_label_tokens"]) for b in with_step_tokens(iter(map(_labelled, counts)), 3, 0, 7)]
+    assert got == [6, 6, 6, 15, 15, 15, 7]
+    resumed = with_step_tokens(iter(map(_labelled, counts[4:])), 3, 4, 7)
+    assert [int(b["step_label_tokens"]) for b in resumed] == [11, 11, 7]
+    assert [int(b["step_label_tokens"]) for b in with_step_tokens(iter(map(_labelled, counts)), 1, 0, 7)] == counts
