@@ -21,8 +21,15 @@ the namespaces without running the program as host root, so it is refused with w
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import random
+import stat
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 NOBODY = 65534
 SANDBOX_UIDS = range(64_000, 65_000)  # started by root: a uid of the run's own, below nobody, above accounts
@@ -87,4 +94,64 @@ def _outside(id_map: str, inside: int) -> int | None:
     for first, outside, count in _ranges(id_map):
         if first <= inside < first + count:
             return outside + inside - first
+    return None
+
+
+LEASE_DIRS = (Path("/run/klear-sandbox-uids"), Path("/tmp/klear-sandbox-uids"))
+"""Where root's sandbox runs lease their uids (a lock file per uid); the first that can be made safe."""
+_UIDS_IN_USE: set[int] = set()
+_UIDS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def run_uid(own: bool) -> Iterator[int]:
+    """The host uid one run started by root becomes: RLIMIT_NPROC counts the processes and threads of a
+    uid, so sandboxes sharing ``nobody`` shared one count (and a thread bomb could take every pid of the
+    host). Drawn from :data:`SANDBOX_UIDS` (unused by accounts): never one a concurrent run of this
+    process holds, nor, through an ``flock`` on a lock file per uid, one of another process of this host
+    (sweep workers, DDP ranks); the kernel drops a dead process's locks. ``own`` False (only ``nobody``
+    mapped): ``nobody``."""
+    if not own:
+        yield NOBODY
+        return
+    with _UIDS_LOCK:
+        free = [u for u in SANDBOX_UIDS if u not in _UIDS_IN_USE]
+        random.SystemRandom().shuffle(free)
+        uid, fd = lease_uid(free, lease_dir())
+        _UIDS_IN_USE.add(uid)
+    try:
+        yield uid
+    finally:
+        with _UIDS_LOCK:
+            _UIDS_IN_USE.discard(uid)
+            if fd is not None:
+                os.close(fd)  # releases the flock
+
+
+def lease_uid(candidates: list[int], directory: Path | None) -> tuple[int, int | None]:
+    """The first of ``candidates`` no other process holds, and the open lock file that holds it (close it to
+    release). Without a safe ``directory``, or with every candidate held elsewhere: the first, unleased."""
+    for uid in candidates if directory is not None else ():
+        fd = os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return uid, fd
+    return candidates[0], None
+
+
+def lease_dir() -> Path | None:
+    """The first of :data:`LEASE_DIRS` that is, or can be made, a directory owned by this (root) process and
+    writable by no one else; None if neither can (say, another user made ``/tmp/klear-sandbox-uids``)."""
+    for path in LEASE_DIRS:
+        with contextlib.suppress(FileExistsError, FileNotFoundError, PermissionError):
+            os.mkdir(path, 0o700)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+            return path
     return None

@@ -27,20 +27,17 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import random
 import select
 import selectors
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from klear_lab.rewards.isolation import NOBODY, SANDBOX_UIDS, Isolation, current_isolation
+from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation, run_uid
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
@@ -242,29 +239,6 @@ def _pipe_with(data: bytes) -> int:
     os.write(w, data)
     os.close(w)
     return r
-
-
-_UIDS_IN_USE: set[int] = set()
-_UIDS_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def run_uid(own: bool) -> Iterator[int]:
-    """The host uid one run started by root becomes: RLIMIT_NPROC counts the processes and threads of a
-    uid, so sandboxes sharing ``nobody`` shared one count (and a thread bomb could take every pid of the
-    host). Drawn from :data:`SANDBOX_UIDS` (unused by accounts), never one a concurrent run of this
-    process holds; other processes draw at random. ``own`` False (only ``nobody`` mapped): ``nobody``."""
-    if not own:
-        yield NOBODY
-        return
-    with _UIDS_LOCK:
-        uid = random.SystemRandom().choice([u for u in SANDBOX_UIDS if u not in _UIDS_IN_USE])
-        _UIDS_IN_USE.add(uid)
-    try:
-        yield uid
-    finally:
-        with _UIDS_LOCK:
-            _UIDS_IN_USE.discard(uid)
 
 
 def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,

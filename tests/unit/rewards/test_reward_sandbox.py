@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,7 @@ import pytest
 
 from klear_lab.rewards import function_tests, sandbox
 from klear_lab.rewards.function_tests import outputs_match, run_function_tests, run_stdio_tests, stdout_matches
-from klear_lab.rewards.isolation import choose_isolation
+from klear_lab.rewards.isolation import choose_isolation, lease_uid
 from klear_lab.rewards.sandbox import MARKER, run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux-only")
@@ -93,6 +94,41 @@ def test_concurrent_sandboxes_do_not_share_a_thread_limit():
     with ThreadPoolExecutor(2) as pool:  # 20 threads held, then 15 more in another sandbox
         runs = list(pool.map(lambda src: run_python(src, timeout_s=20), [threads(20, 0), threads(15, 1.5)]))
     assert [r.stdout.strip() for r in runs] == ["ok", "ok"], [r.stderr[-200:] for r in runs]
+
+
+def test_a_uid_leased_by_another_process_is_not_drawn(tmp_path):
+    """Per-run uids were drawn at random across processes (sweep workers, DDP ranks), so two sandboxes
+    could share one RLIMIT_NPROC count; a lock file per uid now leases it host-wide until released."""
+    held = subprocess.Popen([sys.executable, "-c", f"""
+import sys, pathlib
+from klear_lab.rewards.isolation import lease_uid
+uid, fd = lease_uid([64001, 64002], pathlib.Path({str(tmp_path)!r}))
+print(uid, flush=True)
+sys.stdin.read()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline().strip() == "64001"
+        uid, fd = lease_uid([64001, 64002], tmp_path)
+        assert (uid, fd is not None) == (64002, True)
+        os.close(fd)
+    finally:
+        held.communicate("")
+    uid, fd = lease_uid([64001, 64002], tmp_path)  # its holder exited: free again
+    assert uid == 64001 and fd is not None
+    os.close(fd)
+    assert lease_uid([64003], None) == (64003, None)
+
+
+def test_uid_leases_live_only_in_a_directory_no_one_else_can_write(tmp_path, monkeypatch):
+    from klear_lab.rewards import isolation
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could plant or hold lock files there
+    monkeypatch.setattr(isolation, "LEASE_DIRS", (shared, tmp_path / "own"))
+    assert isolation.lease_dir() == tmp_path / "own" and (tmp_path / "own").stat().st_mode & 0o777 == 0o700
+    monkeypatch.setattr(isolation, "LEASE_DIRS", (shared,))
+    assert isolation.lease_dir() is None
 
 
 def test_host_files_are_invisible(tmp_path):
