@@ -187,7 +187,8 @@ def eval_sampling(cfg: dict[str, Any], records: list[Record]):
         if name not in sources:
             raise ConfigError(f"eval.samples_per_source.{name}: no held-out source is named {name!r} "
                               f"(data.eval_sources give: {', '.join(sources) or 'none'}; a file source's "
-                              "name is its `label`)")
+                              "name is its `label`); drop it with eval.samples_per_source=null and set again "
+                              "the ones you want")
     per_source = tuple((str(k), int(v)) for k, v in ev["samples_per_source"].items() if int(v) != ev["samples"])
     return Sampling(samples=ev["samples"], temperature=ev["temperature"], top_p=ev["top_p"], seed=cfg["run"]["seed"],
                     top_k=ev["top_k"], repetition_penalty=ev["repetition_penalty"], per_source=per_source)

@@ -106,17 +106,21 @@ def _source_spec(target: Path) -> Path:
 
 
 def _ref_for(analysis: Analysis, spec: Any, source: Path) -> SweepRef:
-    """The analysis's entry for this sweep: the one naming its spec file, else the one with the same
-    arm labels, else a new entry matching arms by label (checked like the listed ones)."""
+    """The analysis's entry for this sweep: the one naming its spec file, else the one of the same sweep
+    name and arm labels (a sweep launched from another checkout), else the one with the same arm labels,
+    else a new entry matching arms by label (checked like the listed ones)."""
     from klear_lab.analysis.spec import grid_labels, make_ref
 
     labels = grid_labels(spec)
     for ref in analysis.sweeps:
         if ref.spec_path.resolve() == source.resolve():
             return ref
-    for ref in analysis.sweeps:
-        if ref.labels == labels:
+    same_labels = [ref for ref in analysis.sweeps if ref.labels == labels]
+    for ref in same_labels:
+        if ref.name == spec.name:
             return ref
+    if same_labels:
+        return same_labels[0]
     return make_ref(analysis, f"sweep {source}", Path(spec.path), {}, labels)
 
 

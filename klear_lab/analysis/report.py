@@ -75,7 +75,7 @@ def claim_header(rep: Reproduction) -> list[str]:
 
 
 def benchmark_header() -> list[str]:
-    return ["paper's claim", "benchmark", "ours", "paper Δ", "ours Δ [95% CI]", "seeds", "verdict"]
+    return ["paper's claim", "benchmark", "metric", "paper Δ", "ours Δ [95% CI]", "seeds", "verdict"]
 
 
 def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:

@@ -63,6 +63,7 @@ class SweepRef:
     labels: list[str] = field(default_factory=list)  # the sweep's grid arm labels
     label_of: dict[str, str] = field(default_factory=dict)  # paper arm -> the sweep arm standing for it
     metrics: dict[str, str] = field(default_factory=dict)  # paper benchmark -> a metric the sweep records
+    name: str = ""  # the sweep's (study) name
 
     def paper_arm(self, label: str, paper_arms: list[str]) -> str | None:
         """The paper arm a sweep arm label stands for, or None."""
@@ -181,7 +182,9 @@ def _sweep_ref(analysis: Analysis, i: int, raw: Any) -> SweepRef:
     metrics = _mapping(analysis, f"{key}.metrics", raw.get("metrics"), "paper benchmark -> sweep metric")
     sweep, labels = _load_sweep(analysis, key, spec_path)
     _check_metrics(analysis, key, sweep, metrics)
-    return make_ref(analysis, key, spec_path, arms, labels, metrics)
+    ref = make_ref(analysis, key, spec_path, arms, labels, metrics)
+    ref.name = sweep.name
+    return ref
 
 
 def _mapping(analysis: Analysis, key: str, raw: Any, what: str) -> dict[str, str]:

@@ -74,6 +74,9 @@ def check_sft(cfg: dict[str, Any]) -> None:
     s, max_len = cfg["sft"], cfg["data"]["max_length"]
     _require(s["loss"] in SFT_LOSSES, "sft.loss",
              f"is {s['loss']!r}; one of {', '.join(SFT_LOSSES)} (klear_lab/config/schema.py: SFTSection.loss)")
+    _require(s["loss"] != "step-token-mean" or not str(cfg["trainer"]["strategy"]).startswith("deepspeed"),
+             "sft.loss", f"step-token-mean is not supported with trainer.strategy={cfg['trainer']['strategy']}: "
+             "DeepSpeed scales for accumulation itself and counts its windows across epochs")
     rows = s["tokens_per_micro_batch"] // max_len
     _require(not (cfg["data"]["pack"] and rows > 1 and cfg["model"]["attn_implementation"] == "flash_attention_2"),
              "sft.tokens_per_micro_batch",
@@ -114,7 +117,9 @@ def check_eval(ev: dict[str, Any]) -> None:
 
 def check_samples_per_source(ev: dict[str, Any]) -> None:
     """``eval.samples_per_source``: a mapping of source name -> an integer >= 1 (> 1 needs a temperature)."""
-    for source, k in ev["samples_per_source"].items():  # a mapping: the schema's type, checked on load
+    if ev["samples_per_source"] is None:  # `eval.samples_per_source=null` clears a mapping an earlier layer set
+        ev["samples_per_source"] = {}
+    for source, k in ev["samples_per_source"].items():
         key = f"eval.samples_per_source.{source}"
         _require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
         _require(k == 1 or ev["temperature"] > 0, key,

@@ -163,9 +163,10 @@ class EvalSection:
     samples: int = 1
     """Completions per held-out problem; ``val/acc`` is their mean pass@1, the paper's avg@k
     (avg@32 on AIME, avg@4 on LiveCodeBench in its ablations). More than 1 needs a temperature."""
-    samples_per_source: dict = field(default_factory=dict)
+    samples_per_source: dict | None = field(default_factory=dict)
     """Source name -> completions per problem for that held-out source (a file source's ``label``),
-    over ``samples``: the paper's main table is avg@64 on AIME/HMMT but avg@8 on LiveCodeBench."""
+    over ``samples``: the paper's main table is avg@64 on AIME/HMMT but avg@8 on LiveCodeBench.
+    ``null`` clears what an earlier layer set (evaluating a run on other sources)."""
     temperature: float = 0.0
     """0 = greedy decoding; the paper evaluates at 0.6."""
     top_p: float = 1.0

@@ -7,6 +7,7 @@ import time
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.strategies import FSDPStrategy
 
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
@@ -76,6 +77,17 @@ class SFTModule(L.LightningModule):
         tokens = batch["step_label_tokens"].to(self.device, torch.float32)
         total = self.trainer.strategy.reduce(tokens, reduce_op="sum")
         return self.trainer.accumulate_grad_batches * self.trainer.world_size / total.clamp(min=1)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Log ``train/grad_norm``: the whole gradient's L2 norm before clipping, the step's (after
+        accumulation and the ranks' all-reduce). FSDP holds a shard per rank: their squares are summed."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:  # an engine that keeps gradients elsewhere (DeepSpeed)
+            return
+        squares = torch.stack([g.detach().float().pow(2).sum() for g in grads]).sum()
+        if isinstance(self.trainer.strategy, FSDPStrategy):
+            squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
+        self.log("train/grad_norm", squares.sqrt(), on_step=True, on_epoch=False)
 
     def validation_step(self, batch: list[Record], batch_idx: int) -> None:
         """Evaluation runs once per validation epoch in ``on_validation_epoch_end``."""

@@ -156,9 +156,12 @@ def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: flo
     """Run ``harness`` over the tests ``payload[key]``, all within ``timeout_s``.
 
     A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
-    595 s for the paper's code reward), holding up the whole reward batch. So a run silent for two
-    test limits (defining the solution, then one test) plus :data:`STALL_GRACE_S` is killed: that test
-    times out and the tests after it run in a fresh sandbox, as they would have had the alarm worked.
+    595 s for the paper's code reward), holding up the whole reward batch. The harness writes a line
+    once the solution is defined and after each test, each phase under the alarm, so a run silent for
+    one test limit plus :data:`STALL_GRACE_S` once the sandbox is up, or after its last line, is killed: that test
+    times out and the tests after it run in a fresh sandbox (a few seconds later than had the alarm
+    worked). A candidate that writes on the harness' pipe to look alive runs to ``timeout_s``, as
+    before, and gains no test by it.
     """
     items, test_s = payload[key], payload["test_s"]
     deadline = time.monotonic() + timeout_s
@@ -167,7 +170,7 @@ def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: flo
     while True:
         left = deadline - time.monotonic()
         res = run_python(harness.format(payload=json.dumps({**payload, key: items[start:]})), timeout_s=max(left, 0.01),
-                         limits=limits, idle_s=2 * test_s + STALL_GRACE_S if test_s else None)
+                         limits=limits, idle_s=test_s + STALL_GRACE_S if test_s else None)
         wall += res.wall_s
         got = [_shifted(rec, start) for rec in map(_parse, res.stdout.splitlines())]
         lines += got

@@ -182,8 +182,9 @@ def run_python(
         source: Python program text (fed on stdin to the prelude, never written on the host).
         timeout_s: wall-clock limit; on expiry the process group is killed.
         limits: resource limits; defaults to ``SandboxLimits()``.
-        idle_s: also kill it once its stdout has been silent this long (from the start, then from its
-            last output); ``stalled`` says so. None: only ``timeout_s``.
+        idle_s: also kill it once its stdout has been silent this long after its last output (the
+            prelude's start marker, then the program's); ``stalled`` says so. None: only ``timeout_s``.
+            A program can keep it at bay by writing; only ``timeout_s`` bounds that.
 
     Returns:
         The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
@@ -251,7 +252,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
         (stdout, stderr, whether it timed out, whether that was for silence).
     """
     deadline = time.monotonic() + timeout_s
-    heard = time.monotonic()  # stdout's last output
+    heard: float | None = None  # stdout's last output: the idle clock starts once the sandbox is up
     stalled = False
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     sel = selectors.DefaultSelector()
@@ -261,10 +262,11 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     sent = 0
     try:
         while sel.get_map() and (left := deadline - time.monotonic()) > 0:
-            if idle_s is not None and (quiet := heard + idle_s - time.monotonic()) <= 0:
+            quiet = left if idle_s is None or heard is None else heard + idle_s - time.monotonic()
+            if quiet <= 0:
                 stalled = True
                 break
-            for key, _ in sel.select(left if idle_s is None else min(left, quiet)):
+            for key, _ in sel.select(min(left, quiet)):
                 f = key.fileobj
                 if f is proc.stdin:  # PIPE_BUF at a time: a write POLLOUT allows never blocks
                     try:

@@ -8,6 +8,7 @@ saved model (greedy decoding, a verifier that depends on the record and the comp
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -97,7 +98,8 @@ def test_step_token_mean_on_two_ranks_is_the_one_process_step(tmp_path, klear_cl
     from safetensors.torch import load_file
 
     common = ["sft.loss=step-token-mean", "data.sources.0.n_prompts=10", "sft.max_steps=2", "sft.epochs=2",
-              "data.eval_sources=[]", "trainer.checkpoint=false", "tracking.wandb.enabled=false"]
+              "data.eval_sources=[]", "trainer.checkpoint=false", "tracking.wandb.enabled=false",
+              "trainer.log_every_n_steps=1"]
     done = klear_cli("train", str(ROOT / "experiments/quickstart/sft.yaml"), f"run.out_dir={tmp_path / 'ddp'}",
                      *common, "sft.tokens_per_micro_batch=500", "trainer.accelerator=cpu", "trainer.devices=2",
                      "trainer.strategy=ddp")
@@ -110,3 +112,6 @@ def test_step_token_mean_on_two_ranks_is_the_one_process_step(tmp_path, klear_cl
     assert json.loads((ddp_dir / "summary.json").read_text())["plan/steps_per_epoch"] == 1
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (ddp_dir, single.run_dir))
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    norms = [[float(r["train/grad_norm"]) for r in csv.DictReader((d / "csv" / "metrics.csv").open())
+              if r.get("train/grad_norm")] for d in (ddp_dir, single.run_dir)]
+    assert len(norms[1]) == 2 and norms[0] == pytest.approx(norms[1], rel=1e-4), norms  # the scale, too

@@ -186,6 +186,12 @@ def _weights(run_dir: Path) -> dict:
     return load_file(str(run_dir / "model" / "model.safetensors"))
 
 
+def grad_norms(run_dir: Path) -> list[float]:
+    """The logged ``train/grad_norm`` of each optimizer step (before clipping)."""
+    return [float(r["train/grad_norm"]) for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open())
+            if r.get("train/grad_norm")]
+
+
 def test_step_token_mean_makes_accumulation_the_same_step_as_a_bigger_batch(tiny_sft_overrides):
     """sft.loss=step-token-mean: 2 accumulated micro-batches of 5 rows train the weights 1 batch of 10 rows
     does (each response token weighs the same in the step); token-mean weighs the two halves' tokens
@@ -193,11 +199,16 @@ def test_step_token_mean_makes_accumulation_the_same_step_as_a_bigger_batch(tiny
     quickstart = Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml"
     splits = {"accumulated": ["sft.tokens_per_micro_batch=500", "sft.grad_accum=2"],
               "whole": ["sft.tokens_per_micro_batch=1000", "sft.grad_accum=1"]}
-    gaps = {}
+    gaps, norms = {}, {}
     for loss in ("step-token-mean", "token-mean"):
-        w = {name: _weights(run_experiment(compose(quickstart, [*tiny_sft_overrides, f"sft.loss={loss}",
-                                                                "data.eval_sources=[]", *split])).run_dir)
-             for name, split in splits.items()}
+        dirs = {name: run_experiment(compose(quickstart, [*tiny_sft_overrides, f"sft.loss={loss}",
+                                                         "data.eval_sources=[]", *split])).run_dir
+                for name, split in splits.items()}
+        w = {name: _weights(d) for name, d in dirs.items()}
         gaps[loss] = max(float((w["accumulated"][k] - w["whole"][k]).abs().max()) for k in w["whole"])
+        norms[loss] = {name: grad_norms(d) for name, d in dirs.items()}
     assert gaps["step-token-mean"] < 1e-5, gaps
     assert gaps["token-mean"] > 100 * max(gaps["step-token-mean"], 1e-7), gaps
+    # AdamW hides a gradient's scale from the weights; the logged gradient (before clipping) does not
+    steps = norms["step-token-mean"]
+    assert len(steps["whole"]) == 3 and steps["accumulated"] == pytest.approx(steps["whole"], rel=1e-4), norms

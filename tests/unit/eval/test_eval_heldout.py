@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,7 +118,7 @@ def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     (["eval.samples_per_source.lcb_v5=8"], "eval.samples_per_source.lcb_v5 is 8 with eval.temperature 0"),
     (["eval.samples_per_source.lcb_v5=0", "eval.temperature=0.6"],
      "eval.samples_per_source.lcb_v5 must be an integer >= 1"),
-    (["eval.samples_per_source=8"], "eval.samples_per_source: expected dict, got int"),
+    (["eval.samples_per_source=8"], "eval.samples_per_source: expected dict or null, got int"),
 ])
 def test_bad_eval_sampling_is_refused(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -220,3 +221,18 @@ def test_samples_per_source_must_name_a_heldout_source(world):
     cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples=2",
                          "eval.samples_per_source.arith_r1=8"])
     assert eval_sampling(cfg, recs).samples_for("arith_r1") == 8 and eval_sampling(cfg, recs).samples_for("x") == 2
+
+
+def test_samples_per_source_can_be_cleared_to_evaluate_on_other_sources(world):
+    """A config's {lcb_v5: 8} names a source a later layer's data.eval_sources may drop: null clears it
+    (an empty mapping would merge into it and change nothing), and the config hashes as the default."""
+    from klear_lab.tracking import config_hash
+
+    _, _, recs = world
+    final = Path(__file__).resolve().parents[3] / "experiments/paper/sft/final.yaml"
+    with pytest.raises(ConfigError, match="drop it with eval.samples_per_source=null"):
+        eval_sampling(compose(final), recs)
+    cleared = compose(final, ["eval.samples_per_source=null"])
+    assert cleared["eval"]["samples_per_source"] == {} and eval_sampling(cleared, recs).per_source == ()
+    base = ["run.kind=sft", "eval.temperature=0.6"]
+    assert config_hash(compose(None, [*base, "eval.samples_per_source=null"])) == config_hash(compose(None, base))

@@ -117,3 +117,18 @@ def test_benchmarks_csv_report_and_console(tmp_path):
     assert "ours A mean" not in pd.read_csv(out / "arms.csv").columns
     printed = console.export_text()
     assert "per benchmark" not in printed and "benchmarks.csv" not in printed
+
+
+def test_a_sweep_launched_from_another_checkout_keeps_its_benchmark_map(tmp_path):
+    """Its sweep.json names a spec path this checkout lacks: the entry of the same sweep name is taken, not
+    the first with the same arm labels (Table 6's embedded sweep, which maps no benchmark)."""
+    from klear_lab.analysis import _ref_for
+
+    root = Path(__file__).resolve().parents[3]
+    analysis = load_analysis(root / "analysis/table6_alpha.yaml")
+    paper = load_spec(root / "sweeps/paper/table6_alpha.yaml")
+    embedded = load_spec(root / "sweeps/rl_alpha.yaml")
+    assert [r.labels for r in analysis.sweeps][0] == [r.labels for r in analysis.sweeps][1]  # labels alone: ambiguous
+    ref = _ref_for(analysis, paper, tmp_path / "elsewhere/sweeps/paper/table6_alpha.yaml")
+    assert ref.metrics == {"AIME 2024 avg@32": "val/aime24/acc", "AIME 2025 avg@32": "val/aime25/acc"}
+    assert _ref_for(analysis, embedded, tmp_path / "elsewhere/sweeps/rl_alpha.yaml") is analysis.sweeps[0]
