@@ -78,9 +78,11 @@ class EvalResult:
             out[f"{prefix}/pass_at_k"] = sum(any(v) for v in self.verdicts) / max(len(self.verdicts), 1)
         if counts != {1} and len(counts) == 1:
             out[f"{prefix}/samples"] = float(counts.pop())
-        elif len(counts) > 1:  # eval.samples_per_source: each source's k
-            for rec, v in zip(self.records, self.verdicts):
-                out[f"{prefix}/{rec.source}/samples"] = float(len(v))
+        elif len(counts) > 1:  # eval.samples_per_source: each source's k, and its pass@k (the pool mixes ks)
+            for source in by_source:
+                mine = [v for rec, v in zip(self.records, self.verdicts) if rec.source == source]
+                out[f"{prefix}/{source}/samples"] = float(len(mine[0]))
+                out[f"{prefix}/{source}/pass_at_k"] = sum(any(v) for v in mine) / len(mine)
         for source, vals in by_source.items():
             out[f"{prefix}/{source}/acc"] = sum(vals) / len(vals)
         for level in sorted({r.difficulty for r in self.records}):

@@ -193,6 +193,7 @@ def test_mixed_k_metrics_by_hand():
     assert m["val/acc"] == pytest.approx((0.25 + 0 + 1) / 3) and m["val/pass_at_k"] == pytest.approx(2 / 3)
     assert m["val/arith/acc"] == pytest.approx(0.125) and m["val/lcb/acc"] == 1.0
     assert (m["val/arith/samples"], m["val/lcb/samples"]) == (4.0, 2.0) and "val/samples" not in m
+    assert (m["val/arith/pass_at_k"], m["val/lcb/pass_at_k"]) == (0.5, 1.0)
 
 
 def test_each_source_gets_its_own_samples_and_the_same_ones_it_would_alone(world):
