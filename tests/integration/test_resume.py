@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,7 +101,9 @@ def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoi
               csv.DictReader((run_dir / "csv" / "metrics.before-resume-1.csv").open()) if r.get("train/loss")]
     assert len(before) >= 4 and before == rows(whole.run_dir, "train/loss")[:len(before)]  # up to the checkpoint
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2 and all(r.name.endswith(record["run_id"]) for r in runs)  # one W&B run id
+    # one W&B run id; W&B adds "-1" to a directory whose attempt started in the same second as the first
+    named = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(record['run_id'])}(-\d+)?")
+    assert len(runs) == 2 and all(named.fullmatch(r.name) for r in runs), [r.name for r in runs]
     # what `wandb sync` uploads, the segments one after the other: each metric at each step as often as the
     # CSV has it: once (the learning rate too, with 2 micro-batches per step), the replayed steps too
     history = [row for r in runs for row in wandb_file.history(next(r.glob("run-*.wandb")))]
