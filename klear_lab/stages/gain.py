@@ -21,14 +21,26 @@ def paired_bootstrap(before: list[float], after: list[float], n_boot: int = 2000
     return stats[int(0.025 * n_boot)], stats[int(0.975 * n_boot) - 1]
 
 
+LAST_EVALS = 5
+"""Figure 2's summary of a curve: the mean of its last 5 evaluations (paper.md §4.3)."""
+
+
 def gain_summary(evals: list) -> dict[str, float]:
-    """``val/acc_start``, ``val/acc_final``, ``val/gain`` (+ CI), ``val/n`` from (step, EvalResult) pairs."""
+    """``val/acc_start``, ``val/acc_final``, ``val/gain`` (+ CI), ``val/n`` from (step, EvalResult) pairs, and
+    the curve's best and last-5 mean (``val/acc_best``, ``val/acc_last5``), each source's too when
+    there are several (``val/<source>/acc_best``...)."""
     if len(evals) < 2:
         return {}
     (_, first), (_, last) = evals[0], evals[-1]
     lo, hi = paired_bootstrap(first.scores, last.scores)
     acc0 = sum(first.scores) / len(first.scores)
     acc1 = sum(last.scores) / len(last.scores)
-    return {"val/acc_start": acc0, "val/acc_final": acc1, "val/gain": acc1 - acc0,
-            "val/gain_ci95_low": lo, "val/gain_ci95_high": hi, "val/n": float(len(first.scores)),
-            "val/acc_best": max(sum(r.scores) / len(r.scores) for _, r in evals)}
+    out = {"val/acc_start": acc0, "val/acc_final": acc1, "val/gain": acc1 - acc0,
+           "val/gain_ci95_low": lo, "val/gain_ci95_high": hi, "val/n": float(len(first.scores))}
+    curves = [r.metrics("val") for _, r in evals]  # [evaluations] of their metrics
+    sources = sorted({rec.source for rec in last.records})
+    for prefix in ["val", *(f"val/{s}" for s in sources if len(sources) > 1)]:
+        accs = [m[f"{prefix}/acc"] for m in curves]
+        out[f"{prefix}/acc_best"] = max(accs)
+        out[f"{prefix}/acc_last{LAST_EVALS}"] = sum(accs[-LAST_EVALS:]) / len(accs[-LAST_EVALS:])
+    return out

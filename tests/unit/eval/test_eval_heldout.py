@@ -48,6 +48,18 @@ def test_gain_uses_fractional_scores():
     assert (g["val/gain_ci95_low"], g["val/gain_ci95_high"]) == (0.0, 0.5)
 
 
+def test_a_curves_best_and_last_five_mean_overall_and_per_source():
+    """Figure 2 summarises a curve by the mean of its last 5 evaluations; six evaluations of two problems
+    of two sources, the first problem passing at evaluations 1, 3 and 5 (0-based), the second at 2 to 5."""
+    recs = [_rec(0), dataclasses.replace(_rec(1), source="lcb")]
+    evals = [(10 * i, EvalResult(recs, [["x"], ["y"]], [[i % 2 == 1], [i >= 2]])) for i in range(6)]
+    g = gain_summary(evals)
+    assert g["val/acc_best"] == 1.0 and g["val/acc_last5"] == pytest.approx((0.5 + 0.5 + 1 + 0.5 + 1) / 5)
+    assert g["val/arith/acc_last5"] == pytest.approx(3 / 5) and g["val/lcb/acc_last5"] == pytest.approx(4 / 5)
+    assert (g["val/arith/acc_best"], g["val/lcb/acc_best"]) == (1.0, 1.0)
+    assert "val/arith/acc_last5" not in gain_summary([(0, EvalResult(recs[:1], [["x"]], [[True]]))] * 2)
+
+
 @dataclass
 class _Verdict:
     acc: bool
