@@ -27,6 +27,7 @@ def check(cfg: dict[str, Any]) -> None:
     check_run(cfg)
     check_optim(cfg["optim"])
     check_eval(cfg["eval"])
+    check_labelled_samples(cfg)
     if cfg["run"]["kind"] == "sft":
         check_sft(cfg)
     if cfg["run"]["kind"] == "rl":
@@ -124,6 +125,19 @@ def check_samples_per_source(ev: dict[str, Any]) -> None:
         _require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
         _require(k == 1 or ev["temperature"] > 0, key,
                  f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
+
+
+def check_labelled_samples(cfg: dict[str, Any]) -> None:
+    """Where every held-out source has a ``label`` (their names, known before any file is read), each
+    ``eval.samples_per_source`` key names one, so ``--validate-only`` and ``--dry-run`` catch a stale or
+    mistyped key; otherwise the check waits for the records (``builders.eval_sampling``)."""
+    labels = [s.get("label") for s in cfg["data"]["eval_sources"]]
+    if not labels or None in labels:
+        return
+    for name in cfg["eval"]["samples_per_source"]:
+        _require(name in labels, f"eval.samples_per_source.{name}",
+                 f"names no held-out source (data.eval_sources labels: {', '.join(labels)}); drop it with "
+                 "eval.samples_per_source=null and set again the ones you want")
 
 
 SEQUENCE_AGGREGATION = "seq-mean-token-mean"  # what a sequence-level clip (GSPO) is defined with

@@ -249,3 +249,8 @@ def test_samples_per_source_can_be_cleared_to_evaluate_on_other_sources(world):
     assert cleared["eval"]["samples_per_source"] == {} and eval_sampling(cleared, recs).per_source == ()
     base = ["run.kind=sft", "eval.temperature=0.6"]
     assert config_hash(compose(None, [*base, "eval.samples_per_source=null"])) == config_hash(compose(None, base))
+    only_aime = "data.eval_sources=[{name: file, path: data/aime24.jsonl, format: verl, label: aime24}]"
+    with pytest.raises(ConfigError, match=r"eval.samples_per_source.lcb_v5 names no held-out source \(data.eval_"
+                                          r"sources labels: aime24\)"):  # labelled sources: caught at compose
+        compose(final, [only_aime])
+    assert compose(final, [only_aime, "eval.samples_per_source=null"])["eval"]["samples_per_source"] == {}
