@@ -8,6 +8,7 @@ temporary name and renamed, so an interrupted report never leaves half a file.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,23 @@ def paper_decimals(rep: Reproduction) -> int:
     return 3 if values and max(values) < 1.5 else 2
 
 
-def interval(row: Any) -> str:
-    """``+0.031 [+0.012, +0.050]`` from a row's ``ours Δ`` columns."""
-    d, lo, hi = row["ours Δ"], row["ours Δ ci low"], row["ours Δ ci high"]
+FRACTION = re.compile(r"(acc|acc_[a-z0-9]+|pass_at_k|gain|gain_ci95_(low|high))")
+"""The last part of a metric name that holds a fraction of problems (val/acc, val/aime24/acc_last5...)."""
+
+
+def ours_scale(rep: Reproduction, metric: str) -> float:
+    """100 where the paper prints percentages (45.00) and ``metric`` is a fraction (0.45), so ours reads
+    on the paper's scale; else 1. Tables and the markdown show it; the CSVs keep the logged values."""
+    return 100.0 if paper_decimals(rep) == 2 and FRACTION.fullmatch(metric.rpartition("/")[2]) else 1.0
+
+
+def unit(scale: float) -> str:
+    return " (%)" if scale == 100.0 else ""
+
+
+def interval(row: Any, scale: float = 1.0) -> str:
+    """``+0.031 [+0.012, +0.050]`` from a row's ``ours Δ`` columns (times ``scale``)."""
+    d, lo, hi = (row[k] * scale for k in ("ours Δ", "ours Δ ci low", "ours Δ ci high"))
     if math.isnan(d):
         return "–"
     if math.isnan(lo):
@@ -42,12 +57,12 @@ def interval(row: Any) -> str:
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
 
 
-def ours(row: Any) -> str:
-    """``0.8575 ± 0.011 (n=2)``."""
+def ours(row: Any, scale: float = 1.0) -> str:
+    """``0.8575 ± 0.011 (n=2)`` (times ``scale``)."""
     if math.isnan(row["ours mean"]):
         return "–"
-    std = "" if math.isnan(row["ours std"]) else f" ± {row['ours std']:.2g}"
-    return f"{row['ours mean']:.4g}{std} (n={row['n']})"
+    std = "" if math.isnan(row["ours std"]) else f" ± {row['ours std'] * scale:.2g}"
+    return f"{row['ours mean'] * scale:.4g}{std} (n={row['n']})"
 
 
 def arm_cells(rep: Reproduction, row: Any) -> list[str]:
@@ -56,22 +71,26 @@ def arm_cells(rep: Reproduction, row: Any) -> list[str]:
               else f"{num(row[f'paper {b}'], decimals=dec)} ({num(row[f'paper Δ {b}'], True, dec)})")
              for b in rep.analysis.benchmarks]
     name = f"{row['arm']} (baseline)" if row["baseline"] else row["arm"]
-    return [name, row["sweep arm"] or "–", *paper, ours(row), "baseline" if row["baseline"] else interval(row)]
+    scale = ours_scale(rep, rep.sweep.metric)
+    return [name, row["sweep arm"] or "–", *paper, ours(row, scale),
+            "baseline" if row["baseline"] else interval(row, scale)]
 
 
 def claim_cells(rep: Reproduction, row: Any) -> list[str]:
     paper = [num(row[f"paper Δ {b}"], True, paper_decimals(rep)) for b in rep.analysis.benchmarks]
-    return [row["claim"], *paper, interval(row), f"{row['n better']}/{row['n than']}", row["verdict"]]
+    return [row["claim"], *paper, interval(row, ours_scale(rep, rep.sweep.metric)),
+            f"{row['n better']}/{row['n than']}", row["verdict"]]
 
 
 def arm_header(rep: Reproduction) -> list[str]:
+    scale = unit(ours_scale(rep, rep.sweep.metric))
     return ["arm", "sweep arm", *[f"paper {b} (Δ)" for b in rep.analysis.benchmarks],
-            f"ours {rep.sweep.metric}", f"ours Δ vs {rep.analysis.baseline} [95% CI]"]
+            f"ours {rep.sweep.metric}{scale}", f"ours Δ vs {rep.analysis.baseline}{scale} [95% CI]"]
 
 
 def claim_header(rep: Reproduction) -> list[str]:
-    return ["paper's claim", *[f"paper Δ {b}" for b in rep.analysis.benchmarks], "ours Δ [95% CI]",
-            "seeds", "verdict"]
+    return ["paper's claim", *[f"paper Δ {b}" for b in rep.analysis.benchmarks],
+            f"ours Δ{unit(ours_scale(rep, rep.sweep.metric))} [95% CI]", "seeds", "verdict"]
 
 
 def benchmark_header() -> list[str]:
@@ -79,8 +98,10 @@ def benchmark_header() -> list[str]:
 
 
 def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:
-    return [row["claim"], row["benchmark"], row["metric"], num(row["paper Δ"], True, paper_decimals(rep)),
-            interval(row), f"{row['n better']}/{row['n than']}", row["verdict"]]
+    scale = ours_scale(rep, row["metric"])
+    return [row["claim"], row["benchmark"], row["metric"] + unit(scale),
+            num(row["paper Δ"], True, paper_decimals(rep)), interval(row, scale),
+            f"{row['n better']}/{row['n than']}", row["verdict"]]
 
 
 def to_markdown(rep: Reproduction) -> str:
@@ -89,7 +110,9 @@ def to_markdown(rep: Reproduction) -> str:
     lines = [f"# {a.title}", "", f"- paper numbers: {a.source or '(no source given)'}",
              f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {rep.n_complete} of "
              f"{rep.n_trials} trials complete", f"- ours: `{s.metric}` ({s.direction}), mean ± std across seeds; "
-             "Δ vs the baseline arm with a Welch t 95 % interval over seeds", ""]
+             "Δ vs the baseline arm with a Welch t 95 % interval over seeds"
+             + ("; fractions shown in percent, as the paper prints them (the CSVs keep fractions)"
+                if ours_scale(rep, s.metric) == 100.0 else ""), ""]
     lines += _md_table(arm_header(rep), [arm_cells(rep, r) for _, r in rep.arms.iterrows()])
     if not rep.claims.empty:
         lines += ["", "## The paper's claims", ""]
@@ -187,12 +210,18 @@ def _claims_frame(rep: Reproduction) -> pd.DataFrame:
     return rep.claims if not rep.claims.empty else pd.DataFrame(columns=["claim", "verdict"])
 
 
+def summary_interval(rep: Reproduction, row: Any) -> str:
+    """A claim's interval on its paper's scale, saying so when in percentage points."""
+    scale = ours_scale(rep, rep.sweep.metric)
+    return interval(row, scale) + (" pp" if scale == 100.0 and not math.isnan(row["ours Δ"]) else "")
+
+
 SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"]
 
 
 def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
     """One line per paper claim across analyses: where it was tested and what came out."""
-    rows = [[rep.analysis.title, row["claim"], f"`{rep.sweep.name}`", interval(row),
+    rows = [[rep.analysis.title, row["claim"], f"`{rep.sweep.name}`", summary_interval(rep, row),
              f"{row['n better']}/{row['n than']}", row["verdict"]]
             for rep in reps for _, row in rep.claims.iterrows()]
     lines = ["# The paper's claims on this machine's sweeps", ""]
@@ -217,7 +246,7 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
         for _, row in rep.claims.iterrows():
             style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
             table.add_row(escape(rep.analysis.title), escape(row["claim"]), escape(rep.sweep.name),
-                          escape(interval(row)),  # "[no interval]" is not a style tag either
+                          escape(summary_interval(rep, row)),  # "[no interval]" is not a style tag either
                           f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)
     console.print(table)
     if skipped:

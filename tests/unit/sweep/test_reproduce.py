@@ -94,7 +94,7 @@ def test_the_printed_summary_keeps_a_one_seed_claim_s_no_interval(tmp_path):
                                                                   "lr=0.003": [0.11]}))
     console = Console(record=True, width=250)
     print_summary([rep], [], console)
-    assert "+0.2 [no interval]" in console.export_text()
+    assert "+20 [no interval] pp" in console.export_text()  # on the paper's percent scale
 
 
 def test_unmatched_sweep_arms_and_missing_results(tmp_path):
@@ -195,3 +195,19 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["arms.csv"]
     atomic_write(target, lambda tmp: Path(tmp).write_text("new\n"))
     assert target.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["arms.csv"]
+
+
+def test_ours_is_shown_on_the_papers_scale_only_for_fractions(tmp_path):
+    """Percent papers (45.00) show our fractions x 100; fraction papers (0.813) and non-fraction metrics
+    (a loss) are shown as logged."""
+    from klear_lab.analysis.report import ours_scale
+
+    analysis = load_analysis(write_analysis(tmp_path))
+    spec = load_spec(analysis.sweeps[0].spec_path)
+    rep = reproduce(analysis, analysis.sweeps[0], spec, records({"lr=0.001": [0.1, 0.2]}))
+    assert [ours_scale(rep, m) for m in ("val/acc", "val/aime24/acc_last5", "val/gain", "train/loss")] == \
+        [100.0, 100.0, 100.0, 1.0]
+    root = Path(__file__).resolve().parents[3]
+    fig2 = load_analysis(root / "analysis/fig2_clip.yaml")
+    rep = reproduce(fig2, fig2.sweeps[0], load_spec(fig2.sweeps[0].spec_path), [])
+    assert ours_scale(rep, "val/acc") == 1.0

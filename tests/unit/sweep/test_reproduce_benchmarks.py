@@ -101,8 +101,9 @@ def test_benchmarks_csv_report_and_console(tmp_path):
     assert {"ours A mean", "ours B mean"} <= set(pd.read_csv(out / "arms.csv").columns)
     report = (out / "report.md").read_text()
     assert "## The paper's claims per benchmark" in report and "A: `val/a/acc`, B: `val/b/acc`" in report
-    assert f"| more lr helps | B | val/b/acc | +20.00 | -0.3 [{-0.30 - HALF:+.3g}, {-0.30 + HALF:+.3g}] | 2/2 " \
-           "| contradicted |" in report
+    # ours on the paper's scale: it prints percentages, ours are fractions
+    assert f"| more lr helps | B | val/b/acc (%) | +20.00 | -30 [{-30 - 100 * HALF:+.3g}, {-30 + 100 * HALF:+.3g}] " \
+           "| 2/2 | contradicted |" in report
     lines = [line for line in console.export_text(styles=True, clear=False).splitlines() if "val/b/acc" in line]
     assert "\x1b[31m" in lines[0] and "contradicted" in lines[0]        # red
     assert "[no interval]" in lines[1] and "\x1b[3" not in lines[1]    # escaped, and no verdict colour
