@@ -94,11 +94,18 @@ def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
     return [*layers, (_label(path), body)]
 
 
+class Cleared(dict):
+    """A mapping set after ``KEY=null`` in one layer (``eval.samples_per_source=null
+    eval.samples_per_source.lcb_v5=4``): it replaces what earlier layers set, where a mapping merges."""
+
+
 def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
     """Hydra-style ``key=value`` overrides (values parsed as YAML), merged in order by the layer merge
-    (``rl.clip=cispo rl.clip.eps_high=5`` is one node); relative ``.py`` plugins and
-    ``model.init_from`` are made absolute against the working directory."""
+    (``rl.clip=cispo rl.clip.eps_high=5`` is one node; ``KEY=null`` then ``KEY.x=...`` is ``{x: ...}``
+    alone); relative ``.py`` plugins and ``model.init_from`` are made absolute against the working
+    directory."""
     body: dict[str, Any] = {}
+    nulled: list[list[str]] = []  # the paths set to null, in order
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"{label}: override {item!r} must look like key=value")
@@ -108,8 +115,22 @@ def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
             hint = " (values are YAML: inside {...} write `key: value`, with a space)" if "{" in item else ""
             raise ConfigError(f"{label}: cannot parse override {item!r}{hint}: {' '.join(str(exc).split())}") from None
         _merge(body, one, label, "", {})  # type: ignore[arg-type]
+        path = item.split("=", 1)[0].strip().split(".")
+        if _at(one, path) is None:
+            nulled.append(path)
+    for path in nulled:
+        parent, value = _at(body, path[:-1]), _at(body, path)
+        if isinstance(parent, dict) and isinstance(value, dict):  # set again after the null
+            parent[path[-1]] = Cleared(value)
     _absolutize_plugins(body, Path.cwd())  # typed paths are the shell's: the saved config works from anywhere
     return label, body
+
+
+def _at(node: Any, path: list[str]) -> Any:
+    """The value at ``path`` below ``node``, or None."""
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
 
 
 def merge_layers(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -170,6 +191,10 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
             dst[key] = _joined_plugins(old, value, label, provenance)  # every layer's plugins load
         elif path == "plugins" and key in dst and old is None and isinstance(value, list):
             dst[key] = [None, *value]  # one command line's plugins=null plugins=[...]: clear, then these
+        elif isinstance(value, Cleared):
+            dst[key] = dict(value)  # KEY=null before it in its layer: replaces, as the null would have
+            provenance[path] = label
+            _mark_children(dst[key], path, label, provenance)
         elif isinstance(old, list) and isinstance(value, dict):
             dst[key] = _merge_into_list(old, value, label, path, provenance)  # data.sources.0.n=5
         elif isinstance(old, dict) and isinstance(value, dict):

@@ -254,3 +254,8 @@ def test_samples_per_source_can_be_cleared_to_evaluate_on_other_sources(world):
                                           r"sources labels: aime24\)"):  # labelled sources: caught at compose
         compose(final, [only_aime])
     assert compose(final, [only_aime, "eval.samples_per_source=null"])["eval"]["samples_per_source"] == {}
+    # null then the ones wanted, in one command line: those alone (a mapping alone would merge into the old)
+    again = compose(final, ["eval.samples_per_source=null", "eval.samples_per_source.lcb_v5=2"])
+    assert again["eval"]["samples_per_source"] == {"lcb_v5": 2} and type(again["eval"]["samples_per_source"]) is dict
+    assert compose(final, ["eval.samples_per_source.lcb_v5=2"])["eval"]["samples_per_source"] == {"lcb_v5": 2,
+                                                                                                 "lcb_v6": 8}
