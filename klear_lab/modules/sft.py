@@ -82,12 +82,24 @@ class SFTModule(L.LightningModule):
         """Log ``train/grad_norm``: the whole gradient's L2 norm before clipping, the step's (after
         accumulation and the ranks' all-reduce). FSDP holds a shard per rank: their squares are summed."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if not grads:  # an engine that keeps gradients elsewhere (DeepSpeed)
+        sharded = isinstance(self.trainer.strategy, FSDPStrategy)
+        if not grads and not sharded:  # an engine that keeps gradients elsewhere (DeepSpeed)
             return
-        squares = torch.stack([g.detach().float().pow(2).sum() for g in grads]).sum()
-        if isinstance(self.trainer.strategy, FSDPStrategy):
+        device = self.trainer.strategy.root_device  # where the reduce runs (FSDP may offload grads to the CPU)
+        norms = [torch.linalg.vector_norm(g.detach(), dtype=torch.float32).to(device) for g in grads]  # [params]
+        squares = torch.stack(norms).pow(2).sum() if norms else torch.zeros((), device=device)
+        if sharded:  # every rank takes part, even one without a shard
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/grad_norm", squares.sqrt(), on_step=True, on_epoch=False)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Under FSDP, clip by the whole sharded gradient's norm with FSDP's own ``clip_grad_norm_``: Lightning's
+        FSDP precision plugin refuses norm clipping, which failed the paper's FSDP SFT (``optim.grad_clip``
+        1.0) at its first step. Elsewhere, Lightning's clipping."""
+        if gradient_clip_val and isinstance(self.trainer.strategy, FSDPStrategy):
+            self.trainer.model.clip_grad_norm_(gradient_clip_val)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def validation_step(self, batch: list[Record], batch_idx: int) -> None:
         """Evaluation runs once per validation epoch in ``on_validation_epoch_end``."""

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import random
 import stat
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,23 +132,35 @@ def run_uid(own: bool) -> Iterator[int]:
 
 def lease_uid(candidates: list[int], directory: Path | None) -> tuple[int, int | None]:
     """The first of ``candidates`` no other process holds, and the open lock file that holds it (close it to
-    release). Without a safe ``directory``, or with every candidate held elsewhere: the first, unleased."""
+    release). A lock file that cannot be opened or locked is skipped. Without a safe ``directory``, or with
+    every candidate held elsewhere: the first, unleased, with a warning (once per process)."""
     for uid in candidates if directory is not None else ():
-        fd = os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:  # say, a link planted where the lock file goes
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except OSError:
             os.close(fd)
             continue
         return uid, fd
+    _warn_unleased(directory)
     return candidates[0], None
+
+
+@functools.cache
+def _warn_unleased(directory: Path | None) -> None:
+    where = f"every uid in {directory} is held" if directory else f"none of {', '.join(map(str, LEASE_DIRS))} is safe"
+    warnings.warn(f"code sandbox: {where}; this run's uid is drawn without a lease and may share RLIMIT_NPROC "
+                  "with a sandbox of another process", RuntimeWarning, stacklevel=3)
 
 
 def lease_dir() -> Path | None:
     """The first of :data:`LEASE_DIRS` that is, or can be made, a directory owned by this (root) process and
     writable by no one else; None if neither can (say, another user made ``/tmp/klear-sandbox-uids``)."""
     for path in LEASE_DIRS:
-        with contextlib.suppress(FileExistsError, FileNotFoundError, PermissionError):
+        with contextlib.suppress(OSError):  # exists, or cannot be made here (a read-only /run...)
             os.mkdir(path, 0o700)
         try:
             st = os.lstat(path)

@@ -183,7 +183,8 @@ def run_python(
         timeout_s: wall-clock limit; on expiry the process group is killed.
         limits: resource limits; defaults to ``SandboxLimits()``.
         idle_s: also kill it once its stdout has been silent this long after its last output (the
-            prelude's start marker, then the program's); ``stalled`` says so. None: only ``timeout_s``.
+            prelude's start marker, then the program's; not before the program is fed whole); ``stalled``
+            says so. None: only ``timeout_s``.
             A program can keep it at bay by writing; only ``timeout_s`` bounds that.
 
     Returns:
@@ -252,8 +253,8 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
         (stdout, stderr, whether it timed out, whether that was for silence).
     """
     deadline = time.monotonic() + timeout_s
-    heard: float | None = None  # stdout's last output: the idle clock starts once the sandbox is up
-    stalled = False
+    heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
+    booted = stalled = False
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     sel = selectors.DefaultSelector()
     for f in kept:
@@ -276,10 +277,12 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                     if sent >= len(data):
                         sel.unregister(f)
                         f.close()
+                        heard = time.monotonic() if booted else None  # a large program: idle from here
                 elif chunk := os.read(f.fileno(), 1 << 16):
                     kept[f] += chunk[:max(cap - len(kept[f]), 0)]
                     if f is proc.stdout:
-                        heard = time.monotonic()
+                        booted = True
+                        heard = time.monotonic() if sent >= len(data) else None
                 else:
                     sel.unregister(f)
         timed_out = bool(sel.get_map())  # the deadline came first
