@@ -28,9 +28,9 @@ def num(value: float, signed: bool = False, decimals: int | None = None) -> str:
 
 
 def paper_decimals(rep: Reproduction) -> int:
-    """Papers print fractions with 3 decimals and percentages with 2 (0.800, 45.00)."""
+    """Papers print fractions with 3 decimals and percentages with 2 (0.800, 45.00); no numbers: as fractions."""
     values = [abs(v) for row in rep.analysis.paper.values() for v in row if not math.isnan(v)]
-    return 3 if values and max(values) < 1.5 else 2
+    return 3 if not values or max(values) < 1.5 else 2
 
 
 FRACTION = re.compile(r"(acc|acc_[a-z0-9]+|pass_at_k|gain|gain_ci95_(low|high))")

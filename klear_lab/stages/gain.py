@@ -27,8 +27,9 @@ LAST_EVALS = 5
 
 def gain_summary(evals: list) -> dict[str, float]:
     """``val/acc_start``, ``val/acc_final``, ``val/gain`` (+ CI), ``val/n`` from (step, EvalResult) pairs, and
-    the curve's best and last-5 mean (``val/acc_best``, ``val/acc_last5``), each source's too when
-    there are several (``val/<source>/acc_best``...)."""
+    the training curve's best and last-5 mean (``val/acc_best``, ``val/acc_last5``; the evaluations after
+    the start, as the paper's curves begin at a training step), each source's too when there are several
+    (``val/<source>/acc_best``...)."""
     if len(evals) < 2:
         return {}
     (_, first), (_, last) = evals[0], evals[-1]
@@ -37,7 +38,7 @@ def gain_summary(evals: list) -> dict[str, float]:
     acc1 = sum(last.scores) / len(last.scores)
     out = {"val/acc_start": acc0, "val/acc_final": acc1, "val/gain": acc1 - acc0,
            "val/gain_ci95_low": lo, "val/gain_ci95_high": hi, "val/n": float(len(first.scores))}
-    curves = [r.metrics("val") for _, r in evals]  # [evaluations] of their metrics
+    curves = [r.metrics("val") for _, r in evals[1:]]  # [training evaluations] of their metrics
     sources = sorted({rec.source for rec in last.records})
     for prefix in ["val", *(f"val/{s}" for s in sources if len(sources) > 1)]:
         accs = [m[f"{prefix}/acc"] for m in curves]

@@ -58,6 +58,9 @@ def test_a_curves_best_and_last_five_mean_overall_and_per_source():
     assert g["val/arith/acc_last5"] == pytest.approx(3 / 5) and g["val/lcb/acc_last5"] == pytest.approx(4 / 5)
     assert (g["val/arith/acc_best"], g["val/lcb/acc_best"]) == (1.0, 1.0)
     assert "val/arith/acc_last5" not in gain_summary([(0, EvalResult(recs[:1], [["x"]], [[True]]))] * 2)
+    fell = gain_summary([(0, EvalResult(recs, [["x"], ["y"]], [[True], [True]])),  # the start is not on the curve
+                         (10, EvalResult(recs, [["x"], ["y"]], [[True], [False]]))])
+    assert (fell["val/acc_best"], fell["val/acc_last5"], fell["val/acc_start"]) == (0.5, 0.5, 1.0)
 
 
 @dataclass
