@@ -35,7 +35,9 @@ IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run"
 ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "update", ("rl", "max_kept_prompts"): 0,
               ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None,
               ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("eval", "samples_per_source"): {},
-              ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None}
+              ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None,
+              ("rl", "reward", "record_limits"): True, ("eval", "code_reward", "record_limits"): True,
+              ("data", "filter", "min_tests"): 0}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:

@@ -59,14 +59,50 @@ def require_known_correctness(records: list[Record]) -> None:
                          "correct (response_correct is unset on all); annotate the data or drop correct_only")
 
 
+# A code record's own test settings (a verl spec's ``timeout`` and ``max_test_cases``, paper §3.2), as
+# Record.meta keys the code reward reads over its defaults.
+TEST_TIMEOUT_KEY, MAX_TESTS_KEY = "test_timeout_s", "max_tests"
+
+
+def code_limits_problem(timeout: Any, cap: Any, where: str = "meta", names: tuple[str, str] = (
+        TEST_TIMEOUT_KEY, MAX_TESTS_KEY)) -> str | None:
+    """What is wrong with a record's own per-test timeout (seconds) and test cap (None: unset), or None;
+    ``where`` and ``names`` say where the user wrote them."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        return f"{where} {names[0]!r} (the per-test timeout) must be a positive number of seconds, got {timeout!r}"
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        return f"{where} {names[1]!r} (the test cap) must be an integer >= 1, got {cap!r}"
+    return None
+
+
+def own_test_limits(record: Record) -> tuple[float | None, int | None]:
+    """A code record's own per-test timeout and test cap (None where it sets none).
+
+    Raises:
+        DataError: naming the record, for a value the sandbox cannot use.
+    """
+    timeout, cap = record.meta.get(TEST_TIMEOUT_KEY), record.meta.get(MAX_TESTS_KEY)
+    problem = code_limits_problem(timeout, cap)
+    if problem:
+        raise DataError(f"code record {record.uid!r} of source {record.source!r}: {problem}")
+    return timeout, cap
+
+
 def require_gradeable(records: list[Record], what: str) -> None:
     """Every record a reward will grade needs something to grade against: a math record its reference
     answer (an empty one matches an empty ``\\boxed{}``), a code record its tests (without them scoring
-    fails mid-run, after hours of training).
+    fails mid-run, after hours of training) and test settings it can use.
 
     Raises:
         DataError: naming how many records of ``what`` cannot be graded and the first one.
     """
+    for r in records:
+        if r.task == "code":
+            try:
+                own_test_limits(r)
+            except DataError as exc:
+                raise DataError(f"{what}: {exc}") from None
     bad = [r for r in records if (r.task == "code" and not r.tests) or (r.task == "math" and not r.answer.strip())]
     if bad:
         first = bad[0]

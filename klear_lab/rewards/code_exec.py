@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from klear_lab.data.records import Record
+from klear_lab.data.records import Record, own_test_limits
 from klear_lab.errors import DataError
 from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
@@ -64,7 +64,10 @@ class CodeExecReward:
     ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in one
     sandbox process. Each test (and defining the solution) gets ``timeout_s``, as the official code runs
     each test under its own 35 s limit; a slow test fails and the next one runs. The whole process gets
-    ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). Scores by ``mode``, with p the pass rate:
+    ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). With ``record_limits`` (default, as the official
+    code reads them per problem), a record's own per-test timeout and test cap (a verl spec's ``timeout``
+    and ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s`` and ``max_tests``) replace
+    ``timeout_s`` and ``max_tests`` for that record. Scores by ``mode``, with p the pass rate:
 
     - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
     - ``hard`` (Fig. 3 baseline, "positive only if all tests pass"): +1 if p == 1 else −1.
@@ -84,6 +87,7 @@ class CodeExecReward:
     workers: int = 4
     seed: int = 0
     func_name: str = "f"
+    record_limits: bool = True
 
     tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
 
@@ -105,14 +109,14 @@ class CodeExecReward:
         """Score each completion against its record's hidden tests (``record.tests``)."""
         check_batch(completions, records)
         outs: list[RewardOutput | None] = [None] * len(completions)
-        jobs: dict[int, tuple[str, list[dict[str, Any]]]] = {}
+        jobs: dict[int, tuple[str, list[dict[str, Any]], float]] = {}
         for i, (text, record) in enumerate(zip(completions, records, strict=True)):
             outs[i] = think_tag_penalty(text, self.missing_think_close, self.missing_think_open)
             code = extract_code(answer_part(text)) if outs[i] is None else None
             if outs[i] is None and code is None:
                 outs[i] = RewardOutput(self.no_code, False, False, "no code block")
             elif outs[i] is None:
-                jobs[i] = (code, self.draw_tests(record))  # type: ignore[assignment]
+                jobs[i] = (code, self.draw_tests(record), self.limits(record)[1])  # type: ignore[assignment]
         if jobs:
             require_bwrap()  # fail once, before any thread starts
             with ThreadPoolExecutor(min(self.workers, len(jobs)), thread_name_prefix="klear-code") as ex:
@@ -121,15 +125,24 @@ class CodeExecReward:
                     outs[i] = self.score_run(run)
         return outs  # type: ignore[return-value]
 
+    def limits(self, record: Record) -> tuple[int | None, float]:
+        """The test cap and per-test timeout that apply to ``record``: its own, where it has them and
+        ``record_limits`` is on, else ``max_tests`` and ``timeout_s``."""
+        if not self.record_limits:
+            return self.max_tests, self.timeout_s
+        timeout, cap = own_test_limits(record)
+        return (self.max_tests if cap is None else cap), float(self.timeout_s if timeout is None else timeout)
+
     def draw_tests(self, record: Record) -> list[dict[str, Any]]:
-        """At most ``max_tests`` of the record's tests, the same subset on every call."""
+        """At most the record's test cap (``limits``) of its tests, the same subset on every call."""
         if not record.tests:
             raise DataError(f"code record {record.uid!r} has no tests (Record.tests is empty)")
         tests = list(record.tests)
         check_tests(record.uid, tests)
-        if self.max_tests is None or len(tests) <= self.max_tests:
+        cap = self.limits(record)[0]
+        if cap is None or len(tests) <= cap:
             return tests
-        return random.Random(f"{self.seed}/{record.uid}").sample(tests, self.max_tests)
+        return random.Random(f"{self.seed}/{record.uid}").sample(tests, cap)
 
     def score_run(self, run: TestRun) -> RewardOutput:
         """Map per-test verdicts to the reward of ``mode``."""
@@ -146,8 +159,8 @@ class CodeExecReward:
             info += f"; {run.status}: {run.info}"
         return RewardOutput(score, all_pass, True, info[:200])
 
-    def _run(self, code: str, tests: list[dict[str, Any]]) -> TestRun:
-        wall = self.total_timeout_s or self.timeout_s * (len(tests) + 1)
+    def _run(self, code: str, tests: list[dict[str, Any]], test_timeout_s: float) -> TestRun:
+        wall = self.total_timeout_s or test_timeout_s * (len(tests) + 1)
         if "stdin" in tests[0]:  # a whole program on stdin/stdout (verl, LiveCodeBench), not a function
-            return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=self.timeout_s)
-        return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=self.timeout_s)
+            return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=test_timeout_s)
+        return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=test_timeout_s)

@@ -22,7 +22,9 @@ class BandFilter:
     rate are dropped, and a source where no record has one is refused (the arm would train on nothing,
     or, as with the paper's released, already-filtered code set, on other data than its twin).
     ``correct_only`` drops records whose ``response_correct`` is False (None = unknown is kept; a
-    source where none is known is refused). ``max_level`` None = no upper bound.
+    source where none is known is refused). ``max_level`` None = no upper bound. ``min_tests`` drops
+    code records with fewer hidden tests (the paper's RL code data drops problems with fewer than
+    16); math records are kept. A source whose code records all fall short is refused.
     """
 
     min_level: int = 1
@@ -30,6 +32,7 @@ class BandFilter:
     min_pass_rate: float | None = None
     max_pass_rate: float | None = None
     correct_only: bool = False
+    min_tests: int = 0
 
     def __post_init__(self) -> None:
         if self.min_level < 1:
@@ -43,6 +46,8 @@ class BandFilter:
         lo, hi = self.min_pass_rate, self.max_pass_rate
         if lo is not None and hi is not None and hi < lo:
             raise ValueError(f"max_pass_rate must be >= min_pass_rate ({lo}), got {hi}")
+        if self.min_tests < 0:
+            raise ValueError(f"min_tests must be >= 0, got {self.min_tests}")
 
     def keep(self, record: Record) -> bool:
         """Whether ``record`` falls in the band."""
@@ -50,6 +55,8 @@ class BandFilter:
         if not self.min_level <= record.difficulty <= max_level:
             return False
         if self.correct_only and record.response_correct is False:
+            return False
+        if record.task == "code" and len(record.tests) < self.min_tests:
             return False
         if self.min_pass_rate is None and self.max_pass_rate is None:
             return True
@@ -67,4 +74,9 @@ class BandFilter:
                 r.meta.get("pass_rate") is None for r in records):
             raise ValueError(f"min_pass_rate/max_pass_rate: none of the {len(records)} records has a pass rate "
                              "(meta['pass_rate'], a pass_rate column); annotate the data or drop the bounds")
+        code = [r for r in records if r.task == "code"]
+        if self.min_tests and code and all(len(r.tests) < self.min_tests for r in code):
+            most = max(len(r.tests) for r in code)
+            raise ValueError(f"min_tests={self.min_tests}: none of the {len(code)} code records has that many tests "
+                             f"(the most is {most}); lower min_tests or use data with more tests")
         return [r for r in records if self.keep(r)]

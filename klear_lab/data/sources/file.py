@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from klear_lab.data.records import Record
+from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code_limits_problem
 from klear_lab.data.sources.base import SPLITS
 from klear_lab.errors import DataError
 from klear_lab.registry import SOURCE
@@ -42,10 +42,11 @@ class FileSource:
     else ``records``. ``fields`` maps record fields to columns (``{prompt: question, answer:
     solution}``). ``task`` ``auto`` reads verl ``ability``/``data_source`` (``code`` if it contains
     "code"), else ``math``. Code ground truth is the JSON test spec, kept verbatim in ``answer``;
-    its ``inputs``/``outputs`` pairs also fill ``tests``. ``label`` names the records' source (what
-    per-source metrics such as ``val/<label>/acc`` call them), over the file's ``source`` /
-    ``data_source`` column and the file name. Loading is all-or-nothing; the seed is unused (file
-    order is kept).
+    its ``inputs``/``outputs`` pairs also fill ``tests``, and its optional ``timeout`` (seconds per test)
+    and ``max_test_cases`` go to ``meta`` (``test_timeout_s``, ``max_tests``) for the code reward.
+    ``label`` names the records' source (what per-source metrics such as ``val/<label>/acc`` call
+    them), over the file's ``source`` / ``data_source`` column and the file name. Loading is
+    all-or-nothing; the seed is unused (file order is kept).
     """
 
     path: str = ""
@@ -232,7 +233,12 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
             raise r.fail("answer", "code ground truth 'inputs'/'outputs' must be strings (a program's stdin "
                          "and expected stdout)")
         tests = tuple({"stdin": i, "stdout": o} for i, o in zip(ins, outs, strict=True))
-    return {**out, "answer": json.dumps(spec), "tests": tests}
+    timeout, cap = spec.get("timeout"), spec.get("max_test_cases")  # the official reward's per-record settings
+    problem = code_limits_problem(timeout, cap, "code ground truth", ("timeout", "max_test_cases"))
+    if problem:
+        raise r.fail("answer", problem)
+    limits = {k: v for k, v in ((TEST_TIMEOUT_KEY, timeout), (MAX_TESTS_KEY, cap)) if v is not None}
+    return {**out, "answer": json.dumps(spec), "tests": tests, "meta": limits}
 
 
 def _messages_fields(r: _Row) -> dict[str, Any]:

@@ -110,3 +110,18 @@ def test_pass_rate_bounds_on_a_source_without_pass_rates_are_refused(tmp_path):
                    "data.filter={name: band, min_pass_rate: 0.5}"])
     with pytest.raises(DataError, match=r"on source 'file': min_pass_rate/max_pass_rate: none of the 3"):
         build_train_records(cfg)
+
+
+def test_min_tests_drops_code_records_with_too_few_tests_and_keeps_math():
+    """The paper's RL code data drops problems with fewer than 16 tests."""
+    def code(uid: str, n: int) -> Record:
+        return Record(uid, "c", "code", "p", "", tests=tuple({"input": [i], "output": i} for i in range(n)))
+
+    mixed = [code("c/15", 15), code("c/16", 16), code("c/40", 40), *_records()[:2]]
+    kept = DIFFICULTY_FILTER.build({"name": "band", "min_tests": 16})(mixed)
+    assert [r.uid for r in kept] == ["c/16", "c/40", *(r.uid for r in _records()[:2])]
+    assert DIFFICULTY_FILTER.build({"name": "band"})(mixed) == mixed  # 0: no bound
+    with pytest.raises(ValueError, match=r"min_tests=16: none of the 2 code records .* \(the most is 15\)"):
+        DIFFICULTY_FILTER.build({"name": "band", "min_tests": 16})([code("a", 3), code("b", 15)])
+    with pytest.raises(ConfigError, match="min_tests"):
+        DIFFICULTY_FILTER.build({"name": "band", "min_tests": -1})

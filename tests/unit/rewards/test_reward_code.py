@@ -55,6 +55,54 @@ def test_a_verl_code_record_scores_a_whole_program(tmp_path):
     assert (partial.score, partial.acc) == (0.5, False)
 
 
+def _verl_code_row(spec: dict) -> dict:
+    import json
+
+    return {"data_source": "coder1_longcot", "ability": "code", "prompt": [{"role": "user", "content": "echo"}],
+            "reward_model": {"ground_truth": json.dumps(spec), "style": "rule"}}
+
+
+def test_a_records_own_timeout_and_test_cap_apply_as_the_official_code_reads_them(tmp_path):
+    """A verl spec's ``timeout`` and ``max_test_cases`` were ignored: every problem ran under the config's
+    35 s per test and 16 tests."""
+    import json
+
+    from klear_lab.data.sources.file import FileSource
+
+    echo = {"inputs": [f"{i}\n" for i in range(6)], "outputs": [f"{i}\n" for i in range(6)]}
+    rows = [_verl_code_row({**echo, "max_test_cases": 2}), _verl_code_row({**echo, "timeout": 0.5})]
+    (tmp_path / "code.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capped, quick = FileSource(path=str(tmp_path / "code.jsonl")).records(0, "train")
+    assert (capped.meta, quick.meta) == ({"max_tests": 2}, {"test_timeout_s": 0.5})
+    program = "<think>echo</think>\n```python\nprint(input())\n```"
+    (out,) = CodeExecReward(workers=1)([program], [capped])
+    assert (out.score, out.info) == (1.0, "2/2 passed")
+    (out,) = CodeExecReward(workers=1, record_limits=False)([program], [capped])
+    assert (out.score, out.info) == (1.0, "6/6 passed")
+    spin = "<think>spin</think>\n```python\nn = int(input())\nwhile n == 3:\n    pass\nprint(n)\n```"
+    (out,) = CodeExecReward(workers=1, timeout_s=30.0)([spin], [quick])  # test 3 stops at the record's 0.5 s
+    assert (out.score, out.info.split(";")[0]) == (pytest.approx(5 / 6), "5/6 passed") and "0.5 s" in out.info
+
+
+@pytest.mark.parametrize(("extra", "why"), [({"timeout": -1}, "'timeout' .* must be a positive number"),
+                                             ({"max_test_cases": "16"}, "'max_test_cases' .* must be an integer")])
+def test_bad_per_record_test_settings_name_the_file_row_and_field(tmp_path, extra, why):
+    import json
+
+    from klear_lab.data.sources.file import FileSource
+
+    spec = {"inputs": ["1\n"], "outputs": ["1\n"], **extra}
+    (tmp_path / "code.jsonl").write_text(json.dumps(_verl_code_row(spec)) + "\n")
+    where = "code.jsonl: row 1: field 'reward_model.ground_truth': code ground truth"
+    with pytest.raises(DataError, match=rf"{where} {why}"):
+        FileSource(path=str(tmp_path / "code.jsonl")).records(0, "train")
+    from klear_lab.data.records import require_gradeable
+
+    bad = Record(uid="c/7", source="s", task="code", prompt="p", answer="", tests=TESTS, meta={"max_tests": 0})
+    with pytest.raises(DataError, match=r"data.sources: code record 'c/7' of source 's': meta 'max_tests' \(the test"):
+        require_gradeable([bad], "data.sources")
+
+
 @pytest.mark.parametrize(("completion", "score", "info"), [
     ("<think>x ```python\ndef f(x): return 2*x\n```", -0.5, "no </think>"),
     ("x</think>```python\ndef f(x): return 2*x\n```", -2.0, "no <think>"),
