@@ -16,7 +16,7 @@ import torch
 from klear_lab.config.validate import component_args
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
-from klear_lab.errors import ConfigError, DataError
+from klear_lab.errors import ConfigError, DataError, load_error
 from klear_lab.hardware import cpu_cores
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, ROLLOUT, SOURCE
 
@@ -149,7 +149,7 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
                 path, dtype=dtype, attn_implementation=m["attn_implementation"])
         except (OSError, ValueError, ImportError) as exc:  # ValueError/ImportError: an unknown or missing
             # attention kernel among others; transformers' message names attn_implementation then
-            raise ConfigError(f"model.name_or_path {m['name_or_path']!r}: cannot load: {exc}") from None
+            raise load_error(f"model.name_or_path {m['name_or_path']!r}: cannot load", exc, ConfigError) from None
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"

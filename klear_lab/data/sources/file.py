@@ -11,7 +11,7 @@ from typing import Any
 
 from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code_limits_problem
 from klear_lab.data.sources.base import SPLITS
-from klear_lab.errors import DataError
+from klear_lab.errors import DataError, load_error
 from klear_lab.registry import SOURCE
 
 FORMATS = ("auto", "verl", "messages", "records")
@@ -139,7 +139,7 @@ def _load_hf(path: str, *, from_disk: bool) -> list[Any]:
     try:
         ds = datasets.load_from_disk(path) if from_disk else datasets.load_dataset(path, split="train")
     except Exception as exc:  # noqa: BLE001 - any loader failure is a data problem
-        raise DataError(f"{path}: cannot load dataset: {exc}") from exc
+        raise load_error(f"{path}: cannot load dataset", exc, DataError) from exc
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds and len(ds) != 1:
             raise DataError(f"{path}: dataset has splits {sorted(ds)}; point path at one split")
