@@ -31,6 +31,8 @@ from typing import Any
 
 CONFIG_ERROR_ATTR = "config_error"
 """Set on a trial failed by a ``ConfigError``: a rerun of the same sweep fails it the same way."""
+TRANSIENT_ATTR = "transient_error"
+"""Set on a trial failed by a ``TransientError`` (the hub could not serve a download): retried at once."""
 NO_OBJECTIVE_ATTR = "objective_missing"
 """Set on a trial whose run finished without the objective: the other trials' runs lack it too."""
 
@@ -131,11 +133,13 @@ def run_job(job: dict[str, Any]) -> int:
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
-        from klear_lab.errors import ConfigError
+        from klear_lab.errors import ConfigError, TransientError
 
         traceback.print_exc()
         if isinstance(exc, ConfigError):
             trial.set_user_attr(CONFIG_ERROR_ATTR, True)
+        if isinstance(exc, TransientError):
+            trial.set_user_attr(TRANSIENT_ATTR, True)
         return _fail(study, trial, f"{type(exc).__name__}: {exc}")
     metrics, run_dir, wandb_dir = result_fields(result)
     filled = fill_from_csv(metrics, run_dir, [job["objective"], *job.get("metrics", [])])

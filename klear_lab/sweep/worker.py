@@ -33,7 +33,7 @@ from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import claimed_trial, count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
-from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
 
 _COMPOSE_LOCK = threading.Lock()
 STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
@@ -205,7 +205,13 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
     if interrupted and final.state == TrialState.FAIL:
-        ctx.log(f"[worker {index}] trial {trial.number}: {queue_retry(study, final)}")
+        ctx.log(f"[worker {index}] trial {trial.number}: killed; " + (
+            "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
+            else "rerun the sweep to start it again"))
+    elif final.state == TrialState.FAIL and final.user_attrs.get(TRANSIENT_ATTR):
+        ctx.log(f"[worker {index}] trial {trial.number}: a download failed on the network; " + (
+            "retrying it" if queue_retry(study, final)
+            else "no retry left: rerun the sweep once the hub answers"))
     if final.state == TrialState.FAIL and final.user_attrs.get(NO_OBJECTIVE_ATTR):
         ctx.no_objective = f"trial {trial.number}: {final.user_attrs.get('error', '')}"
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
@@ -217,22 +223,20 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     return final.state
 
 
-def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> str:
-    """Enqueue the retry of a trial that Ctrl-C killed, as Optuna does for a dead worker's (heartbeat), so
-    the rerun continues that trial's run from its checkpoint (``resumable_run``) instead of starting it
-    over, and without first waiting for the trial to look stale. Without heartbeats, or once the point
-    has used up its retries, the rerun enqueues the point again."""
+def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> bool:
+    """Enqueue the retry of a trial that Ctrl-C killed or a network failure failed, as Optuna does for a
+    dead worker's (heartbeat, up to the spec's ``max_retry`` per point), so that it continues the trial's
+    run from its checkpoint (``resumable_run``) instead of starting it over, and without first waiting for
+    the trial to look stale. Without heartbeats, or once the point has used up its retries, the rerun
+    enqueues the point again. Returns whether a retry is queued."""
     retry = study._storage.get_heartbeat_stale_trial_callback()
     if retry is not None:
         frozen = copy.deepcopy(killed)
         frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items()  # the retry's own
-                             if k not in ("error", CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR)}
+                             if k not in ("error", CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR)}
         retry(study, frozen)
-    queued = any(t.system_attrs.get("retry_history", [None])[-1] == killed.number
-                 for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-    if queued:
-        return "killed; its retry is queued: rerun the sweep to continue it"
-    return "killed; rerun the sweep to start it again"
+    return any(t.system_attrs.get("retry_history", [None])[-1] == killed.number
+               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:

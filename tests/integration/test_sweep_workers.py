@@ -232,3 +232,26 @@ def test_trials_that_refuse_their_config_are_not_sent_to_a_rerun(tmp_path):
     text = log.read_text()
     assert "fix the config first: 3 trial(s) failed on a config error a rerun would likely repeat" in text
     assert "ConfigError: optim.lr=" in text and "rerun the same command" not in text
+
+
+def test_a_trial_the_hub_failed_is_retried_in_the_same_sweep(tmp_path):
+    """A download the hub could not serve was a config error: never retried, and the sweep said to fix the
+    config. Now the point is retried at once, up to max_retry times, and the sweep completes."""
+    spec_path = fx.write_spec(tmp_path, name="flaky", runner=fx.FLAKY_RUNNER, max_retry=2)
+    spec = load_spec(spec_path)
+    spec.sweep_dir.mkdir(parents=True)
+    (spec.sweep_dir / "down-0.002-0").write_text("2")  # fails twice, then the hub answers
+    (spec.sweep_dir / "down-0.003-0").write_text("3")  # fails more often than max_retry allows
+    log = tmp_path / "sweep.log"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "1", log=log), 300, log) == 1, log.read_text()[-3000:]
+    _, study = _study(spec_path)
+    by_lr: dict[float, list[str]] = {}
+    for t in sorted(study.get_trials(), key=lambda t: t.number):
+        by_lr.setdefault(t.params["optim.lr"], []).append(t.state.name)
+    assert by_lr == {0.001: ["COMPLETE"], 0.002: ["FAIL", "FAIL", "COMPLETE"], 0.003: ["FAIL", "FAIL", "FAIL"]}
+    text = log.read_text()
+    assert text.count("a download failed on the network; retrying it") == 4
+    assert "a download failed on the network; no retry left: rerun the sweep once the hub answers" in text
+    assert "fix the config first" not in text and "rerun the same command to retry them" in text
+    assert (spec.sweep_dir / "down-0.003-0").read_text() == "0"
+    assert _wait(fx.start_sweep(spec_path, "--workers", "1", log=log), 300, log) == 0, log.read_text()[-3000:]

@@ -5,7 +5,8 @@ storage, real Optuna): ``val/acc = 100 * optim.lr + seed / 1000``, a metrics CSV
 dir, one line per call in ``SWEEP_DIR/invocations.txt`` (lr, seed, pid, sweep pid). A file
 ``SWEEP_DIR/slow-<lr>-<seed>`` makes the next call for that point announce itself in
 ``SWEEP_DIR/slow-started`` and hang (to be killed); ``SWEEP_DIR/die-<lr>-<seed>`` makes it
-SIGKILL itself (an OOM kill, say).
+SIGKILL itself (an OOM kill, say); with :func:`run_flaky`, ``SWEEP_DIR/down-<lr>-<seed>`` holding N
+makes the next N calls fail as a hub that cannot serve a download does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ RUNNER = f"{HERE}:run"
 PRUNABLE_RUNNER = f"{HERE}:run_prunable"
 FAILING_RUNNER = f"{HERE}:run_failing"
 REFUSING_RUNNER = f"{HERE}:run_refusing"
+FLAKY_RUNNER = f"{HERE}:run_flaky"
 
 
 def write_spec(tmp: Path, name: str = "toy", lrs: tuple[float, ...] = (0.001, 0.002, 0.003),
@@ -133,3 +135,17 @@ def run_refusing(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str
     sweep_dir, lr, seed = _point(cfg)
     _record_call(sweep_dir, lr, seed)
     raise ConfigError(f"optim.lr={lr}: refused by the stand-in runner")
+
+
+def run_flaky(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """:func:`run`, failing with a ``TransientError`` while ``down-<lr>-<seed>`` counts calls down."""
+    from klear_lab.errors import TransientError
+
+    sweep_dir, lr, seed = _point(cfg)
+    marker = sweep_dir / f"down-{lr}-{seed}"
+    left = int(marker.read_text()) if marker.exists() else 0
+    if left:
+        _record_call(sweep_dir, lr, seed)
+        marker.write_text(str(left - 1))
+        raise TransientError(f"model.name_or_path: cannot download (ConnectError: lr={lr}); a network problem")
+    return run(cfg, callbacks)
