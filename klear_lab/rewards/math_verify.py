@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -25,10 +26,11 @@ class MathVerifyReward:
     missing tag is penalized. ``acc`` is ``score == correct``.
 
     Equivalence: exact match of the last ``\\boxed{}`` content, else math-verify
-    ``verify(parse("\\boxed{gt}"), parse(answer))``. Batches of at least ``inline_below`` items,
-    or calls off the main thread, run in a pool of ``workers`` processes with a hard
-    ``timeout_s`` per item; smaller batches run inline with math-verify's own alarm timeouts.
-    Call ``close()`` (or use ``with``) to stop the pool.
+    ``verify(parse("\\boxed{gt}"), parse(answer))``, each of the three steps under math-verify's own
+    ``timeout_s`` alarm (the official code's 5 s for parse and for verify). Batches of at least
+    ``inline_below`` items, or calls off the main thread, run in a pool of ``workers`` processes,
+    with the same alarms and a hard kill (``item_limit_s``) for what an alarm cannot stop; smaller
+    batches run inline. Call ``close()`` (or use ``with``) to stop the pool.
     """
 
     correct: float = 1.0
@@ -82,6 +84,13 @@ class MathVerifyReward:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def item_limit_s(self) -> float:
+        """The pool's hard limit per item: past the three alarms' whole seconds, so that an item scores
+        the same in the pool as inline (a hard ``timeout_s`` cut a slow parse plus a slow verify that
+        inline scoring let finish); it stops what an alarm cannot (a hang in C code)."""
+        return 3 * math.ceil(self.timeout_s) + 1.0
+
     def _judge(self, items: list[tuple[str, str, float]]) -> list[PoolResult]:
         inline = len(items) < self.inline_below and threading.current_thread() is threading.main_thread()
         if inline:
@@ -92,7 +101,7 @@ class MathVerifyReward:
         pool: Any = self.__dict__.get("_pool")
         if pool is None:
             pool = ScoringPool(equivalent_item, initializer=warm_up, workers=self.workers,
-                               timeout_s=self.timeout_s)
+                               timeout_s=self.item_limit_s)
             object.__setattr__(self, "_pool", pool)  # runtime state, not a hyperparameter
         return pool
 

@@ -102,6 +102,9 @@ def fake_equivalent(item):
     answer, gt, _ = item
     if "HANG" in answer:
         time.sleep(60)
+    if "SLOW" in answer:  # a slow parse plus a slow verify, each within its own alarm
+        time.sleep(1.5)
+        answer = answer.replace("SLOW", "")
     return answer.strip() == gt
 
 
@@ -121,8 +124,20 @@ def test_stuck_item_gets_timeout_score(monkeypatch):
         r.close()
     assert (outs[0].score, outs[0].acc) == (-1.0, False) and outs[0].info.startswith("timeout")
     assert (outs[1].score, outs[1].info) == (1.0, "verified")
-    assert time.monotonic() - start < 10.0  # cut off, not the 60 s sleep (takes ~1.5 s)
+    assert time.monotonic() - start < 10.0  # cut off, not the 60 s sleep (takes ~4.5 s)
     assert all(not _alive(pid) for pid in pids)
+
+
+def test_the_pool_lets_an_item_run_as_long_as_its_alarms_allow(monkeypatch):
+    """The pool killed an item at timeout_s, while inline scoring gives math-verify's parse of the answer,
+    parse of the reference and verify timeout_s each: the same answer scored -1 in a batch of 16 and +1
+    in a batch of 15."""
+    monkeypatch.setattr(mv_module, "equivalent_item", fake_equivalent)
+    monkeypatch.setattr(mv_module, "warm_up", no_warm_up)
+    with MathVerifyReward(inline_below=0, workers=1, timeout_s=0.5) as r:
+        (out,) = r([f"{T} SLOW 7"], [rec("7")])
+        assert r.item_limit_s == 4.0  # 3 alarms of ceil(0.5) = 1 s each, + 1 s
+    assert (out.score, out.info) == (1.0, "verified")
 
 
 def _alive(pid: int) -> bool:
