@@ -16,7 +16,7 @@ import torch
 from klear_lab.config.validate import component_args
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
-from klear_lab.errors import ConfigError, DataError, load_error
+from klear_lab.errors import ConfigError, DataError, load_error, network_cause
 from klear_lab.hardware import cpu_cores
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, ROLLOUT, SOURCE
 
@@ -147,9 +147,8 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation=m["attn_implementation"])
-        except (OSError, ValueError, ImportError) as exc:  # ValueError/ImportError: an unknown or missing
-            # attention kernel among others; transformers' message names attn_implementation then
-            raise load_error(f"model.name_or_path {m['name_or_path']!r}: cannot load", exc, ConfigError) from None
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            raise model_load_error(m["name_or_path"], path, exc) from None
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         tokenizer.padding_side = "left"
@@ -167,6 +166,19 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
     return tokenizer, model
+
+
+def model_load_error(name: str, path: str, exc: Exception) -> Exception:
+    """What a failed ``from_pretrained`` of ``name`` raises: a ``TransientError`` for a network failure (the
+    client's own exception escapes transformers mid-download), a ``ConfigError`` for a bad name, file or
+    setting (``ValueError``/``ImportError``: an unknown or missing attention kernel among others;
+    transformers' message names ``attn_implementation`` then), else ``exc`` itself: a bug, not the user's."""
+    what = f"model.name_or_path {name!r}: cannot load"
+    if not Path(path).exists() and (name.startswith((".", "/", "~")) or Path(path.split("/")[0]).is_dir()):
+        what += f" (no local directory {path!r} either)"  # a mistyped path looks like a hub id
+    if network_cause(exc) is not None or isinstance(exc, (OSError, ValueError, ImportError)):
+        return load_error(what, exc, ConfigError)
+    return exc
 
 
 def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[str]:

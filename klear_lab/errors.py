@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import socket
+
 
 class KlearError(Exception):
     """Base class for errors caused by user input (config, data, CLI). Exit code 2."""
@@ -31,25 +35,49 @@ class TransientError(KlearError):
     exit_code = 75
 
 
-_NETWORK_NAMES = ("Connect", "Timeout", "NetworkError", "ReadError", "WriteError", "RemoteProtocolError")
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")  # datasets reads all three
+
+
+def hub_offline() -> str | None:
+    """The first of ``OFFLINE_VARS`` that turns the hub off (read as huggingface_hub does), or None."""
+    return next((name for name in OFFLINE_VARS
+                 if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")), None)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Network failures as the HTTP clients under huggingface_hub and datasets raise them (those installed)."""
+    found: list[type[BaseException]] = [ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError,
+                                        TimeoutError, socket.gaierror]
+    names = {"httpx2": ("TimeoutException", "NetworkError", "ProxyError", "RemoteProtocolError"),
+             "httpx": ("TimeoutException", "NetworkError", "ProxyError", "RemoteProtocolError"),
+             "requests": ("ConnectionError", "Timeout"),
+             "urllib3.exceptions": ("TimeoutError", "ProtocolError", "NewConnectionError", "ProxyError")}
+    for module_name, classes in names.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        found += [getattr(module, name) for name in classes if hasattr(module, name)]
+    return tuple(found)
 
 
 def network_cause(exc: BaseException) -> BaseException | None:
-    """The network failure in ``exc``'s chain of causes, or None (a missing repo, file or permission;
-    offline mode without the files cached, which huggingface_hub raises as a ``ConnectionError``)."""
+    """The network failure in ``exc``'s chain of causes, or None: a missing repo, file or permission, a
+    file lock's timeout, or the hub turned off (then huggingface_hub and datasets raise ``ConnectionError``
+    subclasses or messages naming ``OfflineModeIsEnabled``)."""
     chain: list[BaseException] = []
     node: BaseException | None = exc
     while node is not None and all(node is not seen for seen in chain):
         chain.append(node)
         node = node.__cause__ or node.__context__
-    if any(type(node).__name__ == "OfflineModeIsEnabled" for node in chain):
+    if hub_offline() or any("OfflineModeIsEnabled" in f"{type(n).__name__} {n}" for n in chain):
         return None
+    transport = _transport_errors()
     for node in chain:
         status = getattr(getattr(node, "response", None), "status_code", None)
         if isinstance(status, int) and (status >= 500 or status == 429):
             return node
-        if isinstance(node, (ConnectionError, TimeoutError)) or any(
-                part in cls.__name__ for cls in type(node).__mro__ for part in _NETWORK_NAMES):
+        if isinstance(node, transport) and not type(node).__module__.startswith("filelock"):
             return node
     return None
 
@@ -59,6 +87,7 @@ def load_error(what: str, exc: BaseException, cls: type[KlearError]) -> KlearErr
     network is to blame (the hub was down or slow), which a rerun may get past."""
     cause = network_cause(exc)
     if cause is not None:
-        return TransientError(f"{what}: cannot download ({type(cause).__name__}: {str(cause).splitlines()[0][:300]}); "
-                              "a network problem: retry, or set HF_HUB_OFFLINE=1 to use the local cache")
+        first_line = str(cause).partition("\n")[0][:300]
+        return TransientError(f"{what}: cannot download ({type(cause).__name__}: {first_line}); a network "
+                              "problem, and the files are not in the local cache: retry when the hub answers")
     return cls(f"{what}: {exc}")

@@ -36,7 +36,7 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
               ("rl", "reward", "total_timeout_s"): None, ("eval", "code_reward", "total_timeout_s"): None,
               ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("eval", "samples_per_source"): {},
               ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None,
-              ("rl", "reward", "record_limits"): True, ("eval", "code_reward", "record_limits"): True,
+              ("rl", "reward", "record_limits"): False, ("eval", "code_reward", "record_limits"): False,
               ("data", "filter", "min_tests"): 0}
 
 

@@ -7,6 +7,7 @@ same fields by ``klear_lab.data.sources.file``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,9 +70,10 @@ def code_limits_problem(timeout: Any, cap: Any, where: str = "meta", names: tupl
     """What is wrong with a record's own per-test timeout (seconds) and test cap (None: unset), or None;
     ``where`` and ``names`` say where the user wrote them."""
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not timeout > 0):
+                                or not 0 < timeout < math.inf):
         return f"{where} {names[0]!r} (the per-test timeout) must be a positive number of seconds, got {timeout!r}"
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 1 <= cap < math.inf
+                            or cap != int(cap)):  # 16.0: a parquet column with gaps holds floats
         return f"{where} {names[1]!r} (the test cap) must be an integer >= 1, got {cap!r}"
     return None
 
@@ -86,7 +88,7 @@ def own_test_limits(record: Record) -> tuple[float | None, int | None]:
     problem = code_limits_problem(timeout, cap)
     if problem:
         raise DataError(f"code record {record.uid!r} of source {record.source!r}: {problem}")
-    return timeout, cap
+    return timeout, (None if cap is None else int(cap))
 
 
 def require_gradeable(records: list[Record], what: str) -> None:

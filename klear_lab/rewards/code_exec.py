@@ -64,10 +64,11 @@ class CodeExecReward:
     ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in one
     sandbox process. Each test (and defining the solution) gets ``timeout_s``, as the official code runs
     each test under its own 35 s limit; a slow test fails and the next one runs. The whole process gets
-    ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). With ``record_limits`` (default, as the official
-    code reads them per problem), a record's own per-test timeout and test cap (a verl spec's ``timeout``
-    and ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s`` and ``max_tests``) replace
-    ``timeout_s`` and ``max_tests`` for that record. Scores by ``mode``, with p the pass rate:
+    ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). With ``record_limits`` (as the official code
+    reads them per problem; the paper code RL config sets it for training), a record's own per-test timeout
+    and test cap (a verl spec's ``timeout`` and ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s``
+    and ``max_tests``) replace ``timeout_s`` and ``max_tests`` for that record; off by default, so that
+    ``max_tests: null`` judges on every test, as LiveCodeBench. Scores by ``mode``, with p the pass rate:
 
     - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
     - ``hard`` (Fig. 3 baseline, "positive only if all tests pass"): +1 if p == 1 else −1.
@@ -87,7 +88,7 @@ class CodeExecReward:
     workers: int = 4
     seed: int = 0
     func_name: str = "f"
-    record_limits: bool = True
+    record_limits: bool = False
 
     tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
 

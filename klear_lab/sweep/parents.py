@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.config.compose import compose
-from klear_lab.errors import KlearError
+from klear_lab.errors import KlearError, TransientError
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
 PARENT_KEYS = ("model.init_from", "model.name_or_path")
@@ -87,6 +87,10 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
     started = time.time()
     with open(log_path, "ab") as out:
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    if code == TransientError.exit_code:
+        raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment}: a download "
+                             f"failed on the network (exit {code}; see {log_path}): rerun the sweep when the hub "
+                             "answers")
     if code != 0:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment} failed "
                           f"(exit {code}); see {log_path}")

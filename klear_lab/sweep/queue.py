@@ -10,6 +10,7 @@ finished work; a grid spec that gained seeds or axis values continues in a succe
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -33,6 +34,7 @@ from klear_lab.sweep.storage import StudyLock, current_study, make_sampler
 from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
 
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+NOT_BEFORE_ATTR = "klear.not_before"  # a WAITING retry is not taken before this time (time.time())
 BASE_ATTR, READY_ATTR = "klear.base", "klear.points"
 
 
@@ -149,10 +151,13 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bo
     """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left.
 
     ``ask=False``: only WAITING trials, no new ``tpe``/``random`` ones (the worker saw trials keep failing).
+    A WAITING retry whose ``NOT_BEFORE_ATTR`` lies ahead is left for later.
     """
     storage = study._storage  # the storage API (set_trial_state_values, record_heartbeat) is public
     with lock.hold():
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            if frozen.system_attrs.get(NOT_BEFORE_ATTR, 0.0) > time.time():
+                continue
             try:
                 if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
                     _heartbeat(storage, frozen._trial_id)

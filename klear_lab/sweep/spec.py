@@ -21,7 +21,8 @@ A spec names a base experiment, the axes to vary and how to run them::
     wandb: {project: klear-lab, group: null}   # group defaults to the sweep name
     out_dir: sweep_runs                 # sweep directory = out_dir/name
     heartbeat_interval: 30              # s; a trial silent for 2 intervals is failed and retried
-    max_retry: 3                        # retries of a trial whose worker died
+    max_retry: 3                        # retries of a trial whose worker died or download failed
+    retry_delay_s: 30                   # a failed download's retry waits this, doubling per retry
     sampler_seed: 0                     # tpe/random
     runner: klear_lab.run:run_experiment   # or file.py:function (relative to this file)
     trial_start: preloaded              # fork trials from a server that imported torch & co. once,
@@ -53,7 +54,7 @@ DEFAULT_RUNNER = "klear_lab.run:run_experiment"
 TOP_KEYS = {
     "name", "experiment", "overrides", "axes", "seeds", "objective", "metrics", "baseline", "sampler",
     "sampler_seed", "n_trials", "pruner", "storage", "workers", "wandb", "out_dir", "heartbeat_interval",
-    "max_retry", "runner", "trial_start", "description",
+    "max_retry", "retry_delay_s", "runner", "trial_start", "description",
 }
 RANGE_KEYS = {"low", "high", "log", "step"}
 
@@ -101,6 +102,7 @@ class SweepSpec:
     out_dir: Path = Path("sweep_runs")
     heartbeat_interval: int = 30
     max_retry: int = 3
+    retry_delay_s: int = 30
     runner: str = DEFAULT_RUNNER
     trial_start: str = "preloaded"
     description: str = ""
@@ -171,6 +173,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         out_dir=Path(get.text("out_dir", "sweep_runs")),
         heartbeat_interval=get.integer("heartbeat_interval", 30, minimum=1),
         max_retry=get.integer("max_retry", 3, minimum=0),
+        retry_delay_s=get.integer("retry_delay_s", 30, minimum=0),
         runner=_runner(path, get.text("runner", DEFAULT_RUNNER)),
         trial_start=get.choice("trial_start", TRIAL_STARTS, "preloaded"),
         description=get.text("description", ""),

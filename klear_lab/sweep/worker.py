@@ -30,7 +30,7 @@ from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import claimed_trial, count, take_trial, trial_values
+from klear_lab.sweep.queue import NOT_BEFORE_ATTR, claimed_trial, count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
@@ -209,8 +209,9 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
             "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
             else "rerun the sweep to start it again"))
     elif final.state == TrialState.FAIL and final.user_attrs.get(TRANSIENT_ATTR):
+        delay = delay_retry(study, final, ctx.spec.retry_delay_s) if queue_retry(study, final) else None
         ctx.log(f"[worker {index}] trial {trial.number}: a download failed on the network; " + (
-            "retrying it" if queue_retry(study, final)
+            f"retrying it in {delay:g} s" if delay is not None
             else "no retry left: rerun the sweep once the hub answers"))
     if final.state == TrialState.FAIL and final.user_attrs.get(NO_OBJECTIVE_ATTR):
         ctx.no_objective = f"trial {trial.number}: {final.user_attrs.get('error', '')}"
@@ -237,6 +238,18 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> bool:
         retry(study, frozen)
     return any(t.system_attrs.get("retry_history", [None])[-1] == killed.number
                for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def delay_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, base_s: float) -> float:
+    """Hold the queued retry of ``failed`` for ``base_s`` doubled per earlier retry of its point (an outage
+    of a minute no longer uses up every retry at once); returns the delay."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        history = t.system_attrs.get("retry_history", [])
+        if history and history[-1] == failed.number:
+            delay = base_s * 2 ** (len(history) - 1)
+            study._storage.set_trial_system_attr(t._trial_id, NOT_BEFORE_ATTR, time.time() + delay)
+            return delay
+    return 0.0
 
 
 def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:

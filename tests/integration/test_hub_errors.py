@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from klear_lab.errors import ConfigError, DataError, TransientError, load_error, network_cause
+from klear_lab.errors import OFFLINE_VARS, ConfigError, DataError, TransientError, load_error, network_cause
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def hub():
 
 
 def _train(server, tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_VARS}
     env |= {"HF_ENDPOINT": f"http://127.0.0.1:{server.server_port}", "HF_HOME": str(tmp_path / "hf"),
             "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/sft.yaml"),
@@ -70,8 +70,11 @@ def _chain(*excs: BaseException) -> BaseException:
     return excs[0]
 
 
-def test_network_cause_reads_the_chain_as_transformers_raises_it():
+def test_network_cause_reads_the_chain_as_transformers_raises_it(monkeypatch):
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    for name in OFFLINE_VARS:
+        monkeypatch.delenv(name, raising=False)
 
     refused = _chain(OSError("We couldn't connect to the hub"), LocalEntryNotFoundError("not cached"),
                      ConnectionRefusedError(111, "Connection refused"))
@@ -83,3 +86,42 @@ def test_network_cause_reads_the_chain_as_transformers_raises_it():
     assert isinstance(err, TransientError) and not isinstance(err, ConfigError) and err.exit_code == 75
     assert str(err).startswith("data: cannot download (ConnectionRefusedError:")
     assert type(load_error("data", offline, DataError)) is DataError
+
+
+def test_not_network_failures_and_bare_client_errors(monkeypatch):
+    """Name matching took a corrupt archive, a cache lock's timeout or a child's timeout for the network and
+    missed a proxy; a raw client error (what escapes transformers mid-download) left the load unclassified
+    (exit 1, no sweep retry); an empty message crashed the error itself."""
+    import subprocess as sp
+    import tarfile
+
+    import filelock
+    import httpx2
+
+    from klear_lab.builders import model_load_error
+
+    for name in OFFLINE_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for exc in (tarfile.ReadError("bad archive"), filelock.Timeout("lock"), sp.TimeoutExpired("x", 1),
+                BrokenPipeError(), FileNotFoundError("config.json")):
+        assert network_cause(exc) is None, exc
+    for exc in (httpx2.ProxyError("proxy"), httpx2.ReadError(""), TimeoutError(), ConnectionResetError()):
+        assert network_cause(exc) is exc, exc
+    err = model_load_error("org/model", "org/model", _chain(httpx2.ReadError(""), ConnectionResetError()))
+    assert isinstance(err, TransientError) and "cannot load: cannot download (ReadError: )" in str(err)
+    assert type(model_load_error("org/model", "org/model", ValueError("flash_attention_2"))) is ConfigError
+    bug = RuntimeError("a bug in our code")
+    assert model_load_error("org/model", "org/model", bug) is bug  # not the user's error: raised as it is
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    assert network_cause(ConnectionError("Couldn't reach 'org/ds' on the Hub")) is None
+
+
+def test_a_dataset_in_offline_mode_is_a_data_error_not_a_network_one(tmp_path):
+    """datasets raises a plain ConnectionError in offline mode (the cause cut off), taken for the network."""
+    code = ("import datasets\nfrom klear_lab.errors import network_cause\n"
+            "try:\n    datasets.load_dataset('someorg/someds')\n"
+            "except Exception as exc:\n    print(type(exc).__name__, network_cause(exc) is None)\n")
+    env = {k: v for k, v in os.environ.items() if k not in OFFLINE_VARS}
+    env |= {"HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split()[-1:] == ["True"], out.stdout + out.stderr[-2000:]

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -236,8 +237,8 @@ def test_trials_that_refuse_their_config_are_not_sent_to_a_rerun(tmp_path):
 
 def test_a_trial_the_hub_failed_is_retried_in_the_same_sweep(tmp_path):
     """A download the hub could not serve was a config error: never retried, and the sweep said to fix the
-    config. Now the point is retried at once, up to max_retry times, and the sweep completes."""
-    spec_path = fx.write_spec(tmp_path, name="flaky", runner=fx.FLAKY_RUNNER, max_retry=2)
+    config. Now the point is retried, up to max_retry times, after retry_delay_s doubling per retry."""
+    spec_path = fx.write_spec(tmp_path, name="flaky", runner=fx.FLAKY_RUNNER, max_retry=2, retry_delay_s=1)
     spec = load_spec(spec_path)
     spec.sweep_dir.mkdir(parents=True)
     (spec.sweep_dir / "down-0.002-0").write_text("2")  # fails twice, then the hub answers
@@ -250,7 +251,11 @@ def test_a_trial_the_hub_failed_is_retried_in_the_same_sweep(tmp_path):
         by_lr.setdefault(t.params["optim.lr"], []).append(t.state.name)
     assert by_lr == {0.001: ["COMPLETE"], 0.002: ["FAIL", "FAIL", "COMPLETE"], 0.003: ["FAIL", "FAIL", "FAIL"]}
     text = log.read_text()
-    assert text.count("a download failed on the network; retrying it") == 4
+    assert text.count("a download failed on the network; retrying it in 1 s") == 2
+    assert text.count("a download failed on the network; retrying it in 2 s") == 2
+    calls = [t for t in study.get_trials() if t.params["optim.lr"] == 0.002]
+    assert calls[1].datetime_start - calls[0].datetime_complete >= timedelta(seconds=1)  # held back
+    assert calls[2].datetime_start - calls[1].datetime_complete >= timedelta(seconds=2)
     assert "a download failed on the network; no retry left: rerun the sweep once the hub answers" in text
     assert "fix the config first" not in text and "rerun the same command to retry them" in text
     assert (spec.sweep_dir / "down-0.003-0").read_text() == "0"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code_limits_problem
 from klear_lab.data.sources.base import SPLITS
-from klear_lab.errors import DataError, load_error
+from klear_lab.errors import DataError, hub_offline, load_error
 from klear_lab.registry import SOURCE
 
 FORMATS = ("auto", "verl", "messages", "records")
@@ -43,7 +42,8 @@ class FileSource:
     solution}``). ``task`` ``auto`` reads verl ``ability``/``data_source`` (``code`` if it contains
     "code"), else ``math``. Code ground truth is the JSON test spec, kept verbatim in ``answer``;
     its ``inputs``/``outputs`` pairs also fill ``tests``, and its optional ``timeout`` (seconds per test)
-    and ``max_test_cases`` go to ``meta`` (``test_timeout_s``, ``max_tests``) for the code reward.
+    and ``max_test_cases`` go to ``meta`` (``test_timeout_s``, ``max_tests``) for the code reward's
+    ``record_limits``.
     ``label`` names the records' source (what per-source metrics such as ``val/<label>/acc`` call
     them), over the file's ``source`` / ``data_source`` column and the file name. Loading is
     all-or-nothing; the seed is unused (file order is kept).
@@ -108,8 +108,8 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
         return _read_json(p)
     if not _HUB_ID.match(path) or p.suffix:
         raise DataError(f"data file not found: {path}")
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise DataError(f"data file not found: {path} (HF_HUB_OFFLINE is set: no hub download)")
+    if hub_offline():
+        raise DataError(f"data file not found: {path} ({hub_offline()} is set: no hub download)")
     return list(enumerate(_load_hf(path, from_disk=False), 1))
 
 
@@ -237,7 +237,7 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
     problem = code_limits_problem(timeout, cap, "code ground truth", ("timeout", "max_test_cases"))
     if problem:
         raise r.fail("answer", problem)
-    limits = {k: v for k, v in ((TEST_TIMEOUT_KEY, timeout), (MAX_TESTS_KEY, cap)) if v is not None}
+    limits = {k: v for k, v in ((TEST_TIMEOUT_KEY, timeout), (MAX_TESTS_KEY, cap and int(cap))) if v is not None}
     return {**out, "answer": json.dumps(spec), "tests": tests, "meta": limits}
 
 

@@ -75,17 +75,19 @@ def test_a_records_own_timeout_and_test_cap_apply_as_the_official_code_reads_the
     capped, quick = FileSource(path=str(tmp_path / "code.jsonl")).records(0, "train")
     assert (capped.meta, quick.meta) == ({"max_tests": 2}, {"test_timeout_s": 0.5})
     program = "<think>echo</think>\n```python\nprint(input())\n```"
-    (out,) = CodeExecReward(workers=1)([program], [capped])
+    (out,) = CodeExecReward(workers=1, record_limits=True)([program], [capped])
     assert (out.score, out.info) == (1.0, "2/2 passed")
-    (out,) = CodeExecReward(workers=1, record_limits=False)([program], [capped])
+    (out,) = CodeExecReward(workers=1, max_tests=None)([program], [capped])  # off by default: every test
     assert (out.score, out.info) == (1.0, "6/6 passed")
     spin = "<think>spin</think>\n```python\nn = int(input())\nwhile n == 3:\n    pass\nprint(n)\n```"
-    (out,) = CodeExecReward(workers=1, timeout_s=30.0)([spin], [quick])  # test 3 stops at the record's 0.5 s
+    (out,) = CodeExecReward(workers=1, timeout_s=30.0, record_limits=True)([spin], [quick])  # stops at 0.5 s
     assert (out.score, out.info.split(";")[0]) == (pytest.approx(5 / 6), "5/6 passed") and "0.5 s" in out.info
 
 
 @pytest.mark.parametrize(("extra", "why"), [({"timeout": -1}, "'timeout' .* must be a positive number"),
-                                             ({"max_test_cases": "16"}, "'max_test_cases' .* must be an integer")])
+                                             ({"timeout": float("inf")}, "'timeout' .* must be a positive number"),
+                                             ({"max_test_cases": "16"}, "'max_test_cases' .* must be an integer"),
+                                             ({"max_test_cases": 2.5}, "'max_test_cases' .* must be an integer")])
 def test_bad_per_record_test_settings_name_the_file_row_and_field(tmp_path, extra, why):
     import json
 
@@ -98,6 +100,10 @@ def test_bad_per_record_test_settings_name_the_file_row_and_field(tmp_path, extr
         FileSource(path=str(tmp_path / "code.jsonl")).records(0, "train")
     from klear_lab.data.records import require_gradeable
 
+    spec["max_test_cases"] = 16.0  # a parquet column with gaps holds floats
+    (tmp_path / "code.jsonl").write_text(json.dumps(_verl_code_row({**spec, **{"timeout": 1}})) + "\n")
+    (record,) = FileSource(path=str(tmp_path / "code.jsonl")).records(0, "train")
+    assert record.meta == {"test_timeout_s": 1, "max_tests": 16} and isinstance(record.meta["max_tests"], int)
     bad = Record(uid="c/7", source="s", task="code", prompt="p", answer="", tests=TESTS, meta={"max_tests": 0})
     with pytest.raises(DataError, match=r"data.sources: code record 'c/7' of source 's': meta 'max_tests' \(the test"):
         require_gradeable([bad], "data.sources")
