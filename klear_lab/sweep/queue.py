@@ -51,7 +51,7 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
     base = study_base(spec)
     with lock.hold():
         study = current_study(study)  # another sweep process may have widened it since we opened it
-        check_same_base(study, spec)
+        check_same_base(study, spec, base=base)
         if spec.sampler == "grid":
             study = widen_choices(study, spec)
         else:
@@ -65,26 +65,40 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
     return study, added
 
 
-def study_base(spec: SweepSpec) -> dict[str, Any]:
-    """What every trial of one study must share: the base experiment and overrides, the sampler, the
-    objective and the pruner (trials run, scored or pruned otherwise are not arms of one comparison)."""
+def study_base(spec: SweepSpec, *, resolve: bool = True) -> dict[str, Any]:
+    """What every trial of one study must share: the base experiment and overrides, what they resolve to
+    (``config``: its hash, which covers the experiment file, the files it builds on and plugins' code), the
+    sampler, the objective and the pruner (trials run, scored or pruned otherwise are not arms of one
+    comparison)."""
+    from klear_lab.tracking import config_hash
+
     return {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
             "overrides": list(spec.overrides), "sampler": spec.sampler,
-            "objective": f"{spec.metric} ({spec.direction})", "pruner": spec.pruner}
+            "objective": f"{spec.metric} ({spec.direction})", "pruner": spec.pruner,
+            **({"config": config_hash(spec.compose()) if spec.experiment else None} if resolve else {})}
 
 
-def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = False) -> None:
+def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = False,
+                    base: dict[str, Any] | None = None) -> None:
     """Refuse a spec whose base differs from the one the study was started with (:func:`study_base`).
 
     Keys a study recorded before they existed are not compared. A joiner (``--join``, maybe another
-    machine with another checkout) is not compared on the experiment's path.
+    machine with another checkout) is not compared on the experiment's path and resolved config. The
+    resolved config may change while no trial has finished (a fix after every trial failed on it).
+    ``base``: ``study_base(spec)``, where the caller has it.
 
     Raises:
         ConfigError: naming the keys that differ.
     """
-    old, new = study.user_attrs.get(BASE_ATTR) or {}, study_base(spec)
+    old, new = study.user_attrs.get(BASE_ATTR) or {}, base or study_base(spec, resolve=not joining)
     skip = {"experiment"} if joining else set()
+    if not count(study, (TrialState.COMPLETE, TrialState.PRUNED)):
+        skip.add("config")
     differ = sorted(k for k in old.keys() & new.keys() - skip if old[k] != new[k])
+    if "config" in differ:
+        differ[differ.index("config")] = (
+            f"config (its hash was {old['config']}, now {new['config']}: the experiment file, a file it builds "
+            "on or a plugin's code changed since trials finished)")
     if study.direction.name.lower() != spec.direction:
         differ.append(f"direction (the study's is {study.direction.name.lower()})")
     if differ:

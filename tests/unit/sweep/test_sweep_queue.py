@@ -43,6 +43,23 @@ def test_resume_refuses_a_different_base(tmp_path):
         prepare_study(study, spec, arms, lock)
 
 
+def test_an_edited_experiment_is_refused_once_trials_finished(tmp_path):
+    """The study recorded the experiment's path, not what it resolves to: after an edit to the experiment
+    file (or a plugin's code) a rerun reported the finished trials of the old one as the sweep's result."""
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(exp.read_text() + "sft: {max_steps: 3}\n")
+    prepare_study(study, spec, arms, lock)  # nothing finished yet: a fix is welcome
+    trial = optuna.trial.Trial(study, take_trial(study, spec, lock))
+    study.tell(trial, 0.5)
+    assert prepare_study(study, spec, arms, lock) == (study, 0)  # unchanged: resumes
+    exp.write_text(exp.read_text().replace("max_steps: 3", "max_steps: 4"))
+    with pytest.raises(ConfigError, match=r"different base \(config \(its hash was \w+, now \w+: the experiment "
+                                          r"file, a file it builds on or a plugin's code changed since trials"):
+        prepare_study(study, spec, arms, lock)
+
+
 def test_resume_refuses_another_objective_direction_or_pruner(tmp_path):
     """Optuna keeps a loaded study's direction: a flipped objective made TPE and the pruner work backwards."""
     spec, arms, url, study, lock = _setup(tmp_path)
