@@ -168,6 +168,23 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
     return tokenizer, model
 
 
+def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, ``path: why``) for each ``file`` source whose data cannot be read on this machine (the config
+    may be meant for another one: the dry run and ``--validate-only`` say so; a sweep refuses to start)."""
+    from klear_lab.data.sources.file import unavailable
+
+    out = []
+    for section in ("sources", "eval_sources"):
+        for i, src in enumerate(cfg["data"][section]):
+            if src.get("name") != "file":
+                continue
+            key = "eval_path" if section == "eval_sources" and src.get("eval_path") else "path"  # what is read
+            why = unavailable(str(src.get(key) or ""))
+            if why:
+                out.append((f"data.{section}.{i}.{key}", f"{src.get(key)}: {why}"))
+    return out
+
+
 def model_load_error(name: str, path: str, exc: Exception) -> Exception:
     """What a failed ``from_pretrained`` of ``name`` raises: a ``TransientError`` for a network failure (the
     client's own exception escapes transformers mid-download), a ``ConfigError`` for a bad name, file or

@@ -23,6 +23,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
 
 UNSUPPORTED = "NOT SUPPORTED"  # a row that says the config cannot run: the command exits 2 after the plan
+NOT_HERE = "NOT AVAILABLE HERE"  # a row that says this machine lacks something (a package, a GPU, a file)
 # Lightning converts the model to these precisions' dtype (HalfPrecision, DoublePrecision); 32-true and
 # the *-mixed ones leave it as loaded
 TRUE_PRECISIONS = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64,
@@ -96,8 +97,11 @@ def estimated_examples(cfg: dict[str, Any]) -> int | None:
 def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     t = cfg["trainer"]
     devices = device_count(t)
+    from klear_lab.builders import unavailable_data
+
     rows = [("model", model_name(cfg)),
-            ("parameters", f"{params / 1e6:,.1f} M")]
+            ("parameters", f"{params / 1e6:,.1f} M"),
+            *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg))]
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"
@@ -216,7 +220,7 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
                 eval_engine(cfg)
             except Exception as exc:  # noqa: BLE001 - reported in the plan
                 # eval_engine refuses several devices before it checks the engine's package
-                engine += f" {UNSUPPORTED if several_devices(cfg['trainer']) else 'NOT AVAILABLE HERE'}: {exc}"
+                engine += f" {UNSUPPORTED if several_devices(cfg['trainer']) else NOT_HERE}: {exc}"
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 

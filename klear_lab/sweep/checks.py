@@ -130,6 +130,19 @@ def _probe_values(axis: Any) -> list[Any]:
     return [int(axis.low), int(axis.high)] if integer else [float(axis.low), float(axis.high)]
 
 
+def unavailable_trial_data(spec: SweepSpec, arms: list[Arm]) -> list[str]:
+    """``key=path: why`` for the data files the base experiment, or an arm where an axis sets ``data.``
+    keys, would read and this machine cannot (``builders.unavailable_data``): every such trial would fail."""
+    from klear_lab.builders import unavailable_data
+
+    configs = [spec.compose()]
+    if any(axis.key.startswith("data") for axis in spec.axes):
+        configs += [spec.compose([trial_layer(spec, arm.params, spec.seeds[0], None, None, "check")])
+                    for arm in arms[:MAX_COMPOSED_ARMS]]
+    found = [f"{key}={why}" for cfg in configs for key, why in unavailable_data(cfg)]
+    return sorted(set(found), key=found.index)
+
+
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,
                       inherited: str | None = None) -> None:
     """Compose one trial's config and ask :func:`runnable_problem` of it; a problem the base experiment

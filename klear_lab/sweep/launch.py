@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep import launcher
-from klear_lab.sweep.checks import check_spec
+from klear_lab.sweep.checks import check_spec, unavailable_trial_data
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
@@ -66,10 +66,15 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
 
         log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')}")
         return 0
+    missing = unavailable_trial_data(spec, arms)
     if validate_only:
         log(f"{spec.path}: OK: {len(arms) or spec.n_trials} arm(s) x {len(spec.seeds)} seed(s) = {n_points} "
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
+        if missing:
+            log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
         return 0
+    if missing:
+        raise ConfigError(f"{spec.path}: the trials would read data this machine cannot: {'; '.join(missing)}")
     study = _wait_for_study(spec, url, arms) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = spec.compose()
@@ -141,8 +146,8 @@ def _next_step(failures: list[Any], retry: str) -> str:
     if not failures:
         return f"rerun the same command to {retry}"
     first = failures[0]
-    return (f"fix the config first: {len(failures)} trial(s) failed on a config error a rerun would likely "
-            f"repeat (trial {first.number}: {first.user_attrs.get('error', '')})")
+    return (f"fix the config first: {len(failures)} trial(s) failed on a config or data error a rerun would "
+            f"likely repeat (trial {first.number}: {first.user_attrs.get('error', '')})")
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_ERROR_ATTR = "config_error"
-"""Set on a trial failed by a ``ConfigError``: a rerun of the same sweep fails it the same way."""
+"""Set on a trial failed by a ``ConfigError`` or ``DataError``: a rerun of the same sweep fails it the same way."""
 TRANSIENT_ATTR = "transient_error"
 """Set on a trial failed by a ``TransientError`` (the hub could not serve a download): retried at once."""
 NO_OBJECTIVE_ATTR = "objective_missing"
@@ -133,10 +133,10 @@ def run_job(job: dict[str, Any]) -> int:
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
-        from klear_lab.errors import ConfigError, TransientError
+        from klear_lab.errors import ConfigError, DataError, TransientError
 
         traceback.print_exc()
-        if isinstance(exc, ConfigError):
+        if isinstance(exc, (ConfigError, DataError)):  # the same config or data fails the same way again
             trial.set_user_attr(CONFIG_ERROR_ATTR, True)
         if isinstance(exc, TransientError):
             trial.set_user_attr(TRANSIENT_ATTR, True)

@@ -231,7 +231,7 @@ def test_trials_that_refuse_their_config_are_not_sent_to_a_rerun(tmp_path):
     log = tmp_path / "sweep.log"
     assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 1, log.read_text()[-3000:]
     text = log.read_text()
-    assert "fix the config first: 3 trial(s) failed on a config error a rerun would likely repeat" in text
+    assert "fix the config first: 3 trial(s) failed on a config or data error a rerun would likely repeat" in text
     assert "ConfigError: optim.lr=" in text and "rerun the same command" not in text
 
 

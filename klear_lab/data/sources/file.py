@@ -106,11 +106,23 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
             except Exception as exc:  # noqa: BLE001 - any pyarrow failure is a bad file
                 raise DataError(f"{path}: cannot read parquet: {exc}") from exc
         return _read_json(p)
-    if not _HUB_ID.match(path) or p.suffix:
-        raise DataError(f"data file not found: {path}")
-    if hub_offline():
-        raise DataError(f"data file not found: {path} ({hub_offline()} is set: no hub download)")
+    missing = unavailable(path)
+    if missing:
+        raise DataError(f"data file not found: {path} ({missing})")
     return list(enumerate(_load_hf(path, from_disk=False), 1))
+
+
+def unavailable(path: str) -> str | None:
+    """Why ``path`` cannot be read here (a missing file; a hub id while the hub is off), or None: it
+    exists, or it is a hub id the hub may serve."""
+    p = Path(path)
+    if p.exists():
+        return None
+    if _HUB_ID.match(path) and not p.suffix:
+        off = hub_offline()
+        return f"{off} is set: no hub download" if off else None
+    where = "" if p.is_absolute() else f"; relative paths are read from the working directory, {Path.cwd()}"
+    return f"no such file{where}"
 
 
 def _read_json(p: Path) -> list[tuple[int, Any]]:

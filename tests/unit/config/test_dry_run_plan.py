@@ -87,3 +87,15 @@ def test_an_evaluation_engine_on_every_rank_is_not_supported(capsys):
     assert main(["train", sft, "eval.engine=rollout", "rl.rollout=vllm", "trainer.devices=2", "trainer.strategy=ddp",
                  "--dry-run"]) == 2
     assert "NOT SUPPORTED: eval.engine: rollout with 'vllm' on several devices" in capsys.readouterr().err
+
+
+def test_data_files_missing_here_are_named_in_the_plan(tmp_path, capsys, monkeypatch):
+    """The dry run said nothing of absent data files: every run of the config then failed at load."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')
+    sources = ("data.sources=[{name: file, path: here.jsonl, format: records}, "
+               "{name: file, path: data/absent.parquet, format: verl}]")
+    assert main(["train", str(QUICK_RL), sources, "--dry-run"]) == 0  # the config may be meant for another machine
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "data.sources.1.path" in out and "data/absent.parquet: no such file" in " ".join(out.split())
+    assert "here.jsonl" not in out and "data.sources.0" not in out

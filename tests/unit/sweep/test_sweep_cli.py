@@ -134,5 +134,19 @@ def test_trials_failed_on_a_config_error_are_not_sent_to_a_rerun(tmp_path):
     lines: list[str] = []
     assert _finish(spec, study, arms, False, lines.append) == 1
     assert "rerun the same command" not in lines[-1]
-    assert ("fix the config first: 3 trial(s) failed on a config error a rerun would likely repeat "
+    assert ("fix the config first: 3 trial(s) failed on a config or data error a rerun would likely repeat "
             "(trial 0: ConfigError: trainer.strategy='fsdp'") in lines[-1]
+
+
+def test_data_this_machine_lacks_is_noted_by_validate_only_and_stops_a_sweep(tmp_path, capsys):
+    """--validate-only said OK and the sweep trained nothing: every trial failed on the missing file, and the
+    end of the sweep said to rerun to retry them."""
+    missing = tmp_path / "nothere.jsonl"
+    spec = write_spec(tmp_path, overrides=[f"data.sources=[{{name: file, path: {missing}, format: records}}]"])
+    assert main(["sweep", str(spec), "--validate-only"]) == 0  # the spec may be meant for another machine
+    out = capsys.readouterr().out
+    assert f"note: data this machine cannot read, so trials here would fail: data.sources.0.path={missing}: no such " \
+           "file" in out
+    assert main(["sweep", str(spec)]) == 2
+    assert f"the trials would read data this machine cannot: data.sources.0.path={missing}" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "toy" / "study.db").exists()  # refused before the study
