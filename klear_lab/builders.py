@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -16,7 +17,7 @@ import torch
 from klear_lab.config.validate import component_args
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
-from klear_lab.errors import ConfigError, DataError, load_error, network_cause
+from klear_lab.errors import ConfigError, DataError, KlearError, load_error, network_cause
 from klear_lab.hardware import cpu_cores
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, ROLLOUT, SOURCE
 
@@ -263,6 +264,8 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     """``model.init_from: EXPERIMENT.yaml``: use its newest completed run with the same config hash,
     training it first (under a file lock, so parallel sweep workers train it once)."""
     m = cfg["model"]
+    if m["name_or_path"] and m["init_from"]:
+        warn_init_from_unused(cfg)
     if m["name_or_path"] or not m["init_from"]:
         return
     import fcntl
@@ -279,6 +282,23 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         if run_dir is None:
             run_dir = _train_parent(parent, parent_hash, m["init_from"], out)
     m["name_or_path"] = str(run_dir.resolve())
+
+
+def warn_init_from_unused(cfg: dict[str, Any]) -> None:
+    """``model.name_or_path`` wins over ``model.init_from``: say so on stderr, unless it is a run of
+    ``init_from`` (what a run's saved config holds, ``init_from`` resolved)."""
+    from klear_lab.tracking import config_hash
+
+    m = cfg["model"]
+    model = Path(m["name_or_path"])
+    try:
+        record = next(p / "run.json" for p in (model, model.parent) if (p / "run.json").is_file())
+        if json.loads(record.read_text()).get("config_hash") == config_hash(parent_config(cfg)):
+            return
+    except (StopIteration, OSError, ValueError, KlearError):
+        pass
+    print(f"warning: model.init_from ({m['init_from']}) is not used: model.name_or_path ({m['name_or_path']}) is "
+          "set and is not a run of it; set model.init_from=null to say so", file=sys.stderr)
 
 
 def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out: Path) -> Path:

@@ -99,3 +99,19 @@ def test_data_files_missing_here_are_named_in_the_plan(tmp_path, capsys, monkeyp
     out = capsys.readouterr().out.replace("\n", " ")
     assert "data.sources.1.path" in out and "data/absent.parquet: no such file" in " ".join(out.split())
     assert "here.jsonl" not in out and "data.sources.0" not in out
+
+
+def test_init_from_that_name_or_path_overrides_is_warned_about(tmp_path, capsys):
+    """An RL run given model.name_or_path trained from it and said nothing of the model.init_from it ignored."""
+    from klear_lab.builders import parent_config, resolve_init_from
+    from klear_lab.tracking import config_hash
+
+    other = tmp_path / "other"
+    (other / "model").mkdir(parents=True)
+    cfg = compose(QUICK_RL, [f"model.name_or_path={other}", f"run.out_dir={tmp_path}"])
+    resolve_init_from(cfg)
+    assert f"model.init_from ({cfg['model']['init_from']}) is not used" in capsys.readouterr().err
+    (other / "run.json").write_text(json.dumps({"config_hash": config_hash(parent_config(cfg))}))
+    resolve_init_from(cfg)  # a run of init_from: what a run's saved config holds
+    assert capsys.readouterr().err == ""
+    assert cfg["model"]["name_or_path"] == str(other)
