@@ -237,10 +237,24 @@ def wandb_tags(tags: list[Any]) -> list[str]:
     return out
 
 
+RUN_ID_CHARS = 40
+_DIR_SUFFIX = re.compile(r"-\d{8}-\d{6}-\w{6}-s\d+(-\d+)?$")  # what create_run_dir appends to the name
+
+
+def run_id_of(run_dir: Path) -> str:
+    """The W&B run id of ``run_dir``: its name, cut to ``RUN_ID_CHARS`` at the end of the run's name so that
+    the time, hash and seed stay (cutting the front made "quickstart-sft-eval-..." "start-sft-eval-...")."""
+    name = run_dir.name
+    suffix = _DIR_SUFFIX.search(name)
+    if len(name) > RUN_ID_CHARS and suffix and len(suffix.group()) < RUN_ID_CHARS:
+        name = name[:RUN_ID_CHARS - len(suffix.group())] + suffix.group()
+    return name[-RUN_ID_CHARS:].replace(".", "-")
+
+
 def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     run = cfg["run"]
     return {
-        "run_id": f"{run_dir.name[-40:]}".replace(".", "-"),
+        "run_id": run_id_of(run_dir),
         "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": git_commit(),
         "group": run["group"] or run["name"], "job_type": run["job_type"] or run["kind"],
         "tags": [*run["tags"], *component_tags(cfg)], "seed": run["seed"], "experiment": run["experiment"],

@@ -25,7 +25,7 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
 from klear_lab.stages.common import check_wandb_login, finish_loggers, log_samples_table, write_samples
-from klear_lab.tracking import make_loggers
+from klear_lab.tracking import make_loggers, run_id_of
 
 
 @dataclass
@@ -129,17 +129,19 @@ def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(problem)
     saved = path / "config.yaml"
     run, layer = _eval_run(saved, path.name)
-    scored = json.loads((path / "run.json").read_text()).get("run_id") or path.name[-40:]  # its W&B run id
+    scored = json.loads((path / "run.json").read_text()).get("run_id") or run_id_of(path)  # its W&B run id
     layer.update(out_dir=str(path.resolve().parent), tags=["eval", f"evaluates:{scored}", *(run.get("tags") or [])])
     return saved, {"run": layer, "model": {"name_or_path": str(path.resolve()), "init_from": None}}
 
 
 def _eval_run(config_file: Path, fallback_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the file's ``run`` section, the ``run`` layer of its evaluation: kind, ``<name>-eval``, job type)."""
+    """(the file's ``run`` section, the ``run`` layer of its evaluation: kind, ``<name>-eval``, job type, and
+    the scored run's W&B group: that run's, else its name, as ``identity_of`` gives it)."""
     from klear_lab.config.compose import load_yaml
 
     run = load_yaml(config_file).get("run") or {}
-    return run, {"kind": "eval", "name": f"{run.get('name') or fallback_name}-eval", "job_type": "eval"}
+    name = run.get("name") or fallback_name
+    return run, {"kind": "eval", "name": f"{name}-eval", "job_type": "eval", "group": run.get("group") or name}
 
 
 def prepare_eval(cfg: dict[str, Any]) -> EvalStage:

@@ -95,6 +95,8 @@ def test_eval_run_is_labelled_and_written_beside_the_run_it_scores(trained, tmp_
     assert cfg["run"]["out_dir"] == str(moved.parent) and cfg["run"]["job_type"] == "eval"
     run_id = json.loads((moved / "run.json").read_text())["run_id"]  # the scored run's W&B id
     assert cfg["run"]["tags"][:2] == ["eval", f"evaluates:{run_id}"] and cfg["run"]["name"].endswith("-eval")
+    scored = json.loads((moved / "run.json").read_text())["group"]
+    assert cfg["run"]["group"] == scored  # in the scored run's W&B group (it was "<name>-eval", a group of its own)
     assert main(["eval", str(moved), "--dry-run"]) == 0
     assert "avg@3, temperature 0.6, top_p 0.95" in capsys.readouterr().out
     assert [p.name for p in moved.parent.iterdir()] == [moved.name]  # a dry run writes nothing

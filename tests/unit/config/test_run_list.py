@@ -90,3 +90,13 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
     assert "nowhere: no such directory" in capsys.readouterr().err
     assert main(["runs", "runs/x/run.json"]) == 2  # a file: was "no runs", exit 0
     assert "run.json: not a directory" in capsys.readouterr().err
+
+
+def test_a_run_id_keeps_the_runs_time_hash_and_seed():
+    """The id was the directory name's last 40 characters: "quickstart-sft-eval-..." became "start-sft-eval-..."."""
+    from klear_lab.tracking import RUN_ID_CHARS, run_id_of
+
+    long = Path("runs/quickstart-sft-eval-20261203-142857-a5ce14-s0")
+    assert run_id_of(long) == "quickstart-sft-20261203-142857-a5ce14-s0" and len(run_id_of(long)) == RUN_ID_CHARS
+    assert run_id_of(Path("runs/rl-20261203-142857-a5ce14-s0-2")) == "rl-20261203-142857-a5ce14-s0-2"
+    assert run_id_of(Path("x" * 50)) == "x" * 40 and run_id_of(Path("a.b")) == "a-b"
