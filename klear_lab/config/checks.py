@@ -196,4 +196,6 @@ def check_rl(cfg: dict[str, Any]) -> None:
 
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
-        raise ConfigError(f"{key} {message}")
+        error = ConfigError(f"{key} {message}")
+        error.key = key  # compose names the file or command line that set it
+        raise error

@@ -152,11 +152,17 @@ def compose(experiment: str | Path | None, overrides: list[str] | None = None,
     config, provenance = merge_layers(layers)
     load_entry_point_plugins()
     plugins = config.get("plugins") or []
+    if not isinstance(plugins, list):  # a string was read as its characters: plugin 'm' of 'my/p.py'
+        raise ConfigError(f"plugins ({provenance.get('plugins', 'config')}): must be a list, got {plugins!r}; "
+                          f"write plugins=[{plugins}] on a command line, or a YAML list")
     load_plugins(plugins, [provenance.get(f"plugins.{i}", provenance.get("plugins", "config"))
                            for i in range(len(plugins))])
     config = _resolve_interpolations(config)
     expand_and_validate(config, provenance)
-    check(config)
+    try:
+        check(config)
+    except ConfigError as exc:
+        raise _located(exc, provenance) from None
     if experiment and not config["run"].get("experiment"):
         config["run"]["experiment"] = _label(Path(experiment).resolve())
     return config
@@ -255,6 +261,14 @@ def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
         return OmegaConf.to_container(OmegaConf.create(config), resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve interpolation: {exc}") from None
+
+
+def _located(exc: ConfigError, provenance: dict[str, str]) -> ConfigError:
+    """``exc`` naming the file (or command line) that set its key, or a mapping above it, where known."""
+    parts = str(getattr(exc, "key", "")).split(".")
+    where = next((provenance[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+                  if k in provenance), None)
+    return ConfigError(f"{where}: {exc}") if where and parts != [""] else exc
 
 
 def _absolutize_plugins(body: dict[str, Any], base_dir: Path) -> None:
