@@ -174,8 +174,9 @@ def check_responses(records: list) -> int:
         raise DataError(f"data.sources: none of the {len(records)} training records has a teacher response to "
                         "train on (SFT data holds chat messages ending in an assistant turn, or a 'response' field)")
     if without:  # like a length drop, it shrinks a fixed budget
+        first = next(r for r in records if r.response is None)
         warnings.warn(f"data.sources: {without} of {len(records)} training records have no teacher response and "
-                      "are skipped", UserWarning, stacklevel=3)
+                      f"are skipped (the first: {first.uid!r} of source {first.source!r})", UserWarning, stacklevel=3)
     return without
 
 

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_records_without_a_response_are_counted_and_warned():
     recs = [Record("a/0", "a", "math", "p", "1", response="<think>x</think> 1"), Record("a/1", "a", "math", "p", "1")]
-    with pytest.warns(UserWarning, match="1 of 2 training records have no teacher response and are skipped"):
+    with pytest.warns(UserWarning, match=r"1 of 2 training records have no teacher response and are skipped "
+                                         r"\(the first: 'a/1' of source 'a'\)"):
         assert check_responses(recs) == 1
     assert check_responses(recs[:1]) == 0
 
