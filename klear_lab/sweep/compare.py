@@ -216,4 +216,11 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(markdown))
     png = plot_curves(records, [spec.metric, *spec.metrics], out_dir / "curves.png", order)
     print_table(df, spec, baseline, out_dir, png, console)
+    finished = [r for r in records if r.state == "COMPLETE"]
+    never = [m for m in spec.metrics if finished and not any(m in r.metrics for r in finished)]
+    if never:  # with plugins, rl/ and reward/ names cannot be checked before the runs
+        from klear_lab.console import make_console
+
+        (console or make_console()).print(f"note: no finished trial logged {', '.join(never)}: its column is "
+                                          "empty; check the name against the runs' metrics.csv")
     return df

@@ -137,7 +137,10 @@ def test_write_comparison_outputs(tmp_path):
     text = console.export_text()
     assert "★ gppo" in text and "baseline" in text and str(png) in text
     assert "Δ val/acc [bootstrap 95% CI]" in text and "Welch t 95% CI" in text  # brackets are not markup
-    assert len(df) == 3
+    assert len(df) == 3 and "note: no finished trial logged" not in text
+    spec.metrics = ["train/loss", "rl/ratio_maxx"]  # a typo the pre-flight cannot catch when plugins are loaded
+    write_comparison(_records(n_seeds=1), spec, "ppo", None, tmp_path / "cmp2", console)
+    assert "note: no finished trial logged rl/ratio_maxx: its column is empty" in console.export_text()
 
 
 def test_metrics_missing_from_the_result_come_from_metrics_csv(tmp_path):
