@@ -193,7 +193,8 @@ def model_load_error(name: str, path: str, exc: Exception) -> Exception:
     transformers' message names ``attn_implementation`` then), else ``exc`` itself: a bug, not the user's."""
     what = f"model.name_or_path {name!r}: cannot load"
     if not Path(path).exists() and (name.startswith((".", "/", "~")) or Path(path.split("/")[0]).is_dir()):
-        what += f" (no local directory {path!r} either)"  # a mistyped path looks like a hub id
+        where = "" if Path(path).is_absolute() else f" under the working directory {Path.cwd()}"
+        what += f" (no local directory {path!r}{where} either)"  # a mistyped path looks like a hub id
     if network_cause(exc) is not None or isinstance(exc, (OSError, ValueError, ImportError)):
         return load_error(what, exc, ConfigError)
     return exc
