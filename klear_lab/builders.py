@@ -175,7 +175,7 @@ def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     from klear_lab.data.sources.file import unavailable
 
     out = []
-    for section in ("sources", "eval_sources"):
+    for section in ("sources", "eval_sources") if cfg["run"]["kind"] != "eval" else ("eval_sources",):
         for i, src in enumerate(cfg["data"][section]):
             if src.get("name") != "file":
                 continue
@@ -299,7 +299,7 @@ def warn_init_from_unused(cfg: dict[str, Any]) -> None:
     except (StopIteration, OSError, ValueError, KlearError):
         pass
     print(f"warning: model.init_from ({m['init_from']}) is not used: model.name_or_path ({m['name_or_path']}) is "
-          "set and is not a run of it; set model.init_from=null to say so", file=sys.stderr)
+          "set and is not a run of its current config; set model.init_from=null to say so", file=sys.stderr)
 
 
 def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out: Path) -> Path:

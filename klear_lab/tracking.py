@@ -243,11 +243,13 @@ _DIR_SUFFIX = re.compile(r"-\d{8}-\d{6}-\w{6}-s\d+(-\d+)?$")  # what create_run_
 
 def run_id_of(run_dir: Path) -> str:
     """The W&B run id of ``run_dir``: its name, cut to ``RUN_ID_CHARS`` at the end of the run's name so that
-    the time, hash and seed stay (cutting the front made "quickstart-sft-eval-..." "start-sft-eval-...")."""
+    the time, hash and seed stay (cutting the front made "quickstart-sft-eval-..." "start-sft-eval-..."),
+    with 4 hex digits of the whole name so that names cut to the same start stay apart."""
     name = run_dir.name
     suffix = _DIR_SUFFIX.search(name)
-    if len(name) > RUN_ID_CHARS and suffix and len(suffix.group()) < RUN_ID_CHARS:
-        name = name[:RUN_ID_CHARS - len(suffix.group())] + suffix.group()
+    if len(name) > RUN_ID_CHARS and suffix and len(suffix.group()) + 6 < RUN_ID_CHARS:
+        digest = hashlib.blake2b(name.encode(), digest_size=2).hexdigest()
+        name = f"{name[:RUN_ID_CHARS - len(suffix.group()) - 5]}-{digest}{suffix.group()}"
     return name[-RUN_ID_CHARS:].replace(".", "-")
 
 

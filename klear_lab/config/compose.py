@@ -153,7 +153,7 @@ def compose(experiment: str | Path | None, overrides: list[str] | None = None,
     load_entry_point_plugins()
     plugins = config.get("plugins") or []
     if not isinstance(plugins, list):  # a string was read as its characters: plugin 'm' of 'my/p.py'
-        raise ConfigError(f"plugins ({provenance.get('plugins', 'config')}): must be a list, got {plugins!r}; "
+        raise ConfigError(f"{provenance.get('plugins', 'config')}: plugins: must be a list, got {plugins!r}; "
                           f"write plugins=[{plugins}] on a command line, or a YAML list")
     load_plugins(plugins, [provenance.get(f"plugins.{i}", provenance.get("plugins", "config"))
                            for i in range(len(plugins))])
@@ -264,11 +264,16 @@ def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _located(exc: ConfigError, provenance: dict[str, str]) -> ConfigError:
-    """``exc`` naming the file (or command line) that set its key, or a mapping above it, where known."""
-    parts = str(getattr(exc, "key", "")).split(".")
-    where = next((provenance[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1))
-                  if k in provenance), None)
-    return ConfigError(f"{where}: {exc}") if where and parts != [""] else exc
+    """``exc`` naming the file (or command line) that set each of its keys (``a/b``: both), or a mapping
+    above one, where known: "(run.kind from exp.yaml)"."""
+    sources = []
+    for key in filter(None, str(getattr(exc, "key", "")).split("/")):
+        parts = key.split(".")
+        where = next((provenance[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+                      if k in provenance), None)
+        if where:
+            sources.append(f"{key} from {where}")
+    return ConfigError(f"{exc} ({'; '.join(sources)})") if sources else exc
 
 
 def _absolutize_plugins(body: dict[str, Any], base_dir: Path) -> None:

@@ -96,7 +96,9 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
     if path.is_dir():
         experiment, layer = saved_run(path)
     elif path.is_file():
-        experiment, layer = path, {"run": _eval_run(path, path.stem)[1]}
+        run_layer = _eval_run(path, path.stem)[1]
+        run_layer.pop("group")  # a base: file may set it: the composed experiment's own group stays
+        experiment, layer = path, {"run": run_layer}
     else:
         raise ConfigError(f"{path}: no such run directory or experiment file")
     layer["trainer"] = {"devices": 1, "strategy": "auto"}  # one process, one device (a DDP run's config says more)

@@ -131,15 +131,21 @@ def _probe_values(axis: Any) -> list[Any]:
 
 
 def unavailable_trial_data(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """``key=path: why`` for the data files the base experiment, or an arm where an axis sets ``data.``
-    keys, would read and this machine cannot (``builders.unavailable_data``): every such trial would fail."""
+    """``key=path: why`` for the data files trials would read and this machine cannot
+    (``builders.unavailable_data``): the base experiment's, or where an axis sets ``data.`` keys, each
+    arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
     from klear_lab.builders import unavailable_data
 
-    configs = [spec.compose()]
-    if any(axis.key.startswith("data") for axis in spec.axes):
-        configs += [spec.compose([trial_layer(spec, arm.params, spec.seeds[0], None, None, "check")])
-                    for arm in arms[:MAX_COMPOSED_ARMS]]
-    found = [f"{key}={why}" for cfg in configs for key, why in unavailable_data(cfg)]
+    data_axes = [axis for axis in spec.axes if axis.key.startswith("data")]
+    if not data_axes:
+        points: list[dict[str, Any]] = [{}]
+    elif arms:
+        points = [arm.params for arm in arms[:MAX_COMPOSED_ARMS]]
+    else:
+        first = {a.key: _probe_values(a)[0] for a in spec.axes}
+        points = [{**first, axis.key: value} for axis in data_axes for value in _probe_values(axis)]
+    found = [f"{key}={why}" for values in points for key, why in unavailable_data(
+        spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")] if values else []))]
     return sorted(set(found), key=found.index)
 
 

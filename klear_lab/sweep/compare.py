@@ -221,6 +221,7 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     if never:  # with plugins, rl/ and reward/ names cannot be checked before the runs
         from klear_lab.console import make_console
 
-        (console or make_console()).print(f"note: no finished trial logged {', '.join(never)}: its column is "
-                                          "empty; check the name against the runs' metrics.csv")
+        columns = "its column is" if len(never) == 1 else "their columns are"
+        (console or make_console()).print(f"note: no finished trial logged {', '.join(never)}: {columns} "
+                                          "empty; check the names against the runs' metrics.csv")
     return df

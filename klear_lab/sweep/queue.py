@@ -70,12 +70,23 @@ def study_base(spec: SweepSpec, *, resolve: bool = True) -> dict[str, Any]:
     (``config``: its hash, which covers the experiment file, the files it builds on and plugins' code), the
     sampler, the objective and the pruner (trials run, scored or pruned otherwise are not arms of one
     comparison)."""
-    from klear_lab.tracking import config_hash
-
     return {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
             "overrides": list(spec.overrides), "sampler": spec.sampler,
             "objective": f"{spec.metric} ({spec.direction})", "pruner": spec.pruner,
-            **({"config": config_hash(spec.compose()) if spec.experiment else None} if resolve else {})}
+            **({"config": base_config_hash(spec) if spec.experiment else None} if resolve else {})}
+
+
+def base_config_hash(spec: SweepSpec) -> str:
+    """The hash of the spec's composed base and, for a ``model.init_from`` start, of that experiment too
+    (the base holds its path only: an edited starting point trains the later trials on another model)."""
+    from klear_lab.builders import parent_config
+    from klear_lab.tracking import config_hash
+
+    base = spec.compose()
+    model = base["model"]
+    if model.get("init_from") and not model.get("name_or_path"):
+        return f"{config_hash(base)}+{config_hash(parent_config(base))}"
+    return config_hash(base)
 
 
 def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = False,
@@ -98,7 +109,8 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
     if "config" in differ:
         differ[differ.index("config")] = (
             f"config (its hash was {old['config']}, now {new['config']}: the experiment file, a file it builds "
-            "on or a plugin's code changed since trials finished)")
+            "on, its model.init_from experiment, a plugin's code or klear-lab's defaults changed since trials "
+            "finished; undo the change to continue the study)")
     if study.direction.name.lower() != spec.direction:
         differ.append(f"direction (the study's is {study.direction.name.lower()})")
     if differ:

@@ -155,3 +155,12 @@ def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def test_an_experiment_files_eval_keeps_the_group_its_base_sets(tmp_path):
+    """The eval layer set the group from the top file's run section, dropping one a base: file set."""
+    (tmp_path / "b.yaml").write_text(f"base: {ROOT / 'experiments/quickstart/sft.yaml'}\n"
+                                     "run: {name: foo, group: mygroup}\n")
+    (tmp_path / "x.yaml").write_text("base: b.yaml\n")
+    cfg = eval_config(tmp_path / "x.yaml")
+    assert (cfg["run"]["group"], cfg["run"]["name"], cfg["run"]["kind"]) == ("mygroup", "x-eval", "eval")

@@ -108,7 +108,7 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
         return _read_json(p)
     missing = unavailable(path)
     if missing:
-        raise DataError(f"data file not found: {path} ({missing})")
+        raise DataError(f"data file {path}: {missing}")
     return list(enumerate(_load_hf(path, from_disk=False), 1))
 
 
@@ -121,8 +121,7 @@ def unavailable(path: str) -> str | None:
     if _HUB_ID.match(path) and not p.suffix:
         off = hub_offline()
         return f"{off} is set: no hub download" if off else None
-    where = "" if p.is_absolute() else f"; relative paths are read from the working directory, {Path.cwd()}"
-    return f"no such file{where}"
+    return "no such file" if p.is_absolute() else f"no such file under the working directory {Path.cwd()}"
 
 
 def _read_json(p: Path) -> list[tuple[int, Any]]:

@@ -115,3 +115,13 @@ def test_init_from_that_name_or_path_overrides_is_warned_about(tmp_path, capsys)
     resolve_init_from(cfg)  # a run of init_from: what a run's saved config holds
     assert capsys.readouterr().err == ""
     assert cfg["model"]["name_or_path"] == str(other)
+
+
+def test_an_eval_run_is_not_held_to_its_training_data(tmp_path):
+    """An eval reads only data.eval_sources: a missing training file made a false NOT AVAILABLE HERE row."""
+    from klear_lab.builders import unavailable_data
+
+    missing = f"data.sources=[{{name: file, path: {tmp_path / 'train.jsonl'}, format: records}}]"
+    assert unavailable_data(compose(QUICK_RL, [missing]))  # a training run reads it
+    assert unavailable_data(compose(QUICK_RL, [missing, "run.kind=eval", "model.init_from=null",
+                                               f"model.name_or_path={tmp_path}"])) == []

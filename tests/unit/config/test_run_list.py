@@ -97,6 +97,10 @@ def test_a_run_id_keeps_the_runs_time_hash_and_seed():
     from klear_lab.tracking import RUN_ID_CHARS, run_id_of
 
     long = Path("runs/quickstart-sft-eval-20261203-142857-a5ce14-s0")
-    assert run_id_of(long) == "quickstart-sft-20261203-142857-a5ce14-s0" and len(run_id_of(long)) == RUN_ID_CHARS
+    run_id = run_id_of(long)
+    assert run_id.startswith("quickstar-") and run_id.endswith("-20261203-142857-a5ce14-s0")
+    assert len(run_id) == RUN_ID_CHARS and run_id == run_id_of(long)
+    twin = Path("runs/quickstart-sft-eval2-20261203-142857-a5ce14-s0")  # cut to the same start: kept apart
+    assert run_id_of(twin) != run_id and run_id_of(twin).startswith("quickstar-")
     assert run_id_of(Path("runs/rl-20261203-142857-a5ce14-s0-2")) == "rl-20261203-142857-a5ce14-s0-2"
     assert run_id_of(Path("x" * 50)) == "x" * 40 and run_id_of(Path("a.b")) == "a-b"

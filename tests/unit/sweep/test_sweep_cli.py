@@ -150,3 +150,17 @@ def test_data_this_machine_lacks_is_noted_by_validate_only_and_stops_a_sweep(tmp
     assert main(["sweep", str(spec)]) == 2
     assert f"the trials would read data this machine cannot: data.sources.0.path={missing}" in capsys.readouterr().err
     assert not (tmp_path / "out" / "toy" / "study.db").exists()  # refused before the study
+
+
+def test_a_data_axis_that_replaces_a_missing_base_file_is_not_refused(tmp_path, capsys):
+    """The base's file was checked even when every arm reads another: a sweep that would run was refused."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for f in (a, b):
+        f.write_text('{"prompt": "p", "answer": "1", "response": "r"}\n')
+    base = f"data.sources=[{{name: file, path: {tmp_path / 'placeholder.jsonl'}, format: records}}]"
+    spec = write_spec(tmp_path, overrides=[base], axes={"data.sources.0.path": [str(a), str(b)]})
+    assert main(["sweep", str(spec), "--validate-only"]) == 0
+    assert "note: data this machine cannot read" not in capsys.readouterr().out
+    b.unlink()
+    assert main(["sweep", str(spec), "--validate-only"]) == 0
+    assert f"data.sources.0.path={b}: no such file" in capsys.readouterr().out

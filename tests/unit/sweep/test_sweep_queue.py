@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import optuna
 import pytest
@@ -56,7 +57,7 @@ def test_an_edited_experiment_is_refused_once_trials_finished(tmp_path):
     assert prepare_study(study, spec, arms, lock) == (study, 0)  # unchanged: resumes
     exp.write_text(exp.read_text().replace("max_steps: 3", "max_steps: 4"))
     with pytest.raises(ConfigError, match=r"different base \(config \(its hash was \w+, now \w+: the experiment "
-                                          r"file, a file it builds on or a plugin's code changed since trials"):
+                                          r"file, a file it builds on, .* changed since trials finished"):
         prepare_study(study, spec, arms, lock)
 
 
@@ -457,3 +458,19 @@ def test_a_ddp_trial_pruned_after_its_run_recorded_completion_is_recorded_pruned
     record = json.loads((tmp_path / "run.json").read_text())
     assert record == {"status": "pruned", "config_hash": "abc", "error": "pruned: trial was pruned at step 20"}
     mark_pruned(None, "x")  # a runner that returned no run directory: nothing to mark
+
+
+def test_an_edited_init_from_experiment_is_refused_once_trials_finished(tmp_path):
+    """The base held the starting point's path only: later trials trained on another model than the finished."""
+    root = Path(__file__).resolve().parents[3] / "experiments/quickstart"
+    (tmp_path / "parent.yaml").write_text(f"base: {root / 'sft.yaml'}\n")
+    spec = load_spec(write_spec(tmp_path))
+    (tmp_path / "exp.yaml").write_text(f"base: {root / 'rl.yaml'}\nmodel: {{init_from: parent.yaml}}\n")
+    lock = StudyLock(default_storage_url(spec), spec.name)
+    study = open_study(spec, default_storage_url(spec), create=True)
+    arms = check_spec(spec)
+    prepare_study(study, spec, arms, lock)
+    study.tell(optuna.trial.Trial(study, take_trial(study, spec, lock)), 0.5)
+    (tmp_path / "parent.yaml").write_text(f"base: {root / 'sft.yaml'}\nsft: {{max_steps: 7}}\n")
+    with pytest.raises(ConfigError, match=r"its model.init_from experiment"):
+        prepare_study(study, spec, arms, lock)
