@@ -94,9 +94,9 @@ def detect_format(rows: list[tuple[int, Any]]) -> str:
 
 def read_rows(path: str) -> list[tuple[int, Any]]:
     """(1-based row number, row) pairs; JSON lines count physical lines. Raises DataError."""
-    p = Path(path)
+    p = Path(path).expanduser()  # ~/data/x.jsonl in a YAML file: no shell expands it
     if p.is_dir():
-        return list(enumerate(_load_hf(path, from_disk=True), 1))
+        return list(enumerate(_load_hf(str(p), from_disk=True), 1))
     if p.is_file():
         if p.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -115,7 +115,7 @@ def read_rows(path: str) -> list[tuple[int, Any]]:
 def unavailable(path: str) -> str | None:
     """Why ``path`` cannot be read here (a missing file; a hub id while the hub is off), or None: it
     exists, or it is a hub id the hub may serve."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if p.exists():
         return None
     if _HUB_ID.match(path) and not p.suffix:

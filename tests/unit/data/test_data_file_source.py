@@ -202,3 +202,14 @@ def test_dataset_dict_dir_uses_train_split(tmp_path):
                                "test": datasets.Dataset.from_list(VERL[:1] * 2)})
     dd.save_to_disk(str(tmp_path / "dd"))
     assert len(FileSource(path=str(tmp_path / "dd")).records(0, "train")) == 1
+
+
+def test_a_home_relative_path_is_read(tmp_path, monkeypatch):
+    """``path: ~/data/x.jsonl`` in a YAML file was looked for under a directory named "~"."""
+    from klear_lab.data.sources.file import unavailable
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')
+    assert unavailable("~/d.jsonl") is None and unavailable("~/nothere.jsonl") is not None
+    (record,) = FileSource(path="~/d.jsonl").records(0, "train")
+    assert (record.prompt, record.answer) == ("p", "1")
