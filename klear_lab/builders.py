@@ -170,19 +170,16 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
 
 
 def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """(key, ``path: why``) for each ``file`` source whose data cannot be read on this machine (the config
-    may be meant for another one: the dry run and ``--validate-only`` say so; a sweep refuses to start)."""
-    from klear_lab.data.sources.file import unavailable
-
+    """(key, ``path: why``) for each source whose data cannot be read on this machine, as the source says
+    (``unavailable(split)``, e.g. ``file``): the config may be meant for another one; the dry run and
+    ``--validate-only`` say so, and a sweep refuses to start."""
     out = []
-    for section in ("sources", "eval_sources") if cfg["run"]["kind"] != "eval" else ("eval_sources",):
-        for i, src in enumerate(cfg["data"][section]):
-            if src.get("name") != "file":
-                continue
-            key = "eval_path" if section == "eval_sources" and src.get("eval_path") else "path"  # what is read
-            why = unavailable(str(src.get(key) or ""))
-            if why:
-                out.append((f"data.{section}.{i}.{key}", f"{src.get(key)}: {why}"))
+    sections = (("sources", "train"), ("eval_sources", "eval"))
+    for section, split in sections if cfg["run"]["kind"] != "eval" else sections[1:]:
+        for i, node in enumerate(cfg["data"][section]):
+            found = getattr(build(SOURCE, node), "unavailable", lambda _split: None)(split)
+            if found:
+                out.append((f"data.{section}.{i}.{found[0]}", found[1]))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import socket
@@ -44,6 +45,7 @@ def hub_offline() -> str | None:
                  if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")), None)
 
 
+@functools.cache
 def _transport_errors() -> tuple[type[BaseException], ...]:
     """Network failures as the HTTP clients under huggingface_hub and datasets raise them (those installed)."""
     found: list[type[BaseException]] = [ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError,

@@ -209,9 +209,9 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
             "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
             else "rerun the sweep to start it again"))
     elif final.state == TrialState.FAIL and final.user_attrs.get(TRANSIENT_ATTR):
-        delay = delay_retry(study, final, ctx.spec.retry_delay_s) if queue_retry(study, final) else None
+        retry = queue_retry(study, final)
         ctx.log(f"[worker {index}] trial {trial.number}: a download failed on the network; " + (
-            f"retrying it in {delay:g} s" if delay is not None
+            f"retrying it in {hold_retry(study, retry, ctx.spec.retry_delay_s):g} s" if retry
             else "no retry left: rerun the sweep once the hub answers"))
     if final.state == TrialState.FAIL and final.user_attrs.get(NO_OBJECTIVE_ATTR):
         ctx.no_objective = f"trial {trial.number}: {final.user_attrs.get('error', '')}"
@@ -224,32 +224,28 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     return final.state
 
 
-def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> bool:
+def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:
     """Enqueue the retry of a trial that Ctrl-C killed or a network failure failed, as Optuna does for a
     dead worker's (heartbeat, up to the spec's ``max_retry`` per point), so that it continues the trial's
     run from its checkpoint (``resumable_run``) instead of starting it over, and without first waiting for
     the trial to look stale. Without heartbeats, or once the point has used up its retries, the rerun
-    enqueues the point again. Returns whether a retry is queued."""
+    enqueues the point again. Returns the queued retry, or None."""
     retry = study._storage.get_heartbeat_stale_trial_callback()
     if retry is not None:
         frozen = copy.deepcopy(killed)
         frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items()  # the retry's own
                              if k not in ("error", CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR)}
         retry(study, frozen)
-    return any(t.system_attrs.get("retry_history", [None])[-1] == killed.number
-               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+                 if t.system_attrs.get("retry_history", [None])[-1] == killed.number), None)
 
 
-def delay_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, base_s: float) -> float:
-    """Hold the queued retry of ``failed`` for ``base_s`` doubled per earlier retry of its point (an outage
-    of a minute no longer uses up every retry at once); returns the delay."""
-    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        history = t.system_attrs.get("retry_history", [])
-        if history and history[-1] == failed.number:
-            delay = base_s * 2 ** (len(history) - 1)
-            study._storage.set_trial_system_attr(t._trial_id, NOT_BEFORE_ATTR, time.time() + delay)
-            return delay
-    return 0.0
+def hold_retry(study: optuna.Study, retry: optuna.trial.FrozenTrial, base_s: float) -> float:
+    """Hold ``retry`` back for ``base_s`` doubled per earlier retry of its point (an outage of a minute
+    no longer uses up every retry at once); returns the delay."""
+    delay = base_s * 2 ** (len(retry.system_attrs["retry_history"]) - 1)
+    study._storage.set_trial_system_attr(retry._trial_id, NOT_BEFORE_ATTR, time.time() + delay)
+    return delay
 
 
 def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:

@@ -75,7 +75,7 @@ class FileSource:
         """All rows of the split's file as records (first ``limit`` rows if set)."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        path = self.path if split == "train" else (self.eval_path or self.path)
+        path = getattr(self, self.path_field(split))
         if not path:
             raise DataError(f"source 'file': no path set for the {split} split")
         rows = read_rows(path)[: self.limit]
@@ -85,6 +85,18 @@ class FileSource:
         records = [_to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
         # the label names the source whatever the file's columns say (after they chose each task)
         return [replace(r, source=self.label) for r in records] if self.label else records
+
+
+    def path_field(self, split: str) -> str:
+        """The field holding the file ``split`` reads: ``path``, or for ``eval`` ``eval_path`` when set."""
+        return "eval_path" if split == "eval" and self.eval_path else "path"
+
+    def unavailable(self, split: str) -> tuple[str, str] | None:
+        """(field, ``path: why``) when the file ``split`` reads cannot be read on this machine, else None."""
+        field_name = self.path_field(split)
+        path = getattr(self, field_name) or ""
+        why = unavailable(path)
+        return (field_name, f"{path}: {why}") if why else None
 
 
 def detect_format(rows: list[tuple[int, Any]]) -> str:
