@@ -94,6 +94,28 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
                           "trainer.checkpoint was false)")
 
 
+def check_same_data(run_dir: Path, identity: dict[str, Any], stage: Any) -> None:
+    """Refuse to resume on other records than the run started with (``run.json``'s ``data`` digests).
+
+    The config names a data file, not its contents: an edited or replaced file resumed the run on other
+    data under the same config hash (and an SFT run's data position skipped another file's batches).
+    Runs from before the digests are not checked. On refusal ``stage`` is closed (its engines stop).
+
+    Raises:
+        ConfigError: the training or held-out records differ, naming the config keys and both digests.
+    """
+    started, now = identity.get("data") or {}, stage.data
+    changed = [split for split in started if split in now and now[split] != started[split]]
+    if not changed:
+        return
+    stage.close()
+    keys = {"train": "data.sources", "eval": "data.eval_sources"}
+    what = "; ".join(f"{keys[s]}: {started[s]} at the start, {now[s]} now" for s in changed)
+    raise ConfigError(f"{run_dir / 'run.json'}: the run's records differ from those it started with ({what}): "
+                      "a data file, or a data source's code, changed since; resuming would train on other data. "
+                      f"Restore the data, or start a new run from {run_dir / 'config.yaml'}")
+
+
 def as_resolved(cfg: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` as its run resolved it: ``model.init_from`` sets ``model.name_or_path`` to the parent's run
     when the run starts, so a freshly composed config (a sweep's retry) lacks what the saved one holds."""

@@ -25,6 +25,7 @@ from klear_lab.distributed import (
 from klear_lab.errors import ConfigError, interrupted
 from klear_lab.resume import (
     check_resumable,
+    check_same_data,
     checkpoint_log_step,
     checkpoint_path,
     running_process,
@@ -124,11 +125,12 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
         return RunResult(joined, metrics, None)
     if ckpt is None:
         run_dir = tracking.create_run_dir(cfg)
-        identity = tracking.identity_of(cfg, run_dir)
+        identity = {**tracking.identity_of(cfg, run_dir), "data": stage.data}
         tracking.write_config(run_dir, cfg)
     else:
         run_dir = Path(resume)
         identity = saved_identity(run_dir)
+        check_same_data(run_dir, identity, stage)
         set_aside_later_rows(run_dir, checkpoint_log_step(ckpt), identity["attempts"] - 1)
         if tracking.saved_config(run_dir) != cfg:  # resumed with overrides (new threads...): what it runs with
             tracking.write_config(run_dir, cfg)

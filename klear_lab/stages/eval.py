@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from klear_lab import builders
-from klear_lab.data.records import Record
+from klear_lab.data.records import Record, data_digests
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
@@ -37,6 +37,7 @@ class EvalStage:
     rewards: dict[str, Any]
     sampling: Sampling
     engine: EvalEngine | None = None
+    data: dict[str, str] = field(default_factory=dict)  # records_digest of the held-out records
 
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list) -> tuple[dict[str, float], Path | None]:
         cfg = self.cfg
@@ -161,7 +162,7 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     tokenizer, model = builders.build_tokenizer_and_model(cfg, [])
     model = model.to(device)
     return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling,
-                     builders.eval_engine(cfg))
+                     builders.eval_engine(cfg), data_digests(None, records))
 
 
 def _device(cfg: dict[str, Any]) -> torch.device:

@@ -6,7 +6,7 @@ import random
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from klear_lab import builders
 from klear_lab.checkpointing import ResumableLoader, batches_trained, resume_callback
-from klear_lab.data.records import Record, require_gradeable
+from klear_lab.data.records import Record, data_digests, require_gradeable
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
@@ -60,6 +60,11 @@ class RLStage:
     module: RLModule
     batches: list[list[Record]]
     data_stats: dict[str, float]  # prompt pool after filter and mix (data/records, data/kept_frac/<source>)
+    data: dict[str, str] = field(default_factory=dict)  # records_digest of the train and eval records
+
+    def close(self) -> None:
+        """Stop the rollout engine ``prepare_rl`` started, for a run refused before ``execute``."""
+        self.module.engine.close()
 
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list,
                 resume: Path | None = None) -> tuple[dict[str, float], Path | None]:
@@ -165,6 +170,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     check_reward_tasks(rl["reward"]["name"], records)
     require_gradeable(records, "data.sources")
     eval_records = builders.build_eval_records(cfg)
+    digests = data_digests(records, eval_records)  # as built: the prompt-length cap depends on the tokenizer
     sampling = builders.eval_sampling(cfg, eval_records)
     builders.resolve_init_from(cfg)
     tokenizer, policy = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
@@ -209,4 +215,5 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     except BaseException:
         engine.close()
         raise
-    return RLStage(cfg, module, prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"]), data_stats)
+    batches = prompt_batches(records, rl["prompts_per_step"], steps, cfg["run"]["seed"])
+    return RLStage(cfg, module, batches, data_stats, digests)

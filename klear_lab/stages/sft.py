@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar
 from klear_lab import builders
 from klear_lab.checkpointing import optimizer_steps, resume_callback
 from klear_lab.data.datamodule import SFTDataModule
+from klear_lab.data.records import data_digests
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
 from klear_lab.modules.sft import SFTModule
@@ -37,6 +38,12 @@ class SFTStage:
     module: SFTModule
     datamodule: SFTDataModule
     plan: dict[str, float]
+    data: dict[str, str] = field(default_factory=dict)  # records_digest of the train and eval records
+
+    def close(self) -> None:
+        """Stop what ``prepare_sft`` started, for a run refused before ``execute``."""
+        if self.module.eval_engine is not None:
+            self.module.eval_engine.close()
 
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list,
                 resume: Path | None = None) -> tuple[dict[str, float], Path | None]:
@@ -163,7 +170,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=sampling,
         eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"], loss=cfg["sft"]["loss"],
     )
-    return SFTStage(cfg, module, dm, plan)
+    return SFTStage(cfg, module, dm, plan, data_digests(records, eval_records))
 
 
 def check_responses(records: list) -> int:

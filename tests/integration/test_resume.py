@@ -267,6 +267,38 @@ def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides)
         run_experiment(compose(SFT, overrides), resume=tmp_path / "typo")
 
 
+def test_a_resume_on_edited_data_is_refused(tmp_path, tiny_sft_overrides):
+    """The config names a data file, not its contents: an edited file resumed the run on other records
+    under the same config hash. ``run.json`` keeps the records' digests; the original file resumes."""
+    from klear_lab import builders
+    from klear_lab.errors import ConfigError
+
+    records, _ = builders.build_train_records(compose(SFT, tiny_sft_overrides))
+    data = tmp_path / "sft.jsonl"
+    original = "".join(json.dumps(r.to_dict()) + "\n" for r in records)
+    data.write_text(original)
+    overrides = [o for o in tiny_sft_overrides if not o.startswith("trainer.checkpoint")]
+    overrides += ["trainer.checkpoint_every=2", "sft.max_steps=4", f"data.sources=[{{name: file, path: {data}}}]"]
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
+    (run_dir,) = (tmp_path / "runs").glob("*/")
+    started = json.loads((run_dir / "run.json").read_text())["data"]
+    assert set(started) == {"train", "eval"}
+
+    lines = original.splitlines(keepends=True)
+    edited = {**json.loads(lines[7]), "response": json.loads(lines[7])["response"] + " "}
+    data.write_text("".join(lines[:7]) + json.dumps(edited) + "\n" + "".join(lines[8:]))
+    kept = {name: (run_dir / name).read_bytes() for name in ("run.json", "config.yaml", "csv/metrics.csv")}
+    with pytest.raises(ConfigError, match=rf"data.sources: {started['train']} at the start, [0-9a-f]{{16}} now"):
+        run_experiment(compose(SFT, overrides), resume=run_dir)
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept  # refused before anything is written
+
+    data.write_text(original)
+    done = run_experiment(compose(SFT, overrides), resume=run_dir)
+    record = json.loads((done.run_dir / "run.json").read_text())
+    assert record["status"] == "completed" and record["data"] == started
+
+
 def test_a_fresh_init_from_config_is_the_run_that_resolved_it(tmp_path):
     """An RL trial with model.init_from saved the parent's run as model.name_or_path, so its sweep retry (a fresh
     config) never matched the killed run's hash and started over."""
