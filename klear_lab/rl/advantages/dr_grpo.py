@@ -8,7 +8,7 @@ from typing import ClassVar
 from torch import Tensor
 
 from klear_lab.registry import ADVANTAGE
-from klear_lab.rl.advantages.base import check_rewards
+from klear_lab.rl.advantages.base import centered, check_rewards
 
 
 @ADVANTAGE.register("dr_grpo")
@@ -25,4 +25,4 @@ class DrGRPOAdvantage:
     def __call__(self, rewards: Tensor) -> Tensor:
         """Rewards [B, G] -> advantages [B, G]."""
         check_rewards(rewards, self.min_group_size, "dr_grpo")
-        return rewards - rewards.mean(dim=1, keepdim=True)
+        return centered(rewards)

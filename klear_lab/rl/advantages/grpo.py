@@ -8,7 +8,7 @@ from typing import ClassVar
 from torch import Tensor
 
 from klear_lab.registry import ADVANTAGE
-from klear_lab.rl.advantages.base import check_rewards
+from klear_lab.rl.advantages.base import centered, check_rewards
 
 
 @ADVANTAGE.register("grpo")
@@ -18,7 +18,7 @@ class GRPOAdvantage:
 
     GRPO outcome supervision (DeepSeekMath, arXiv 2402.03300, Sec. 4.1.2). ``std`` is the
     unbiased (G - 1) estimate and ``eps = 1e-6``, as verl ``compute_grpo_outcome_advantage``;
-    a group with equal rewards gets all-zero advantages.
+    a group with equal rewards gets all-zero advantages (exactly: ``centered``).
     ``min_group_size = 2``: the unbiased std of one sample is undefined.
     """
 
@@ -33,6 +33,5 @@ class GRPOAdvantage:
     def __call__(self, rewards: Tensor) -> Tensor:
         """Rewards [B, G] -> advantages [B, G]."""
         check_rewards(rewards, self.min_group_size, "grpo")
-        mean = rewards.mean(dim=1, keepdim=True)  # [B, 1]
         std = rewards.std(dim=1, unbiased=True, keepdim=True)  # [B, 1]
-        return (rewards - mean) / (std + self.eps)
+        return centered(rewards) / (std + self.eps)

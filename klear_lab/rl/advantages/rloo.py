@@ -8,7 +8,7 @@ from typing import ClassVar
 from torch import Tensor
 
 from klear_lab.registry import ADVANTAGE
-from klear_lab.rl.advantages.base import check_rewards
+from klear_lab.rl.advantages.base import centered, check_rewards
 
 
 @ADVANTAGE.register("rloo")
@@ -26,5 +26,4 @@ class RLOOAdvantage:
         """Rewards [B, G] -> advantages [B, G]."""
         check_rewards(rewards, self.min_group_size, "rloo")
         G = rewards.shape[1]
-        loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (G - 1)  # [B, G]
-        return rewards - loo_mean
+        return centered(rewards) * (G / (G - 1))  # = R_i - loo_mean_i, exactly 0 in a group of equal rewards

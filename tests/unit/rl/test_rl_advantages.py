@@ -43,10 +43,16 @@ def test_rloo_equals_leave_one_out_mean():
     close(RLOOAdvantage()(r), (r - loo).tolist())
 
 
-def test_equal_rewards_give_zero():
-    flat = torch.full((1, 4), 0.7, dtype=torch.float64)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_equal_rewards_give_exactly_zero(dtype):
+    """float32 as the rewards arrive: a group of eight 0.7s has a mean a few 1e-8 off and a std of that size,
+    so GRPO's normalisation gave each response an advantage of +0.056 (0.4: -0.029) unless zeroed."""
+    flat = torch.tensor([[0.7] * 8, [0.4] * 8, [0.1] * 8, [1.4] * 8, [0.3] * 8], dtype=dtype)
     for name in ADVANTAGE.names():
-        close(ADVANTAGE.build({"name": name})(flat), [[0.0] * 4])
+        adv = ADVANTAGE.build({"name": name})(flat)
+        assert adv.dtype == dtype and torch.equal(adv, torch.zeros_like(flat)), name
+    mixed = torch.tensor([[0.7] * 7 + [0.1]], dtype=dtype)  # one differs: not a flat group
+    assert (ADVANTAGE.build({"name": "grpo"})(mixed)[0, 0] > 0).item()
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
