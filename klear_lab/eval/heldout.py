@@ -85,6 +85,9 @@ class EvalResult:
                 out[f"{prefix}/{source}/pass_at_k"] = sum(any(v) for v in mine) / len(mine)
         for source, vals in by_source.items():
             out[f"{prefix}/{source}/acc"] = sum(vals) / len(vals)
+        if len(by_source) > 1:  # each benchmark counts once, as a paper's table reads: 30 AIME problems
+            # weigh as much as LiveCodeBench's hundreds, which dominate the pooled acc
+            out[f"{prefix}/acc_macro"] = sum(sum(v) / len(v) for v in by_source.values()) / len(by_source)
         for level in sorted({r.difficulty for r in self.records}):
             vals = [s for r, s in zip(self.records, scores) if r.difficulty == level]
             out[f"{prefix}/level{level}/acc"] = sum(vals) / len(vals)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import difflib
 import re
 
-EVAL = ("val/acc", "val/n", "val/pass_at_k", "val/samples", "val/<source>/acc", "val/<source>/samples",
-        "val/<source>/pass_at_k", "val/level<k>/acc")
+EVAL = ("val/acc", "val/acc_macro", "val/n", "val/pass_at_k", "val/samples", "val/<source>/acc",
+        "val/<source>/samples", "val/<source>/pass_at_k", "val/level<k>/acc")
 """``EvalResult.metrics`` (klear_lab/eval/heldout.py): every evaluation of every kind."""
 DATA = ("data/records", "data/correct_frac", "data/mix_share/<source>", "data/kept_frac/<source>",
         "data/repeat_factor/<source>")

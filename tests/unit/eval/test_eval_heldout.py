@@ -38,6 +38,14 @@ def test_greedy_result_keeps_its_metrics():
     assert m == {"val/acc": 0.5, "val/n": 2.0, "val/arith/acc": 0.5, "val/level1/acc": 0.5}
 
 
+def test_the_macro_mean_weighs_each_source_once():
+    """Three problems of one source (all pass) and one of another (fails): pooled 3/4, macro (1 + 0) / 2."""
+    recs = [_rec(0), _rec(1), _rec(2), dataclasses.replace(_rec(3), source="aime")]
+    m = EvalResult(recs, [["x"]] * 4, [[True], [True], [True], [False]]).metrics("val")
+    assert m["val/acc"] == 0.75 and m["val/acc_macro"] == 0.5
+    assert "val/acc_macro" not in EvalResult(recs[:3], [["x"]] * 3, [[True]] * 3).metrics("val")  # one source
+
+
 def test_gain_uses_fractional_scores():
     recs = [_rec(i) for i in range(4)]
     start = EvalResult(recs, [["x"] * 2] * 4, [[False, False], [True, False], [True, True], [False, True]])
