@@ -21,6 +21,9 @@ class ArithSource:
     Quality is controlled by ``teacher_error`` (share of responses with one wrong step, the
     error propagating to the answer) and ``style`` (``full`` column traces, ``steps``, ``terse``,
     ``noisy``). ``levels``/``level_weights`` set the difficulty mix (see ``world.arithmetic``).
+    ``shared_prompts``: draw the prompts from a generator of their own, not the teacher's, so that
+    every teacher with the same seed, ``n_prompts`` and levels answers the same prompts in the same
+    order (paper Table 3: one prompt set, three teachers); off, each teacher's prompts differ.
     """
 
     n_prompts: int = 2000
@@ -31,6 +34,7 @@ class ArithSource:
     style: str = "full"
     quality_rank: int = 1
     seed_offset: int = 0
+    shared_prompts: bool = False
 
     def __post_init__(self) -> None:
         check_teacher_fields(self, STYLES, arithmetic.LEVELS)
@@ -41,8 +45,9 @@ class ArithSource:
 
     def records(self, seed: int, split: str) -> list[Record]:
         rng = random.Random(f"{self.name}/{split}/{seed + self.seed_offset}")
+        prompts_rng = random.Random(f"arith-prompts/{split}/{seed + self.seed_offset}") if self.shared_prompts else rng
         out: list[Record] = []
-        for i, level, problem, prompt in distinct_prompts(rng, self.n_prompts, split, self._draw):
+        for i, level, problem, prompt in distinct_prompts(prompts_rng, self.n_prompts, split, self._draw):
             for j in range(self.responses_per_prompt if split == "train" else 1):
                 wrong = rng.random() < self.teacher_error
                 err = rng.randrange(len(problem.steps)) if wrong else None

@@ -36,6 +36,13 @@ def test_a_parameter_added_to_list_items_keeps_older_runs_hashes():
     labelled["data"]["sources"][0]["label"] = "openthoughts1"
     assert config_hash(labelled) != config_hash(cfg)
 
+    embedded = compose(path.parents[3] / "quickstart/sft.yaml")  # arith sources' shared_prompts came later
+    before = copy.deepcopy(embedded)
+    for section in ("sources", "eval_sources"):
+        for source in before["data"][section]:
+            del source["shared_prompts"]
+    assert config_hash(before) == config_hash(embedded)
+
 
 def test_seed_threads_and_tracking_do_not_change_it_but_what_is_computed_does():
     cfg = compose(RL)
