@@ -53,10 +53,12 @@ def without_upstream_noise() -> Iterator[None]:
 
 
 def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps: int, callbacks: list,
-                 val_check_interval: int | None = None, max_epochs: int = -1, **kwargs: Any) -> L.Trainer:
+                 val_check_interval: int | None = None, max_epochs: int = -1, log_every_n_steps: int | None = None,
+                 **kwargs: Any) -> L.Trainer:
     """A Trainer whose accelerator, devices, strategy and precision come from ``trainer.*``.
 
-    DDP/FSDP on GPUs is configuration (``trainer.strategy=fsdp``), not code.
+    DDP/FSDP on GPUs is configuration (``trainer.strategy=fsdp``), not code. ``log_every_n_steps``: the
+    stage's own interval over ``trainer.log_every_n_steps``.
     """
     from lightning.pytorch.callbacks import LearningRateMonitor
 
@@ -66,7 +68,8 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
     return L.Trainer(
         accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
         max_steps=max_steps, max_epochs=max_epochs, logger=loggers or False, callbacks=callbacks,
-        default_root_dir=str(run_dir), log_every_n_steps=t["log_every_n_steps"],
+        default_root_dir=str(run_dir),
+        log_every_n_steps=t["log_every_n_steps"] if log_every_n_steps is None else log_every_n_steps,
         # None: no evaluation during fit (the stages run the final one); Lightning's "never" is an interval
         # counted over epochs that no run reaches (with check_val_every_n_epoch=1 it evaluated every epoch)
         val_check_interval=val_check_interval or 2**62, check_val_every_n_epoch=None,

@@ -75,6 +75,9 @@ class RLStage:
         trainer = make_trainer(
             cfg, run_dir, loggers, max_steps=-1, callbacks=[*rl_callbacks(), checkpoints, *callbacks],
             val_check_interval=rl["eval_every"] or None, max_epochs=1,
+            # every rollout step (seconds here, minutes at scale), as verl: Lightning's interval of 5 kept one
+            # point in five of the reward and clip curves; trainer.log_every_n_steps=0 still turns it off
+            log_every_n_steps=min(cfg["trainer"]["log_every_n_steps"], 1),
             use_distributed_sampler=False,  # under DDP every rank takes the whole step; the module splits it
         )
         loader = ResumableLoader(self.batches, batch_size=None, shuffle=False, collate_fn=lambda b: b,

@@ -216,8 +216,11 @@ def test_without_evaluations_during_training_the_run_evaluates_twice(tmp_path, r
     from klear_lab.tracking import csv_rows
 
     result = run_experiment(tiny_rl(tmp_path, reward_plugin, "ppo", 4, "rl.steps=2"))
-    evaluated = [int(r["step"]) for r in csv_rows(result.run_dir / "csv" / "metrics.csv") if r.get("val/acc")]
+    rows = csv_rows(result.run_dir / "csv" / "metrics.csv")
+    evaluated = [int(r["step"]) for r in rows if r.get("val/acc")]
     assert evaluated == [0, 2]  # the starting point and the end
+    # each rollout step's reward and loss, under the default trainer.log_every_n_steps (5: one in five before)
+    assert len([r for r in rows if r.get("reward/mean")]) == 2 and len([r for r in rows if r.get("train/loss")]) == 2
 
 
 @pytest.mark.parametrize(("unit", "expected"), [("update", [0.25, 0.75, 1.0]), ("rollout_step", [0.25, 0.5, 0.75])])
