@@ -205,8 +205,9 @@ class _Row:
 def _to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, label: str,
                task: str) -> Record:
     r = _Row(row, n, columns, path)
-    source = r.get("source", (str,), label)
-    kind = task if task != "auto" else _task_of(r, source)
+    own = r.get("source", (str,), None)  # the row's data_source / source
+    source = label if own is None else own
+    kind = task if task != "auto" else _task_of(r, own or "")  # not from the file's name: decoded_eval.jsonl
     base = {"uid": str(r.get("uid", (str, int), f"{label}/{n}")), "source": source, "task": kind,
             "difficulty": r.get("difficulty", (int,), 1)}
     if fmt == "verl":
@@ -220,9 +221,11 @@ def _to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, l
     return Record(**base, **fields, meta=meta)
 
 
-def _task_of(r: _Row, source: str) -> str:
+def _task_of(r: _Row, row_source: str) -> str:
+    """The row's task column (verl ``ability``), else ``code`` if the row's own source names code (verl
+    ``coder1_longcot``, ``livecodebench``), else ``math``."""
     ability = r.get("task", (str,), "")
-    return "code" if ability == "code" or (ability != "math" and "code" in source) else "math"
+    return "code" if ability == "code" or (ability != "math" and "code" in row_source.lower()) else "math"
 
 
 def _answer(r: _Row) -> str:

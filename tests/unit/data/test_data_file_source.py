@@ -89,6 +89,18 @@ def test_records_with_field_mapping_and_meta(tmp_path):
     assert src.quality_rank == 3
 
 
+def test_a_file_named_like_code_holds_math_unless_its_rows_say_code(tmp_path):
+    """``task: auto`` reads the rows (verl ``ability``, then their own ``data_source``): a math file named
+    decoded_eval.jsonl or barcode_rl.jsonl was taken for code, its name standing in for the source."""
+    rows = [{"prompt": "What is 2+3?", "answer": "5"}]
+    for name in ("decoded_eval.jsonl", "barcode_rl.jsonl", "sft_unicode.jsonl"):
+        (r,) = FileSource(path=str(_jsonl(tmp_path / name, rows))).records(0, "eval")
+        assert (r.task, r.source) == ("math", name.removesuffix(".jsonl"))
+    (code,) = FileSource(path=str(_jsonl(tmp_path / "x.jsonl", [{k: v for k, v in VERL[1].items()
+                                                                  if k != "ability"}]))).records(0, "eval")
+    assert code.task == "code"  # data_source coder1_longcot, no ability column
+
+
 def test_eval_path_limit_and_auto_detect(tmp_path):
     train = str(_jsonl(tmp_path / "train.jsonl", MESSAGES * 3))
     held = str(_jsonl(tmp_path / "eval.jsonl", VERL))
