@@ -46,24 +46,54 @@ def set_threads(cfg: dict[str, Any]) -> int:
 
 def build_pools(cfg: dict[str, Any], split: str,
                 nodes: list[dict[str, Any]]) -> tuple[dict[str, list[Record]], dict[str, int]]:
-    """Records per source (``split`` of each), keyed by a unique source label, with quality ranks."""
+    """Records per source (``split`` of each), keyed by a unique source label, with quality ranks.
+
+    Raises:
+        DataError: a source gave no records while others did not (its key and file named), or two
+            held-out sources' records share a name and uid (two ``test.jsonl`` of different benchmarks).
+    """
     pools: dict[str, list[Record]] = {}
     ranks: dict[str, int] = {}
     seed = cfg["data"]["world_seed"]
+    section = "data.sources" if split == "train" else "data.eval_sources"
+    where: dict[str, str] = {}  # pool label -> config key and file, for messages
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
         name = getattr(source, "label", None) or node["name"]  # a file source's label names its metrics too
         label = name if name not in pools else f"{name}#{i}"
         pools[label] = source.records(seed, split)
         ranks[label] = source.quality_rank
+        path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")
+        where[label] = f"{section}.{i}" + (f" ({path})" if path else "")
+    if any(pools.values()) and (empty := [where[label] for label, recs in pools.items() if not recs]):
+        raise DataError(f"{', '.join(empty)}: no {split} records (an empty file?) while the "
+                        "other sources have some; remove the source or fill it")
+    if split == "eval":  # training records of one name merge harmlessly (a share metric, a rollout seed)
+        check_distinct_records(pools, where)
     return pools, ranks
+
+
+def check_distinct_records(pools: dict[str, list[Record]], where: dict[str, str]) -> None:
+    """Two sources whose records share a source name and uid would merge: one ``val/<source>/acc`` for two
+    benchmarks, and one sampling seed (keyed by source and uid) for two problems. Default names come from
+    the file name, so ``aime24/test.jsonl`` and ``aime25/test.jsonl`` both name theirs ``test``."""
+    owner: dict[tuple[str, str], str] = {}
+    for label, recs in pools.items():
+        for r in recs:
+            first = owner.setdefault((r.source, r.uid), label)
+            if first != label:
+                raise DataError(f"{where[first]} and {where[label]} both hold a record {r.uid!r} of source "
+                                f"{r.source!r}: their metrics and sampling seeds would merge; give each file "
+                                "source its own label (`label: aime24`)")
 
 
 def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
     """Sources -> difficulty filter (per source) -> data mix. Returns records and data stats."""
     pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])
     if not any(pools.values()):
-        raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})")
+        files = [n.get("path") for n in cfg["data"]["sources"] if n.get("path")]
+        raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})"
+                        + (f"; read {', '.join(files)}" if files else ""))
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():
@@ -114,8 +144,9 @@ def record_stats(records: list[Record]) -> dict[str, float]:
 
 def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
     pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"])
-    if empty := [label for label, recs in pools.items() if not recs]:
-        raise DataError(f"data.eval_sources: {', '.join(map(repr, empty))} gave no eval records")
+    if pools and not any(pools.values()):
+        files = [n.get("eval_path") or n.get("path") for n in cfg["data"]["eval_sources"] if n.get("path")]
+        raise DataError("data.eval_sources gave no eval records" + (f"; read {', '.join(files)}" if files else ""))
     records = [r for recs in pools.values() for r in recs]
     require_gradeable(records, "data.eval_sources")
     return records

@@ -59,5 +59,5 @@ def test_a_file_eval_source_reads_its_path_and_an_empty_one_is_refused(tmp_path)
     empty = tmp_path / "empty.jsonl"
     cfg = compose(ROOT / "experiments/quickstart/rl.yaml",
                   [f"data.eval_sources=[{{name: file, path: {path}}}, {{name: file, path: {empty}}}]"])
-    with pytest.raises(DataError, match=r"data.eval_sources: 'file#1' gave no eval records"):
+    with pytest.raises(DataError, match=r"data.eval_sources.1 \(.*empty.jsonl\): no eval records"):
         build_eval_records(cfg)

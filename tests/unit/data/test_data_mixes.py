@@ -119,8 +119,38 @@ def test_sources_that_produce_nothing_are_named(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     cfg = compose(root / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {empty}}}]"])
-    with pytest.raises(DataError, match=r"data.sources produced no training records \(file: 0\)"):
+    with pytest.raises(DataError, match=r"data.sources produced no training records \(file: 0\); read .*empty.jsonl"):
         build_train_records(cfg)
+    beside = compose(root / "experiments/quickstart/sft.yaml",  # an empty file beside a full source: not silent
+                     [f"data.sources=[{{name: arith_r1, n_prompts: 50}}, {{name: file, path: {empty}}}]"])
+    with pytest.raises(DataError, match=r"data.sources.1 \(.*empty.jsonl\): no train records"):
+        build_train_records(beside)
+
+
+def test_two_files_of_one_name_are_refused_unless_labelled(tmp_path):
+    """aime24/test.jsonl and aime25/test.jsonl both named their records 'test': one val/test/acc for two
+    benchmarks, and row n of each drew the same sampling seed."""
+    import json
+    from pathlib import Path
+
+    from klear_lab.builders import build_eval_records
+    from klear_lab.config.compose import compose
+    from klear_lab.errors import DataError
+
+    root = Path(__file__).resolve().parents[3]
+    paths = []
+    for bench in ("aime24", "aime25"):
+        (tmp_path / bench).mkdir()
+        paths.append(tmp_path / bench / "test.jsonl")
+        paths[-1].write_text(json.dumps({"prompt": f"{bench}: 2+3?", "answer": "5"}) + "\n")
+    two = "data.eval_sources=[{{name: file, path: {}{}}}, {{name: file, path: {}{}}}]"
+    cfg = compose(root / "experiments/quickstart/rl.yaml", [two.format(paths[0], "", paths[1], "")])
+    with pytest.raises(DataError, match=r"data.eval_sources.0 \(.*aime24/test.jsonl\) and data.eval_sources.1 "
+                                        r"\(.*aime25/test.jsonl\) both hold a record 'test/1' of source 'test'.*label"):
+        build_eval_records(cfg)
+    labelled = compose(root / "experiments/quickstart/rl.yaml",
+                       [two.format(paths[0], ", label: aime24", paths[1], ", label: aime25")])
+    assert [r.source for r in build_eval_records(labelled)] == ["aime24", "aime25"]
 
 
 def test_top_k_refuses_a_source_the_filter_emptied():
