@@ -13,7 +13,7 @@ from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import Arm, axis_distribution, grid_arms, resolve_baseline, trial_layer
-from klear_lab.sweep.metrics import is_logged, unlogged_message
+from klear_lab.sweep.metrics import clip_metric_names, is_logged, unlogged_message
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
 METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/", "data/", "plan/")
@@ -59,12 +59,16 @@ def check_objective(spec: SweepSpec, kind: str, plugins: bool = False) -> None:
     whose objective is missing fails only once it has trained.
 
     A custom ``runner:`` returns metrics of its own: only their namespace (``METRIC_PREFIXES``) is checked.
-    So is a name under ``rl/`` or ``reward/`` when the experiment loads plugins: a plugin clip variant's
-    statistics are logged as ``rl/<key>``, and those are known only once it runs.
+    With plugins loaded, a plugin clip variant's statistics are logged as ``rl/<key>``: the names every
+    registered clip returns are asked of them (``clip_metric_names``); where one cannot be asked, names
+    under ``rl/`` get the namespace check only.
     """
+    clip_names = clip_metric_names() if plugins and kind == "rl" else set()
     named = [("objective.metric", spec.metric), *[(f"metrics[{i}]", m) for i, m in enumerate(spec.metrics)]]
     for key, name in named:
-        if spec.runner != DEFAULT_RUNNER or (plugins and name.startswith(("rl/", "reward/"))):
+        if name in (clip_names or ()):
+            continue
+        if spec.runner != DEFAULT_RUNNER or (clip_names is None and name.startswith("rl/")):
             if not name.startswith(METRIC_PREFIXES):
                 raise spec.err(key, f"{name!r} is not a metric that runs log; expected a name starting with "
                                     f"{', '.join(METRIC_PREFIXES)} (e.g. val/acc)")

@@ -227,10 +227,30 @@ def test_an_objective_no_run_logs_stops_before_a_study(tmp_path):
     msg = _error(path)
     assert "metrics[0]: 'rl/reward_mean' is not a metric rl runs log (did you mean 'reward/mean'?)" in msg
     check_spec(load_spec(_edit(path, metrics=["val/gain", "reward/mean", "rl/clipfrac", "train/pg_loss"])))
-    (tmp_path / "my_clip.py").write_text("")  # a plugin clip variant logs its own statistics under rl/
+    (tmp_path / "my_clip.py").write_text(STAT_CLIP)  # a plugin clip variant logs its own statistics under rl/
     (tmp_path / "exp.yaml").write_text(f"run: {{name: toy, kind: rl}}\nplugins: [{tmp_path / 'my_clip.py'}]\n")
-    check_spec(load_spec(_edit(path, metrics=["rl/my_ratio_stat"])))
+    check_spec(load_spec(_edit(path, metrics=["rl/my_ratio_stat", "rl/clipfrac"])))
     assert "'val/acx' is not a metric rl runs log" in _error(_edit(path, metrics=["val/acx"]))
+    # with plugins loaded a typo under rl/ went unchecked; the plugin is asked what it logs instead
+    assert "'rl/reward_mean' is not a metric rl runs log" in _error(_edit(path, metrics=["rl/reward_mean"]))
+
+
+STAT_CLIP = """
+from dataclasses import dataclass
+import torch
+from klear_lab.registry import CLIP
+from klear_lab.rl.clip.base import ClipOutput
+
+@CLIP.register("stat_clip")
+@dataclass(frozen=True)
+class StatClip:
+    \"\"\"Test plugin: REINFORCE with a statistic of its own.\"\"\"
+    scale: float = 1.0
+    def __call__(self, logp, old_logp, adv, mask):
+        ratio = torch.exp(logp - old_logp)
+        return ClipOutput(loss=-adv[:, None] * ratio * mask * self.scale,
+                          metrics={"my_ratio_stat": ratio.mean().detach()})
+"""
 
 
 @pytest.mark.parametrize(("axes", "overrides", "expected"), [
