@@ -99,11 +99,11 @@ class Cleared(dict):
     eval.samples_per_source.lcb_v5=4``): it replaces what earlier layers set, where a mapping merges."""
 
 
-def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
+def dotlist_layer(overrides: list[str], label: str = "command line", base_dir: Path | None = None) -> Layer:
     """Hydra-style ``key=value`` overrides (values parsed as YAML), merged in order by the layer merge
     (``rl.clip=cispo rl.clip.eps_high=5`` is one node; ``KEY=null`` then ``KEY.x=...`` is ``{x: ...}``
-    alone); relative ``.py`` plugins and ``model.init_from`` are made absolute against the working
-    directory."""
+    alone); relative ``.py`` plugins and ``model.init_from`` are made absolute against ``base_dir``: the
+    working directory for a command line, the file's directory for overrides a file lists (a sweep spec)."""
     body: dict[str, Any] = {}
     nulled: list[list[str]] = []  # the paths set to null, in order
     for item in overrides:
@@ -122,7 +122,7 @@ def dotlist_layer(overrides: list[str], label: str = "command line") -> Layer:
         parent, value = _at(body, path[:-1]), _at(body, path)
         if isinstance(parent, dict) and isinstance(value, dict):  # set again after the null
             parent[path[-1]] = Cleared(value)
-    _absolutize_plugins(body, Path.cwd())  # typed paths are the shell's: the saved config works from anywhere
+    _absolutize_plugins(body, base_dir or Path.cwd())  # typed paths are the shell's: the saved config works anywhere
     return label, body
 
 

@@ -119,10 +119,11 @@ class SweepSpec:
 
     def override_layers(self) -> list[Layer]:
         """``overrides`` as config layers labelled by where each came from (the spec or the command line),
-        so an error in one names its source."""
+        so an error in one names its source; the spec's relative plugins and ``model.init_from`` are read
+        from the spec's directory, as its ``experiment:``."""
         own = self.overrides[:len(self.overrides) - len(self.cli_overrides)]
         cli = self.overrides[len(own):]
-        return ([dotlist_layer(own, f"{self.path}: overrides")] if own else []) + (
+        return ([dotlist_layer(own, f"{self.path}: overrides", Path(self.path).resolve().parent)] if own else []) + (
             [dotlist_layer(cli)] if cli else [])
 
     def compose(self, extra_layers: list[Layer] | None = None) -> dict[str, Any]:

@@ -271,3 +271,18 @@ def test_arms_train_would_refuse_stop_the_validation(tmp_path, capsys, axes, ove
     assert main(["sweep", str(path), "--validate-only"]) == 2
     assert expected in capsys.readouterr().err
     assert main(["sweep", str(path), "--validate-only", "trainer.devices=1"]) == 0  # one device: any strategy
+
+
+def test_a_specs_own_plugins_are_read_from_its_directory(tmp_path, monkeypatch):
+    """``experiment:`` was read from the spec's directory but a plugin its ``overrides:`` name from the working
+    directory: the same spec ran from one directory and failed from another."""
+    (tmp_path / "my_clip.py").write_text(STAT_CLIP.replace("stat_clip", "stat_clip_here"))  # one file per name
+    path = _edit(write_spec(tmp_path), overrides=["plugins=[my_clip.py]"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    spec = load_spec(path)
+    check_spec(spec)
+    assert spec.compose()["plugins"] == [str(tmp_path / "my_clip.py")]
+    with pytest.raises(ConfigError, match=f"command line: plugin '{elsewhere / 'my_clip.py'}'"):
+        load_spec(path, ["plugins=[my_clip.py]"]).compose()  # typed: the shell's directory, as train's
