@@ -4,7 +4,8 @@ A spec names a base experiment, the axes to vary and how to run them::
 
     name: clip_variants                 # study name (default: the spec file's stem)
     experiment: ../experiments/quickstart/rl.yaml   # relative to this file
-    overrides: [rl.steps=20]            # key=value applied to the base experiment
+    overrides: [rl.steps=20]            # key=value applied to the base experiment (relative plugins
+                                        # and model.init_from: read from this file's directory)
     axes:                               # config key -> values (grid = product of all axes)
       rl.clip.name: [ppo, clip_higher, gppo, cispo]
       data.mix.k: {values: [1, 2, 4, 0], labels: [top1, top2, top4, all]}
