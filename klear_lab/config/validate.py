@@ -161,7 +161,11 @@ def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
             out.append(coerced)
         return True, out
     if origin is dict or tp is dict:
-        return isinstance(value, dict), value
+        if not isinstance(value, dict):
+            return False, value
+        key_tp, value_tp = args if len(args) == 2 else (Any, Any)
+        # checked, not widened: a mapping's ints stay ints, as saved configs (and their hashes) hold them
+        return all(_matches(k, key_tp)[0] and _matches(v, value_tp)[0] for k, v in value.items()), value
     return isinstance(value, tp) if isinstance(tp, type) else True, value
 
 
@@ -170,6 +174,11 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if tp is type(None):
         return "null"
-    if typing.get_origin(tp) is typing.Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin in (list, tuple) and args and args[0] is not Any:  # YAML writes both as lists
+        return f"a list of {_type_name(args[0])}"
+    if origin is dict and len(args) == 2:
+        return f"a mapping of {_type_name(args[0])} to {_type_name(args[1])}"
     return getattr(tp, "__name__", str(tp))

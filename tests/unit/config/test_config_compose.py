@@ -68,6 +68,14 @@ def test_list_index_override(tmp_path):
     ("", ["rl.steps=3", "data.sources=[{name:arith_r1,levels:[1]}]"],
      ["command line", "'data.sources=[{name:arith_r1,levels:[1]}]'", "`key: value`, with a space"]),
     ("", ["optim.lr=[1"], ["command line", "'optim.lr=[1'", "did not find expected"]),
+    # a list's or mapping's items: "expected list, got list" said nothing; a mapping's values went unchecked
+    # (fields={prompt: 5} crashed at load with an AttributeError, exit 1)
+    ("data: {sources: [{name: arith_r1, levels: [1, x]}]}\n", [],
+     ["data.sources.0.levels", "expected a list of int, got list"]),
+    ("", ["data.sources=[{name: file, path: x.jsonl, fields: {prompt: 5}}]"],
+     ["data.sources.0.fields", "expected a mapping of str to str", "'prompt': 5"]),
+    ("", ["data.mix={name: weighted, weights: {arith_r1: abc}}"],
+     ["data.mix.weights", "expected a mapping of str to float"]),
 ])
 def test_errors_name_the_place(tmp_path, body, overrides, needles):
     exp = write(tmp_path / "e.yaml", body)
