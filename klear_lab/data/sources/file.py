@@ -137,17 +137,21 @@ def unavailable(path: str) -> str | None:
 
 
 def _read_json(p: Path) -> list[tuple[int, Any]]:
+    raw = p.read_bytes()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{p}: not UTF-8 text (use .jsonl, .json or .parquet)") from exc
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{p}: row {line}: byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8 (JSON "
+                        "files are UTF-8: re-encode it, e.g. `iconv -f latin1 -t utf-8`)") from exc
     if p.suffix == ".json" and text.lstrip().startswith("["):
         try:
             return list(enumerate(json.loads(text), 1))
         except json.JSONDecodeError as exc:
             raise DataError(f"{p}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    # lines end at "\n" only: str.splitlines also splits at U+2028, U+0085..., which JSON strings may hold raw
+    for n, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             try:
                 rows.append((n, json.loads(line)))

@@ -101,6 +101,19 @@ def test_a_file_named_like_code_holds_math_unless_its_rows_say_code(tmp_path):
     assert code.task == "code"  # data_source coder1_longcot, no ability column
 
 
+def test_text_is_split_at_newlines_only_and_bad_bytes_are_located(tmp_path):
+    """A JSON string may hold U+2028 or U+0085 raw (``ensure_ascii=False``): splitlines() cut such a row in two
+    and called the valid file invalid JSON. A Latin-1 byte named no row ("not UTF-8 text")."""
+    rows = [{"prompt": "a\u2028b\u0085c", "answer": "1"}, {"prompt": "d", "answer": "2"}]
+    path = tmp_path / "raw.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows), encoding="utf-8")
+    assert [r.prompt for r in FileSource(path=str(path)).records(0, "eval")] == ["a\u2028b\u0085c", "d"]
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"prompt": "x", "answer": "1"}\n{"prompt": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(DataError, match=r"latin.jsonl: row 2: byte 0xe9 at offset 46 is not UTF-8"):
+        FileSource(path=str(latin)).records(0, "eval")
+
+
 def test_eval_path_limit_and_auto_detect(tmp_path):
     train = str(_jsonl(tmp_path / "train.jsonl", MESSAGES * 3))
     held = str(_jsonl(tmp_path / "eval.jsonl", VERL))
