@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import socket
@@ -67,6 +68,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         resume: a stopped run's directory to continue in (its ``checkpoints/last.ckpt``); ``cfg`` must
             be its saved config (:func:`klear_lab.resume.resume_config` checks both).
     """
+    check_composed(cfg)
     kind = cfg["run"]["kind"]
     if kind == "sft":
         from klear_lab.stages.sft import prepare_sft as prepare
@@ -82,6 +84,19 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
             held.enter_context(run_lock(Path(resume)))
             check_resumable(Path(resume), cfg)  # the CLI checked it; the API and sweeps pass a cfg of their own
         return _run(cfg, prepare, callbacks, resume)
+
+
+def check_composed(cfg: Any) -> None:
+    """``cfg`` must be what ``compose`` returns: a plain dict with every section, defaults filled in and
+    checked. A notebook's own dict or OmegaConf config failed deep inside with ``KeyError: 'trainer'``."""
+    from klear_lab.config.schema import ExperimentConfig
+
+    sections = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    if type(cfg) is not dict or not sections <= cfg.keys():
+        missing = sorted(sections - set(cfg)) if isinstance(cfg, dict) else []
+        raise ConfigError(f"run_experiment takes a composed config, got a {type(cfg).__name__}"
+                          + (f" without {', '.join(missing)}" if missing else "") + ": build it with "
+                          "klear_lab.config.compose.compose(EXPERIMENT_YAML_OR_MAPPING, ['key=value', ...])")
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +81,31 @@ def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
     if path in _seen:
         chain = " -> ".join(str(p) for p in (*_seen, path))
         raise ConfigError(f"{path}: circular base chain: {chain}")
-    body = load_yaml(path)
+    return body_layers(load_yaml(path), _label(path), path.parent, (*_seen, path))
+
+
+def mapping_layers(mapping: Any) -> list[Layer]:
+    """An experiment given as a Python mapping (a dict or an OmegaConf config, as a notebook builds one):
+    its ``base:`` chain, plugins and ``model.init_from`` read from the working directory."""
+    body = OmegaConf.to_container(mapping) if OmegaConf.is_config(mapping) else copy.deepcopy(dict(mapping))
+    if not isinstance(body, dict):
+        raise ConfigError(f"experiment: a mapping of config sections, got {type(mapping).__name__}")
+    return body_layers(body, "python mapping", Path.cwd(), ())
+
+
+def body_layers(body: dict[str, Any], label: str, base_dir: Path, seen: tuple[Path, ...]) -> list[Layer]:
+    """``body`` after the layers of its ``base:`` files (read from ``base_dir``), paths made absolute."""
     bases = body.pop("base", None) or []
     layers: list[Layer] = []
     for base in [bases] if isinstance(bases, str) else bases:
-        base_path = (path.parent / base) if not Path(base).is_absolute() else Path(base)
+        base_path = (base_dir / base) if not Path(base).is_absolute() else Path(base)
         if not base_path.suffix:
             base_path = base_path.with_suffix(".yaml")
         if not base_path.is_file():
-            raise ConfigError(f"{path}: base {base!r} not found (looked for {base_path})")
-        layers += file_layers(base_path, (*_seen, path))
-    _absolutize_plugins(body, path.parent)
-    return [*layers, (_label(path), body)]
+            raise ConfigError(f"{label}: base {base!r} not found (looked for {base_path})")
+        layers += file_layers(base_path, seen)
+    _absolutize_plugins(body, base_dir)
+    return [*layers, (label, body)]
 
 
 class Cleared(dict):
@@ -142,10 +156,18 @@ def merge_layers(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
     return config, provenance
 
 
-def compose(experiment: str | Path | None, overrides: list[str] | None = None,
+def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[str] | None = None,
             extra_layers: list[Layer] | None = None) -> dict[str, Any]:
-    """Compose, load plugins, validate and expand: the fully resolved config as a plain dict."""
-    layers = file_layers(Path(experiment)) if experiment else []
+    """Compose, load plugins, validate and expand: the fully resolved config as a plain dict.
+
+    ``experiment``: a YAML file, or a mapping (``{"base": "experiments/quickstart/sft.yaml", "sft":
+    {"max_steps": 10}}``, a dict or OmegaConf config); ``overrides`` (``key=value``) come after it and
+    ``extra_layers`` (a sweep trial's parameters) last.
+    """
+    if isinstance(experiment, Mapping) or OmegaConf.is_config(experiment):
+        layers = mapping_layers(experiment)
+    else:
+        layers = file_layers(Path(experiment)) if experiment else []
     if overrides:
         layers.append(dotlist_layer(overrides))
     layers += extra_layers or []
@@ -163,7 +185,7 @@ def compose(experiment: str | Path | None, overrides: list[str] | None = None,
         check(config)
     except ConfigError as exc:
         raise _located(exc, provenance) from None
-    if experiment and not config["run"].get("experiment"):
+    if isinstance(experiment, (str, Path)) and experiment and not config["run"].get("experiment"):
         config["run"]["experiment"] = _label(Path(experiment).resolve())
     return config
 

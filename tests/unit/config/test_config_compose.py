@@ -288,3 +288,25 @@ def test_plugins_given_as_a_string_are_refused_with_the_list_form():
     with pytest.raises(ConfigError, match=r"command line: plugins: must be a list, got 'my/p.py'; write "
                                           r"plugins=\[my/p.py\]"):
         compose(ROOT / "experiments/quickstart/sft.yaml", ["plugins=my/p.py"])
+
+
+def test_a_notebook_composes_from_a_mapping_and_run_experiment_says_how(tmp_path, monkeypatch):
+    """A notebook builds its experiment in Python: compose() takes a dict or an OmegaConf config (its base:
+    read from the working directory), overrides after it. run_experiment on an uncomposed config failed
+    deep inside with KeyError: 'trainer'."""
+    from omegaconf import OmegaConf
+
+    from klear_lab.run import run_experiment
+
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)
+    body = {"base": "experiments/quickstart/sft.yaml", "sft": {"max_steps": 7}, "run": {"seed": 0}}
+    for mapping in (body, OmegaConf.create(body)):
+        cfg = compose(mapping, ["run.seed=1"])
+        assert (cfg["sft"]["max_steps"], cfg["run"]["seed"], cfg["run"]["name"]) == (7, 1, "quickstart-sft")
+    assert body["base"] == "experiments/quickstart/sft.yaml"  # the caller's dict is left as it was
+    with pytest.raises(ConfigError, match="python mapping: base 'nope.yaml' not found"):
+        compose({"base": "nope.yaml"})
+    for raw in (OmegaConf.create(body), {"run": {"kind": "sft"}}):
+        with pytest.raises(ConfigError, match=r"run_experiment takes a composed config.*compose\("):
+            run_experiment(raw)
