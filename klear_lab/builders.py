@@ -59,7 +59,7 @@ def build_pools(cfg: dict[str, Any], split: str,
     where: dict[str, str] = {}  # pool label -> config key and file, for messages
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
-        name = getattr(source, "source_name", None) or node["name"]  # a file's label or file name, not 'file'
+        name = getattr(source, "label", None) or node["name"]  # a file source's label names its metrics too
         label = name if name not in pools else f"{name}#{i}"
         pools[label] = source.records(seed, split)
         ranks[label] = source.quality_rank

@@ -87,12 +87,6 @@ class FileSource:
         return [replace(r, source=self.label) for r in records] if self.label else records
 
 
-    @property
-    def source_name(self) -> str:
-        """What the data pipeline calls this source (``data/kept_frac/<name>``, a ``weighted`` mix's keys): its
-        ``label``, else the file's name (``sft.jsonl``: ``sft``), as its records are named without a column."""
-        return self.label or Path(self.path).stem or self.path
-
     def path_field(self, split: str) -> str:
         """The field holding the file ``split`` reads: ``path``, or for ``eval`` ``eval_path`` when set."""
         return "eval_path" if split == "eval" and self.eval_path else "path"

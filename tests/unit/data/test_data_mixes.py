@@ -119,35 +119,12 @@ def test_sources_that_produce_nothing_are_named(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     cfg = compose(root / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {empty}}}]"])
-    with pytest.raises(DataError, match=r"data.sources produced no training records \(empty: 0\); read .*empty.jsonl"):
+    with pytest.raises(DataError, match=r"data.sources produced no training records \(file: 0\); read .*empty.jsonl"):
         build_train_records(cfg)
     beside = compose(root / "experiments/quickstart/sft.yaml",  # an empty file beside a full source: not silent
                      [f"data.sources=[{{name: arith_r1, n_prompts: 50}}, {{name: file, path: {empty}}}]"])
     with pytest.raises(DataError, match=r"data.sources.1 \(.*empty.jsonl\): no train records"):
         build_train_records(beside)
-
-
-def test_file_sources_are_named_by_their_files_in_the_pipeline(tmp_path):
-    """Two unlabelled file sources were 'file' and 'file#1' to a weighted mix and data/kept_frac, but their
-    file names in data/mix_share."""
-    import json
-    from pathlib import Path
-
-    from klear_lab.builders import build_train_records
-    from klear_lab.config.compose import compose
-
-    root = Path(__file__).resolve().parents[3]
-    paths = []
-    for name in ("easy", "hard"):
-        paths.append(tmp_path / f"{name}.jsonl")
-        paths[-1].write_text("".join(json.dumps({"prompt": f"{name} {i}", "answer": "1", "response": "1"}) + "\n"
-                                     for i in range(10)))
-    cfg = compose(root / "experiments/quickstart/sft.yaml", [
-        f"data.sources=[{{name: file, path: {paths[0]}}}, {{name: file, path: {paths[1]}}}]",
-        "data.mix={name: weighted, weights: {easy: 3, hard: 1}, budget: 8}"])
-    records, stats = build_train_records(cfg)
-    assert sorted(r.source for r in records) == ["easy"] * 6 + ["hard"] * 2
-    assert {"data/kept_frac/easy", "data/kept_frac/hard", "data/mix_share/easy"} <= stats.keys()
 
 
 def test_two_files_of_one_name_are_refused_unless_labelled(tmp_path):
@@ -209,11 +186,11 @@ def test_a_source_repeated_to_fill_its_share_is_logged_and_warned(tmp_path):
     exp = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
     cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records}}]",
                         "data.mix={name: top_k, k: 0, budget: 7}"])
-    with pytest.warns(UserWarning, match=r"source 'small' has 3 records after data.filter for a share of 7"):
+    with pytest.warns(UserWarning, match=r"source 'file' has 3 records after data.filter for a share of 7"):
         records, stats = build_train_records(cfg)
-    assert len(records) == 7 and stats["data/repeat_factor/small"] == pytest.approx(7 / 3)
+    assert len(records) == 7 and stats["data/repeat_factor/file"] == pytest.approx(7 / 3)
     cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records}}]",
                         "data.mix={name: top_k, k: 0, budget: 3}"])
-    assert build_train_records(cfg)[1]["data/repeat_factor/small"] == 1.0
+    assert build_train_records(cfg)[1]["data/repeat_factor/file"] == 1.0
     cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records, label: mine}}]"])
     assert "data/kept_frac/mine" in build_train_records(cfg)[1]  # a label names the source's stats too
