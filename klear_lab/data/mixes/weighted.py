@@ -35,7 +35,9 @@ class WeightedMix:
     def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
         """Per-source counts proportional to the weights, summing to ``budget``."""
         if unknown := sorted(set(self.weights) - set(sizes)):
-            raise ValueError(f"weights name unknown sources {unknown}; configured: {sorted(sizes)}")
+            hint = (" (a file source is named by its label: give each one a label, and key weights by it)"
+                    if any(k == "file" or k.startswith("file#") for k in sizes) else "")
+            raise ValueError(f"weights name unknown sources {unknown}; configured: {sorted(sizes)}{hint}")
         weights = {k: v for k, v in self.weights.items() if v > 0} or dict.fromkeys(sizes, 1.0)
         if not weights:
             raise ValueError("no sources to mix")

@@ -226,10 +226,13 @@ def _to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, l
 
 
 def _task_of(r: _Row, row_source: str) -> str:
-    """The row's task column (verl ``ability``), else ``code`` if the row's own source names code (verl
-    ``coder1_longcot``, ``livecodebench``), else ``math``."""
+    """The row's task column (verl ``ability``), else ``code`` if the row has hidden tests or its own source
+    names code (verl ``coder1_longcot``, ``LiveCodeBench``), else ``math``."""
     ability = r.get("task", (str,), "")
-    return "code" if ability == "code" or (ability != "math" and "code" in row_source.lower()) else "math"
+    if ability in ("math", "code"):
+        return ability
+    has_tests = "tests" in r.columns and _get(r.row, r.columns["tests"]) not in (_MISSING, None, [])
+    return "code" if has_tests or "code" in row_source.lower() else "math"
 
 
 def _answer(r: _Row) -> str:

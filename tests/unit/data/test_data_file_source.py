@@ -99,6 +99,12 @@ def test_a_file_named_like_code_holds_math_unless_its_rows_say_code(tmp_path):
     (code,) = FileSource(path=str(_jsonl(tmp_path / "x.jsonl", [{k: v for k, v in VERL[1].items()
                                                                   if k != "ability"}]))).records(0, "eval")
     assert code.task == "code"  # data_source coder1_longcot, no ability column
+    tested = {"prompt": "Write f.", "answer": "def f(x): return x", "tests": [{"input": [1], "output": 1}]}
+    (program,) = FileSource(path=str(_jsonl(tmp_path / "lcb.jsonl", [tested]))).records(0, "eval")
+    assert program.task == "code"  # hidden tests make it code whatever the file is called
+    (upper,) = FileSource(path=str(_jsonl(tmp_path / "u.jsonl", [{**rows[0], "source": "LiveCodeBench"}]))).records(
+        0, "eval")
+    assert upper.task == "code"
 
 
 def test_text_is_split_at_newlines_only_and_bad_bytes_are_located(tmp_path):

@@ -81,6 +81,12 @@ def test_top_k_errors():
         DATA_MIX.build({"name": "top_k", "budget": 0})
 
 
+def test_weights_for_unlabelled_files_say_to_label_them():
+    with pytest.raises(ValueError, match=r"unknown sources \['sft'\]; configured: \['file', 'file#1'\] "
+                                         r"\(a file source is named by its label"):
+        DATA_MIX.build({"name": "weighted", "weights": {"sft": 1.0}}).plan({"file": 3, "file#1": 3}, {})
+
+
 def test_weighted_ratios():
     out = _mix({"name": "weighted", "weights": {"best": 3, "bad": 1}, "budget": 100})
     assert Counter(r.source for r in out) == {"best": 75, "bad": 25}
