@@ -50,13 +50,14 @@ def build_pools(cfg: dict[str, Any], split: str,
 
     Raises:
         DataError: a source gave no records while others did not (its key and file named), or two
-            held-out sources' records share a name and uid (two ``test.jsonl`` of different benchmarks).
+            held-out sources name their records alike and one of them has no label (two ``test.jsonl``).
     """
     pools: dict[str, list[Record]] = {}
     ranks: dict[str, int] = {}
     seed = cfg["data"]["world_seed"]
     section = "data.sources" if split == "train" else "data.eval_sources"
     where: dict[str, str] = {}  # pool label -> config key and file, for messages
+    unlabelled: set[str] = set()  # pools of sources that take a label and were given none (a file's)
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
         name = getattr(source, "label", None) or node["name"]  # a file source's label names its metrics too
@@ -65,26 +66,30 @@ def build_pools(cfg: dict[str, Any], split: str,
         ranks[label] = source.quality_rank
         path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")
         where[label] = f"{section}.{i}" + (f" ({path})" if path else "")
+        if hasattr(source, "label") and not source.label:
+            unlabelled.add(label)
     if any(pools.values()) and (empty := [where[label] for label, recs in pools.items() if not recs]):
         raise DataError(f"{', '.join(empty)}: no {split} records (an empty file?) while the "
                         "other sources have some; remove the source or fill it")
     if split == "eval":  # training records of one name merge harmlessly (a share metric, a rollout seed)
-        check_distinct_records(pools, where)
+        check_distinct_sources(pools, where, unlabelled)
     return pools, ranks
 
 
-def check_distinct_records(pools: dict[str, list[Record]], where: dict[str, str]) -> None:
-    """Two sources whose records share a source name and uid would merge: one ``val/<source>/acc`` for two
-    benchmarks, and one sampling seed (keyed by source and uid) for two problems. Default names come from
-    the file name, so ``aime24/test.jsonl`` and ``aime25/test.jsonl`` both name theirs ``test``."""
-    owner: dict[tuple[str, str], str] = {}
+def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str], unlabelled: set[str]) -> None:
+    """Held-out sources whose records share a name merge into one ``val/<source>/acc`` (and row n of each
+    file, one uid, draws one sampling seed). A file's records are named by its rows' ``source`` /
+    ``data_source``, else its file name, so ``aime24/test.jsonl`` and ``aime25/test.jsonl`` both name
+    theirs ``test``: refused unless both were labelled alike on purpose. The embedded world's sources
+    (no label) may repeat, as before (two ``arith`` sources of other levels: one ``val/arith/acc``)."""
+    owner: dict[str, str] = {}  # record source -> the first pool naming its records so
     for label, recs in pools.items():
-        for r in recs:
-            first = owner.setdefault((r.source, r.uid), label)
-            if first != label:
-                raise DataError(f"{where[first]} and {where[label]} both hold a record {r.uid!r} of source "
-                                f"{r.source!r}: their metrics and sampling seeds would merge; give each file "
-                                "source its own label (`label: aime24`)")
+        for name in dict.fromkeys(r.source for r in recs):
+            first = owner.setdefault(name, label)
+            if first != label and (first in unlabelled or label in unlabelled):
+                raise DataError(f"{where[first]} and {where[label]} both name their records {name!r}: one "
+                                f"val/{name}/acc would score both; give each file source its own label "
+                                "(`label: aime24`)")
 
 
 def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:

@@ -152,11 +152,23 @@ def test_two_files_of_one_name_are_refused_unless_labelled(tmp_path):
     two = "data.eval_sources=[{{name: file, path: {}{}}}, {{name: file, path: {}{}}}]"
     cfg = compose(root / "experiments/quickstart/rl.yaml", [two.format(paths[0], "", paths[1], "")])
     with pytest.raises(DataError, match=r"data.eval_sources.0 \(.*aime24/test.jsonl\) and data.eval_sources.1 "
-                                        r"\(.*aime25/test.jsonl\) both hold a record 'test/1' of source 'test'.*label"):
+                                        r"\(.*aime25/test.jsonl\) both name their records 'test'.*label"):
         build_eval_records(cfg)
     labelled = compose(root / "experiments/quickstart/rl.yaml",
                        [two.format(paths[0], ", label: aime24", paths[1], ", label: aime25")])
     assert [r.source for r in build_eval_records(labelled)] == ["aime24", "aime25"]
+    # rows of their own uids, or one data_source in two differently named files: merged all the same
+    for bench, path in zip(("aime24", "aime25"), paths, strict=True):
+        path.write_text(json.dumps({"prompt": f"{bench}: 2+3?", "answer": "5", "uid": bench, "source": "aime"}) + "\n")
+    with pytest.raises(DataError, match="both name their records 'aime'"):
+        build_eval_records(cfg)
+    alike = compose(root / "experiments/quickstart/rl.yaml",  # labelled alike on purpose: one benchmark
+                    [two.format(paths[0], ", label: aime", paths[1], ", label: aime")])
+    assert [r.source for r in build_eval_records(alike)] == ["aime", "aime"]
+    levels = compose(root / "experiments/quickstart/rl.yaml", [  # world sources may repeat, as before
+        "data.eval_sources=[{name: arith, n_prompts: 4, levels: [1], level_weights: [1.0]},"
+        " {name: arith, n_prompts: 4, levels: [2], level_weights: [1.0]}]"])
+    assert len(build_eval_records(levels)) == 8
 
 
 def test_top_k_refuses_a_source_the_filter_emptied():
