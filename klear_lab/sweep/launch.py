@@ -156,7 +156,7 @@ def freeze_spec(spec: SweepSpec, url: str) -> Path:
     from klear_lab.tracking import atomic_write
 
     raw = load_yaml(spec.path)  # the config loader: 1e-5 is a number, as load_spec read it
-    raw.update({"name": spec.name, "overrides": list(spec.overrides), "storage": url,
+    raw.update({"name": spec.name, "overrides": spec.absolute_overrides(), "storage": url,
                 "out_dir": str(spec.out_dir.resolve()), "workers": spec.workers})
     if spec.experiment is not None:
         raw["experiment"] = str(spec.experiment.resolve())

@@ -38,6 +38,7 @@ config schema (axis keys, values, the run kind) live in ``checks.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -126,6 +127,23 @@ class SweepSpec:
         cli = self.overrides[len(own):]
         return ([dotlist_layer(own, f"{self.path}: overrides", Path(self.path).resolve().parent)] if own else []) + (
             [dotlist_layer(cli)] if cli else [])
+
+    def absolute_overrides(self) -> list[str]:
+        """``overrides`` with their relative plugin and ``model.init_from`` paths made absolute (the spec's
+        from its directory, the command line's from the working one): the frozen ``spec.yaml`` in the sweep
+        directory composes as this spec does, from anywhere."""
+        own = len(self.overrides) - len(self.cli_overrides)
+        out = []
+        for i, item in enumerate(self.overrides):
+            key = item.split("=", 1)[0].strip()
+            if key in ("plugins", "model.init_from") or key.startswith("plugins."):
+                base = Path(self.path).resolve().parent if i < own else Path.cwd()
+                node: Any = dotlist_layer([item], base_dir=base)[1]
+                for part in key.split("."):
+                    node = node.get(part) if isinstance(node, dict) else None
+                item = f"{key}={json.dumps(node)}"
+            out.append(item)
+        return out
 
     def compose(self, extra_layers: list[Layer] | None = None) -> dict[str, Any]:
         """The base experiment with ``overrides`` (and ``extra_layers``, e.g. a trial's), composed."""

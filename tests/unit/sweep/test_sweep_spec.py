@@ -284,5 +284,9 @@ def test_a_specs_own_plugins_are_read_from_its_directory(tmp_path, monkeypatch):
     spec = load_spec(path)
     check_spec(spec)
     assert spec.compose()["plugins"] == [str(tmp_path / "my_clip.py")]
+    from klear_lab.sweep.launch import freeze_spec  # the sweep directory's frozen copy composes the same way
+
+    frozen = load_spec(freeze_spec(spec, "sqlite:///" + str(tmp_path / "s.db")))
+    assert frozen.compose()["plugins"] == [str(tmp_path / "my_clip.py")]
     with pytest.raises(ConfigError, match=f"command line: plugin '{elsewhere / 'my_clip.py'}'"):
         load_spec(path, ["plugins=[my_clip.py]"]).compose()  # typed: the shell's directory, as train's
