@@ -94,6 +94,10 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
                           "trainer.checkpoint was false)")
 
 
+class DataChangedError(ConfigError):
+    """A stopped run's records differ from those it started with: it cannot continue (a new run can)."""
+
+
 def check_same_data(run_dir: Path, identity: dict[str, Any], stage: Any) -> None:
     """Refuse to resume on other records than the run started with (``run.json``'s ``data`` digests).
 
@@ -102,7 +106,7 @@ def check_same_data(run_dir: Path, identity: dict[str, Any], stage: Any) -> None
     Runs from before the digests are not checked. On refusal ``stage`` is closed (its engines stop).
 
     Raises:
-        ConfigError: the training or held-out records differ, naming the config keys and both digests.
+        DataChangedError: the training or held-out records differ, naming the config keys and both digests.
     """
     started, now = identity.get("data") or {}, stage.data
     changed = [split for split in started if split in now and now[split] != started[split]]
@@ -111,7 +115,7 @@ def check_same_data(run_dir: Path, identity: dict[str, Any], stage: Any) -> None
     stage.close()
     keys = {"train": "data.sources", "eval": "data.eval_sources"}
     what = "; ".join(f"{keys[s]}: {started[s]} at the start, {now[s]} now" for s in changed)
-    raise ConfigError(f"{run_dir / 'run.json'}: the run's records differ from those it started with ({what}): "
+    raise DataChangedError(f"{run_dir / 'run.json'}: the run's records differ from those it started with ({what}): "
                       "a data file, or a data source's code, changed since; resuming would train on other data. "
                       f"Restore the data, or start a new run from {run_dir / 'config.yaml'}")
 

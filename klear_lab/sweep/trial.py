@@ -122,7 +122,7 @@ def run_job(job: dict[str, Any]) -> int:
     result = None
     try:
         load_plugins(cfg.get("plugins") or [])
-        result = resolve_runner(job["runner"])(cfg, callbacks=callbacks, **_resume(job))
+        result = run_or_start_over(job, cfg, callbacks)
         for cb in callbacks:  # under DDP the pruning decision surfaces only here
             getattr(cb, "check_pruned", lambda: None)()
     except optuna.TrialPruned as exc:
@@ -194,6 +194,21 @@ def _callbacks(trial: Any, job: dict[str, Any]) -> list[Any]:
 
         out.append(StepPruningCallback(trial, monitor=job["objective"]))
     return out
+
+
+def run_or_start_over(job: dict[str, Any], cfg: dict[str, Any], callbacks: list) -> Any:
+    """The runner on ``cfg``, continuing the killed run ``job`` names; when that run's data changed since it
+    started (``DataChangedError``, raised before anything is written), the trial starts over in a new run:
+    a rerun would otherwise pick the same killed run, and be refused, every time."""
+    from klear_lab.resume import DataChangedError
+
+    runner = resolve_runner(job["runner"])
+    try:
+        return runner(cfg, callbacks=callbacks, **_resume(job))
+    except DataChangedError as exc:
+        print(f"trial {job.get('number', '?')}: not continuing {job['resume']} ({exc}); starting over in a new run",
+              flush=True)
+        return runner(cfg, callbacks=callbacks)
 
 
 def _resume(job: dict[str, Any]) -> dict[str, Any]:

@@ -292,6 +292,13 @@ def test_a_resume_on_edited_data_is_refused(tmp_path, tiny_sft_overrides):
     with pytest.raises(ConfigError, match=rf"data.sources: {started['train']} at the start, [0-9a-f]{{16}} now"):
         run_experiment(compose(SFT, overrides), resume=run_dir)
     assert {name: (run_dir / name).read_bytes() for name in kept} == kept  # refused before anything is written
+    # a sweep's retry of the killed trial starts it over in a new run (else every rerun picked it, and was refused)
+    from klear_lab.sweep.spec import DEFAULT_RUNNER
+    from klear_lab.sweep.trial import run_or_start_over
+
+    fresh = run_or_start_over({"runner": DEFAULT_RUNNER, "resume": str(run_dir)}, compose(SFT, overrides), [])
+    fresh_data = json.loads((fresh.run_dir / "run.json").read_text())["data"]
+    assert fresh.run_dir != run_dir and fresh_data["train"] != started["train"]
 
     data.write_text(original)
     done = run_experiment(compose(SFT, overrides), resume=run_dir)
