@@ -32,7 +32,8 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     """
     check_storage_url(spec.storage, spec)
     base = _check_base(spec)
-    check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")))
+    clips = _configured_clips(spec, base) if base.get("plugins") and base["run"]["kind"] == "rl" else None
+    check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")), clips=clips)
     inherited = runnable_problem(base)  # reported as the base's when an arm has it (no axis is at fault)
     for axis in spec.axes:
         if axis.key in SWEEP_OWNED_KEYS or axis.key == "run":
@@ -54,16 +55,32 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     return arms
 
 
-def check_objective(spec: SweepSpec, kind: str, plugins: bool = False) -> None:
+def _configured_clips(spec: SweepSpec, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """The clip nodes trials configure: the base's, and each value of an ``rl.clip`` axis (a plugin clip's
+    statistics may depend on its parameters). A value that does not compose is the axis check's to report."""
+    nodes = [base["rl"]["clip"]]
+    for axis in spec.axes:
+        if axis.key == "rl.clip" or axis.key.startswith("rl.clip."):
+            for value in _probe_values(axis):
+                try:
+                    layer = trial_layer(spec, {axis.key: value}, spec.seeds[0], None, None, "check")
+                    nodes.append(spec.compose([layer])["rl"]["clip"])
+                except ConfigError:
+                    pass
+    return nodes
+
+
+def check_objective(spec: SweepSpec, kind: str, plugins: bool = False,
+                    clips: list[dict[str, Any]] | None = None) -> None:
     """The objective and table metrics must be names that runs of ``kind`` log (``metrics.py``): a trial
     whose objective is missing fails only once it has trained.
 
     A custom ``runner:`` returns metrics of its own: only their namespace (``METRIC_PREFIXES``) is checked.
     With plugins loaded, a plugin clip variant's statistics are logged as ``rl/<key>``: the names every
-    registered clip returns are asked of them (``clip_metric_names``); where one cannot be asked, names
-    under ``rl/`` get the namespace check only.
+    registered clip returns at its defaults, and each clip the trials configure (``clips``), are asked of
+    them (``clip_metric_names``); where one cannot be asked, names under ``rl/`` get the namespace check only.
     """
-    clip_names = clip_metric_names() if plugins and kind == "rl" else set()
+    clip_names = clip_metric_names(clips or []) if plugins and kind == "rl" else set()
     named = [("objective.metric", spec.metric), *[(f"metrics[{i}]", m) for i, m in enumerate(spec.metrics)]]
     for key, name in named:
         if name in (clip_names or ()):

@@ -45,10 +45,11 @@ def rl_update_metrics() -> tuple[str, ...]:
     return tuple(f"train/{k}" if k in ("loss", "pg_loss") else f"rl/{k}" for k in (*LOSS_TERMS, *METRIC_KEYS))
 
 
-def clip_metric_names() -> set[str] | None:
-    """``rl/<key>`` for the statistics every registered clip variant returns (plugins' too), found by calling
-    each, at its defaults, on a tiny batch [2, 3]; None when one cannot be called so (its names are then
-    known only once it runs). A plugin clip's ``ClipOutput.metrics`` may hold keys of its own."""
+def clip_metric_names(nodes: list[dict] | None = None) -> set[str] | None:
+    """``rl/<key>`` for the statistics the clip variants return (plugins' too), found by calling each
+    registered one at its defaults, and each of ``nodes`` (``{name: ..., params}`` as trials configure
+    them), on a tiny batch [2, 3]; None when one cannot be called so (its names are then known only once
+    it runs). A plugin clip's ``ClipOutput.metrics`` may hold keys of its own."""
     import torch
 
     from klear_lab.registry import CLIP
@@ -57,9 +58,9 @@ def clip_metric_names() -> set[str] | None:
     old = logp + torch.tensor([[0.4, -0.4, 0.1], [-0.6, 0.2, 0.0]])  # ratios both sides of 1
     adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
     names: set[str] = set()
-    for name in CLIP.names():
+    for clip in [*({"name": n} for n in CLIP.names()), *(nodes or [])]:
         try:
-            names |= {f"rl/{k}" for k in CLIP.get(name)()(logp, old, adv, mask).metrics}
+            names |= {f"rl/{k}" for k in CLIP.build(clip)(logp, old, adv, mask).metrics}
         except Exception:  # noqa: BLE001 - a plugin's own signature or needs: unknown, not an error here
             return None
     return names

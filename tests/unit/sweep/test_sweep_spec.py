@@ -233,6 +233,10 @@ def test_an_objective_no_run_logs_stops_before_a_study(tmp_path):
     assert "'val/acx' is not a metric rl runs log" in _error(_edit(path, metrics=["val/acx"]))
     # with plugins loaded a typo under rl/ went unchecked; the plugin is asked what it logs instead
     assert "'rl/reward_mean' is not a metric rl runs log" in _error(_edit(path, metrics=["rl/reward_mean"]))
+    # a statistic the plugin logs only at the parameters the trials set (here an axis value): asked at those
+    extra = _edit(path, metrics=["rl/extra_stat"], axes={"rl.clip": [{"name": "stat_clip", "extra": True}]})
+    assert len(check_spec(load_spec(extra))) == 1
+    assert "'rl/extra_stat' is not a metric" in _error(_edit(path, axes={"rl.clip.scale": [1.0, 2.0]}))
 
 
 STAT_CLIP = """
@@ -246,10 +250,13 @@ from klear_lab.rl.clip.base import ClipOutput
 class StatClip:
     \"\"\"Test plugin: REINFORCE with a statistic of its own.\"\"\"
     scale: float = 1.0
+    extra: bool = False
     def __call__(self, logp, old_logp, adv, mask):
         ratio = torch.exp(logp - old_logp)
-        return ClipOutput(loss=-adv[:, None] * ratio * mask * self.scale,
-                          metrics={"my_ratio_stat": ratio.mean().detach()})
+        metrics = {"my_ratio_stat": ratio.mean().detach()}
+        if self.extra:
+            metrics["extra_stat"] = ratio.max().detach()
+        return ClipOutput(loss=-adv[:, None] * ratio * mask * self.scale, metrics=metrics)
 """
 
 
