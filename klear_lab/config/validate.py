@@ -149,6 +149,11 @@ def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
         return isinstance(value, int) and not isinstance(value, bool), value
     if tp in (str, bool):
         return isinstance(value, tp), value
+    if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, str]: one type per position
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            return False, value
+        matched = [_matches(item, arm) for item, arm in zip(value, args, strict=True)]
+        return all(ok for ok, _ in matched), [coerced for _, coerced in matched]
     if origin in (list, tuple) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
             return False, value
@@ -177,6 +182,8 @@ def _type_name(tp: Any) -> str:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Literal:
         return "one of " + ", ".join(map(repr, args))
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return f"a list of {len(args)}: [{', '.join(_type_name(a) for a in args)}]"
     if origin in (list, tuple) and args and args[0] is not Any:  # YAML writes both as lists
         return f"a list of {_type_name(args[0])}"
     if origin is dict and len(args) == 2:

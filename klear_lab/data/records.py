@@ -65,7 +65,7 @@ def records_digest(records: list[Record]) -> str:
     """
     h = hashlib.sha256()
     for r in records:
-        rest = json.dumps([r.difficulty, r.response_correct, list(r.tests), r.meta], sort_keys=True, default=str)
+        rest = _stable_json([r.difficulty, r.response_correct, list(r.tests), r.meta])
         for text in (r.uid, r.source, r.task, r.prompt, r.answer, r.response, rest):
             if text is None:
                 h.update(b"\xff" * 8)
@@ -74,6 +74,23 @@ def records_digest(records: list[Record]) -> str:
             h.update(len(data).to_bytes(8, "little"))
             h.update(data)
     return h.hexdigest()[:16]
+
+
+def _stable_json(value: Any) -> str:
+    """JSON of ``value`` that is the same in every process: sets sorted, keys sorted (by their text where
+    they mix types), other objects by type name and ``str`` (a plugin source's ``meta`` may hold them)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, (set, frozenset)):
+            return sorted((plain(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True, default=str))
+        if v is None or isinstance(v, (str, int, float, bool)):
+            return v
+        return f"{type(v).__name__}:{v}"
+
+    return json.dumps(plain(value), sort_keys=True)
 
 
 def data_digests(train: list[Record] | None, held_out: list[Record]) -> dict[str, str]:

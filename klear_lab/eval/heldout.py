@@ -85,8 +85,9 @@ class EvalResult:
                 out[f"{prefix}/{source}/pass_at_k"] = sum(any(v) for v in mine) / len(mine)
         for source, vals in by_source.items():
             out[f"{prefix}/{source}/acc"] = sum(vals) / len(vals)
-        if len(by_source) > 1:  # each benchmark counts once, as a paper's table reads: 30 AIME problems
-            # weigh as much as LiveCodeBench's hundreds, which dominate the pooled acc
+        if by_source:  # each benchmark counts once, as a paper's table reads: 30 AIME problems weigh as much
+            # as LiveCodeBench's hundreds, which dominate the pooled acc (one source: acc itself; logged so that
+            # a sweep whose objective it is still has it when its held-out sources are cut to one)
             out[f"{prefix}/acc_macro"] = sum(sum(v) / len(v) for v in by_source.values()) / len(by_source)
         for level in sorted({r.difficulty for r in self.records}):
             vals = [s for r, s in zip(self.records, scores) if r.difficulty == level]

@@ -150,8 +150,9 @@ def _read_json(p: Path) -> list[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             raise DataError(f"{p}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
     rows = []
-    # lines end at "\n" only: str.splitlines also splits at U+2028, U+0085..., which JSON strings may hold raw
-    for n, line in enumerate(text.split("\n"), start=1):
+    # lines end at \n, \r\n or \r (which a JSON string cannot hold raw), not where str.splitlines also
+    # splits: at U+2028, U+0085..., which JSON strings may hold raw
+    for n, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         if line.strip():
             try:
                 rows.append((n, json.loads(line)))

@@ -35,11 +35,20 @@ def test_no_field_can_pass_for_the_next():
 
 
 def test_the_digest_is_the_same_in_another_process():
-    """Not Python's salted ``hash``: a resume in a new process compares against the start's digest."""
+    """Not Python's salted ``hash``: a resume in a new process compares against the start's digest, also for
+    a plugin source's ``meta`` holding a set (iterated in hash order) or keys of mixed types."""
+    import os
+
     code = ("from klear_lab.data.records import Record, records_digest; "
             "print(records_digest([Record(uid='s/0', source='s', task='math', prompt='1+1', answer='2', "
-            "response='<think>1+1</think>2')]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            "response='<think>1+1</think>2', meta={'tags': {'x', 'y', 'alpha', 'beta', 'gamma'}, 1: 'one', 'b': 2})]))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2", "3")}
+    assert len(outs) == 1 and len(outs.pop()) == 16
+    plain = ("from klear_lab.data.records import Record, records_digest; "
+             "print(records_digest([Record(uid='s/0', source='s', task='math', prompt='1+1', answer='2', "
+             "response='<think>1+1</think>2')]))")
+    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, check=True).stdout.strip()
     assert out == records_digest([A])
 
 

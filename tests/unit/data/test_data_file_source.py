@@ -114,6 +114,8 @@ def test_text_is_split_at_newlines_only_and_bad_bytes_are_located(tmp_path):
     path = tmp_path / "raw.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows), encoding="utf-8")
     assert [r.prompt for r in FileSource(path=str(path)).records(0, "eval")] == ["a\u2028b\u0085c", "d"]
+    path.write_text("".join(json.dumps(r) + "\r" for r in rows))  # old Mac line ends
+    assert [r.prompt for r in FileSource(path=str(path)).records(0, "eval")] == ["a\u2028b\u0085c", "d"]
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(b'{"prompt": "x", "answer": "1"}\n{"prompt": "caf\xe9", "answer": "2"}\n')
     with pytest.raises(DataError, match=r"latin.jsonl: row 2: byte 0xe9 at offset 46 is not UTF-8"):
