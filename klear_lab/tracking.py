@@ -38,7 +38,8 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
               ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None,
               ("rl", "reward", "record_limits"): False, ("eval", "code_reward", "record_limits"): False,
               ("data", "filter", "min_tests"): 0, ("data", "sources", "*", "shared_prompts"): False,
-              ("data", "eval_sources", "*", "shared_prompts"): False}
+              ("data", "eval_sources", "*", "shared_prompts"): False, ("data", "mix", "select"): "random",
+              ("data", "mix", "kcenter_dim"): 256}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:

@@ -13,6 +13,8 @@ a plan giving it a share fails, naming it, instead of quietly handing its place 
 Sampling is without replacement whenever a pool holds at least its count. A pool smaller than
 its count is repeated whole as often as it fits and the rest is drawn without replacement, so
 its records appear at most ``ceil(count / len(pool))`` times (the budget is always met exactly).
+Which records of a larger pool are drawn is ``select``: ``random``, or ``kcenter`` (K-Center Greedy
+on the prompts, as the paper's Tables 2, 4 and 5; see ``mixes.kcenter``).
 """
 
 from __future__ import annotations
@@ -20,26 +22,42 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
+from klear_lab.data.mixes.kcenter import kcenter_take
 from klear_lab.data.records import Record
 
+SELECTIONS = ("random", "kcenter")
 
-def draw(pools: Mapping[str, list[Record]], counts: Mapping[str, int], seed: int) -> list[Record]:
+
+def draw(pools: Mapping[str, list[Record]], counts: Mapping[str, int], seed: int,
+         select: str = "random", kcenter_dim: int = 256) -> list[Record]:
     """``counts[name]`` records from each pool, deterministic in ``seed``, shuffled together."""
     out: list[Record] = []
     for name in sorted(counts):
-        out.extend(take(pools[name], counts[name], random.Random(f"mix/{seed}/{name}"), name))
+        rng = random.Random(f"mix/{seed}/{name}")
+        out.extend(take(pools[name], counts[name], rng, name, select, kcenter_dim))
     random.Random(f"mix/{seed}/shuffle").shuffle(out)
     return out
 
 
-def take(pool: list[Record], n: int, rng: random.Random, name: str = "pool") -> list[Record]:
+def take(pool: list[Record], n: int, rng: random.Random, name: str = "pool",
+         select: str = "random", kcenter_dim: int = 256) -> list[Record]:
     """``n`` records of ``pool``: without replacement if it is large enough, else whole repeats + rest."""
     if n <= 0:
         return []
     if not pool:
         raise ValueError(f"source {name!r} has no records (after data.filter) but its share is {n}")
     repeats, rest = divmod(n, len(pool))
+    if select == "kcenter":
+        return list(pool) * repeats + kcenter_take(pool, rest, rng, kcenter_dim)
     return list(pool) * repeats + rng.sample(pool, rest)
+
+
+def check_selection(select: str, kcenter_dim: int) -> None:
+    """Raise ValueError for an unknown ``select`` or a non-positive ``kcenter_dim``."""
+    if select not in SELECTIONS:
+        raise ValueError(f"select must be one of {list(SELECTIONS)}, got {select!r}")
+    if kcenter_dim < 1:
+        raise ValueError(f"kcenter_dim must be >= 1, got {kcenter_dim}")
 
 
 def split_evenly(budget: int, names: list[str]) -> dict[str, int]:

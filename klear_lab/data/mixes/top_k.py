@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from klear_lab.data.mixes.base import by_rank, draw, split_evenly
+from klear_lab.data.mixes.base import by_rank, check_selection, draw, split_evenly
 from klear_lab.data.records import Record
 from klear_lab.registry import DATA_MIX
 
@@ -17,13 +17,18 @@ class TopKMix:
 
     Paper Tables 4-5 (math / code SFT, Top1...Top10): the total stays at 31,600 examples
     whatever K, so adding lower-quality sources dilutes the best ones. ``k`` 0 or None keeps
-    all sources. See ``mixes.base`` for sampling when a pool is smaller than its share.
+    all sources. ``select`` picks a source's share: ``random`` or ``kcenter`` (the paper's K-Center
+    Greedy on prompts, ``mixes.kcenter``, hashed into ``kcenter_dim`` features). See ``mixes.base``
+    for sampling when a pool is smaller than its share.
     """
 
     k: int | None = 1
     budget: int = 31600
+    select: str = "random"
+    kcenter_dim: int = 256
 
     def __post_init__(self) -> None:
+        check_selection(self.select, self.kcenter_dim)
         if self.k is not None and self.k < 0:
             raise ValueError(f"k must be >= 0 (0 or None = all sources), got {self.k}")
         if self.budget < 1:
@@ -37,4 +42,5 @@ class TopKMix:
         return split_evenly(self.budget, ranked[: self.k or None])
 
     def __call__(self, pools: dict[str, list[Record]], ranks: dict[str, int], seed: int) -> list[Record]:
-        return draw(pools, self.plan({k: len(v) for k, v in pools.items()}, ranks), seed)
+        counts = self.plan({k: len(v) for k, v in pools.items()}, ranks)
+        return draw(pools, counts, seed, self.select, self.kcenter_dim)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from klear_lab.data.mixes.base import draw
+from klear_lab.data.mixes.base import check_selection, draw
 from klear_lab.data.records import Record
 from klear_lab.registry import DATA_MIX
 
@@ -18,13 +18,17 @@ class WeightedMix:
     For mixes beyond the paper's even top-K split (Tables 4-5 hold 31,600 examples per setting;
     the final recipe mixes math and code, §4.2). Sources missing from ``weights`` get none;
     empty ``weights`` means equal ratios. Counts use largest-remainder rounding, so they sum to
-    ``budget`` exactly. See ``mixes.base`` for sampling when a pool is smaller than its share.
+    ``budget`` exactly. ``select`` picks a source's share: ``random`` or ``kcenter`` (K-Center Greedy
+    on prompts, ``mixes.kcenter``). See ``mixes.base`` for sampling when a pool is smaller than its share.
     """
 
     weights: dict[str, float] = field(default_factory=dict)
     budget: int = 31600
+    select: str = "random"
+    kcenter_dim: int = 256
 
     def __post_init__(self) -> None:
+        check_selection(self.select, self.kcenter_dim)
         if bad := {k: v for k, v in self.weights.items() if not v >= 0}:
             raise ValueError(f"weights must be >= 0, got {bad}")
         if self.weights and not sum(self.weights.values()) > 0:
@@ -50,4 +54,5 @@ class WeightedMix:
         return counts
 
     def __call__(self, pools: dict[str, list[Record]], ranks: dict[str, int], seed: int) -> list[Record]:
-        return draw(pools, self.plan({k: len(v) for k, v in pools.items()}, ranks), seed)
+        counts = self.plan({k: len(v) for k, v in pools.items()}, ranks)
+        return draw(pools, counts, seed, self.select, self.kcenter_dim)

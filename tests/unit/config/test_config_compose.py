@@ -32,7 +32,7 @@ def test_order_defaults_base_experiment_cli(tmp_path):
 def test_component_defaults_expanded_and_switch_drops_old_params(tmp_path):
     exp = write(tmp_path / "e.yaml", "data:\n  mix: {name: top_k, k: 2, budget: 100}\n")
     cfg = compose(exp)
-    assert cfg["data"]["mix"] == {"name": "top_k", "k": 2, "budget": 100}
+    assert cfg["data"]["mix"] == {"name": "top_k", "k": 2, "budget": 100, "select": "random", "kcenter_dim": 256}
     cfg = compose(exp, ["data.mix=all"])        # shorthand switches component, drops k/budget
     assert cfg["data"]["mix"] == {"name": "all"}
     cfg = compose(exp, ["data.filter=band"])
