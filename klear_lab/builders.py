@@ -140,10 +140,15 @@ def repeat_stats(pools: dict[str, list[Record]], records: list[Record], mix: str
 
 
 def record_stats(records: list[Record]) -> dict[str, float]:
-    """What the training records hold: each source's share, their count, the correct fraction."""
+    """What the training records hold: each source's share, their count, and how many responses are known
+    to be correct: ``data/correct_frac`` among those whose correctness is known (absent when none is),
+    ``data/correct_known_frac`` the share known (a file without a correctness column: 0)."""
     stats = share_metrics(Counter(r.source for r in records))
     stats["data/records"] = float(len(records))
-    stats["data/correct_frac"] = sum(r.response_correct is not False for r in records) / max(len(records), 1)
+    known = [r.response_correct for r in records if r.response_correct is not None]
+    stats["data/correct_known_frac"] = len(known) / max(len(records), 1)
+    if known:
+        stats["data/correct_frac"] = sum(known) / len(known)
     return stats
 
 

@@ -107,11 +107,13 @@ def test_record_stats_describe_the_records_given():
     from klear_lab.builders import record_stats
 
     recs = [Record(f"a/{i}", "a", "math", "p", "1", response_correct=i != 0) for i in range(3)]
-    recs.append(Record("b/0", "b", "math", "p", "1"))  # correctness unknown counts as correct
+    recs.append(Record("b/0", "b", "math", "p", "1"))  # correctness unknown: not counted either way
     stats = record_stats(recs)
     assert stats == {"data/mix_share/a": 0.75, "data/mix_share/b": 0.25, "data/records": 4.0,
-                     "data/correct_frac": 0.75}
-    assert record_stats(recs[1:3]) == {"data/mix_share/a": 1.0, "data/records": 2.0, "data/correct_frac": 1.0}
+                     "data/correct_frac": 2 / 3, "data/correct_known_frac": 0.75}
+    assert record_stats(recs[1:3]) == {"data/mix_share/a": 1.0, "data/records": 2.0, "data/correct_frac": 1.0,
+                                       "data/correct_known_frac": 1.0}
+    assert record_stats(recs[3:]) == {"data/mix_share/b": 1.0, "data/records": 1.0, "data/correct_known_frac": 0.0}
 
 
 def test_sources_that_produce_nothing_are_named(tmp_path):
