@@ -154,8 +154,11 @@ def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
         for parent in reversed(Path(prefix).parents[:-1]):  # bwrap would copy their modes (/root: 0700)
             args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", prefix, prefix]
-    return [*args, "--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    # the new root and /dev are tmpfs owned by the caller when bwrap runs unprivileged: writable and as
+    # large as half the host's memory unless remounted read-only (only /tmp, of tmpfs_mb, is writable)
+    return [*args, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+            "--perms", "1777", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--remount-ro", "/",
+            "--chdir", "/tmp"]
 
 
 def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,

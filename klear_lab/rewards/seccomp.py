@@ -12,7 +12,10 @@ keyring of the program's uid outlives it, so one program could leave data there 
 System V shared memory and message queues live outside the address-space limit (a program filled
 host memory with 150 MB segments under a 200 MB limit). So do ``ptrace`` and
 ``process_vm_readv``/``writev``: the program could stop or use bwrap's pid 1, which has none of the
-prelude's limits. bubblewrap installs the program (``--seccomp FD``) right before it executes the
+prelude's limits. ``io_uring_setup``/``enter``/``register``, ``memfd_create`` and ``memfd_secret``
+fail too: a ring keeps files alive after the program closes them, so memfds parked in rings held
+gigabytes of host memory that neither the address-space nor the open-files limit counts (a review
+held 3 GiB under a 1 GiB limit). bubblewrap installs the program (``--seccomp FD``) right before it executes the
 sandboxed interpreter.
 """
 
@@ -30,11 +33,15 @@ _CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000
 
 # machine -> (audit arch, clone, clone3, denied: fork, vfork, unshare, setns, mount, umount2, pivot_root,
-# add_key, request_key, keyctl; shmget, msgget, semget, ptrace, process_vm_readv, process_vm_writev)
+# add_key, request_key, keyctl; shmget, msgget, semget, ptrace, process_vm_readv, process_vm_writev;
+# io_uring_setup, io_uring_enter, io_uring_register (one number on every architecture); memfd_create,
+# memfd_secret)
+_IO_URING = (425, 426, 427)
 _ARCHES: dict[str, tuple[int, int, int, tuple[int, ...]]] = {
-    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155, 248, 249, 250, 29, 68, 64, 101, 310, 311)),
+    "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155, 248, 249, 250, 29, 68, 64, 101, 310, 311,
+                                     *_IO_URING, 319, 447)),
     "aarch64": (0xC00000B7, 220, 435, (97, 268, 40, 39, 41, 217, 218, 219,  # no fork/vfork syscalls
-                                       194, 186, 190, 117, 270, 271)),
+                                       194, 186, 190, 117, 270, 271, *_IO_URING, 279, 447)),
 }
 
 

@@ -341,3 +341,54 @@ def test_limits_that_would_be_none_are_refused(bad):
     for timeout in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="timeout_s must be a finite number > 0"):
             run_python("print(1)", timeout_s=timeout)
+
+
+def test_memfds_and_io_uring_are_refused():
+    """A ring keeps the files registered in it alive after the program closes them: memfds parked in rings
+    held 3 GiB of host memory under a 1 GiB address-space limit (found by a review)."""
+    res = run_python(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "try:\n    os.memfd_create('x'); print('memfd')\nexcept OSError as e:\n    print(e.errno)\n"
+        "print(libc.syscall(425, 4, ctypes.create_string_buffer(120)), ctypes.get_errno())  # io_uring_setup\n"
+        "print(libc.syscall(427, 0, 0, None, 0), ctypes.get_errno())  # io_uring_register\n")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:-1] == ["1", "-1 1", "-1 1"]  # EPERM
+
+
+WRITES = ("import os\nfor d in ('/', '/dev', '/dev/shm', '/tmp'):\n    try:\n"
+          "        open(os.path.join(d, 'blob'), 'wb').write(b'x' * 4096); print('wrote')\n"
+          "    except OSError as e:\n        print(e.errno)\nopen('/dev/null', 'w').write('x'); print('null')\n")
+"""Writes 4 KiB to the sandbox's root, /dev, /dev/shm and /tmp; prints ``wrote`` or the errno of each."""
+
+
+def test_only_tmp_is_writable():
+    res = run_python(WRITES)
+    assert res.stdout.split() == ["30", "30", "30", "wrote", "null"], (res.stdout, res.stderr[-300:])  # EROFS
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="becomes an unprivileged user to run bwrap the way a non-root researcher does")
+def test_only_tmp_is_writable_when_bwrap_runs_unprivileged(monkeypatch):
+    """Unprivileged, bwrap makes the new root and /dev tmpfs owned by the caller: writable, and as large as half
+    the host's memory (a review filled 384 MiB there past the 64 MiB /tmp)."""
+    from klear_lab.rewards.seccomp import no_fork_filter
+
+    monkeypatch.setattr(sandbox, "_python", lambda: ("/usr/bin/python3", "/usr"))  # /root's is closed to nobody
+    isolation = choose_isolation(1000, "0 0 4294967295\n", "0 0 4294967295\n", 0)
+    read, write = os.pipe()
+    os.write(write, no_fork_filter())
+    os.close(write)
+
+    def become_nobody():
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+
+    argv = sandbox.bwrap_argv(sandbox.SandboxLimits(), 20, read, isolation, 65534)
+    try:
+        proc = subprocess.run(argv, input=WRITES.encode(), capture_output=True, pass_fds=(read,),
+                              preexec_fn=become_nobody, env={}, timeout=60)
+    finally:
+        os.close(read)
+    out = proc.stdout.decode().split("\n", 1)[-1].split()  # after the prelude's start-up line
+    assert out == ["30", "30", "30", "wrote", "null"], (proc.stdout, proc.stderr[-300:])
