@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,11 @@ STALL_GRACE_S = 5.0
 """Seconds of start-up and scheduling slack on a loaded host, past the harness' own alarms, before a
 silent run counts as one that ignores them."""
 
+TEST_GRACE_S = 1.0
+"""Seconds past the per-test limit that a test may take by the host's clock (the time between its result
+line and the one before) before it fails as over the limit, whatever its line says: the limit inside
+the sandbox is an alarm, which the program can ignore (a review passed tests 5 s over a 2 s limit)."""
+
 
 @dataclass(frozen=True)
 class HarnessRuns:
@@ -160,8 +165,9 @@ def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: flo
     once the solution is defined and after each test, each phase under the alarm, so a run silent for
     one test limit plus :data:`STALL_GRACE_S` once the sandbox is up, or after its last line, is killed: that test
     times out and the tests after it run in a fresh sandbox (a few seconds later than had the alarm
-    worked). A candidate that writes on the harness' pipe to look alive runs to ``timeout_s``, as
-    before, and gains no test by it.
+    worked). Only the next result line counts as a sign of life: a candidate writing anything else on
+    the harness' pipe (it can reach it) is silent all the same. A test whose result line came more than
+    :data:`TEST_GRACE_S` past its limit after the line before fails as timed out (``_over_time``).
     """
     items, test_s = payload[key], payload["test_s"]
     deadline = time.monotonic() + timeout_s
@@ -170,9 +176,9 @@ def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: flo
     while True:
         left = deadline - time.monotonic()
         res = run_python(harness.format(payload=json.dumps({**payload, key: items[start:]})), timeout_s=max(left, 0.01),
-                         limits=limits, idle_s=test_s + STALL_GRACE_S if test_s else None)
+                         limits=limits, idle_s=test_s + STALL_GRACE_S if test_s else None, progress=_next_line())
         wall += res.wall_s
-        got = [_shifted(rec, start) for rec in map(_parse, res.stdout.splitlines())]
+        got = [_shifted(rec, start) for rec in _over_time(res.stdout, res.line_s, test_s)]
         lines += got
         if not res.stalled:
             return HarnessRuns(lines, res.timed_out, res.returncode, wall)
@@ -184,6 +190,45 @@ def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: flo
         start = stuck + 1
         if start >= len(items) or deadline - time.monotonic() <= 0:
             return HarnessRuns(lines, start < len(items), res.returncode, wall)
+
+
+def _next_line() -> Callable[[bytes], bool]:
+    """Whether a harness line moves the run on: the solution defined (or failing to), or the next test's
+    result; a forged, repeated or skipped index does not."""
+    expected = [0]
+
+    def progress(line: bytes) -> bool:
+        rec = _parse(line.decode("utf-8", "replace"))
+        if "defined" in rec or "load_error" in rec:
+            return True
+        if _index(rec) == expected[0]:
+            expected[0] += 1
+            return True
+        return False
+
+    return progress
+
+
+def _over_time(stdout: str, line_s: Sequence[float], test_s: float | None) -> list[dict[str, Any]]:
+    """The result lines of one run, with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S`
+    after the line before it (by the host's clock: ``line_s``) made a timeout."""
+    records, before, expected = [], None, 0
+    for k, rec in enumerate(map(_parse, stdout.split("\n")[:-1])):  # whole lines; json never holds a raw \n
+        at = line_s[k] if k < len(line_s) else None
+        if "defined" in rec:
+            before = at
+        elif _index(rec) == expected:
+            expected += 1
+            if test_s and at is not None and before is not None and at - before > test_s + TEST_GRACE_S:
+                rec = {"i": rec["i"], "timeout": True}
+            before = at
+        records.append(rec)
+    return records
+
+
+def _index(rec: dict[str, Any]) -> int | None:
+    i = rec.get("i")
+    return i if isinstance(i, int) and not isinstance(i, bool) else None
 
 
 def _shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +117,7 @@ class SandboxResult:
     timed_out: bool
     wall_s: float
     stalled: bool = False  # killed for a silent stdout (``idle_s``); ``timed_out`` is then True too
+    line_s: tuple[float, ...] = ()  # when each whole line of ``stdout`` came, in seconds from the start
 
 
 def require_bwrap() -> str:
@@ -177,7 +179,8 @@ def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
 
 
 def run_python(
-    source: str, *, timeout_s: float = 10.0, limits: SandboxLimits | None = None, idle_s: float | None = None
+    source: str, *, timeout_s: float = 10.0, limits: SandboxLimits | None = None, idle_s: float | None = None,
+    progress: Callable[[bytes], bool] | None = None,
 ) -> SandboxResult:
     """Run ``source`` as ``__main__`` in the sandbox (stdin is empty).
 
@@ -189,6 +192,8 @@ def run_python(
             prelude's start marker, then the program's; not before the program is fed whole); ``stalled``
             says so. None: only ``timeout_s``.
             A program can keep it at bay by writing; only ``timeout_s`` bounds that.
+        progress: with ``idle_s``, only a whole stdout line (without its newline) it returns True for counts
+            as output (so that a program cannot hold the silence limit off by writing anything else).
 
     Returns:
         The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
@@ -206,11 +211,11 @@ def run_python(
     require_bwrap()  # before any pipe is opened
     isolation = current_isolation()  # refuses host root without CAP_SYS_ADMIN, also before
     with run_uid(isolation.own_uids) as uid:
-        return _run(data, timeout_s, limits, isolation, uid, idle_s)
+        return _run(data, timeout_s, limits, isolation, uid, idle_s, progress)
 
 
 def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolation, uid: int,
-         idle_s: float | None = None) -> SandboxResult:
+         idle_s: float | None = None, progress: Callable[[bytes], bool] | None = None) -> SandboxResult:
     """One sandboxed run of the program ``data`` as host ``uid`` (:func:`run_python`)."""
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
@@ -228,14 +233,16 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     finally:
         for fd in fds:
             os.close(fd)
-    out, err, timed_out, stalled = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s)
+    out, err, timed_out, stalled, line_at = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s, progress)
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     if not stdout.startswith(_BOOT_TAG) and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
+    booted = stdout.startswith(_BOOT_TAG)
+    line_s = tuple(t - start for t in line_at[1 if booted else 0:])
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
-                         time.monotonic() - start, stalled)
+                         time.monotonic() - start, stalled, line_s)
 
 
 def _pipe_with(data: bytes) -> int:
@@ -247,13 +254,15 @@ def _pipe_with(data: bytes) -> int:
 
 
 def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,
-              idle_s: float | None = None) -> tuple[bytes, bytes, bool, bool]:
+              idle_s: float | None = None, progress: Callable[[bytes], bool] | None = None,
+              ) -> tuple[bytes, bytes, bool, bool, list[float]]:
     """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest is read and
-    dropped), until the process exits, ``timeout_s`` passes or stdout stays silent for ``idle_s``; then
-    kill its process group.
+    dropped), until the process exits, ``timeout_s`` passes or stdout stays silent for ``idle_s`` (only
+    lines ``progress`` accepts count, once the program has started); then kill its process group.
 
     Returns:
-        (stdout, stderr, whether it timed out, whether that was for silence).
+        (stdout, stderr, whether it timed out, whether that was for silence, when each whole line of the
+        kept stdout came: ``time.monotonic()`` values).
     """
     deadline = time.monotonic() + timeout_s
     heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
@@ -263,7 +272,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     for f in kept:
         sel.register(f, selectors.EVENT_READ)
     sel.register(proc.stdin, selectors.EVENT_WRITE)
-    sent = 0
+    sent, partial, line_at = 0, bytearray(), []
     try:
         while sel.get_map() and (left := deadline - time.monotonic()) > 0:
             quiet = left if idle_s is None or heard is None else heard + idle_s - time.monotonic()
@@ -282,10 +291,15 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                         f.close()
                         heard = time.monotonic() if booted else None  # a large program: idle from here
                 elif chunk := os.read(f.fileno(), 1 << 16):
-                    kept[f] += chunk[:max(cap - len(kept[f]), 0)]
+                    room = chunk[:max(cap - len(kept[f]), 0)]
+                    kept[f] += room
                     if f is proc.stdout:
+                        now = time.monotonic()
+                        alive = progress is None or _progressed(partial, room, progress) or not booted
+                        line_at += [now] * room.count(b"\n")
                         booted = True
-                        heard = time.monotonic() if sent >= len(data) else None
+                        if alive:
+                            heard = now if sent >= len(data) else None
                 else:
                     sel.unregister(f)
         timed_out = bool(sel.get_map())  # the deadline came first
@@ -301,7 +315,16 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
             proc.wait()
         for f in (proc.stdin, proc.stdout, proc.stderr):
             f.close()
-    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at
+
+
+def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool]) -> bool:
+    """Whether a whole line that ``chunk`` completes passes ``progress``; ``partial`` keeps the unfinished
+    line (at most 64 KiB: a longer one is no progress)."""
+    *lines, rest = (bytes(partial) + chunk).split(b"\n")
+    partial[:] = rest[-(1 << 16):]
+    moved = [progress(line) for line in lines]  # every line, in order: ``progress`` may keep count
+    return any(moved)
 
 
 def _wait_eof(fd: int, deadline_s: float) -> None:

@@ -392,3 +392,36 @@ def test_only_tmp_is_writable_when_bwrap_runs_unprivileged(monkeypatch):
         os.close(read)
     out = proc.stdout.decode().split("\n", 1)[-1].split()  # after the prelude's start-up line
     assert out == ["30", "30", "30", "wrote", "null"], (proc.stdout, proc.stderr[-300:])
+
+
+IGNORE_ALARM = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+SPIN = "    if x == 2:\n        end = time.monotonic() + {s}\n        while time.monotonic() < end:\n            pass\n"
+
+
+def test_a_test_over_its_limit_fails_though_the_program_ignores_the_alarm():
+    """The per-test limit inside the sandbox is an alarm: a program that ignored it passed a test 2 s over
+    a 0.5 s limit (up to the 5 s stall grace). The host times each test by its result lines."""
+    tests = [{"input": [x], "output": x} for x in (1, 2, 3)]
+    code = IGNORE_ALARM + "def f(x):\n" + SPIN.format(s=2.5) + "    return x\n"
+    run = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((True, False, True), "timeout"), run
+    program = IGNORE_ALARM + "x = int(input())\n" + SPIN.format(s=2.5).replace("    ", "", 1).replace("\n    ", "\n") \
+        + "print(x)\n"
+    stdio = run_stdio_tests(program, [{"stdin": f"{x}\n", "stdout": f"{x}\n"} for x in (1, 2, 3)], timeout_s=30,
+                            test_timeout_s=0.5)
+    assert (stdio.passed, stdio.status) == ((True, False, True), "timeout"), stdio
+    honest = run_function_tests("def f(x):\n    return x\n", "f", tests, timeout_s=30, test_timeout_s=0.5)
+    assert honest.passed == (True, True, True) and honest.status == "ok"
+
+
+def test_writing_on_the_harness_pipe_does_not_hold_off_the_stall_limit(monkeypatch):
+    """A program that found the harness' real stdout and wrote blank lines on it ran a test 7 s under a 2 s
+    limit, and passed it: any output reset the host's silence clock (found by a review)."""
+    monkeypatch.setattr(function_tests, "STALL_GRACE_S", 1.0)
+    code = (IGNORE_ALARM + "import os, sys, threading\n_fd = sys._getframe(0).f_back.f_globals['_out'].fileno()\n"
+            "def _beat():\n    while True:\n        time.sleep(0.2)\n        os.write(_fd, b'\\n')\n"
+            "threading.Thread(target=_beat, daemon=True).start()\n"
+            "def f(x):\n" + SPIN.format(s=5) + "    return x\n")
+    tests = [{"input": [x], "output": x} for x in (1, 2, 3)]
+    run = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.5)
+    assert (run.passed, run.status) == ((True, False, True), "timeout"), run
