@@ -163,6 +163,8 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is typing.Literal:  # its values are what a user needs to see
+        return " | ".join(map(repr, typing.get_args(tp)))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 

@@ -26,6 +26,7 @@ from klear_lab.data.mixes.kcenter import kcenter_take
 from klear_lab.data.records import Record
 
 SELECTIONS = ("random", "kcenter")
+MAX_KCENTER_DIM = 65536
 
 
 def draw(pools: Mapping[str, list[Record]], counts: Mapping[str, int], seed: int,
@@ -56,8 +57,8 @@ def check_selection(select: str, kcenter_dim: int) -> None:
     """Raise ValueError for an unknown ``select`` or a non-positive ``kcenter_dim``."""
     if select not in SELECTIONS:
         raise ValueError(f"select must be one of {list(SELECTIONS)}, got {select!r}")
-    if kcenter_dim < 1:
-        raise ValueError(f"kcenter_dim must be >= 1, got {kcenter_dim}")
+    if not 1 <= kcenter_dim <= MAX_KCENTER_DIM:  # wider, the clip to keep dot products exact would zero them
+        raise ValueError(f"kcenter_dim must be in [1, {MAX_KCENTER_DIM}], got {kcenter_dim}")
 
 
 def split_evenly(budget: int, names: list[str]) -> dict[str, int]:

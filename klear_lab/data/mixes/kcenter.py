@@ -6,11 +6,14 @@ from every point chosen so far, so a budget smaller than the pool spreads over t
 instead of over its most common kinds of problem. The paper does not say which embedding it
 measures distance in; here a prompt is its hashed word unigrams and bigrams (``dim`` buckets,
 signed counts) and distance is cosine, which needs no model and gives the same choice on every
-machine. Cost: one pass over the pool per record chosen (~17 ms per pick for a pool of 100,000 at
-256 features on one core here; ``scripts/bench_kcenter.py``).
+machine (integer dot products, exact in float32; IEEE float64 cosines). Cost: one pass over the pool
+per record chosen (~17-21 ms per pick for a pool of 100,000 at 256 features on one core here;
+``scripts/bench_kcenter.py``). As K-Center Greedy does, it takes outliers first (very short or
+empty prompts lie far from everything).
 
-Prompts that repeat (several teacher responses to one problem) are one point: once every distinct
-prompt has been chosen, the rest of the count is drawn at random from the records left.
+Prompts with the same words (case and punctuation aside: ``x+y`` and ``x-y`` are one) are one point,
+as several teacher responses to one problem are: once every distinct point has been chosen, the rest
+of the count is drawn at random from the records left.
 """
 
 from __future__ import annotations
@@ -25,6 +28,16 @@ import torch
 from klear_lab.data.records import Record
 
 WORD = re.compile(r"\w+")
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's finaliser on uint64 arrays of 32-bit values: every output bit depends on every input bit."""
+    h = h ^ (h >> np.uint64(16))
+    h = (h * np.uint64(0x85EBCA6B)) & _M32
+    h = h ^ (h >> np.uint64(13))
+    h = (h * np.uint64(0xC2B2AE35)) & _M32
+    return h ^ (h >> np.uint64(16))
 
 
 def prompt_features(prompts: list[str], dim: int) -> torch.Tensor:
@@ -41,14 +54,16 @@ def prompt_features(prompts: list[str], dim: int) -> torch.Tensor:
         words = WORD.findall(text.lower())
         lengths[row] = len(words)
         ids.extend(vocab.setdefault(w, len(vocab)) for w in words)
-    word_hash = np.array([zlib.crc32(w.encode()) for w in vocab], dtype=np.int64)  # stable, unlike hash()
-    h = word_hash[np.array(ids, dtype=np.int64)]                                    # (T,) one per word
-    rows = np.repeat(np.arange(len(prompts)), lengths)                              # (T,)
-    same = rows[1:] == rows[:-1]                                                    # (T-1,) bigram in one prompt
-    pairs = (h[:-1][same] * 16777619 + h[1:][same] * 40503 + 1) & 0xFFFFFFFF       # (B,) 32-bit bigram hashes
+    word_hash = np.array([zlib.crc32(w.encode()) for w in vocab], dtype=np.uint64)  # stable, unlike hash()
+    h = word_hash[np.array(ids, dtype=np.int64)]                                     # (T,) one per word
+    rows = np.repeat(np.arange(len(prompts)), lengths)                               # (T,)
+    same = rows[1:] == rows[:-1]                                                     # (T-1,) bigram in one prompt
+    # (B,) bigram hashes, mixed whole: two words sharing a bucket must not share their bigrams' buckets too
+    pairs = _fmix32((h[:-1][same] * np.uint64(0x01000193) + h[1:][same]) & _M32)
     grams, gram_rows = np.concatenate([h, pairs]), np.concatenate([rows, rows[:-1][same]])
-    signs = np.where((grams >> 31) & 1, 1.0, -1.0)
-    counts = np.bincount(gram_rows * dim + grams % dim, weights=signs, minlength=len(prompts) * dim)
+    signs = np.where((grams >> np.uint64(31)) & np.uint64(1), 1.0, -1.0)
+    cells = gram_rows * dim + (grams % np.uint64(dim)).astype(np.int64)
+    counts = np.bincount(cells, weights=signs, minlength=len(prompts) * dim)
     bound = int((2**24 / dim) ** 0.5)
     return torch.from_numpy(np.clip(counts, -bound, bound).reshape(len(prompts), dim)).float()
 

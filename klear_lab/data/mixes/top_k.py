@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from klear_lab.data.mixes.base import by_rank, check_selection, draw, split_evenly
 from klear_lab.data.records import Record
@@ -24,7 +25,7 @@ class TopKMix:
 
     k: int | None = 1
     budget: int = 31600
-    select: str = "random"
+    select: Literal["random", "kcenter"] = "random"
     kcenter_dim: int = 256
 
     def __post_init__(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from klear_lab.data.mixes.base import check_selection, draw
 from klear_lab.data.records import Record
@@ -24,7 +25,7 @@ class WeightedMix:
 
     weights: dict[str, float] = field(default_factory=dict)
     budget: int = 31600
-    select: str = "random"
+    select: Literal["random", "kcenter"] = "random"
     kcenter_dim: int = 256
 
     def __post_init__(self) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
+import zlib
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,6 +47,43 @@ def test_features_count_words_and_their_order_in_small_integers():
     assert loud.abs().max() == 128 and (loud.abs().max() ** 2 * 1024) <= 2**24
 
 
+def test_features_are_signed_and_bigrams_mixed_apart_from_their_words():
+    x = prompt_features([f"word{i} and more" for i in range(200)], 256)
+    assert (x < 0).any() and (x > 0).any()
+    buckets: dict[int, str] = {}  # two words in one unigram bucket, then each before the same word
+    for i in range(10000):
+        word = f"w{i}"
+        if (b := zlib.crc32(word.encode()) % 256) in buckets:
+            break
+        buckets[b] = word
+    pair = prompt_features([f"{buckets[b]} zz", f"{word} zz"], 256)
+    assert not torch.equal(pair[0].abs(), pair[1].abs())  # their bigrams with "zz" fall apart
+
+
+@pytest.mark.parametrize("dim", [256, 1024])
+def test_dot_products_are_exact_in_float32(dim):
+    rng = random.Random(0)
+    prompts = [" ".join(["the"] * rng.randrange(1, 3000) + [f"w{rng.randrange(50)}" for _ in range(40)])
+               for _ in range(300)]
+    x = prompt_features(prompts, dim)
+    assert torch.equal((x @ x.T).long(), x.long() @ x.long().T)
+
+
+PINNED = ("import hashlib, random, torch\n"
+          "from klear_lab.data.mixes.kcenter import kcenter_order, prompt_features\n"
+          "r = random.Random(0)\n"
+          "p = [' '.join(r.choices(['a', 'b', 'c', 'sum', 'of', 'x', 'y', '2', '3'], k=8)) for _ in range(400)]\n"
+          "x = prompt_features(p, 64)\n"
+          "print(hashlib.sha256(x.numpy().tobytes()).hexdigest(), kcenter_order(x, 40, 0))\n")
+
+
+def test_same_features_and_order_in_every_process():
+    """Python's ``hash()`` of a string differs per process (PYTHONHASHSEED): the features must not use it."""
+    outs = [subprocess.run([sys.executable, "-c", PINNED], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "123")]
+    assert outs[0] == outs[1] and len(outs[0].split(" ", 1)[1]) > 40
+
+
 def test_order_is_farthest_first_and_stops_at_repeats():
     # rows: [1,0], [0,1], [1,1], [2,0] (same direction as row 0), [0,0] (an empty prompt)
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0], [0.0, 0.0]])
@@ -74,7 +114,7 @@ def test_repeated_prompts_are_one_point_then_the_rest_is_random():
 
 
 def test_same_choice_with_one_thread_or_two():
-    pool = _topics([300, 200, 100])
+    pool = _topics([12000, 6000, 2000])
     before = torch.get_num_threads()
     try:
         picks = []
@@ -94,7 +134,8 @@ def test_a_pool_smaller_than_its_share_is_repeated_whole_then_selected():
 
 
 @pytest.mark.parametrize("bad, match", [({"select": "kmeans"}, r"select must be one of \['random', 'kcenter'\]"),
-                                        ({"kcenter_dim": 0}, "kcenter_dim must be >= 1")])
+                                        ({"kcenter_dim": 0}, r"kcenter_dim must be in \[1, 65536\]"),
+                                        ({"kcenter_dim": 1 << 17}, "kcenter_dim must be in")])
 def test_bad_selection_is_a_config_error(bad, match):
     for name in ("top_k", "weighted"):
         with pytest.raises(ConfigError, match=match):
