@@ -37,7 +37,7 @@ def _compare(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
     else:
-        compare_study(spec, study)
+        compare_study(spec, study, require_finished=True)
     return 0
 
 

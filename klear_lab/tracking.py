@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from klear_lab.errors import ConfigError
 from klear_lab.plugins import code_digest, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
@@ -100,7 +101,10 @@ def create_run_dir(cfg: dict[str, Any]) -> Path:
     path, i = base, 1
     while path.exists():
         path, i = Path(f"{base}-{i}"), i + 1
-    path.mkdir(parents=True)
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise ConfigError(f"run.out_dir: cannot create the run directory {path}: {exc.strerror}") from None
     return path
 
 

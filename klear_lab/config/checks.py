@@ -78,6 +78,9 @@ def check_sft(cfg: dict[str, Any]) -> None:
     _require(s["loss"] != "step-token-mean" or not str(cfg["trainer"]["strategy"]).startswith("deepspeed"),
              "sft.loss", f"step-token-mean is not supported with trainer.strategy={cfg['trainer']['strategy']}: "
              "DeepSpeed scales for accumulation itself and counts its windows across epochs")
+    _require(isinstance(max_len, int) and max_len >= 1, "data.max_length", f"must be >= 1 (tokens), got {max_len}")
+    _require(s["max_steps"] >= -1, "sft.max_steps",
+             f"must be > 0, or 0 or -1 (no limit: sft.epochs), got {s['max_steps']}")
     rows = s["tokens_per_micro_batch"] // max_len
     _require(not (cfg["data"]["pack"] and rows > 1 and cfg["model"]["attn_implementation"] == "flash_attention_2"),
              "sft.tokens_per_micro_batch",

@@ -96,6 +96,8 @@ def mapping_layers(mapping: Any) -> list[Layer]:
 def body_layers(body: dict[str, Any], label: str, base_dir: Path, seen: tuple[Path, ...]) -> list[Layer]:
     """``body`` after the layers of its ``base:`` files (read from ``base_dir``), paths made absolute."""
     bases = body.pop("base", None) or []
+    if not (isinstance(bases, str) or isinstance(bases, list) and all(isinstance(b, str) for b in bases)):
+        raise ConfigError(f"{label}: base: expected a file name or a list of them, got {bases!r}")
     layers: list[Layer] = []
     for base in [bases] if isinstance(bases, str) else bases:
         base_path = (base_dir / base) if not Path(base).is_absolute() else Path(base)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Union
@@ -124,6 +125,8 @@ def _check_value(value: Any, tp: Any, path: str, provenance: dict[str, str]) -> 
     """Return ``value`` (ints widened to float where a float is wanted) or raise a type error."""
     ok, coerced = _matches(value, tp)
     if not ok:
+        if isinstance(value, float) and not math.isfinite(value):  # YAML .inf / .nan: a diverged run, not a value
+            raise ConfigError(f"{_where(path, provenance)}: {path}: expected a finite number, got {value!r}")
         raise _type_error(path, _type_name(tp), value, provenance)
     return coerced
 
@@ -143,7 +146,7 @@ def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
     if tp is type(None):
         return value is None, value
     if tp is float:
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)), (
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)), (
             float(value) if isinstance(value, (int, float)) else value)
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool), value

@@ -13,6 +13,7 @@ each trial's ``metrics.csv``).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from klear_lab.errors import ConfigError
 from klear_lab.stats import welch_interval
 from klear_lab.sweep.grid import canonical_point, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
@@ -194,9 +196,17 @@ def welch_cell(row: Any) -> str:
 
 
 def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,
-                  ) -> pd.DataFrame:
-    """Build, print (Rich) and save the table and curves of a sweep's study."""
+                  require_finished: bool = False) -> pd.DataFrame:
+    """Build, print (Rich) and save the table and curves of a sweep's study.
+
+    Raises:
+        ConfigError: ``require_finished`` and no trial has finished (nothing is written).
+    """
     records = load_records(spec, study)
+    if require_finished and not any(r.state == "COMPLETE" for r in records):
+        states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(Counter(r.state for r in records).items()))
+        raise ConfigError(f"{spec.sweep_dir}: no finished trial to compare ({states or 'no trials'}); run "
+                          "the sweep's command again to finish them")
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
     baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
     return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)

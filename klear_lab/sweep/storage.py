@@ -138,7 +138,11 @@ class StudyLock:
         self.key = zlib.crc32(study_name.encode()) & 0x7FFFFFFF
         self.lock_file = Path(f"{parsed.database}.lock") if self.backend == "sqlite" else None
         if self.lock_file is not None:
-            self.lock_file.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.lock_file.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # the sweep's directory (--out-dir) or an SQLite URL's
+                raise ConfigError(f"cannot create {self.lock_file.parent} for the study's SQLite file "
+                                  f"({_redact(url)}): {exc.strerror}") from None
         self.engine, self.shown = None, _redact(url)
         if self.backend == "postgresql":
             from sqlalchemy import create_engine

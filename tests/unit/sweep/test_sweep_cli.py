@@ -164,3 +164,18 @@ def test_a_data_axis_that_replaces_a_missing_base_file_is_not_refused(tmp_path, 
     b.unlink()
     assert main(["sweep", str(spec), "--validate-only"]) == 0
     assert f"data.sources.0.path={b}: no such file" in capsys.readouterr().out
+
+
+def test_compare_of_a_sweep_with_no_finished_trial_says_so_and_writes_nothing(tmp_path, capsys):
+    """It wrote a table of dashes and exited 0 after a Ctrl-C before any trial finished (found by a probe)."""
+    from klear_lab.sweep.checks import check_spec
+    from klear_lab.sweep.queue import prepare_study
+    from klear_lab.sweep.storage import StudyLock
+
+    path = write_spec(tmp_path)
+    spec = load_spec(path)
+    url = default_storage_url(spec)
+    prepare_study(open_study(spec, url, create=True), spec, check_spec(spec), StudyLock(url, spec.name))
+    assert main(["compare", str(path)]) == 2
+    assert "no finished trial to compare (3 waiting)" in capsys.readouterr().err
+    assert not (spec.sweep_dir / "compare").exists()

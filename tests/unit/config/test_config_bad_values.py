@@ -1,0 +1,63 @@
+"""Values a probe of the CLI found accepted or crashing: each is now a ConfigError naming its key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+
+SFT = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
+
+
+@pytest.mark.parametrize("key", ["optim.lr", "optim.weight_decay", "eval.temperature", "sft.epochs"])
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_non_finite_numbers_are_refused_by_key(tmp_path, key, value):
+    """``lr: .inf`` trained to all-NaN weights and was recorded as completed."""
+    section, name = key.split(".")
+    exp = tmp_path / "e.yaml"
+    exp.write_text(f"base: {SFT}\n{section}: {{{name}: {value}}}\n")
+    with pytest.raises(ConfigError, match=rf"e.yaml: {key}: expected a finite number"):
+        compose(exp)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("data.max_length=0", r"data.max_length must be >= 1"),  # was a ZeroDivisionError
+    ("data.max_length=-1", r"data.max_length must be >= 1"),
+    ("sft.max_steps=-5", r"sft.max_steps must be > 0, or 0 or -1"),
+])
+def test_out_of_range_values_are_refused(override, match):
+    with pytest.raises(ConfigError, match=match):
+        compose(SFT, [override])
+
+
+def test_a_base_that_is_not_a_file_name_is_refused(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text("base: 3\n")
+    with pytest.raises(ConfigError, match=r"e.yaml: base: expected a file name or a list of them, got 3"):
+        compose(exp)
+
+
+def test_a_run_directory_that_cannot_be_made_names_run_out_dir(tmp_path):
+    from klear_lab.tracking import create_run_dir
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cfg = compose(SFT, [f"run.out_dir={blocker}/runs"])
+    with pytest.raises(ConfigError, match=r"run.out_dir: cannot create the run directory .*file/runs/"):
+        create_run_dir(cfg)
+
+
+def test_the_tiny_tokenizer_learns_from_the_start_of_each_text_only():
+    """BPE training grows with the square of a word's length: one 800 KB row held a run for minutes."""
+    from klear_lab.models.tokenizer import TRAIN_CHARS, train_tokenizer
+
+    tok = train_tokenizer(["a b c " * 10, "a" * TRAIN_CHARS + " qz" * 2000], 300)
+    assert " qz" not in tok.get_vocab() and "Ġqz" not in tok.get_vocab()
+    learned = train_tokenizer(["a b c " * 10, " qz" * 2000], 300)
+    assert "Ġqz" in learned.get_vocab()
