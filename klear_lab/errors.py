@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import socket
 
@@ -20,6 +21,20 @@ class ConfigError(KlearError):
 
 class DataError(KlearError):
     """A data problem: missing file, malformed row, missing field."""
+
+
+class DivergedError(KlearError):
+    """Training produced a non-finite loss or gradient norm (a learning rate too high, say): the run stops
+    before the optimizer step that would make every weight NaN, and is recorded as failed. Exit code 1."""
+
+    exit_code = 1
+
+
+def check_finite(value: float, name: str, step: int) -> None:
+    """Raise :class:`DivergedError` if ``value`` (the metric ``name`` at optimizer step ``step``) is NaN or inf."""
+    if not math.isfinite(value):
+        raise DivergedError(f"training diverged: {name} is {value} at step {step}, so the run stops before "
+                            "the update (weights as after the step before; lower optim.lr or check the data)")
 
 
 def interrupted(exc: BaseException) -> bool:

@@ -240,3 +240,12 @@ def test_max_kept_prompts_trains_on_the_first_survivors(tmp_path, reward_plugin)
     cfg = tiny_rl(tmp_path, reward_plugin, "ppo", 2, "rl.max_kept_prompts=2")  # 4 prompts, no filter
     metrics = run_experiment(cfg).metrics
     assert metrics["rl/trained_groups"] == 2 and metrics["rl/updates_per_step"] == 1
+
+
+def test_a_diverged_rl_update_stops_the_run(tmp_path, reward_plugin):
+    """A NaN gradient norm stops the run before the update would make the weights NaN."""
+    from klear_lab.errors import DivergedError
+
+    cfg = tiny_rl(tmp_path, reward_plugin, "gppo", 2, "optim.lr=1e30", "optim.min_lr=0", "optim.grad_clip=0")
+    with pytest.raises(DivergedError, match=r"train/grad_norm is (nan|inf) at step"):
+        run_experiment(cfg)

@@ -212,3 +212,13 @@ def test_step_token_mean_makes_accumulation_the_same_step_as_a_bigger_batch(tiny
     # AdamW hides a gradient's scale from the weights; the logged gradient (before clipping) does not
     steps = norms["step-token-mean"]
     assert len(steps["whole"]) == 3 and steps["accumulated"] == pytest.approx(steps["whole"], rel=1e-4), norms
+
+
+def test_a_diverged_run_stops_and_is_recorded_as_failed(tmp_path, tiny_sft_overrides, capsys):
+    """``optim.lr=1e30`` made every weight NaN, and the run said "completed" with exit 0 (found by a probe)."""
+    code = main(["train", QUICKSTART, *tiny_sft_overrides, "optim.lr=1e30", "optim.min_lr=0", "optim.warmup_steps=0"])
+    assert code == 1
+    assert "training diverged: train/grad_norm is nan at step" in capsys.readouterr().err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and "diverged" in record["error"]
