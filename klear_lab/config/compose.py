@@ -30,7 +30,18 @@ Layer = tuple[str, dict[str, Any]]
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads ``2e-3`` as a float (YAML 1.1 would read it as a string)."""
+    """SafeLoader that reads ``2e-3`` as a float (YAML 1.1 would read it as a string) and refuses a key
+    given twice in one mapping (YAML keeps the last, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice in one mapping",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -69,7 +80,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
     if data is None:
-        return {}
+        raise ConfigError(f"{path}: the file is empty (an experiment names at least its `base:`)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

@@ -61,3 +61,19 @@ def test_the_tiny_tokenizer_learns_from_the_start_of_each_text_only():
     assert " qz" not in tok.get_vocab() and "Ġqz" not in tok.get_vocab()
     learned = train_tokenizer(["a b c " * 10, " qz" * 2000], 300)
     assert "Ġqz" in learned.get_vocab()
+
+
+def test_a_key_given_twice_and_an_empty_file_are_refused(tmp_path):
+    """YAML kept the last of two ``base:`` lines silently, and an empty file became a default SFT run."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(f"base: {SFT}\noptim: {{lr: 0.1}}\nbase: {SFT}\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml:3:1: malformed YAML: key 'base' is given twice"):
+        compose(twice)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(f"base: {SFT}\noptim: {{lr: 0.1, lr: 0.2}}\n")
+    with pytest.raises(ConfigError, match=r"key 'lr' is given twice"):
+        compose(nested)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match=r"empty.yaml: the file is empty"):
+        compose(empty)

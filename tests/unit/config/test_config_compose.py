@@ -78,7 +78,7 @@ def test_list_index_override(tmp_path):
      ["data.mix.weights", "expected a mapping of str to float"]),
 ])
 def test_errors_name_the_place(tmp_path, body, overrides, needles):
-    exp = write(tmp_path / "e.yaml", body)
+    exp = write(tmp_path / "e.yaml", body or "{}\n")  # an empty file is refused itself
     with pytest.raises(ConfigError) as err:
         compose(exp, overrides)
     for needle in needles:
@@ -86,7 +86,7 @@ def test_errors_name_the_place(tmp_path, body, overrides, needles):
 
 
 def test_bad_override_syntax(tmp_path):
-    exp = write(tmp_path / "e.yaml", "")
+    exp = write(tmp_path / "e.yaml", "{}\n")
     with pytest.raises(ConfigError, match="key=value"):
         compose(exp, ["optim.lr"])
 
