@@ -99,13 +99,14 @@ def create_run_dir(cfg: dict[str, Any]) -> Path:
     name = re.sub(r"[^A-Za-z0-9_.+=-]", "-", str(cfg["run"]["name"])) or "run"  # W&B ids refuse / : ; , # ? '
     base = Path(cfg["run"]["out_dir"]) / f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
     path, i = base, 1
-    while path.exists():
-        path, i = Path(f"{base}-{i}"), i + 1
-    try:
-        path.mkdir(parents=True)
-    except OSError as exc:
-        raise ConfigError(f"run.out_dir: cannot create the run directory {path}: {exc.strerror}") from None
-    return path
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:  # this name is taken (by another run starting this second, say)
+            path, i = Path(f"{base}-{i}"), i + 1
+        except OSError as exc:
+            raise ConfigError(f"run.out_dir: cannot create the run directory {path}: {exc.strerror}") from None
 
 
 def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:

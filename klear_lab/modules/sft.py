@@ -94,7 +94,7 @@ class SFTModule(L.LightningModule):
         self.log("train/grad_norm", squares.sqrt(), on_step=True, on_epoch=False)
         # the step's norm is the same on every rank: all of them stop, none waits in an all-reduce; fp16's
         # loss scaler skips a step of inf gradients itself, and lowers its scale
-        if not str(self.trainer.precision).startswith("16"):
+        if str(self.trainer.precision) != "16-mixed":
             check_finite(float(squares), "train/grad_norm", self.trainer.global_step)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:

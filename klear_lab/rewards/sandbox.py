@@ -295,7 +295,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                     kept[f] += room
                     if f is proc.stdout:
                         now = time.monotonic()
-                        alive = progress is None or _progressed(partial, room, progress) or not booted
+                        alive = progress is None or _progressed(partial, chunk, progress) or not booted
                         line_at += [now] * room.count(b"\n")
                         booted = True
                         if alive:
@@ -318,11 +318,16 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at
 
 
+LINE_HEAD = 256
+"""Bytes of each stdout line that ``progress`` sees: its head (a result line's index comes first)."""
+
+
 def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool]) -> bool:
-    """Whether a whole line that ``chunk`` completes passes ``progress``; ``partial`` keeps the unfinished
-    line (at most 64 KiB: a longer one is no progress)."""
+    """Whether a whole line that ``chunk`` completes passes ``progress`` (on the line's first
+    :data:`LINE_HEAD` bytes); ``partial`` keeps the unfinished line's head."""
     *lines, rest = (bytes(partial) + chunk).split(b"\n")
-    partial[:] = rest[-(1 << 16):]
+    lines = [line[:LINE_HEAD] for line in lines]
+    partial[:] = rest[:LINE_HEAD]
     moved = [progress(line) for line in lines]  # every line, in order: ``progress`` may keep count
     return any(moved)
 

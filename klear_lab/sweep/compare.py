@@ -203,7 +203,7 @@ def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, cons
         ConfigError: ``require_finished`` and no trial has finished (nothing is written).
     """
     records = load_records(spec, study)
-    if require_finished and not any(r.state == "COMPLETE" for r in records):
+    if require_finished and not any(r.state in ("COMPLETE", "PRUNED") for r in records):
         states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(Counter(r.state for r in records).items()))
         raise ConfigError(f"{spec.sweep_dir}: no finished trial to compare ({states or 'no trials'}); run "
                           "the sweep's command again to finish them")

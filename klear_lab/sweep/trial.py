@@ -133,10 +133,10 @@ def run_job(job: dict[str, Any]) -> int:
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
-        from klear_lab.errors import ConfigError, DataError, TransientError
+        from klear_lab.errors import ConfigError, DataError, DivergedError, TransientError
 
         traceback.print_exc()
-        if isinstance(exc, (ConfigError, DataError)):  # the same config or data fails the same way again
+        if isinstance(exc, (ConfigError, DataError, DivergedError)):  # the same config or data fails alike again
             trial.set_user_attr(CONFIG_ERROR_ATTR, True)
         if isinstance(exc, TransientError):
             trial.set_user_attr(TRANSIENT_ATTR, True)

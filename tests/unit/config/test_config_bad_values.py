@@ -77,3 +77,11 @@ def test_a_key_given_twice_and_an_empty_file_are_refused(tmp_path):
     empty.write_text("# nothing yet\n")
     with pytest.raises(ConfigError, match=r"empty.yaml: the file is empty"):
         compose(empty)
+
+
+def test_yaml_merge_keys_still_load(tmp_path):
+    exp = tmp_path / "merge.yaml"
+    exp.write_text(f"base: {SFT}\n_shared: &opt {{lr: 0.01}}\noptim:\n  <<: *opt\n  warmup_steps: 3\n")
+    from klear_lab.config.compose import load_yaml
+
+    assert load_yaml(exp)["optim"] == {"lr": 0.01, "warmup_steps": 3}

@@ -425,3 +425,25 @@ def test_writing_on_the_harness_pipe_does_not_hold_off_the_stall_limit(monkeypat
     tests = [{"input": [x], "output": x} for x in (1, 2, 3)]
     run = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.5)
     assert (run.passed, run.status) == ((True, False, True), "timeout"), run
+
+
+def test_a_forged_defined_line_neither_keeps_the_run_alive_nor_restarts_a_tests_clock(monkeypatch):
+    """Only the first ``defined`` line counts: a later one had reset the silence limit and the test's clock."""
+    monkeypatch.setattr(function_tests, "STALL_GRACE_S", 1.0)
+    code = (IGNORE_ALARM + "import os, sys, threading\n_fd = sys._getframe(0).f_back.f_globals['_out'].fileno()\n"
+            "def _beat():\n    while True:\n        time.sleep(0.2)\n        os.write(_fd, b'{\"defined\": true}\\n')\n"
+            "def f(x):\n    if x == 2:\n        threading.Thread(target=_beat, daemon=True).start()\n"
+            + SPIN.format(s=4).replace("    if x == 2:\n", "") + "        os.write(_fd, b'{\"defined\": true}\\n')\n"
+            "    return x\n")
+    tests = [{"input": [x], "output": x} for x in (1, 2, 3)]
+    run = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.5)
+    assert run.passed[0] and not run.passed[1], run
+
+
+def test_long_result_lines_still_count_as_progress(monkeypatch):
+    """The watchdog kept a long line's tail, which never parsed: later tests looked silent and timed out."""
+    monkeypatch.setattr(function_tests, "STALL_GRACE_S", 1.0)
+    program = "import time\nn = int(input())\ntime.sleep(1.0)\nprint('x' * 200000)\nprint(n)\n"
+    tests = [{"stdin": f"{x}\n", "stdout": "x" * 200000 + f"\n{x}\n"} for x in (1, 2, 3)]
+    run = run_stdio_tests(program, tests, timeout_s=30, test_timeout_s=1.5)
+    assert run.passed == (True, True, True) and run.status == "ok", run
