@@ -24,7 +24,7 @@ class DataError(KlearError):
 
 
 class DivergedError(KlearError):
-    """Training produced a non-finite loss or gradient norm (a learning rate too high, say): the run stops
+    """Training produced a non-finite gradient norm (a learning rate too high, say): the run stops
     before the optimizer step that would make every weight NaN, and is recorded as failed. Exit code 1."""
 
     exit_code = 1

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from klear_lab.errors import check_finite
 
 
 @dataclass(frozen=True)
@@ -44,3 +47,10 @@ def configure_adamw(model: torch.nn.Module, s: OptimSettings) -> dict:
     ], lr=s.lr, betas=s.betas)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(s))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def check_grad_norm(trainer: Any, norm: float) -> None:
+    """Stop a diverged run (:func:`~klear_lab.errors.check_finite`) before the optimizer step, except under
+    ``16-mixed``, whose loss scaler skips a step of inf (still scaled) gradients itself and lowers its scale."""
+    if str(trainer.precision) != "16-mixed":
+        check_finite(norm, "train/grad_norm", trainer.global_step)

@@ -21,10 +21,10 @@ import torch
 
 from klear_lab.data.records import Record
 from klear_lab.distributed import rank_and_world
-from klear_lab.errors import ConfigError, check_finite
+from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
-from klear_lab.modules.optim import OptimSettings, configure_adamw
+from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw
 from klear_lab.rl.data_parallel import (
     first_survivors,
     merge_rank_metrics,
@@ -263,8 +263,7 @@ class RLModule(L.LightningModule):
                 if not micros:
                     self.manual_backward(zero_loss(self.policy))  # joins the all-reduce of the others' gradients
                 grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
-                if str(self.trainer.precision) != "16-mixed":  # still loss-scaled: its scaler skips inf steps
-                    check_finite(float(grad), "train/grad_norm", self.trainer.global_step)
+                check_grad_norm(self.trainer, float(grad))
                 opt.step()
                 if self.s.schedule_per_update:
                     sched.step()

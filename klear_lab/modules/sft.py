@@ -12,10 +12,9 @@ from lightning.pytorch.strategies import FSDPStrategy
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
 from klear_lab.distributed import rank_and_world
-from klear_lab.errors import check_finite
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
-from klear_lab.modules.optim import OptimSettings, configure_adamw
+from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw
 
 
 def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,10 +91,7 @@ class SFTModule(L.LightningModule):
         if sharded:  # every rank takes part, even one without a shard
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/grad_norm", squares.sqrt(), on_step=True, on_epoch=False)
-        # the step's norm is the same on every rank: all of them stop, none waits in an all-reduce; fp16's
-        # loss scaler skips a step of inf gradients itself, and lowers its scale
-        if str(self.trainer.precision) != "16-mixed":
-            check_finite(float(squares), "train/grad_norm", self.trainer.global_step)
+        check_grad_norm(self.trainer, float(squares))  # the same on every rank: all stop, none waits in a reduce
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Under FSDP, clip by the whole sharded gradient's norm with FSDP's own ``clip_grad_norm_``: Lightning's

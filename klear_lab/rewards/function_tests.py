@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from klear_lab.rewards.sandbox import SandboxLimits, run_python
+from klear_lab.rewards.sandbox import LINE_HEAD, SandboxLimits, run_python
 
 # both harnesses: the payload, the real stdout kept as ``_out`` for result lines only (the
 # candidate's own fd 1 and 2 go to /dev/null), and a per-test alarm: ``_arm()`` before a test,
@@ -194,48 +194,46 @@ def _run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: flo
             return HarnessRuns(lines, start < len(items), res.returncode, wall)
 
 
-_HEAD = re.compile(rb'\{"(?:i": (\d+)[,}]|defined": |load_error": )')
+_HEAD = re.compile(r'\{"(?:i": (\d+)[,}]|defined": |load_error": )')
 """The start of a harness line (``json.dumps`` of a dict whose first key is ``i``, ``defined`` or ``load_error``)."""
 
 
-def _next_line() -> Callable[[bytes], bool]:
-    """Whether a harness line (its head) moves the run on: the first ``defined`` or ``load_error`` line, or
-    the next test's result after it; a forged, repeated or skipped one does not."""
-    expected = [-1]  # -1: the solution is not defined yet
+class _ResultOrder:
+    """The harness' lines in the order it writes them: the first ``defined`` (or ``load_error``) line, then
+    test 0's result, test 1's...; a forged, repeated or skipped one is out of order."""
 
-    def progress(head: bytes) -> bool:
+    def __init__(self) -> None:
+        self.expected = -1  # -1: the solution is not defined yet; then the next test's index
+
+    def next(self, head: str) -> int | None:
+        """The step a line (its head) takes (-1: defined, i: test i's result), or None if out of order."""
         match = _HEAD.match(head)
-        if match is None:
-            return False
-        step = -1 if match.group(1) is None else int(match.group(1))
-        if step == expected[0]:
-            expected[0] += 1
-            return True
-        return False
+        step = None if match is None else -1 if match.group(1) is None else int(match.group(1))
+        if step is None or step != self.expected:
+            return None
+        self.expected += 1
+        return step
 
-    return progress
+
+def _next_line() -> Callable[[bytes], bool]:
+    """Whether a harness line (its head) moves the run on: the next line in :class:`_ResultOrder`."""
+    order = _ResultOrder()
+    return lambda head: order.next(head.decode("utf-8", "replace")) is not None
 
 
 def _over_time(stdout: str, line_s: Sequence[float], test_s: float | None) -> list[dict[str, Any]]:
     """The result lines of one run, with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S`
-    after the line before it (by the host's clock: ``line_s``) made a timeout."""
-    records, before, expected = [], None, -1
-    for k, rec in enumerate(map(_parse, stdout.split("\n")[:-1])):  # whole lines; json never holds a raw \n
-        at = line_s[k] if k < len(line_s) else None
-        if expected == -1 and ("defined" in rec or "load_error" in rec):  # the first only: a forged one later
-            before, expected = at, 0                                      # must not restart a test's clock
-        elif expected >= 0 and _index(rec) == expected:
-            expected += 1
-            if test_s and at is not None and before is not None and at - before > test_s * 1.1 + TEST_GRACE_S:
-                rec = {"i": rec["i"], "timeout": True}
+    after the line before it in :class:`_ResultOrder` (by the host's clock: ``line_s``) made a timeout."""
+    records, before, order = [], None, _ResultOrder()
+    for k, line in enumerate(stdout.split("\n")[:-1]):  # whole lines; json never holds a raw \n
+        rec, at = _parse(line), line_s[k] if k < len(line_s) else None
+        step = order.next(line[:LINE_HEAD])
+        if step is not None:  # in order: a forged line must not restart a test's clock
+            if step >= 0 and test_s and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S:
+                rec = {"i": step, "timeout": True}
             before = at
         records.append(rec)
     return records
-
-
-def _index(rec: dict[str, Any]) -> int | None:
-    i = rec.get("i")
-    return i if isinstance(i, int) and not isinstance(i, bool) else None
 
 
 def _shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:

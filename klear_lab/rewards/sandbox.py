@@ -236,10 +236,10 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     out, err, timed_out, stalled, line_at = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s, progress)
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    if not stdout.startswith(_BOOT_TAG) and not timed_out:
+    booted = stdout.startswith(_BOOT_TAG)
+    if not booted and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
-    booted = stdout.startswith(_BOOT_TAG)
     line_s = tuple(t - start for t in line_at[1 if booted else 0:])
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
                          time.monotonic() - start, stalled, line_s)
