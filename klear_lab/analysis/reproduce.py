@@ -15,8 +15,8 @@ times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom).
 A benchmark that the sweep entry maps to a metric the sweep logs (``metrics: {AIME 2024:
 val/aime24/acc}``) is compared on its own as well: per arm, our mean of that metric and its delta
 (``ours ... AIME 2024`` columns of ``arms``); per claim, a verdict for that benchmark
-(``benchmarks``: one row per claim and mapped benchmark). The objective columns and each claim's
-overall verdict stay on the objective.
+(``benchmarks``: one row per claim and mapped benchmark), higher being better as for the paper's
+scores. The objective columns and each claim's overall verdict stay on the objective and its direction.
 """
 
 from __future__ import annotations
@@ -92,7 +92,9 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     matched = set(ref.label_of.values())
     rows += [_arm_row(analysis, None, label, values, per_bench, base) for label in ref.labels if label not in matched]
     claims = [_claim_row(analysis, ref, claim, values, spec.direction) for claim in analysis.claims]
-    benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], spec.direction)
+    # a metric mapped to a paper benchmark stands for its score (accuracy, pass rate): higher is better
+    # whichever way the sweep's objective points (a sweep may minimize a loss)
+    benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], "maximize")
                for claim in analysis.claims for bench, metric in metrics.items()]
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims),
                         n_complete=sum(r.state == "COMPLETE" for r in records), n_trials=len(records),
@@ -154,6 +156,8 @@ def _ours(values: dict[str, np.ndarray], label: str | None, base: str, bench: st
     tag = f" {bench}" if bench else ""
     mine = values.get(label or "", np.array([]))
     d, lo, hi = welch_interval(mine, values[base])
+    if label == base:  # 0 by definition; an interval of the baseline against itself means nothing
+        lo = hi = math.nan
     return {f"ours{tag} mean": float(mine.mean()) if len(mine) else math.nan,
             f"ours{tag} std": float(mine.std(ddof=1)) if len(mine) > 1 else math.nan,
             f"ours{tag} n" if bench else "n": len(mine),

@@ -125,10 +125,22 @@ def _check_value(value: Any, tp: Any, path: str, provenance: dict[str, str]) -> 
     """Return ``value`` (ints widened to float where a float is wanted) or raise a type error."""
     ok, coerced = _matches(value, tp)
     if not ok:
-        if isinstance(value, float) and not math.isfinite(value):  # YAML .inf / .nan: a diverged run, not a value
-            raise ConfigError(f"{_where(path, provenance)}: {path}: expected a finite number, got {value!r}")
+        if (found := _non_finite(value)) is not None:  # YAML .inf / .nan: a diverged run, not a value
+            inner, bad = found
+            raise ConfigError(f"{_where(path, provenance)}: {path}{inner}: expected a finite number, got {bad!r}")
         raise _type_error(path, _type_name(tp), value, provenance)
     return coerced
+
+
+def _non_finite(value: Any, inner: str = "") -> tuple[str, float] | None:
+    """(``.key`` / ``.0`` path inside ``value``, the number) of its first inf or nan, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return inner, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        if (found := _non_finite(item, f"{inner}.{key}")) is not None:
+            return found
+    return None
 
 
 def _matches(value: Any, tp: Any) -> tuple[bool, Any]:

@@ -6,16 +6,20 @@ Both evaluations score the same problems (each problem's score: 0/1 greedy, or t
 
 from __future__ import annotations
 
+import math
 import random
 
 
 def paired_bootstrap(before: list[float], after: list[float], n_boot: int = 2000, seed: int = 0,
                      ) -> tuple[float, float]:
-    """95 % interval of mean(after) - mean(before), resampling problems with replacement."""
+    """95 % interval of mean(after) - mean(before), resampling problems with replacement; NaN bounds
+    under 2 problems (one problem resampled is itself: no interval)."""
     n = len(before)
-    if n == 0:
-        return 0.0, 0.0
-    diffs = [float(a) - float(b) for a, b in zip(after, before)]
+    if len(after) != n:
+        raise ValueError(f"paired scores need the same problems: {n} before, {len(after)} after")
+    if n < 2:
+        return math.nan, math.nan
+    diffs = [float(a) - float(b) for a, b in zip(after, before, strict=True)]
     rng = random.Random(seed)
     stats = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
     return stats[int(0.025 * n_boot)], stats[int(0.975 * n_boot) - 1]

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.errors import ConfigError
-from klear_lab.stats import welch_interval
+from klear_lab.stats import TIE_TOLERANCE, welch_interval
 from klear_lab.sweep.grid import canonical_point, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
 
@@ -78,15 +78,22 @@ def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed
 
     No interval (NaN bounds) unless both arms have 2 values or more: resampling one value gives back
     that value, so the interval would be as narrow as the other arm's spread (zero with one seed each).
+    None either when neither arm varies: its zero width would call any difference, as in Welch's.
     """
     diff = float(arm.mean() - base.mean())
-    if len(arm) < 2 or len(base) < 2:
+    if len(arm) < 2 or len(base) < 2 or not (spread(arm) or spread(base)):
         return diff, math.nan, math.nan
     rng = np.random.default_rng(seed)
     a = rng.choice(arm, size=(n_boot, len(arm)), replace=True).mean(axis=1)
     b = rng.choice(base, size=(n_boot, len(base)), replace=True).mean(axis=1)
     lo, hi = np.percentile(a - b, [2.5, 97.5])
     return diff, float(lo), float(hi)
+
+
+def spread(values: np.ndarray) -> bool:
+    """Whether ``values`` differ by more than float32 logging noise."""
+    scale = max(float(np.abs(values).max()), 1e-12)
+    return float(values.max() - values.min()) > TIE_TOLERANCE * scale
 
 
 def summarize(records: list[TrialRecord], objective: str, metrics: list[str], direction: str,
@@ -112,9 +119,9 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     _add_deltas(df, done, objective, baseline, seed)
     means = df[f"{objective} mean"]
     df["best"] = False  # no arm completed: no best (pandas refuses idxmax over all-NaN)
-    if means.notna().any():
-        best = means.idxmax() if direction == "maximize" else means.idxmin()
-        df["best"] = [i == best for i in df.index]
+    if means.notna().any():  # arms tied with the best (within float32 logging noise) are best too
+        best = means.max() if direction == "maximize" else means.min()
+        df["best"] = (means - best).abs() <= TIE_TOLERANCE * max(abs(best), 1e-12)
     df["baseline"] = df["arm"] == baseline
     return df
 
@@ -163,7 +170,24 @@ def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: 
         cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
                  str(row["pruned"]), str(row["failed"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
-    return "\n".join(lines) + "\n"
+    note = few_seeds_note(df, objective, baseline)
+    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
+
+
+FEW_SEEDS = 10  # below this many seeds an arm's percentile-bootstrap interval covers well under 95 %
+
+
+def few_seeds_note(df: pd.DataFrame, objective: str, baseline: str | None) -> str:
+    """A warning under the table when a bootstrap interval shown rests on fewer than ``FEW_SEEDS`` seeds."""
+    shown = df[df["delta ci low"].notna()]
+    if shown.empty:
+        return ""
+    n = int(min([*shown[f"{objective} n"], *df.loc[df["arm"] == baseline, f"{objective} n"]]))
+    if n >= FEW_SEEDS:
+        return ""
+    return (f"Bootstrap intervals over {n} seed(s) per arm cover well under 95 % (two arms that do not differ "
+            "are called apart in about 1 comparison of 3 at 2 seeds): call a difference only where the Welch "
+            "interval excludes 0.")
 
 
 def cell(row: Any, metric: str) -> str:
@@ -182,7 +206,7 @@ def delta_cell(row: Any) -> str:
         return "–"
     d, lo, hi = row["delta"], row["delta ci low"], row["delta ci high"]
     if math.isnan(lo):
-        return f"{d:+.4g} (under 2 seeds: no interval)"
+        return f"{d:+.4g} (under 2 seeds or no spread: no interval)"
     if abs(d) <= 1e-6 * max(abs(lo), abs(hi)):  # float32-logged metrics: equal means differ by ~1e-8
         d = 0.0
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"

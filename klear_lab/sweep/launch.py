@@ -146,8 +146,8 @@ def _next_step(failures: list[Any], retry: str) -> str:
     if not failures:
         return f"rerun the same command to {retry}"
     first = failures[0]
-    return (f"fix the config first: {len(failures)} trial(s) failed on a config or data error a rerun would "
-            f"likely repeat (trial {first.number}: {first.user_attrs.get('error', '')})")
+    return (f"fix the config first: {len(failures)} trial(s) failed on a config or data error, or diverged: a rerun "
+            f"would likely repeat (trial {first.number}: {first.user_attrs.get('error', '')})")
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:

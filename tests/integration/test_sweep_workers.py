@@ -225,14 +225,18 @@ def test_a_run_without_the_objective_stops_the_sweep(tmp_path):
     assert "no further trial was started" in text and "rerun the same command" not in text
 
 
-def test_trials_that_refuse_their_config_are_not_sent_to_a_rerun(tmp_path):
-    """A config error fails the same way on every rerun: the end of the sweep said to rerun to retry them."""
-    spec_path = fx.write_spec(tmp_path, name="refused", runner=fx.REFUSING_RUNNER)
+@pytest.mark.parametrize(("runner", "error"), [(fx.REFUSING_RUNNER, "ConfigError: optim.lr="),
+                                               (fx.DIVERGING_RUNNER, "DivergedError: training diverged")])
+def test_trials_that_refuse_their_config_or_diverge_are_not_sent_to_a_rerun(tmp_path, runner, error):
+    """A config error fails the same way on every rerun: the end of the sweep said to rerun to retry them.
+    So does a diverged run (same config, same seed): the sweep says to fix the config first."""
+    spec_path = fx.write_spec(tmp_path, name="refused", runner=runner)
     log = tmp_path / "sweep.log"
     assert _wait(fx.start_sweep(spec_path, "--workers", "2", log=log), 300, log) == 1, log.read_text()[-3000:]
     text = log.read_text()
-    assert "fix the config first: 3 trial(s) failed on a config or data error a rerun would likely repeat" in text
-    assert "ConfigError: optim.lr=" in text and "rerun the same command" not in text
+    assert ("fix the config first: 3 trial(s) failed on a config or data error, or diverged: a rerun would likely "
+            "repeat") in text
+    assert error in text and "rerun the same command" not in text
 
 
 def test_a_trial_the_hub_failed_is_retried_in_the_same_sweep(tmp_path):

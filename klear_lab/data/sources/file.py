@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ class FileSource:
         columns = {**COLUMNS[fmt], **self.fields}
         label = self.label or Path(path).stem or path
         records = [_to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
+        warn_repeated_uids(path, [n for n, _ in rows], records)
         # the label names the source whatever the file's columns say (after they chose each task)
         return [replace(r, source=self.label) for r in records] if self.label else records
 
@@ -97,6 +99,22 @@ class FileSource:
         path = getattr(self, field_name) or ""
         why = unavailable(path)
         return (field_name, f"{path}: {why}") if why else None
+
+
+def warn_repeated_uids(path: str, row_numbers: list[int], records: list[Record]) -> None:
+    """Rows sharing a uid share their per-problem seeds (avg@k sampling, code test subsets): legal, but
+    usually a copied row or a uid column that is not one."""
+    first: dict[str, int] = {}
+    repeats = []
+    for n, r in zip(row_numbers, records, strict=True):
+        if r.uid in first:
+            repeats.append((n, first[r.uid], r.uid))
+        first.setdefault(r.uid, n)
+    if repeats:
+        n, earlier, uid = repeats[0]
+        warnings.warn(f"{path}: {len(repeats)} row(s) repeat an earlier row's uid (the first: row {n} repeats "
+                      f"row {earlier}'s {uid!r}); rows sharing a uid share their per-problem seeds",
+                      UserWarning, stacklevel=2)
 
 
 def detect_format(rows: list[tuple[int, Any]]) -> str:
@@ -221,6 +239,8 @@ def _to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, l
         fields = _messages_fields(r)
     else:
         fields = _records_fields(r)
+    if not fields["prompt"].strip():  # a cut column or a template that lost its question
+        raise r.fail("messages" if fmt == "messages" else "prompt", "the prompt is empty")
     used = {c.split(".")[0] for c in columns.values()}
     meta = {k: v for k, v in row.items() if k not in used} | fields.pop("meta", {})
     return Record(**base, **fields, meta=meta)

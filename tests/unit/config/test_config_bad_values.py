@@ -26,6 +26,17 @@ def test_non_finite_numbers_are_refused_by_key(tmp_path, key, value):
         compose(exp)
 
 
+@pytest.mark.parametrize("section, match", [
+    ("optim: {betas: [0.9, .nan]}", r"optim.betas.1: expected a finite number, got nan"),
+    ("data: {mix: {name: weighted, weights: {arith: .inf}}}", r"data.mix.weights.arith: expected a finite number"),
+])
+def test_non_finite_numbers_inside_lists_and_mappings_are_named(tmp_path, section, match):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(f"base: {SFT}\n{section}\n")
+    with pytest.raises(ConfigError, match=rf"e.yaml: {match}"):
+        compose(exp)
+
+
 @pytest.mark.parametrize("override, match", [
     ("data.max_length=0", r"data.max_length must be >= 1"),  # was a ZeroDivisionError
     ("data.max_length=-1", r"data.max_length must be >= 1"),

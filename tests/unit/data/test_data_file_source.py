@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -181,12 +182,27 @@ def _bad(row: dict, where: tuple) -> dict:
     ([{"prompt": "p", "answer": "a"}, {"answer": "a"}], "records", "'prompt'"),
     ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "response_correct": "yes"}], "records",
      "'response_correct'"),
+    ([{"prompt": "p", "answer": "a"}, {"prompt": " \n", "answer": "a"}], "records", "'prompt': the prompt is empty"),
+    ([{"messages": [{"role": "user", "content": "q"}]}, {"messages": [{"role": "user", "content": ""}]}],
+     "messages", "'messages': the prompt is empty"),
 ])
 def test_bad_row_names_file_row_and_field(tmp_path, rows, fmt, field):
     path = _jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(DataError) as err:
         FileSource(path=str(path), format=fmt).records(0, "train")
     assert str(path) in str(err.value) and "row 2" in str(err.value) and field in str(err.value)
+
+
+def test_repeated_uid_warns_with_rows(tmp_path):
+    rows = [{"uid": "a", "prompt": "p", "answer": "1"}, {"uid": "b", "prompt": "q", "answer": "2"},
+            {"uid": "a", "prompt": "p", "answer": "1"}, {"uid": 7, "prompt": "r", "answer": "3"}]
+    path = _jsonl(tmp_path / "dup.jsonl", rows)
+    with pytest.warns(UserWarning, match=r"dup\.jsonl: 1 row\(s\) repeat an earlier row's uid \(the first: row 3 "
+                      r"repeats row 1's 'a'\)"):
+        assert len(FileSource(path=str(path)).records(0, "train")) == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FileSource(path=str(path), limit=2).records(0, "train")  # unique uids: no warning
 
 
 def test_bad_json_line_and_non_object_row(tmp_path):

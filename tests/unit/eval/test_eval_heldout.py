@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,15 @@ def test_the_macro_mean_weighs_each_source_once():
     m = EvalResult(recs, [["x"]] * 4, [[True], [True], [True], [False]]).metrics("val")
     assert m["val/acc"] == 0.75 and m["val/acc_macro"] == 0.5
     assert EvalResult(recs[:3], [["x"]] * 3, [[True]] * 3).metrics("val")["val/acc_macro"] == 1.0  # one: acc
+
+
+def test_paired_interval_needs_paired_problems():
+    from klear_lab.stages.gain import paired_bootstrap
+
+    lo, hi = paired_bootstrap([0.0], [1.0])  # one problem resampled is itself: no interval
+    assert math.isnan(lo) and math.isnan(hi)
+    with pytest.raises(ValueError, match="same problems: 3 before, 2 after"):
+        paired_bootstrap([0.0, 1.0, 1.0], [1.0, 1.0])
 
 
 def test_gain_uses_fractional_scores():

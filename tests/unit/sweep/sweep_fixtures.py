@@ -27,6 +27,7 @@ RUNNER = f"{HERE}:run"
 PRUNABLE_RUNNER = f"{HERE}:run_prunable"
 FAILING_RUNNER = f"{HERE}:run_failing"
 REFUSING_RUNNER = f"{HERE}:run_refusing"
+DIVERGING_RUNNER = f"{HERE}:run_diverging"
 FLAKY_RUNNER = f"{HERE}:run_flaky"
 
 
@@ -135,6 +136,15 @@ def run_refusing(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str
     sweep_dir, lr, seed = _point(cfg)
     _record_call(sweep_dir, lr, seed)
     raise ConfigError(f"optim.lr={lr}: refused by the stand-in runner")
+
+
+def run_diverging(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """Records the call, then stops as a run whose gradients turned NaN does (``optim.lr`` too high)."""
+    from klear_lab.errors import DivergedError
+
+    sweep_dir, lr, seed = _point(cfg)
+    _record_call(sweep_dir, lr, seed)
+    raise DivergedError(f"training diverged: the gradient norm is nan at step 3 (lr={lr})")
 
 
 def run_flaky(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:

@@ -38,9 +38,10 @@ def trial_records() -> list[TrialRecord]:
     return out
 
 
-def reproduction(tmp: Path, metrics: dict[str, str] | None):
+def reproduction(tmp: Path, metrics: dict[str, str] | None, direction: str = "maximize"):
     """The toy analysis on hand-made trials; ``metrics`` is its sweep entry's benchmark map."""
-    spec = write_spec(tmp, seeds=(0, 1), metrics=["train/loss", "val/a/acc", "val/b/acc"])
+    spec = write_spec(tmp, seeds=(0, 1), metrics=["train/loss", "val/a/acc", "val/b/acc"],
+                      objective={"metric": "val/acc", "direction": direction})
     entry = {"spec": spec.name, "metrics": metrics} if metrics is not None else spec.name
     body = {"title": "Toy table", "benchmarks": ["A", "B"], "paper": PAPER, "baseline": "0.001",
             "claims": CLAIMS, "sweeps": [entry]}
@@ -67,6 +68,20 @@ def test_each_mapped_benchmark_gets_its_own_delta_and_verdict(tmp_path):
     assert math.isnan(rows["ours Δ ci low"].iloc[3])                   # one seed of lr=0.003: no interval
     assert rows["n better"].tolist() == [2, 2, 2, 2] and rows["n than"].tolist() == [2, 2, 2, 1]
     assert rows["paper Δ"].iloc[:3].tolist() == [1.0, 20.0, -0.5] and math.isnan(rows["paper Δ"].iloc[3])
+
+
+def test_benchmark_verdicts_read_higher_as_better_when_the_objective_minimizes(tmp_path):
+    """A benchmark stands for a paper score: a sweep minimizing its objective turned them round."""
+    rep = reproduction(tmp_path, {"A": "val/a/acc", "B": "val/b/acc"}, direction="minimize")
+    assert rep.claims["verdict"].tolist() == ["inconclusive (leans the other way)"] * 2  # the objective's way
+    assert rep.benchmarks["verdict"].tolist()[:3] == ["reproduced", "contradicted", "reproduced"]
+
+
+def test_the_baseline_row_has_no_interval_against_itself(tmp_path):
+    arms = reproduction(tmp_path, {"A": "val/a/acc"}).arms.set_index("arm")
+    base = arms.loc["0.001", ["ours Δ ci low", "ours Δ ci high", "ours Δ A ci low", "ours Δ A ci high"]]
+    assert base.isna().all() and arms.loc["0.001", "ours Δ"] == 0.0
+    assert arms.loc[["0.002", "0.003"], "ours Δ ci low"].notna().all()
 
 
 def test_arms_get_our_mean_and_delta_per_mapped_benchmark(tmp_path):

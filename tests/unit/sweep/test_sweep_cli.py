@@ -134,7 +134,8 @@ def test_trials_failed_on_a_config_error_are_not_sent_to_a_rerun(tmp_path):
     lines: list[str] = []
     assert _finish(spec, study, arms, False, lines.append) == 1
     assert "rerun the same command" not in lines[-1]
-    assert ("fix the config first: 3 trial(s) failed on a config or data error a rerun would likely repeat "
+    assert ("fix the config first: 3 trial(s) failed on a config or data error, or diverged: a rerun would likely "
+            "repeat "
             "(trial 0: ConfigError: trainer.strategy='fsdp'") in lines[-1]
 
 

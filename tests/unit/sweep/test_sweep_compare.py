@@ -130,7 +130,7 @@ def test_write_comparison_outputs(tmp_path):
     console = Console(record=True, width=200)
     df = write_comparison(_records(tmp_path, n_seeds=2), spec, "ppo", ["ppo", "gppo", "cispo"],
                           tmp_path / "cmp", console)
-    assert (tmp_path / "cmp" / "table.md").read_text().count("\n") == 5
+    assert (tmp_path / "cmp" / "table.md").read_text().count("\n") == 7  # 5 table lines, a blank, the note
     assert pd.read_csv(tmp_path / "cmp" / "table.csv")["arm"].tolist() == ["ppo", "gppo", "cispo"]
     png = tmp_path / "cmp" / "curves.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
@@ -138,6 +138,7 @@ def test_write_comparison_outputs(tmp_path):
     assert "★ gppo" in text and "baseline" in text and str(png) in text
     assert "Δ val/acc [bootstrap 95% CI]" in text and "Welch t 95% CI" in text  # brackets are not markup
     assert len(df) == 3 and "note: no finished trial logged" not in text
+    assert "Bootstrap intervals over 2 seed(s) per arm cover well under 95 %" in text
     spec.metrics = ["train/loss", "rl/ratio_maxx"]  # a typo the pre-flight cannot catch when plugins are loaded
     write_comparison(_records(n_seeds=1), spec, "ppo", None, tmp_path / "cmp2", console)
     assert "note: no finished trial logged rl/ratio_maxx: its column is empty" in console.export_text()
@@ -172,7 +173,7 @@ def test_an_arm_under_two_seeds_gets_its_delta_but_no_interval(tmp_path):
     assert abs(df.loc["b", "delta"] - 0.02) < 1e-12 and math.isnan(df.loc["b", "delta ci low"])
     assert math.isnan(df.loc["c", "delta ci low"])  # the baseline has one seed
     md = to_markdown(df.reset_index(), "m", [], "a")
-    assert "| +0.02 (under 2 seeds: no interval) |" in md and "+0.02 [" not in md
+    assert "| +0.02 (under 2 seeds or no spread: no interval) |" in md and "+0.02 [" not in md
 
 
 def test_the_baseline_row_has_no_interval_against_itself():
@@ -194,7 +195,7 @@ def test_a_diverged_run_is_not_a_value():
 def test_a_pipe_in_an_arm_or_metric_keeps_the_markdown_columns():
     records = [TrialRecord(arm, s, "COMPLETE", {"m|x": 0.1 * s}) for arm in ("pat=a|b", "pat=c") for s in (0, 1)]
     md = to_markdown(summarize(records, "m|x", [], "maximize", "pat=c"), "m|x", [], "pat=c")
-    widths = {len(line.replace("\\|", "").split("|")) for line in md.splitlines()}
+    widths = {len(line.replace("\\|", "").split("|")) for line in md.splitlines() if line.startswith("|")}
     assert widths == {8} and "pat=a\\|b" in md  # 6 cells a row
 
 
@@ -224,3 +225,31 @@ def test_a_metric_listed_twice_is_one_column():
     df = summarize(_records(), "val/acc", ["train/loss", "train/loss", "val/acc"], "maximize", "ppo")
     md = to_markdown(df, "val/acc", ["train/loss", "train/loss"], "ppo")
     assert md.splitlines()[0].startswith("| arm | val/acc | train/loss | Δ val/acc")
+
+
+def test_arms_without_spread_get_no_bootstrap_interval():
+    """[.5, .5] against [.6, .6]: the bootstrap "interval" [+0.1, +0.1] read as certain, where Welch gave none."""
+    records = [TrialRecord(arm, s, "COMPLETE", {"m": v}) for arm, v in (("a", 0.5), ("b", 0.6)) for s in (0, 1)]
+    d, lo, hi = bootstrap_diff(np.array([0.6, 0.6]), np.array([0.5, 0.5]))
+    assert abs(d - 0.1) < 1e-12 and math.isnan(lo) and math.isnan(hi)
+    assert not math.isnan(bootstrap_diff(np.array([0.6, 0.7]), np.array([0.5, 0.5]))[1])  # one arm varies
+    md = to_markdown(summarize(records, "m", [], "maximize", "a", ["a", "b"]), "m", [], "a")
+    assert "+0.1 (under 2 seeds or no spread: no interval)" in md and "[+0.1, +0.1]" not in md
+
+
+def test_arms_tied_with_the_best_are_all_marked():
+    values = {"a": [0.5, 0.5], "b": [0.6, 0.6], "c": [np.float32(0.6).item()] * 2, "d": [0.3, 0.3]}
+    records = [TrialRecord(arm, s, "COMPLETE", {"m": v}) for arm, vs in values.items() for s, v in enumerate(vs)]
+    assert summarize(records, "m", [], "maximize", "a").loc[lambda df: df["best"], "arm"].tolist() == ["b", "c"]
+    assert summarize(records, "m", [], "minimize", "a").loc[lambda df: df["best"], "arm"].tolist() == ["d"]
+
+
+def test_the_few_seeds_note_follows_the_smallest_arm():
+    rng = np.random.default_rng(0)
+    many = [TrialRecord(arm, s, "COMPLETE", {"m": mu + 0.01 * rng.standard_normal()})
+            for arm, mu in (("a", 0.5), ("b", 0.6)) for s in range(10)]
+    df = summarize(many, "m", [], "maximize", "a", ["a", "b"])
+    assert "Bootstrap intervals" not in to_markdown(df, "m", [], "a")
+    few = many + [TrialRecord("c", s, "COMPLETE", {"m": 0.4 + s / 100}) for s in range(3)]
+    md = to_markdown(summarize(few, "m", [], "maximize", "a", ["a", "b", "c"]), "m", [], "a")
+    assert "Bootstrap intervals over 3 seed(s) per arm" in md
