@@ -12,6 +12,7 @@ import sys
 from klear_lab.cli_args import parse_args
 from klear_lab.distributed import joined_run_dir
 from klear_lab.errors import ConfigError, KlearError, interrupted
+from klear_lab.resume import RESUME_OVERRIDABLE
 from klear_lab.run_list import STATUSES
 
 
@@ -143,8 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
     p = sub.add_parser("resume", help="continue a stopped SFT or RL run from its last checkpoint")
     p.add_argument("run_dir", help="the run directory (config.yaml, run.json, checkpoints/last.ckpt)")
-    p.add_argument("overrides", nargs="*", help="key=value of trainer.num_threads, trainer.checkpoint_every "
-                   "(nothing that changes what the run computes)")
+    p.add_argument("overrides", nargs="*", help=f"key=value of {', '.join(RESUME_OVERRIDABLE)} (nothing that changes "
+                   "what the run computes)")
     p.set_defaults(func=_resume)
     p = sub.add_parser("eval", help="score a trained model on held-out sets (greedy or avg@k)")
     p.add_argument("target", help="a finished run directory (its config and final model) or an experiment YAML")
