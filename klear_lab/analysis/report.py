@@ -219,6 +219,14 @@ def summary_interval(rep: Reproduction, row: Any) -> str:
 SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"]
 
 
+def multiplicity_note(n_claims: int) -> str:
+    """Each verdict is a 95 % test of its own; over many claims, one decided by chance is expected."""
+    if n_claims < 2:
+        return ""
+    return (f"{n_claims} claims, each tested at 95 % with no correction for multiple comparisons: among "
+            f"claims with no real difference, about 1 in 20 is still called reproduced or contradicted.")
+
+
 def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
     """One line per paper claim across analyses: where it was tested and what came out."""
     rows = [[rep.analysis.title, row["claim"], f"`{rep.sweep.name}`", summary_interval(rep, row),
@@ -226,6 +234,8 @@ def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
             for rep in reps for _, row in rep.claims.iterrows()]
     lines = ["# The paper's claims on this machine's sweeps", ""]
     lines += _md_table(SUMMARY_HEADER, rows)
+    if note := multiplicity_note(len(rows)):
+        lines += ["", note]
     if skipped:
         lines += ["", "Not run yet: " + ", ".join(f"`{name}`" for name in skipped)]
     return "\n".join(lines) + "\n"
@@ -249,5 +259,7 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
                           escape(summary_interval(rep, row)),  # "[no interval]" is not a style tag either
                           f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)
     console.print(table)
+    if note := multiplicity_note(sum(len(rep.claims) for rep in reps)):
+        console.print(escape(note))
     if skipped:
         console.print("not run yet: " + ", ".join(skipped))
