@@ -91,7 +91,8 @@ class ResumeCheckpoint(L.Callback):
         dirpath: the run's ``checkpoints/`` directory (the file: :func:`klear_lab.resume.checkpoint_path`).
         every: steps between checkpoints (0: never write; a resumed run still restores from one).
         counter: which step count ``every`` refers to: optimizer steps for SFT, rollout steps for RL.
-        val_every: batches between the Trainer's evaluations during training (0: none).
+        val_every: steps of ``counter`` between the Trainer's evaluations during training (0: none); the
+            stage evaluates right after those steps (SFT: ``stages.sft.evaluate_after_steps``).
     """
 
     def __init__(self, dirpath: Path, every: int, counter: Callable[[L.Trainer], int], val_every: int = 0) -> None:
@@ -184,8 +185,8 @@ class ResumeCheckpoint(L.Callback):
         return True
 
     def _evaluation_follows(self, trainer: L.Trainer) -> bool:
-        """Lightning's ``val_check_interval`` (in batches, counted over epochs) ends at this batch."""
-        return self.val_every > 0 and trainer.fit_loop.epoch_loop.batch_progress.total.ready % self.val_every == 0
+        """An evaluation follows the step this batch ended (called at a step's end)."""
+        return self.val_every > 0 and self._seen % self.val_every == 0
 
     def _write(self, trainer: L.Trainer) -> None:
         """Not at an epoch's last batch: resumed there, Lightning would run the next epoch on the finished
@@ -236,7 +237,7 @@ def save_atomically(trainer: L.Trainer, path: Path) -> None:
 def resume_callback(cfg: dict[str, Any], run_dir: Path, counter: Callable[[L.Trainer], int],
                     val_every: int | None) -> ResumeCheckpoint:
     """The checkpoint callback of a run (``trainer.checkpoint_every``; 0 when ``trainer.checkpoint`` is off);
-    ``val_every``: the Trainer's ``val_check_interval`` in batches (None: no evaluations during training)."""
+    ``val_every``: steps of ``counter`` between evaluations during training (None: none)."""
     every = cfg["trainer"]["checkpoint_every"] if cfg["trainer"]["checkpoint"] else 0
     return ResumeCheckpoint(run_dir / "checkpoints", every, counter, val_every or 0)
 

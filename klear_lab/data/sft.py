@@ -117,12 +117,14 @@ def packing_efficiency(rows: list[list[Example]], capacity: int) -> float:
 
 def with_step_tokens(batches: Iterator[dict[str, torch.Tensor]], accumulate: int, first: int,
                      n_batches: int) -> Iterator[dict[str, torch.Tensor]]:
-    """Each batch with ``step_label_tokens``: the loss tokens of its whole optimizer step.
+    """Each batch with ``step_label_tokens``, the loss tokens of its whole optimizer step, and
+    ``step_micro_batches``, the micro-batches of that step.
 
     An epoch's batches ``first .. n_batches - 1`` (``first`` > 0 on a resumed run) are read one
     accumulation window ahead. Windows are Lightning's: batch ``i`` belongs to window ``i //
     accumulate``, and the epoch's last window may be shorter. ``sft.loss: step-token-mean`` divides by
-    this count (summed over ranks), so every response token of a step weighs the same.
+    the token count (summed over ranks), so every response token of a step weighs the same;
+    ``token-mean`` averages over the window's micro-batches (Lightning divides by ``accumulate``).
     """
     i = first
     while i < n_batches:
@@ -132,5 +134,5 @@ def with_step_tokens(batches: Iterator[dict[str, torch.Tensor]], accumulate: int
             return
         count = sum(int((b["labels"] != IGNORE).sum()) for b in window)
         for b in window:
-            yield {**b, "step_label_tokens": torch.tensor(count)}
+            yield {**b, "step_label_tokens": torch.tensor(count), "step_micro_batches": torch.tensor(len(window))}
         i = end

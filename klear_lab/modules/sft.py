@@ -45,7 +45,10 @@ class SFTModule(L.LightningModule):
         self.max_new_tokens, self.eval_batch_size, self.log_samples = max_new_tokens, eval_batch_size, log_samples
         self.eval_sampling, self.eval_engine = eval_sampling, eval_engine
         self.last_eval: EvalResult | None = None
-        self._tokens, self._t0 = 0, None
+        self._tokens = 0.0  # real tokens trained by the finished steps, every rank's (kept in checkpoints)
+        self._tokens_at_start, self._t0 = 0.0, None  # of this process: what perf/tokens_per_s divides
+        self._window: torch.Tensor | None = None  # [4] this step's loss sum, loss tokens, real, total tokens
+        self._window_all = torch.zeros(4)  # [4] the same, summed over ranks
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         # use_cache=False: with no cache and no attention mask, transformers derives the packed
@@ -54,22 +57,48 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self._t0 is None:
-            self._t0 = time.perf_counter()
+            self._t0, self._tokens_at_start = time.perf_counter(), self._tokens
         logits = self(batch["input_ids"], batch["position_ids"])  # [B, L, V]
         loss_sum, n_tokens = masked_token_ce(logits, batch["labels"])
-        loss = loss_sum / n_tokens.clamp(min=1)  # what is logged: this micro-batch's mean
-        objective = loss if self.loss_kind == "token-mean" else loss_sum * self._step_scale(batch)
-        # every rank's batch: rank 0's count times the ranks (their packed rows hold about as many tokens)
-        self._tokens += int(batch["real_tokens"]) * self.trainer.world_size
+        if self.loss_kind == "token-mean":  # the mean of the step's micro-batch means
+            objective = loss_sum / n_tokens.clamp(min=1) * self._short_window_scale(batch)
+        else:
+            objective = loss_sum * self._step_scale(batch)
+        seen = self._add_to_window(loss_sum, n_tokens, batch)  # [4] the step so far, every rank's
         elapsed = max(time.perf_counter() - self._t0, 1e-6)
+        step_loss = seen[0] / seen[1].clamp(min=1)  # what is logged: the step's loss per response token
+        # Lightning logs a step's last value: at the step's last micro-batch, the whole step's
         self.log_dict({
-            "train/loss": loss.detach(),
-            "perf/packing_efficiency": batch["real_tokens"].float() / batch["total_tokens"].float(),
-            "perf/tokens_per_s": self._tokens / elapsed,
-            "train/tokens": float(self._tokens),
+            "train/loss": step_loss,
+            "perf/packing_efficiency": seen[2] / seen[3].clamp(min=1),
+            "perf/tokens_per_s": (self._tokens + float(seen[2]) - self._tokens_at_start) / elapsed,
+            "train/tokens": self._tokens + float(seen[2]),
         }, prog_bar=False, on_step=True, on_epoch=False)
-        self.log("loss", loss.detach(), prog_bar=True, logger=False)
+        self.log("loss", step_loss, prog_bar=True, logger=False)
         return objective
+
+    def _add_to_window(self, loss_sum: torch.Tensor, n_tokens: torch.Tensor,
+                       batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Add this micro-batch to the step's sums; return them summed over ranks ([4]: loss, loss tokens,
+        real tokens, row tokens)."""
+        counts = [batch[k].float().to(self.device) for k in ("real_tokens", "total_tokens")]
+        mine = torch.stack([loss_sum.detach().float(), n_tokens.float(), *counts])
+        self._window = mine if self._window is None else self._window + mine
+        self._window_all = self.trainer.strategy.reduce(self._window.clone(), reduce_op="sum")  # DDP: in place
+        return self._window_all
+
+    def _short_window_scale(self, batch: dict[str, torch.Tensor]) -> float:
+        """``token-mean``: Lightning divides each micro-batch by ``accumulate_grad_batches``, also in an
+        epoch's last window when it holds fewer; scale those back, so every step averages its own."""
+        if "step_micro_batches" not in batch:
+            return 1.0
+        return self.trainer.accumulate_grad_batches / int(batch["step_micro_batches"])
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["klear_sft_tokens"] = self._tokens  # train/tokens goes on counting after a resume
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._tokens = self._tokens_at_start = float(checkpoint.get("klear_sft_tokens", 0.0))
 
     def _step_scale(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``step-token-mean``: 1 / the loss tokens of the whole step (every micro-batch, every rank), times
@@ -81,6 +110,7 @@ class SFTModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer) -> None:
         """Log ``train/grad_norm``: the whole gradient's L2 norm before clipping, the step's (after
         accumulation and the ranks' all-reduce). FSDP holds a shard per rank: their squares are summed."""
+        self._end_window()
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         sharded = isinstance(self.trainer.strategy, FSDPStrategy)
         if not grads and not sharded:  # an engine that keeps gradients elsewhere (DeepSpeed)
@@ -92,6 +122,12 @@ class SFTModule(L.LightningModule):
             squares = self.trainer.strategy.reduce(squares, reduce_op="sum")
         self.log("train/grad_norm", squares.sqrt(), on_step=True, on_epoch=False)
         check_grad_norm(self.trainer, float(squares))  # the same on every rank: all stop, none waits in a reduce
+
+    def _end_window(self) -> None:
+        """The step's micro-batches are all in: count its tokens, start the next step's sums."""
+        if self._window is not None:
+            self._tokens += float(self._window_all[2])
+            self._window = None
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Under FSDP, clip by the whole sharded gradient's norm with FSDP's own ``clip_grad_norm_``: Lightning's

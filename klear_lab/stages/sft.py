@@ -50,7 +50,7 @@ class SFTStage:
         """Train and evaluate into ``run_dir``; ``resume``: a ``last.ckpt`` of this run to continue from."""
         cfg = self.cfg
         loggers = make_loggers(cfg, run_dir, identity)
-        every = cfg["eval"]["every_n_steps"] * cfg["sft"]["grad_accum"]
+        every = cfg["eval"]["every_n_steps"]  # optimizer steps
         checkpoints = resume_callback(cfg, run_dir, optimizer_steps, every)
         self.datamodule.skip = checkpoints.skip
         trainer = make_trainer(
@@ -59,6 +59,8 @@ class SFTStage:
             val_check_interval=every or None, accumulate_grad_batches=cfg["sft"]["grad_accum"],
             gradient_clip_val=cfg["optim"]["grad_clip"] or None,
         )
+        if every:
+            evaluate_after_steps(trainer, every)
         if resume is None:  # a resumed run logged these when it started
             for logger in loggers:
                 logger.log_hyperparams({})
@@ -74,7 +76,7 @@ class SFTStage:
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
                           if k.startswith(("train/", "perf/"))}
             save_model(self.module.model, self.module.tokenizer, run_dir / "model")  # kept if evaluation fails
-            if (not every or trainer.global_step % max(cfg["eval"]["every_n_steps"], 1)
+            if (not every or trainer.global_step % every
                     or not any(k.startswith("val/") for k in trainer.callback_metrics)):  # resumed at the end
                 trainer.validate(self.module, datamodule=self.datamodule, verbose=False)
         finally:
@@ -83,13 +85,31 @@ class SFTStage:
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
-                        "perf/tokens_per_s": self.module._tokens / max(train_s, 1e-9),  # all ranks
+                        # all ranks, this process's steps (a resumed run's earlier ones took other seconds)
+                        "perf/tokens_per_s": (self.module._tokens - self.module._tokens_at_start) / max(train_s, 1e-9),
                         "perf/torch_threads": float(torch.get_num_threads()),
                         "perf/world_size": float(trainer.world_size)})
         if self.module.last_eval:
             write_samples(run_dir / "eval_samples.jsonl", self.module.last_eval)
             log_samples_table(loggers, self.module.last_eval, cfg["tracking"]["wandb"]["log_samples"], "val/samples")
         return metrics, finish_loggers(loggers, metrics)
+
+
+def evaluate_after_steps(trainer: L.Trainer, every_n_steps: int) -> None:
+    """Evaluate right after every ``every_n_steps``-th optimizer step.
+
+    Lightning's ``val_check_interval`` counts micro-batches over epochs, while accumulation windows restart
+    every epoch (and an epoch's last may be short): past the first epoch its evaluations fell mid-step, one
+    due at the end could be missed, and a checkpoint written with one did not resume exactly. This replaces
+    the epoch loop's (private) decision; Lightning's validation loop, hooks and restart logic are unchanged.
+    """
+    loop = trainer.fit_loop.epoch_loop
+
+    def due(data_fetcher: Any) -> bool:
+        stepped = not loop._should_accumulate()  # this batch ended a step (Lightning's own test, as it steps)
+        return stepped and trainer.global_step > 0 and trainer.global_step % every_n_steps == 0
+
+    loop._should_check_val_fx = due
 
 
 class StepLRMonitor(LearningRateMonitor):
@@ -160,7 +180,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     rows_per_batch = max(cfg["sft"]["tokens_per_micro_batch"] // max_len, 1)
     dm = SFTDataModule(examples, capacity=max_len, rows_per_batch=rows_per_batch, pack=cfg["data"]["pack"],
                        pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"],
-                       step_windows=cfg["sft"]["grad_accum"] if cfg["sft"]["loss"] == "step-token-mean" else 0)
+                       step_windows=step_windows(cfg))
     plan = sft_plan(cfg, dm, examples, dropped, model)
     plan.update(data_stats)
     plan["plan/dropped_no_response"] = float(without)
@@ -171,6 +191,13 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"], loss=cfg["sft"]["loss"],
     )
     return SFTStage(cfg, module, dm, plan, data_digests(records, eval_records))
+
+
+def step_windows(cfg: dict[str, Any]) -> int:
+    """The accumulation window the loader reads ahead (0: none): ``step-token-mean`` needs each step's loss
+    tokens, ``token-mean`` over several micro-batches each window's length (an epoch's last may be short)."""
+    accum = cfg["sft"]["grad_accum"]
+    return accum if cfg["sft"]["loss"] == "step-token-mean" or accum > 1 else 0
 
 
 def check_responses(records: list) -> int:

@@ -207,11 +207,20 @@ def test_step_token_mean_makes_accumulation_the_same_step_as_a_bigger_batch(tiny
         w = {name: _weights(d) for name, d in dirs.items()}
         gaps[loss] = max(float((w["accumulated"][k] - w["whole"][k]).abs().max()) for k in w["whole"])
         norms[loss] = {name: grad_norms(d) for name, d in dirs.items()}
+        if loss == "step-token-mean":
+            losses = {name: train_losses(d) for name, d in dirs.items()}
     assert gaps["step-token-mean"] < 1e-5, gaps
     assert gaps["token-mean"] > 100 * max(gaps["step-token-mean"], 1e-7), gaps
     # AdamW hides a gradient's scale from the weights; the logged gradient (before clipping) does not
     steps = norms["step-token-mean"]
     assert len(steps["whole"]) == 3 and steps["accumulated"] == pytest.approx(steps["whole"], rel=1e-4), norms
+    # train/loss is each step's loss per response token, over both micro-batches (it was the second's alone)
+    assert losses["accumulated"] == pytest.approx(losses["whole"], rel=1e-4), losses
+
+
+def train_losses(run_dir: Path) -> list[float]:
+    return [float(r["train/loss"]) for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open())
+            if r.get("train/loss")]
 
 
 def test_a_diverged_run_stops_and_is_recorded_as_failed(tmp_path, tiny_sft_overrides, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -96,3 +97,18 @@ def test_yaml_merge_keys_still_load(tmp_path):
     from klear_lab.config.compose import load_yaml
 
     assert load_yaml(exp)["optim"] == {"lr": 0.01, "warmup_steps": 3}
+
+
+def test_a_warmup_as_long_as_the_run_is_warned_with_the_learning_rate_reached():
+    """The quickstart's 30 warmup steps in a 6-step run: the rate rose to a fifth of optim.lr, silently."""
+    from klear_lab.builders import optim_settings
+    from klear_lab.modules.optim import lr_lambda
+
+    cfg = compose(SFT, ["optim.warmup_steps=30", "optim.lr=1e-3"])
+    with pytest.warns(UserWarning, match=r"optim.warmup_steps=30 is not below the run's 6 scheduled steps: the "
+                                         r"learning rate ends at 0.0002, below optim.lr=0.001"):
+        settings = optim_settings(cfg, 6)
+    assert lr_lambda(settings)(5) * 1e-3 == pytest.approx(2e-4)  # what the warning says the last step gets
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        optim_settings(cfg, 31)

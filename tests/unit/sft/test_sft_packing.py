@@ -85,3 +85,18 @@ def test_each_batch_carries_its_accumulation_windows_loss_tokens():
     resumed = with_step_tokens(iter(map(_labelled, counts[4:])), 3, 4, 7)
     assert [int(b["step_label_tokens"]) for b in resumed] == [11, 11, 7]
     assert [int(b["step_label_tokens"]) for b in with_step_tokens(iter(map(_labelled, counts)), 1, 0, 7)] == counts
+
+
+def test_token_mean_averages_a_short_last_window_over_its_own_micro_batches():
+    """Lightning divides every micro-batch by grad_accum, also in an epoch's last window when it holds fewer:
+    with grad_accum 2 and 3 micro-batches an epoch, the third step's gradient was half its micro-batch's."""
+    from types import SimpleNamespace
+
+    from klear_lab.modules.sft import SFTModule
+
+    batches = list(with_step_tokens(iter(map(_labelled, [1, 2, 3])), 2, 0, 3))
+    assert [int(b["step_micro_batches"]) for b in batches] == [2, 2, 1]
+    module = SimpleNamespace(trainer=SimpleNamespace(accumulate_grad_batches=2))
+    scales = [SFTModule._short_window_scale(module, b) for b in batches]
+    assert [s / 2 for s in scales] == [0.5, 0.5, 1.0]  # each step: the mean of its own micro-batches' means
+    assert SFTModule._short_window_scale(module, _labelled(3)) == 1.0  # grad_accum 1: no windows read
