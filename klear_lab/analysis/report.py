@@ -219,12 +219,18 @@ def summary_interval(rep: Reproduction, row: Any) -> str:
 SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"]
 
 
+def tested_claims(reps: list[Reproduction]) -> int:
+    """Claims that got an interval (a test at 95 %): not those without a result or under 2 seeds."""
+    return sum(int(rep.claims["ours Δ ci low"].notna().sum()) for rep in reps if not rep.claims.empty)
+
+
 def multiplicity_note(n_claims: int) -> str:
     """Each verdict is a 95 % test of its own; over many claims, one decided by chance is expected."""
     if n_claims < 2:
         return ""
-    return (f"{n_claims} claims, each tested at 95 % with no correction for multiple comparisons: among "
-            f"claims with no real difference, about 1 in 20 is still called reproduced or contradicted.")
+    return (f"{n_claims} claims with an interval, each tested at 95 % with no correction for multiple "
+            "comparisons: among claims with no real difference, about 1 in 20 is still called reproduced or "
+            "contradicted.")
 
 
 def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
@@ -234,7 +240,7 @@ def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
             for rep in reps for _, row in rep.claims.iterrows()]
     lines = ["# The paper's claims on this machine's sweeps", ""]
     lines += _md_table(SUMMARY_HEADER, rows)
-    if note := multiplicity_note(len(rows)):
+    if note := multiplicity_note(tested_claims(reps)):
         lines += ["", note]
     if skipped:
         lines += ["", "Not run yet: " + ", ".join(f"`{name}`" for name in skipped)]
@@ -259,7 +265,7 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
                           escape(summary_interval(rep, row)),  # "[no interval]" is not a style tag either
                           f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)
     console.print(table)
-    if note := multiplicity_note(sum(len(rep.claims) for rep in reps)):
+    if note := multiplicity_note(tested_claims(reps)):
         console.print(escape(note))
     if skipped:
         console.print("not run yet: " + ", ".join(skipped))

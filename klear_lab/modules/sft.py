@@ -90,8 +90,8 @@ class SFTModule(L.LightningModule):
     def _short_window_scale(self, batch: dict[str, torch.Tensor]) -> float:
         """``token-mean``: Lightning divides each micro-batch by ``accumulate_grad_batches``, also in an
         epoch's last window when it holds fewer; scale those back, so every step averages its own."""
-        if "step_micro_batches" not in batch:
-            return 1.0
+        if "step_micro_batches" not in batch or self.trainer.strategy.handles_gradient_accumulation:
+            return 1.0  # DeepSpeed accumulates itself, in windows counted over epochs: not the loader's
         return self.trainer.accumulate_grad_batches / int(batch["step_micro_batches"])
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

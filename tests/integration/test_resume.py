@@ -119,20 +119,22 @@ def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoi
 
 def test_sft_evaluates_after_every_nth_step_over_short_windows_and_resumes_exactly(tmp_path):
     """10 prompts, 2 rows per micro-batch: 5 micro-batches per epoch, so 3 steps of grad_accum 2, the last of
-    one micro-batch. Lightning's interval (6 micro-batches, counted over epochs) evaluated once, mid-step in
-    the second epoch, never after step 6, and the checkpoint written with that evaluation resumed to other
-    weights (a micro-batch's accumulated gradient was lost). Evaluations now follow steps 3 and 6."""
+    one micro-batch. Lightning's interval (in micro-batches, counted over epochs) evaluated mid-step past the
+    first epoch, missed the one due after the last step, and a checkpoint written with such an evaluation
+    resumed to other weights (a micro-batch's accumulated gradient was lost). Now evaluations follow steps
+    2, 4 and 6; the checkpoint due at step 4 is written with its evaluation, and the resume restarts there."""
     overrides = ["data.sources.0.n_prompts=10", "sft.epochs=2", "sft.tokens_per_micro_batch=200", "sft.grad_accum=2",
-                 "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8", "eval.every_n_steps=3",
-                 "trainer.checkpoint_every=3", "trainer.log_every_n_steps=1"]
+                 "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8", "eval.every_n_steps=2",
+                 "trainer.checkpoint_every=2", "trainer.log_every_n_steps=1"]
     whole, run_dir = crash_then_resume(overrides, SFT, Crash(5, lambda t: t.global_step), tmp_path)
     assert whole.metrics["plan/steps_per_epoch"] == 3 and whole.metrics["train/steps"] == 6
-    # Lightning logs a step's rows at its 0-based index: the evaluations after steps 3 and 6 sit at 2 and 5
-    assert [s for s, _ in rows(whole.run_dir, "val/acc")] == [2, 5]
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    # Lightning logs a step's rows at its 0-based index: the evaluations after steps 2, 4, 6 sit at 1, 3, 5
+    assert [s for s, _ in rows(whole.run_dir, "val/acc")] == [1, 3, 5]
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 4 and ckpt["klear_resume"]["epoch"] == 1  # mid second epoch, after an evaluation
     resumed = run_experiment(resume_config(run_dir), resume=run_dir)
     assert_same_weights(whole.run_dir, run_dir)
-    assert rows(run_dir, "val/acc") == rows(whole.run_dir, "val/acc")
+    assert rows(run_dir, "val/acc") == rows(whole.run_dir, "val/acc")  # step 4's evaluation not run twice
     assert rows(run_dir, "train/loss") == rows(whole.run_dir, "train/loss")
     assert resumed.metrics["train/tokens"] == whole.metrics["train/tokens"]  # counted on after the resume
 

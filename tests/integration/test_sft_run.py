@@ -223,6 +223,16 @@ def train_losses(run_dir: Path) -> list[float]:
             if r.get("train/loss")]
 
 
+def test_token_mean_averages_a_short_step_over_its_own_micro_batches(tiny_sft_overrides):
+    """8 prompts fill one micro-batch, so every step of grad_accum=2 holds one: Lightning's division by 2
+    halved each step's gradient; now each is its micro-batch's mean, as with grad_accum=1."""
+    quickstart = Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml"
+    norms = {accum: grad_norms(run_experiment(compose(quickstart, [
+        *tiny_sft_overrides, "sft.loss=token-mean", "data.sources.0.n_prompts=8", "sft.epochs=3",
+        "data.eval_sources=[]", f"sft.grad_accum={accum}"])).run_dir) for accum in (1, 2)}
+    assert len(norms[1]) == 3 and norms[2] == pytest.approx(norms[1], rel=1e-4), norms
+
+
 def test_a_diverged_run_stops_and_is_recorded_as_failed(tmp_path, tiny_sft_overrides, capsys):
     """``optim.lr=1e30`` made every weight NaN, and the run said "completed" with exit 0 (found by a probe)."""
     code = main(["train", QUICKSTART, *tiny_sft_overrides, "optim.lr=1e30", "optim.min_lr=0", "optim.warmup_steps=0"])

@@ -109,6 +109,8 @@ def test_a_warmup_as_long_as_the_run_is_warned_with_the_learning_rate_reached():
                                          r"learning rate ends at 0.0002, below optim.lr=0.001"):
         settings = optim_settings(cfg, 6)
     assert lr_lambda(settings)(5) * 1e-3 == pytest.approx(2e-4)  # what the warning says the last step gets
+    with pytest.warns(UserWarning, match=r"reaches optim.lr=0.001 only at the last step, and no cosine phase"):
+        optim_settings(cfg, 30)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         optim_settings(cfg, 31)

@@ -82,7 +82,7 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
     text = summary.read_text()
     assert "| Toy toy_table | 0.002 beats 0.001 | `toy` |" in text and "| reproduced |" in text
     assert "Not run yet: `other_table`" in text
-    multiplicity = "2 claims, each tested at 95 % with no correction for multiple comparisons"
+    multiplicity = "2 claims with an interval, each tested at 95 % with no correction for multiple comparisons"
     assert multiplicity in text and multiplicity in " ".join(out.split())
 
     # an analysis whose first sweep was started (an empty study) takes the later one that has results
