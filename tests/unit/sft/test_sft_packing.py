@@ -96,7 +96,8 @@ def test_token_mean_averages_a_short_last_window_over_its_own_micro_batches():
 
     batches = list(with_step_tokens(iter(map(_labelled, [1, 2, 3])), 2, 0, 3))
     assert [int(b["step_micro_batches"]) for b in batches] == [2, 2, 1]
-    module = SimpleNamespace(trainer=SimpleNamespace(accumulate_grad_batches=2))
+    module = SimpleNamespace(trainer=SimpleNamespace(accumulate_grad_batches=2,
+                                                     strategy=SimpleNamespace(handles_gradient_accumulation=False)))
     scales = [SFTModule._short_window_scale(module, b) for b in batches]
     assert [s / 2 for s in scales] == [0.5, 0.5, 1.0]  # each step: the mean of its own micro-batches' means
     assert SFTModule._short_window_scale(module, _labelled(3)) == 1.0  # grad_accum 1: no windows read
