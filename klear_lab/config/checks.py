@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from klear_lab.distributed import several_devices
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import ENGINES
 from klear_lab.models.tokenizer import MIN_VOCAB
@@ -79,6 +80,7 @@ def check_sft(cfg: dict[str, Any]) -> None:
              "sft.loss", f"step-token-mean is not supported with trainer.strategy={cfg['trainer']['strategy']}: "
              "DeepSpeed scales for accumulation itself and counts its windows across epochs")
     _require(isinstance(max_len, int) and max_len >= 1, "data.max_length", f"must be >= 1 (tokens), got {max_len}")
+    check_sft_launch(cfg["trainer"])
     _require(s["max_steps"] >= -1, "sft.max_steps",
              f"must be > 0, or 0 or -1 (no limit: sft.epochs), got {s['max_steps']}")
     rows = s["tokens_per_micro_batch"] // max_len
@@ -93,6 +95,23 @@ def check_sft(cfg: dict[str, Any]) -> None:
              "micro-batch holds tokens_per_micro_batch // data.max_length rows")
     _require(s["max_steps"] > 0 or s["epochs"] > 0, "sft.epochs",
              f"must be > 0 when sft.max_steps is not set (> 0), got {s['epochs']}")
+
+
+SPAWNED = ("spawn", "fork", "notebook")  # Lightning strategies that start ranks from inside this process
+
+
+def check_sft_launch(t: dict[str, Any]) -> None:
+    """Several SFT ranks are started by running the command again (``ddp``), never spawned or forked.
+
+    Spawned ranks train in child processes and return to a parent whose loggers never saw their
+    metrics: Lightning's CSV logger fails at the end, after the whole training, and the step-aligned
+    evaluation hook cannot be pickled. Refused here, before anything is written.
+    """
+    strategy = str(t["strategy"])
+    _require(not (several_devices(t) and any(k in strategy for k in SPAWNED)), "trainer.strategy",
+             f"is {strategy!r} with trainer.devices={t['devices']!r}: SFT ranks are started by running the "
+             "command again, so use trainer.strategy=ddp (or fsdp); spawned or forked ranks would train, "
+             "then fail to hand their metrics back to this process's loggers")
 
 
 def check_eval(ev: dict[str, Any]) -> None:

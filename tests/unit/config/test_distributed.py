@@ -56,6 +56,17 @@ def test_vllm_evaluation_on_several_devices_is_refused():
         builders.eval_engine(cfg)
 
 
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork", "ddp_notebook"])
+def test_sft_ranks_started_from_inside_the_process_are_refused(strategy):
+    """Spawned ranks trained, then the run failed in the CSV logger at the end (their metrics never
+    reached the parent): refused before any data is read, naming the key."""
+    sft = ROOT / "experiments/quickstart/sft.yaml"
+    with pytest.raises(ConfigError, match=rf"trainer.strategy is '{strategy}' with trainer.devices=2: .*"
+                                          r"use trainer.strategy=ddp"):
+        compose(sft, ["trainer.accelerator=cpu", "trainer.devices=2", f"trainer.strategy={strategy}"])
+    compose(sft, ["trainer.accelerator=cpu", "trainer.devices=1", f"trainer.strategy={strategy}"])  # one process
+    compose(sft, ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"])
+
 
 def test_auto_strategy_on_several_devices_is_refused_in_an_interactive_session(monkeypatch):
     """Jupyter/IPython: Lightning would fork the ranks (ddp_fork), and RL ranks re-run the command instead."""
