@@ -46,19 +46,23 @@ def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[f
     a, b = _finite(a), _finite(b)
     if not len(a) or not len(b):
         return math.nan, math.nan, math.nan
-    scale = max(abs(float(a.mean())), abs(float(b.mean())), 1e-12)
-    d = float(a.mean() - b.mean())
-    if abs(d) <= TIE_TOLERANCE * scale:
-        d = 0.0
+    means = float(a.mean()), float(b.mean())
+    d = 0.0 if negligible(means[0] - means[1], *means) else means[0] - means[1]
     if len(a) < 2 or len(b) < 2:
         return d, math.nan, math.nan
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     se = math.sqrt(va + vb)
-    if se <= TIE_TOLERANCE * scale:
+    if negligible(se, *means):
         return d, math.nan, math.nan
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = t_quantile(0.5 + level / 2, df) * se
     return d, d - half, d + half
+
+
+def negligible(x: float, *scales: float) -> bool:
+    """Whether ``x`` is float32 logging noise next to the largest of ``scales`` (means of the same
+    metric): two equal accuracies averaged in another order differ by ~1e-8."""
+    return abs(x) <= TIE_TOLERANCE * max(*(abs(s) for s in scales), 1e-12)
 
 
 def _finite(values: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.errors import ConfigError
-from klear_lab.stats import TIE_TOLERANCE, welch_interval
+from klear_lab.stats import negligible, welch_interval
 from klear_lab.sweep.grid import canonical_point, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
 
@@ -92,8 +92,7 @@ def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed
 
 def spread(values: np.ndarray) -> bool:
     """Whether ``values`` differ by more than float32 logging noise."""
-    scale = max(float(np.abs(values).max()), 1e-12)
-    return float(values.max() - values.min()) > TIE_TOLERANCE * scale
+    return not negligible(float(values.max() - values.min()), float(values.min()), float(values.max()))
 
 
 def summarize(records: list[TrialRecord], objective: str, metrics: list[str], direction: str,
@@ -121,7 +120,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     df["best"] = False  # no arm completed: no best (pandas refuses idxmax over all-NaN)
     if means.notna().any():  # arms tied with the best (within float32 logging noise) are best too
         best = means.max() if direction == "maximize" else means.min()
-        df["best"] = (means - best).abs() <= TIE_TOLERANCE * max(abs(best), 1e-12)
+        df["best"] = [negligible(m - best, best) for m in means]
     df["baseline"] = df["arm"] == baseline
     return df
 
