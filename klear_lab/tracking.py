@@ -214,7 +214,16 @@ def csv_logger(run_dir: Path, rows: list[dict[str, str]]):
 def row_metrics(row: dict[str, str]) -> tuple[int | None, dict[str, float]]:
     """A metrics CSV row as ``(step, {metric: value})`` (its empty cells left out)."""
     step = row.get("step")
-    return (int(float(step)) if step else None), {k: float(v) for k, v in row.items() if k != "step" and v != ""}
+    return (int(float(step)) if step else None), {k: _number(v) for k, v in row.items() if k != "step" and v != ""}
+
+
+def _number(cell: str) -> int | float:
+    """A CSV cell as Lightning wrote it: ``epoch`` ``0`` stays an int (not ``0.0``) when a resumed run
+    writes its kept rows back."""
+    try:
+        return int(cell)
+    except ValueError:
+        return float(cell)
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:
