@@ -5,7 +5,8 @@ The paper reports mean pass@1 over k samples at temperature 0.6, top_p 0.95 ("av
 table, avg@32 / avg@4 in its ablations; ``../shared/docs/paper.md`` §5). ``Sampling`` carries those
 settings (and ``top_k`` / ``repetition_penalty``: the released eval script's 20 and 1.05, off by
 default); ``val/acc`` is then the mean over problems of the fraction of their k samples that pass,
-and ``val/pass_at_k`` the fraction of problems with at least one passing sample. Each problem's
+and ``val/pass_at_k`` the fraction of problems with at least one passing sample (where sources draw
+different k, ``eval.samples_per_source``, pass@k at the smallest k: :func:`pass_at`). Each problem's
 samples are drawn from a seed of its own, made from the run seed and the record's source and uid
 (records repeated under one source and uid draw the same samples), so an
 evaluation is reproducible from the saved config, and neither ``eval.batch_size``, the engine's
@@ -16,6 +17,7 @@ The caller's RNG does not move. ``eval.engine: rollout`` decodes with the run's 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -74,8 +76,9 @@ class EvalResult:
             by_source[rec.source].append(score)
         out = {f"{prefix}/acc": sum(scores) / max(len(scores), 1), f"{prefix}/n": float(len(scores))}
         counts = {len(v) for v in self.verdicts}
-        if max(counts, default=1) > 1:
-            out[f"{prefix}/pass_at_k"] = sum(any(v) for v in self.verdicts) / max(len(self.verdicts), 1)
+        if max(counts, default=1) > 1:  # mixed ks (eval.samples_per_source): pass@k at the smallest k
+            k = min(counts)
+            out[f"{prefix}/pass_at_k"] = sum(pass_at(k, v) for v in self.verdicts) / max(len(self.verdicts), 1)
         if counts != {1} and len(counts) == 1:
             out[f"{prefix}/samples"] = float(counts.pop())
         elif len(counts) > 1:  # eval.samples_per_source: each source's k, and its pass@k (the pool mixes ks)
@@ -93,6 +96,14 @@ class EvalResult:
             vals = [s for r, s in zip(self.records, scores) if r.difficulty == level]
             out[f"{prefix}/level{level}/acc"] = sum(vals) / len(vals)
         return out
+
+
+def pass_at(k: int, verdicts: list[bool]) -> float:
+    """The unbiased estimate of pass@k from ``n = len(verdicts) >= k`` samples (Chen et al. 2021,
+    arXiv 2107.03374): 1 - C(n - c, k) / C(n, k), c the passing ones; at k = n, whether any passes.
+    What the pooled ``pass_at_k`` of sources with different sample counts is made of."""
+    n, c = len(verdicts), sum(verdicts)
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def evaluate(model, tokenizer, records: list[Record], rewards: dict[str, object],

@@ -218,12 +218,14 @@ def test_the_protocol_reaches_generate_and_hub_defaults_do_not(world, monkeypatc
 
 
 def test_mixed_k_metrics_by_hand():
-    """eval.samples_per_source: avg@4 on one source, avg@2 on another; each source says its k."""
+    """eval.samples_per_source: avg@4 on one source, avg@2 on another; each source says its k, and the pool
+    is pass@2 for every problem: 1 - C(3, 2) / C(4, 2) = 1/2 for one pass in 4 samples (it was 'any of
+    4 passes' there, 'any of 2' on the other source: 2/3)."""
     code = Record(uid="c0", source="lcb", task="code", prompt="q", answer="", difficulty=1)
     result = EvalResult([_rec(0), _rec(1), code], [["a"] * 4, ["a"] * 4, ["b"] * 2],
                         [[True, False, False, False], [False] * 4, [True, True]])
     m = result.metrics("val")
-    assert m["val/acc"] == pytest.approx((0.25 + 0 + 1) / 3) and m["val/pass_at_k"] == pytest.approx(2 / 3)
+    assert m["val/acc"] == pytest.approx((0.25 + 0 + 1) / 3) and m["val/pass_at_k"] == pytest.approx(1.5 / 3)
     assert m["val/arith/acc"] == pytest.approx(0.125) and m["val/lcb/acc"] == 1.0
     assert (m["val/arith/samples"], m["val/lcb/samples"]) == (4.0, 2.0) and "val/samples" not in m
     assert (m["val/arith/pass_at_k"], m["val/lcb/pass_at_k"]) == (0.5, 1.0)
@@ -280,3 +282,13 @@ def test_samples_per_source_can_be_cleared_to_evaluate_on_other_sources(world):
     assert again["eval"]["samples_per_source"] == {"lcb_v5": 2} and type(again["eval"]["samples_per_source"]) is dict
     assert compose(final, ["eval.samples_per_source.lcb_v5=2"])["eval"]["samples_per_source"] == {"lcb_v5": 2,
                                                                                                  "lcb_v6": 8}
+
+
+@pytest.mark.parametrize(("k", "verdicts", "expected"), [
+    (1, [True, False, False, False], 0.25), (2, [True, False, False, False], 0.5),
+    (4, [True, False, False, False], 1.0), (2, [True, True, False], 1.0), (3, [False] * 3, 0.0),
+    (2, [True, False, True, False, False], 1 - 3 / 10)])
+def test_pass_at_k_estimator_by_hand(k, verdicts, expected):
+    from klear_lab.eval.heldout import pass_at
+
+    assert pass_at(k, verdicts) == pytest.approx(expected)
