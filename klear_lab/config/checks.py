@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,12 @@ def check_sft_launch(t: dict[str, Any]) -> None:
     evaluation hook cannot be pickled. Refused here, before anything is written.
     """
     strategy = str(t["strategy"])
-    _require(not (several_devices(t) and any(k in strategy for k in SPAWNED)), "trainer.strategy",
-             f"is {strategy!r} with trainer.devices={t['devices']!r}: SFT ranks are started by running the "
-             "command again, so use trainer.strategy=ddp (or fsdp); spawned or forked ranks would train, "
-             "then fail to hand their metrics back to this process's loggers")
+    forked = strategy == "auto" and (hasattr(sys, "ps1") or sys.flags.interactive)  # Lightning's ddp_fork
+    _require(not (several_devices(t) and (forked or any(k in strategy for k in SPAWNED))), "trainer.strategy",
+             f"is {strategy!r} with trainer.devices={t['devices']!r}"
+             f"{' in an interactive session (Lightning would fork the ranks)' if forked else ''}: SFT ranks are "
+             "started by running the command again, so use trainer.strategy=ddp (or fsdp) from a shell; "
+             "spawned or forked ranks would train, then fail to hand their metrics back to this process's loggers")
 
 
 def check_eval(ev: dict[str, Any]) -> None:

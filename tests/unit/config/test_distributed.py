@@ -68,6 +68,15 @@ def test_sft_ranks_started_from_inside_the_process_are_refused(strategy):
     compose(sft, ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"])
 
 
+def test_sft_auto_strategy_on_several_devices_is_refused_in_an_interactive_session(monkeypatch):
+    sft, overrides = ROOT / "experiments/quickstart/sft.yaml", ["trainer.accelerator=cpu", "trainer.devices=2"]
+    compose(sft, overrides)  # a script or the CLI: Lightning runs the command again per rank
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    with pytest.raises(ConfigError, match=r"trainer.strategy is 'auto' .* in an interactive session"):
+        compose(sft, overrides)
+    compose(sft, [*overrides, "trainer.strategy=ddp"])
+
+
 def test_auto_strategy_on_several_devices_is_refused_in_an_interactive_session(monkeypatch):
     """Jupyter/IPython: Lightning would fork the ranks (ddp_fork), and RL ranks re-run the command instead."""
     from klear_lab.distributed import multi_device_rl_problem
