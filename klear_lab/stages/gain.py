@@ -31,9 +31,9 @@ LAST_EVALS = 5
 
 def gain_summary(evals: list) -> dict[str, float]:
     """``val/acc_start``, ``val/acc_final``, ``val/gain`` (+ CI), ``val/n`` from (step, EvalResult) pairs, and
-    the training curve's best and last-5 mean (``val/acc_best``, ``val/acc_last5``; the evaluations after
-    the start, as the paper's curves begin at a training step), each source's too when there are several
-    (``val/<source>/acc_best``...)."""
+    the training curve's best, last-5 mean and largest fall (``val/acc_best``, ``val/acc_last5``,
+    ``val/acc_drawdown``; the evaluations after the start, as the paper's curves begin at a training
+    step), each source's too when there are several (``val/<source>/acc_best``...)."""
     if len(evals) < 2:
         return {}
     (_, first), (_, last) = evals[0], evals[-1]
@@ -48,4 +48,15 @@ def gain_summary(evals: list) -> dict[str, float]:
         accs = [m[f"{prefix}/acc"] for m in curves]
         out[f"{prefix}/acc_best"] = max(accs)
         out[f"{prefix}/acc_last{LAST_EVALS}"] = sum(accs[-LAST_EVALS:]) / len(accs[-LAST_EVALS:])
+        out[f"{prefix}/acc_drawdown"] = drawdown(accs)
     return out
+
+
+def drawdown(curve: list[float]) -> float:
+    """The largest fall of an accuracy curve below its best earlier evaluation (0 for a curve that never
+    falls): how Figure 2's "GPPO is more stable than CISPO" can be read off runs, lower is steadier."""
+    best, worst_fall = -math.inf, 0.0
+    for acc in curve:
+        best = max(best, acc)
+        worst_fall = max(worst_fall, best - acc)
+    return worst_fall

@@ -24,7 +24,8 @@ SFT = ("train/loss", "train/grad_norm", "train/tokens", "perf/tokens_per_s",  # 
        "perf/packing_efficiency_data", "plan/total_steps", "plan/steps_per_epoch", "plan/examples",  # sft_plan
        "plan/dropped_too_long", "plan/tokens_per_step", "plan/params", "plan/dropped_no_response")
 GAIN = ("val/acc_start", "val/acc_final", "val/gain", "val/gain_ci95_low", "val/gain_ci95_high", "val/acc_best",
-        "val/acc_last5", "val/<source>/acc_best", "val/<source>/acc_last5")
+        "val/acc_last5", "val/acc_drawdown", "val/<source>/acc_best", "val/<source>/acc_last5",
+        "val/<source>/acc_drawdown")
 """``stages/gain.py:gain_summary`` (RL runs)."""
 RL_STEP = ("reward/mean", "reward/std", "reward/acc", "reward/format_rate", "rl/response_len_mean",
            "rl/response_len_max", "rl/truncated_frac", "rl/kept_group_frac", "rl/dropped_group_frac",

@@ -75,10 +75,13 @@ def test_a_curves_best_and_last_five_mean_overall_and_per_source():
     assert g["val/acc_best"] == 1.0 and g["val/acc_last5"] == pytest.approx((0.5 + 0.5 + 1 + 0.5 + 1) / 5)
     assert g["val/arith/acc_last5"] == pytest.approx(3 / 5) and g["val/lcb/acc_last5"] == pytest.approx(4 / 5)
     assert (g["val/arith/acc_best"], g["val/lcb/acc_best"]) == (1.0, 1.0)
+    # curves 0.5 0.5 1 0.5 1 (arith 1 0 1 0 1, lcb 0 1 1 1 1): the largest fall below an earlier best
+    assert (g["val/acc_drawdown"], g["val/arith/acc_drawdown"], g["val/lcb/acc_drawdown"]) == (0.5, 1.0, 0.0)
     assert "val/arith/acc_last5" not in gain_summary([(0, EvalResult(recs[:1], [["x"]], [[True]]))] * 2)
     fell = gain_summary([(0, EvalResult(recs, [["x"], ["y"]], [[True], [True]])),  # the start is not on the curve
                          (10, EvalResult(recs, [["x"], ["y"]], [[True], [False]]))])
     assert (fell["val/acc_best"], fell["val/acc_last5"], fell["val/acc_start"]) == (0.5, 0.5, 1.0)
+    assert fell["val/acc_drawdown"] == 0.0  # one training evaluation: nothing to fall from
 
 
 @dataclass
