@@ -302,7 +302,8 @@ def optim_settings(cfg: dict[str, Any], total_steps: int):
         warnings.warn(f"optim.warmup_steps={o['warmup_steps']} is not below the run's {total_steps} scheduled "
                       f"steps: {reached}, and no {o['schedule']} phase runs", UserWarning, stacklevel=2)
     return OptimSettings(lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], total_steps=total_steps,
-                         weight_decay=o["weight_decay"], betas=tuple(o["betas"]), schedule=o["schedule"])
+                         weight_decay=o["weight_decay"], betas=tuple(o["betas"]), schedule=o["schedule"],
+                         bf16_rounding=o["bf16_rounding"], seed=cfg["run"]["seed"])
 
 
 def resolve_init_from(cfg: dict[str, Any]) -> None:

@@ -153,6 +153,9 @@ def training_memory_row(cfg: dict[str, Any], params: int) -> tuple[str, str]:
     held = f"{DTYPE_NAMES[dtype]} ({source}"
     if precision.endswith("mixed") or precision in ("16", "bf16"):
         held += f"; {precision} computes under autocast"
+    if dtype == torch.bfloat16:  # modules/bf16_adamw.py: a step below a weight's bf16 spacing is lost to nearest
+        held += ("; AdamW rounds stochastically" if cfg["optim"]["bf16_rounding"] == "stochastic"
+                 else "; AdamW rounds to nearest: steps under |w| / 256 are lost")
     return "weights+grads+AdamW", f"{size(params * 4 * dtype.itemsize)} in {held}), before sharding"
 
 

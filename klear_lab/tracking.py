@@ -40,7 +40,9 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
               ("rl", "reward", "record_limits"): False, ("eval", "code_reward", "record_limits"): False,
               ("data", "filter", "min_tests"): 0, ("data", "sources", "*", "shared_prompts"): False,
               ("data", "eval_sources", "*", "shared_prompts"): False, ("data", "mix", "select"): "random",
-              ("data", "mix", "kcenter_dim"): 256}
+              ("data", "mix", "kcenter_dim"): 256,
+              # rounding to nearest before it, but no run here had bfloat16 weights (only the paper-scale configs)
+              ("optim", "bf16_rounding"): "stochastic"}
 
 
 def config_hash(cfg: dict[str, Any]) -> str:

@@ -65,6 +65,8 @@ def check_optim(o: dict[str, Any]) -> None:
     # torch's clip_grad_norm_ scales gradients by max_norm / norm: a negative one would reverse them
     _require(o["grad_clip"] >= 0, "optim.grad_clip", f"must be >= 0 (0 = no clipping), got {o['grad_clip']}")
     _require(o["weight_decay"] >= 0, "optim.weight_decay", f"must be >= 0, got {o['weight_decay']}")
+    _require(o["bf16_rounding"] in ("stochastic", "nearest"), "optim.bf16_rounding",
+             f"must be 'stochastic' or 'nearest', got {o['bf16_rounding']!r}")
     betas = o["betas"]
     _require(len(betas) == 2 and all(0 <= b < 1 for b in betas), "optim.betas",
              f"must be two numbers in [0, 1) (AdamW's beta1, beta2), got {list(betas)}")

@@ -83,6 +83,10 @@ class OptimSection:
     grad_clip: float = 1.0
     schedule: str = "cosine"
     """``cosine`` (warmup then cosine to min_lr) or ``constant`` (warmup then flat; the paper's RL)."""
+    bf16_rounding: str = "stochastic"
+    """How AdamW stores bfloat16 weights and moments (``trainer.precision=bf16-true``): ``stochastic``
+    keeps small steps right on average (at lr 1e-6 rounding to ``nearest`` loses nearly all of them;
+    klear_lab/modules/bf16_adamw.py). No effect on float32 weights."""
 
 
 @dataclass

@@ -180,6 +180,43 @@ def test_an_epoch_trains_every_batch_with_gradient_accumulation(tiny_sft_overrid
     assert Count.batches == 12
 
 
+@pytest.mark.filterwarnings("ignore:optim.lr=1e-05 with torch.bfloat16 weights")  # the nearest arm's (the point)
+def test_bf16_true_training_keeps_small_steps_with_stochastic_rounding(tiny_sft_overrides):
+    """bfloat16 weights at lr 1e-5 (the tiny model's |w| ~ 0.02 has a spacing of ~1.2e-4), 3 steps: torch's
+    AdamW rounds most steps back to the weight; stochastic rounding (the default) moves the weights as far
+    as float32 training does, on average."""
+    import lightning as L
+    import torch
+
+    from klear_lab.modules.bf16_adamw import StochasticRoundingAdamW
+
+    class Moved(L.Callback):
+        def on_train_start(self, trainer, module) -> None:
+            self.optimizer = type(trainer.optimizers[0])
+            self.start = {k: v.detach().float().clone() for k, v in module.model.named_parameters() if v.ndim >= 2}
+
+        def on_train_end(self, trainer, module) -> None:
+            now = {k: v.detach().float() for k, v in module.model.named_parameters()}
+            self.dtype = module.model.get_input_embeddings().weight.dtype
+            self.mean_step = sum(float((now[k] - w).abs().sum()) for k, w in self.start.items()) / sum(
+                w.numel() for w in self.start.values())
+
+    seen = {}
+    for arm, precision in (("float32", ["trainer.precision=32-true", "model.dtype=float32"]),
+                           ("stochastic", ["trainer.precision=bf16-true", "model.dtype=bfloat16"]),
+                           ("nearest", ["trainer.precision=bf16-true", "model.dtype=bfloat16",
+                                        "optim.bf16_rounding=nearest"])):
+        seen[arm] = Moved()
+        run_experiment(compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml", [
+            *tiny_sft_overrides, *precision, "optim.lr=1e-5", "optim.min_lr=1e-5", "optim.warmup_steps=0",
+            "optim.schedule=constant", "eval.every_n_steps=0"]), callbacks=[seen[arm]])
+    assert seen["stochastic"].optimizer is StochasticRoundingAdamW and seen["nearest"].optimizer is torch.optim.AdamW
+    assert seen["stochastic"].dtype == seen["nearest"].dtype == torch.bfloat16
+    steps = {arm: s.mean_step for arm, s in seen.items()}
+    assert steps["stochastic"] / steps["float32"] == pytest.approx(1.0, abs=0.3), steps
+    assert steps["nearest"] / steps["float32"] < 0.6, steps
+
+
 def _weights(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
