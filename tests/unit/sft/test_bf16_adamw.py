@@ -64,8 +64,8 @@ def test_a_non_contiguous_weight_is_updated_in_place():
     base = torch.randn(3, 4)
     ref, mine = torch.nn.Parameter(base.clone()), torch.nn.Parameter(base.clone().t().contiguous().t())
     assert not mine.is_contiguous()
-    optimizers = ((ref, torch.optim.AdamW([ref], lr=0.1, foreach=False)), (mine, StochasticRoundingAdamW([mine], lr=0.1)))
-    for p, opt in optimizers:
+    for p, opt in ((ref, torch.optim.AdamW([ref], lr=0.1, foreach=False)),
+                   (mine, StochasticRoundingAdamW([mine], lr=0.1))):
         p.grad = torch.ones(3, 4)
         opt.step()
     assert torch.equal(ref, mine) and not mine.is_contiguous()
