@@ -9,10 +9,23 @@ makes before it loads a model (``runnable_problem``): a config every trial would
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
+import json
+from pathlib import Path
 from typing import Any
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.grid import Arm, axis_distribution, grid_arms, resolve_baseline, trial_layer
+from klear_lab.sweep.grid import (
+    Arm,
+    axis_distribution,
+    canonical_value,
+    encode,
+    grid_arms,
+    resolve_baseline,
+    trial_layer,
+)
 from klear_lab.sweep.metrics import clip_metric_names, is_logged, unlogged_message
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
@@ -31,6 +44,7 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
         ConfigError: naming the spec file and the key at fault.
     """
     check_storage_url(spec.storage, spec)
+    check_runner(spec)
     base = _check_base(spec)
     clips = _configured_clips(spec, base) if base.get("plugins") and base["run"]["kind"] == "rl" else None
     check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")), clips=clips)
@@ -43,6 +57,8 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
                 axis_distribution(axis)
             except ValueError as exc:  # Optuna's rule: it raised in the first claimed trial
                 raise spec.err(f"axes.{axis.key}", str(exc)) from None
+        else:
+            _check_distinct(spec, axis)
         others = {a.key: _probe_values(a)[0] for a in spec.axes if a is not axis}
         for value in _probe_values(axis):
             context = f" (other axes at {others})" if others else ""
@@ -53,6 +69,54 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
         _compose_or_raise(spec, arm.params, "axes", f"arm {arm.label}", inherited)
     resolve_baseline(spec, [a.label for a in arms])
     return arms
+
+
+def _check_distinct(spec: SweepSpec, axis: Any) -> None:
+    """Values written differently but equal as config values (``1`` and ``1.0``) are one grid point."""
+    seen: dict[str, Any] = {}
+    for value in axis.values:
+        key = json.dumps(canonical_value(encode(value)), sort_keys=True)
+        if key in seen:
+            raise spec.err(f"axes.{axis.key}", f"values {seen[key]!r} and {value!r} are the same config value")
+        seen[key] = value
+
+
+def check_runner(spec: SweepSpec) -> None:
+    """A custom ``runner:`` must name a function that exists: otherwise every trial would start, fail on
+    it and be counted as a failure a rerun retries. A file runner is read, not run (``ast``), here."""
+    if spec.runner == DEFAULT_RUNNER:
+        return
+    module, _, attr = spec.runner.rpartition(":")
+    if module.endswith(".py"):
+        path = Path(module)
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise spec.err("runner", f"cannot read {path}: {exc}") from None
+        if attr not in _top_level_names(tree):
+            raise spec.err("runner", f"{path} defines no {attr!r} at its top level")
+        return
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise spec.err("runner", f"no module {module!r} on this Python's path")
+    if not hasattr(importlib.import_module(module), attr):
+        raise spec.err("runner", f"module {module!r} has no {attr!r}")
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
 
 
 def _configured_clips(spec: SweepSpec, base: dict[str, Any]) -> list[dict[str, Any]]:

@@ -82,28 +82,28 @@ def decode(value: Any) -> Any:
 
 def point_key(values: dict[str, Any], seed: int) -> str:
     """Identity of one grid point x seed (a trial user attr; the resume bookkeeping key)."""
-    return json.dumps({**{k: _canonical(encode(v)) for k, v in values.items()}, SEED_PARAM: seed}, sort_keys=True)
+    return json.dumps({**{k: canonical_value(encode(v)) for k, v in values.items()}, SEED_PARAM: seed}, sort_keys=True)
 
 
 def canonical_point(key: str | None) -> str | None:
     """A stored ``point`` attr as :func:`point_key` writes it now (studies from before kept 0 and 0.0 apart)."""
     try:
-        return json.dumps({k: _canonical(v) for k, v in json.loads(key).items()}, sort_keys=True)
+        return json.dumps({k: canonical_value(v) for k, v in json.loads(key).items()}, sort_keys=True)
     except (TypeError, ValueError, AttributeError):  # None, or not a point key
         return key
 
 
-def _canonical(value: Any) -> Any:
+def canonical_value(value: Any) -> Any:
     """One form per value: YAML types ``1`` and ``1.0`` (``[1, 2]`` and ``[1.0, 2.0]``) by how they are
     written, but they are one config value, so one grid point."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, list):
-        return [_canonical(v) for v in value]
+        return [canonical_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
+        return {k: canonical_value(v) for k, v in value.items()}
     if isinstance(value, str) and value.startswith("json:"):
-        return "json:" + json.dumps(_canonical(json.loads(value[5:])), sort_keys=True)
+        return "json:" + json.dumps(canonical_value(json.loads(value[5:])), sort_keys=True)
     return value
 
 

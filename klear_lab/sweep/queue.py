@@ -69,10 +69,11 @@ def study_base(spec: SweepSpec, *, resolve: bool = True) -> dict[str, Any]:
     """What every trial of one study must share: the base experiment and overrides, what they resolve to
     (``config``: its hash, which covers the experiment file, the files it builds on and plugins' code), the
     sampler, the objective and the pruner (trials run, scored or pruned otherwise are not arms of one
-    comparison)."""
+    comparison), and the heartbeat interval (workers of one study must agree on when a trial is dead)."""
     return {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
             "overrides": list(spec.overrides), "sampler": spec.sampler,
             "objective": f"{spec.metric} ({spec.direction})", "pruner": spec.pruner,
+            "heartbeat_interval": spec.heartbeat_interval,
             **({"config": base_config_hash(spec) if spec.experiment else None} if resolve else {})}
 
 
@@ -102,7 +103,9 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
         ConfigError: naming the keys that differ.
     """
     old, new = study.user_attrs.get(BASE_ATTR) or {}, base or study_base(spec, resolve=not joining)
-    skip = {"experiment"} if joining else set()
+    # a joiner's shorter heartbeat interval would call the running workers' live trials stale (its grace
+    # period is two of its own intervals) and run their retries beside them; a rerun may change it
+    skip = {"experiment"} if joining else {"heartbeat_interval"}
     if not count(study, (TrialState.COMPLETE, TrialState.PRUNED)):
         skip.add("config")
     differ = sorted(k for k in old.keys() & new.keys() - skip if old[k] != new[k])
@@ -169,6 +172,7 @@ def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> i
             if point not in covered:
                 attrs = {"arm": arm.label, "seed": seed, "point": point}
                 study.enqueue_trial(enqueue_params(arm, seed), user_attrs=attrs)
+                covered.add(point)
                 added += 1
     return added
 
@@ -181,21 +185,30 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bo
     """
     storage = study._storage  # the storage API (set_trial_state_values, record_heartbeat) is public
     with lock.hold():
+        held_back = False
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             if frozen.system_attrs.get(NOT_BEFORE_ATTR, 0.0) > time.time():
+                held_back = True
                 continue
+            # the heartbeat first: a RUNNING trial without one is never found stale (Optuna skips it), so a
+            # failure between the two would leave it RUNNING for good and the sweep waiting on it
+            _heartbeat(storage, frozen._trial_id)
             try:
                 if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
-                    _heartbeat(storage, frozen._trial_id)
                     return frozen._trial_id
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
-        if not ask or spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
+        # study.ask() takes the first WAITING trial itself, a held-back retry included
+        if held_back or not ask or spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
             return None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with optimize"
             trial = study.ask()
-        _heartbeat(storage, trial._trial_id)
+        try:
+            _heartbeat(storage, trial._trial_id)
+        except Exception:
+            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)  # not left RUNNING unseen
+            raise
         return trial._trial_id
 
 

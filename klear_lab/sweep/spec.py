@@ -185,7 +185,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         metrics=get.strings("metrics", []),
         baseline=raw.get("baseline"),
         sampler=get.choice("sampler", SAMPLERS, "grid"),
-        sampler_seed=get.integer("sampler_seed", 0),
+        sampler_seed=get.integer("sampler_seed", 0, minimum=0),
         n_trials=raw.get("n_trials"),
         pruner=get.choice("pruner", PRUNERS, "none"),
         storage=get.text("storage", "") or None,
@@ -284,7 +284,9 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
         if extra:
             raise ConfigError(f"{where}: unknown key {sorted(extra)[0]!r} (allowed: values, labels)")
         values, labels = body["values"], body.get("labels")
-        if not isinstance(values, list) or not values:
+        if not isinstance(values, list):
+            raise ConfigError(f"{where}.values: expected a list of values, got {values!r}")
+        if not values:
             raise ConfigError(f"{where}: empty grid: the axis has no values")
         if len({repr(v) for v in values}) != len(values):
             raise ConfigError(f"{where}: duplicate values {values}")
@@ -300,7 +302,12 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
     low, high = body["low"], body["high"]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low >= high:
         raise ConfigError(f"{where}: low and high must be numbers with low < high, got {low!r}, {high!r}")
-    return Axis(key, low=low, high=high, log=bool(body.get("log", False)), step=body.get("step"))
+    log, step = body.get("log", False), body.get("step")
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}.log: expected true or false, got {log!r}")
+    if step is not None and (not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
+        raise ConfigError(f"{where}.step: expected a number > 0, got {step!r}")
+    return Axis(key, low=low, high=high, log=log, step=step)
 
 
 def _value_label(value: Any) -> str:
@@ -329,6 +336,9 @@ def _parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:
         return None, None
     if not isinstance(raw, dict) or set(raw) - {"project", "group"}:
         raise ConfigError(f"{path}: wandb: expected {{project, group}}, got {raw!r}")
+    for key in ("project", "group"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ConfigError(f"{path}: wandb.{key}: expected a name (a string), got {raw[key]!r}")
     return raw.get("project"), raw.get("group")
 
 

@@ -71,7 +71,7 @@ def make_sampler(spec: SweepSpec, trial_number: int = 0) -> optuna.samplers.Base
     samplers seeded alike drew the same values in each of them. Grid trials are all enqueued with
     fixed params, so their sampler never samples.
     """
-    seed = spec.sampler_seed + trial_number
+    seed = (spec.sampler_seed + trial_number) % 2**32  # numpy's seed range
     if spec.sampler == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

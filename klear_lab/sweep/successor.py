@@ -90,7 +90,8 @@ def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, added: di
         raise ConfigError(
             f"{spec.path}: the spec adds {_describe(added)}, which needs a new Optuna study (a categorical parameter's "
             f"choices are fixed within one), but trial(s) {running} of study {study.study_name!r} are running; "
-            "let them finish or stop their workers, then run the same command again")
+            "let them finish or stop their workers, then run the same command again (the trials of a killed "
+            f"sweep count as running until their heartbeats are {2 * spec.heartbeat_interval} s old)")
     storage = study._storage  # the storage API behind the study is public
     name = _next_name(study.study_name)
     if name in optuna.get_all_study_names(storage):  # left by a crash half-way through a copy

@@ -105,14 +105,22 @@ def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
         done.set()
 
 
+def fail_stale(study: optuna.Study, lock: StudyLock) -> None:
+    """Fail the trials of dead workers (stale heartbeats); Optuna's callback queues their retries.
+
+    Under the study's lock: on SQLite (no row locks) two workers could both fail one dead trial, and
+    each would queue a retry of it, both of which then ran: one point finished twice."""
+    with lock.hold(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
 def worker_loop(ctx: WorkerContext, index: int) -> None:
     """Claim and run trials until none is left (or a run lacked the objective: the others would too)."""
     study = open_study(ctx.spec, ctx.url, create=False)
     lock = StudyLock(ctx.url, ctx.spec.name)
     while not ctx.stop.is_set() and ctx.no_objective is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)
+        fail_stale(study, lock)
         trial_id = take_trial(study, ctx.spec, lock, ask=ctx.asks())
         if trial_id is None:
             if SUCCESSOR_ATTR in study.user_attrs:  # the grid was widened: its work moved to a copy
@@ -209,10 +217,11 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
             "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
             else "rerun the sweep to start it again"))
     elif final.state == TrialState.FAIL and final.user_attrs.get(TRANSIENT_ATTR):
-        retry = queue_retry(study, final)
+        with StudyLock(ctx.url, ctx.spec.name).hold():  # held back before any worker can take it
+            retry = queue_retry(study, final)
+            delay = hold_retry(study, retry, ctx.spec.retry_delay_s) if retry else None
         ctx.log(f"[worker {index}] trial {trial.number}: a download failed on the network; " + (
-            f"retrying it in {hold_retry(study, retry, ctx.spec.retry_delay_s):g} s" if retry
-            else "no retry left: rerun the sweep once the hub answers"))
+            f"retrying it in {delay:g} s" if retry else "no retry left: rerun the sweep once the hub answers"))
     if final.state == TrialState.FAIL and final.user_attrs.get(NO_OBJECTIVE_ATTR):
         ctx.no_objective = f"trial {trial.number}: {final.user_attrs.get('error', '')}"
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None

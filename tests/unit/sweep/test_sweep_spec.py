@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from sweep_fixtures import write_spec
@@ -297,3 +299,41 @@ def test_a_specs_own_plugins_are_read_from_its_directory(tmp_path, monkeypatch):
     assert frozen.compose()["plugins"] == [str(tmp_path / "my_clip.py")]
     with pytest.raises(ConfigError, match=f"command line: plugin '{elsewhere / 'my_clip.py'}'"):
         load_spec(path, ["plugins=[my_clip.py]"]).compose()  # typed: the shell's directory, as train's
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"axes": {"optim.lr": {"low": 1e-4, "high": 1e-2, "step": "0.01"}}, "sampler": "random", "n_trials": 2},
+     r"axes.optim.lr.step: expected a number > 0, got '0.01'"),  # was a bare TypeError
+    ({"axes": {"optim.lr": {"low": 1e-4, "high": 1e-2, "log": "no"}}, "sampler": "random", "n_trials": 2},
+     r"axes.optim.lr.log: expected true or false, got 'no'"),  # was read as log: true
+    ({"sampler_seed": -1}, r"sampler_seed: expected an integer >= 0, got -1"),  # numpy's error, for grids too
+    ({"wandb": {"project": 5}}, r"wandb.project: expected a name \(a string\), got 5"),  # blamed on an axis
+    ({"axes": {"optim.lr": {"values": 0.1}}}, r"axes.optim.lr.values: expected a list of values, got 0.1"),
+    ({"axes": {"optim.lr": [0.001, 1]}}, None),
+    ({"axes": {"sft.max_steps": [1, 1.0]}}, r"axes.sft.max_steps: values 1 and 1.0 are the same config value"),
+])
+def test_bad_spec_values_name_their_key(tmp_path, change, expected):
+    path = _edit(write_spec(tmp_path), **change)
+    if expected is None:
+        check_spec(load_spec(path))
+        return
+    assert re.search(expected, _error(path)), _error(path)
+
+
+@pytest.mark.parametrize(("runner", "expected"), [
+    ("missing.py:run", r"runner: cannot read .*missing.py"),
+    ("sweep_fixtures.py:no_such_runner", r"runner: .*sweep_fixtures.py defines no 'no_such_runner'"),
+    ("no_such_module_xyz:run", r"runner: no module 'no_such_module_xyz'"),
+    ("klear_lab.run:run_experimentt", r"runner: module 'klear_lab.run' has no 'run_experimentt'"),
+])
+def test_a_runner_that_does_not_exist_stops_before_a_study(tmp_path, runner, expected):
+    """Every trial started, failed on the runner and was counted as a failure a rerun would retry."""
+    import shutil
+
+    from sweep_fixtures import HERE
+
+    shutil.copy(HERE, tmp_path / "sweep_fixtures.py")
+    path = _edit(write_spec(tmp_path), runner=runner)
+    assert re.search(expected, _error(path)), _error(path)
+    check_spec(load_spec(_edit(path, runner="sweep_fixtures.py:run")))  # relative to the spec file
+    check_spec(load_spec(_edit(path, runner="klear_lab.run:run_experiment")))

@@ -1,0 +1,107 @@
+"""Races between sweep workers on one SQLite study, and claims that must not strand a trial."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sweep_fixtures import write_spec
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.checks import check_spec
+from klear_lab.sweep.queue import NOT_BEFORE_ATTR, check_same_base, prepare_study, study_base, take_trial
+from klear_lab.sweep.spec import load_spec
+from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+from klear_lab.sweep.worker import fail_stale
+
+
+def _setup(tmp_path, **extra):
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1), **extra))
+    arms = check_spec(spec)
+    url = default_storage_url(spec)
+    study = open_study(spec, url, create=True)
+    lock = StudyLock(url, spec.name)
+    prepare_study(study, spec, arms, lock)
+    return spec, url, study, lock
+
+
+def test_workers_failing_dead_trials_together_queue_one_retry_each(tmp_path):
+    """SQLite ignores Optuna's FOR UPDATE: four workers that found the same dead trials all failed them,
+    and each queued a retry (2 to 4 per point in the review's runs), so a point finished twice."""
+    spec, url, study, lock = _setup(tmp_path)
+    dead = [take_trial(study, spec, lock) for _ in range(3)]  # claimed, then their worker is killed
+    time.sleep(2 * spec.heartbeat_interval + 1.5)
+    start = threading.Barrier(4)
+
+    def worker() -> None:
+        own = open_study(spec, url, create=False)
+        start.wait()
+        fail_stale(own, StudyLock(url, spec.name))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    retries = [t.system_attrs.get("failed_trial") for t in study.get_trials(states=(TrialState.WAITING,))]
+    numbers = [study._storage.get_trial(tid).number for tid in dead]
+    assert sorted(r for r in retries if r is not None) == sorted(numbers)  # one retry per dead trial
+
+
+def test_a_held_back_retry_is_not_asked_for_by_a_random_sweep(tmp_path):
+    """``study.ask()`` takes the first WAITING trial itself: a retry held back after a network failure
+    ran at once, so an outage used up every retry of a point in seconds."""
+    spec, url, study, lock = _setup(tmp_path, sampler="random", n_trials=4,
+                                    axes={"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}})
+    study.enqueue_trial({"optim.lr": 1e-3}, user_attrs={"arm": "lr=0.001", "seed": 0})
+    (held,) = study.get_trials(states=(TrialState.WAITING,))
+    study._storage.set_trial_system_attr(held._trial_id, NOT_BEFORE_ATTR, time.time() + 60)
+    assert take_trial(study, spec, lock) is None  # the workers wait; none asks for a new trial meanwhile
+    assert study._storage.get_trial(held._trial_id).state == TrialState.WAITING
+    study._storage.set_trial_system_attr(held._trial_id, NOT_BEFORE_ATTR, time.time() - 1)
+    assert take_trial(study, spec, lock) == held._trial_id
+
+
+def test_a_claim_whose_heartbeat_fails_leaves_the_trial_waiting(tmp_path, monkeypatch):
+    """A RUNNING trial without a heartbeat is never found stale (Optuna skips it): claimed and then
+    left so by a failed first heartbeat, it kept the sweep waiting for good."""
+    spec, url, study, lock = _setup(tmp_path)
+    storage = study._storage
+
+    def down(trial_id):
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(storage, "record_heartbeat", down)
+    with pytest.raises(RuntimeError, match="database is locked"):
+        take_trial(study, spec, lock)
+    assert {t.state for t in study.get_trials()} == {TrialState.WAITING}
+    monkeypatch.undo()
+    assert take_trial(study, spec, lock) is not None
+
+
+def test_a_joiner_must_keep_the_studys_heartbeat_interval(tmp_path):
+    """A joiner with a shorter interval has a shorter grace period: it would fail the other workers' live
+    trials as stale and run their retries beside them."""
+    spec, url, study, lock = _setup(tmp_path)
+    joiner = load_spec(spec.path)
+    joiner.heartbeat_interval = spec.heartbeat_interval + 4
+    with pytest.raises(ConfigError, match=r"heartbeat_interval: the study has 1, the spec 5"):
+        check_same_base(study, joiner, joining=True)
+    check_same_base(study, joiner, base=study_base(joiner))  # a rerun may change it (its workers are gone)
+    study.set_user_attr("klear.base", {k: v for k, v in study_base(spec).items() if k != "heartbeat_interval"})
+    check_same_base(study, joiner, joining=True)  # a study from before the key: not compared
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_widening_after_a_kill_says_when_to_run_again(tmp_path):
+    from klear_lab.sweep.grid import grid_arms
+
+    spec, url, study, lock = _setup(tmp_path)
+    take_trial(study, spec, lock)  # running (or killed, its heartbeat not stale yet)
+    wider = load_spec(write_spec(tmp_path, lrs=(0.001, 0.002, 0.003, 0.004), seeds=(0, 1)))
+    with pytest.raises(ConfigError, match=r"count as running until their heartbeats are 2 s old"):
+        prepare_study(open_study(wider, url, create=False), wider, grid_arms(wider), StudyLock(url, wider.name))
+    optuna.delete_study(study_name=spec.name, storage=study._storage)
