@@ -224,14 +224,15 @@ class RLModule(L.LightningModule):
     @torch.no_grad()
     def _behaviour_logp(self, rollout, rows, mask):
         """Old (and reference) log-probs [len(rows), T] from the training policy before the first update
-        (the engine's own may differ), ``rl.micro_batch_seqs`` rows at a time as the update runs: all kept
-        rows at once would hold [rows, T, V] float32 log-probs.
+        (the engine's own may differ), ``rl.micro_batch_seqs`` rows at a time as the update runs (0: a
+        minibatch's rows, as the update's forward): all kept rows at once would hold [rows, T, V] float32
+        log-probs, more than any update does.
 
         None when this rank kept no group (under DDP it still joins the updates, with zero gradients)."""
         if not len(rows):
             return None, None
         old, ref = [], []
-        for chunk in split_rows(rows, self.s.micro_batch_seqs):
+        for chunk in split_rows(rows, self.s.micro_batch_seqs or self.s.minibatch_prompts * self.s.group_size):
             prompts = [rollout.prompt_ids[i] for i in chunk.tolist()]
             args = (prompts, rollout.response_ids[chunk], mask[chunk], self.tokenizer.pad_token_id,
                     self.s.temperature)

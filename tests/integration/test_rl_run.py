@@ -81,6 +81,22 @@ def test_chunked_log_probs_train_the_same_policy(tmp_path, reward_plugin):
     assert runs[0]["rl/ratio_max"] > 1.5  # the second update is off-policy: the ratios went through chunks too
 
 
+def test_old_log_probs_take_a_minibatch_at_a_time(tmp_path, reward_plugin, monkeypatch):
+    """With rl.micro_batch_seqs=0 the update forwards a minibatch at a time; the old log-probs were
+    computed for every kept row in one forward ([rows, T, V] float32), the step's largest."""
+    import klear_lab.modules.rl as rl_module
+
+    real, rows = rl_module.response_logp, []
+
+    def spy(model, prompts, *args, **kwargs):
+        rows.append(len(prompts))
+        return real(model, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(rl_module, "response_logp", spy)
+    run_experiment(tiny_rl(tmp_path, reward_plugin, "gppo", 2))  # 4 prompts x 4: two minibatches of 8 rows
+    assert rows and max(rows) == 8, rows
+
+
 PLUGIN_CLIP = textwrap.dedent('''
     from dataclasses import dataclass
     import torch
