@@ -155,7 +155,7 @@ def training_memory_row(cfg: dict[str, Any], params: int) -> tuple[str, str]:
         held += f"; {precision} computes under autocast"
     if dtype == torch.bfloat16:  # modules/bf16_adamw.py: a step below a weight's bf16 spacing is lost to nearest
         held += ("; AdamW rounds stochastically" if cfg["optim"]["bf16_rounding"] == "stochastic"
-                 else "; AdamW rounds to nearest: steps under |w| / 256 are lost")
+                 else "; AdamW rounds to nearest: a step under half a weight's bf16 spacing is lost")
     return "weights+grads+AdamW", f"{size(params * 4 * dtype.itemsize)} in {held}), before sharding"
 
 

@@ -10,14 +10,17 @@ the probabilities that make the stored value right on average (Zamirai et al. 20
 BFloat16 Training", arXiv 2010.06192), at no memory cost: this optimizer computes each step in
 float32, a slice of a tensor at a time, and stores the weight and both moments rounded that way.
 
-The noise comes from a generator seeded by ``seed`` and the step count (kept in the optimizer state),
-so a run is reproducible from its config and seed, a resumed run draws what the uninterrupted run
-drew, and DDP ranks (same weights, same gradients) stay identical. Parameters that are not bfloat16
-take the float32 step and are stored as they are (exactly ``torch.optim.AdamW``'s arithmetic).
+The noise comes from a generator seeded by ``seed``, ``stream`` and the step count (kept in the
+optimizer state), so a run is reproducible from its config and seed, a resumed run draws what the
+uninterrupted run drew, and DDP ranks (same weights, same gradients, stream 0) stay identical; ranks
+that hold different shards (FSDP) pass their rank as ``stream``, so their shards' noise is independent.
+float32 parameters take exactly ``torch.optim.AdamW``'s step (``foreach=False``); float16 ones are
+stepped in float32 and rounded to nearest. ``amsgrad``, ``fused`` and ``capturable`` are refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -43,9 +46,12 @@ class StochasticRoundingAdamW(torch.optim.AdamW):
     """``torch.optim.AdamW`` (same hyperparameters, state and checkpoints) whose bfloat16 parameters and
     moments are updated in float32 and stored with :func:`stochastic_round_to_bf16`."""
 
-    def __init__(self, params, seed: int = 0, **kwargs) -> None:
+    def __init__(self, params, seed: int = 0, stream: int = 0, **kwargs) -> None:
+        refused = [k for k in ("amsgrad", "fused", "capturable", "differentiable") if kwargs.get(k)]
+        if refused:
+            raise ValueError(f"StochasticRoundingAdamW does not implement {', '.join(refused)}")
         super().__init__(params, **kwargs)
-        self.seed = seed
+        self.seed, self.stream = seed, stream
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -67,9 +73,15 @@ class StochasticRoundingAdamW(torch.optim.AdamW):
                 step = int(state["step"])
                 if p.device not in generators:
                     generators[p.device] = torch.Generator(device=p.device)
-                    generators[p.device].manual_seed(self.seed * 1_000_003 + step)
+                    generators[p.device].manual_seed(noise_seed(self.seed, self.stream, step))
                 _adamw_update(p, p.grad, state["exp_avg"], state["exp_avg_sq"], step, group, generators[p.device])
         return loss
+
+
+def noise_seed(seed: int, stream: int, step: int) -> int:
+    """A 63-bit generator seed per (run seed, stream, step): nearby triples give unrelated streams."""
+    digest = hashlib.blake2b(f"{seed}:{stream}:{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 def _adamw_update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,

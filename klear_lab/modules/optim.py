@@ -43,36 +43,71 @@ def lr_lambda(s: OptimSettings) -> Callable[[int], float]:
     return fn
 
 
-def configure_adamw(model: torch.nn.Module, s: OptimSettings) -> dict:
-    """Lightning ``configure_optimizers`` return value for ``model``."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": s.weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    if s.bf16_rounding == "stochastic" and any(p.dtype == torch.bfloat16 for p in params):
-        opt = StochasticRoundingAdamW(groups, seed=s.seed, lr=s.lr, betas=s.betas)
+WRAPPERS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")  # FSDP, checkpointing, compile
+
+
+def parameter_ndims(model: torch.nn.Module) -> dict[str, int]:
+    """Each parameter's number of dimensions by name, read before a strategy wraps the model: FSDP
+    flattens what ``configure_optimizers`` sees into 1-D shards, where every weight would look like a bias."""
+    return {name: p.ndim for name, p in model.named_parameters()}
+
+
+def _unwrapped(name: str) -> str:
+    return ".".join(part for part in name.split(".") if part not in WRAPPERS)
+
+
+def configure_adamw(model: torch.nn.Module, s: OptimSettings, ndims: dict[str, int] | None = None,
+                    noise_stream: int = 0) -> dict:
+    """Lightning ``configure_optimizers`` return value for ``model``: weight decay on matrices (by
+    ``ndims``, :func:`parameter_ndims` of the unwrapped model, else the shapes seen now).
+    ``noise_stream``: the rank where ranks hold different shards (stochastic rounding's own noise)."""
+    named = [(_unwrapped(n), p) for n, p in model.named_parameters() if p.requires_grad]
+    unknown = [n for n, _ in named if ndims is not None and n not in ndims]
+    if unknown:
+        raise RuntimeError(f"parameters not in the model when it was built: {unknown[:3]}")
+    matrix = {n for n, p in named if (ndims[n] if ndims is not None else p.ndim) >= 2}
+    groups = [{"params": [p for n, p in named if n in matrix], "weight_decay": s.weight_decay},
+              {"params": [p for n, p in named if n not in matrix], "weight_decay": 0.0}]
+    if s.bf16_rounding == "stochastic" and any(p.dtype == torch.bfloat16 for _, p in named):
+        opt = StochasticRoundingAdamW(groups, seed=s.seed, stream=noise_stream, lr=s.lr, betas=s.betas)
     else:
-        warn_lost_updates(params, s.lr)
+        warn_lost_updates(groups[0]["params"], s.lr)
         opt = torch.optim.AdamW(groups, lr=s.lr, betas=s.betas)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(s))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
-HALF_SPACING = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}  # half the gap to the next number, over |w|
+MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10}  # explicit ones
 
 
-def warn_lost_updates(params: list[torch.Tensor], lr: float) -> None:
+def half_spacing(w: torch.Tensor) -> torch.Tensor:
+    """Half the gap between ``w`` (bfloat16 or float16) and the next number of its dtype: 2^(e - bits - 1)
+    for |w| in [2^e, 2^(e+1)); a step below it rounds back to ``w``."""
+    _, exponent = torch.frexp(w.detach().float())  # |w| = m 2^exponent, m in [0.5, 1)
+    return torch.ldexp(torch.ones_like(w, dtype=torch.float32), exponent - 2 - MANTISSA_BITS[w.dtype])
+
+
+def warn_lost_updates(matrices: list[torch.Tensor], lr: float) -> None:
     """Warn when most half-precision weights would round an AdamW step (about ``lr`` in size) back to
     themselves: the run would barely train (``float16`` weights, or ``optim.bf16_rounding=nearest``)."""
-    half = [p for p in params if p.dtype in HALF_SPACING and p.ndim >= 2]
+    half = [p for p in matrices if p.dtype in MANTISSA_BITS and p.numel()]
     total = sum(p.numel() for p in half)
     if not total:
         return
-    lost = sum(int((p.detach().abs() * HALF_SPACING[p.dtype] > lr).sum()) for p in half) / total
+    lost = sum(int(((half_spacing(p) > lr) & (p != 0)).sum()) for p in half) / total
     if lost > 0.5:
         warnings.warn(f"optim.lr={lr:g} with {half[0].dtype} weights: an AdamW step is below half the spacing "
                       f"between representable numbers around {lost:.0%} of the matrix weights, so it rounds back "
                       "to the weight and is lost; use bfloat16 weights with optim.bf16_rounding=stochastic, or "
                       "float32 weights (trainer.precision=bf16-mixed, model.dtype=float32)", UserWarning, stacklevel=3)
+
+
+def noise_stream(trainer: Any) -> int:
+    """The rank where ranks hold different shards of the weights (FSDP, DeepSpeed), else 0 (DDP: one noise)."""
+    from klear_lab.distributed import data_parallel
+
+    sharded = trainer.world_size > 1 and not data_parallel(trainer.strategy)
+    return trainer.global_rank if sharded else 0
 
 
 def check_grad_norm(trainer: Any, norm: float) -> None:

@@ -24,7 +24,7 @@ from klear_lab.distributed import rank_and_world
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
-from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw
+from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw, noise_stream, parameter_ndims
 from klear_lab.rl.data_parallel import (
     first_survivors,
     merge_rank_metrics,
@@ -92,6 +92,7 @@ class RLModule(L.LightningModule):
         self.reward, self.advantage, self.clip = reward, advantage, clip
         self.aggregation, self.group_filter, self.weights = aggregation, group_filter, weights
         self.s, self.optim = settings, optim
+        self._ndims = parameter_ndims(policy)  # before a strategy wraps it (weight decay on matrices)
         self.eval_records, self.eval_rewards, self.eval_engine = eval_records, eval_rewards, eval_engine
         disable_dropout(policy.train())
         self.reference = copy.deepcopy(policy).eval().requires_grad_(False) if use_reference else None
@@ -131,7 +132,8 @@ class RLModule(L.LightningModule):
             rows = group_rows(trained, self.s.group_size)
             dev = self.device  # rollouts, rewards and advantages are host tensors; the loss is on the policy's
             mask, adv, acc = mask.to(dev), adv.to(dev), groups.acc.reshape(-1).to(dev)
-            old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask)
+            largest = max(len(mb) for mb in plan) * self.s.group_size  # this rank's largest update forward
+            old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask, largest)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
             update = self._update(rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world)
             summed += [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step") and not is_extreme(k)]
@@ -222,17 +224,17 @@ class RLModule(L.LightningModule):
         return scores, mask
 
     @torch.no_grad()
-    def _behaviour_logp(self, rollout, rows, mask):
+    def _behaviour_logp(self, rollout, rows, mask, minibatch_rows: int):
         """Old (and reference) log-probs [len(rows), T] from the training policy before the first update
-        (the engine's own may differ), ``rl.micro_batch_seqs`` rows at a time as the update runs (0: a
-        minibatch's rows, as the update's forward): all kept rows at once would hold [rows, T, V] float32
-        log-probs, more than any update does.
+        (the engine's own may differ), ``rl.micro_batch_seqs`` rows at a time as the update runs (0:
+        ``minibatch_rows``, the rank's largest minibatch, as the update's forward): all kept rows at once
+        would hold [rows, T, V] float32 log-probs, more than any update does.
 
         None when this rank kept no group (under DDP it still joins the updates, with zero gradients)."""
         if not len(rows):
             return None, None
         old, ref = [], []
-        for chunk in split_rows(rows, self.s.micro_batch_seqs or self.s.minibatch_prompts * self.s.group_size):
+        for chunk in split_rows(rows, self.s.micro_batch_seqs or minibatch_rows):
             prompts = [rollout.prompt_ids[i] for i in chunk.tolist()]
             args = (prompts, rollout.response_ids[chunk], mask[chunk], self.tokenizer.pad_token_id,
                     self.s.temperature)
@@ -329,7 +331,7 @@ class RLModule(L.LightningModule):
         self.log_dict(result.metrics("val"), sync_dist=world > 1)  # equal on every rank: the mean is the value
 
     def configure_optimizers(self):
-        return configure_adamw(self.policy, self.optim)
+        return configure_adamw(self.policy, self.optim, self._ndims, noise_stream(self.trainer))
 
 
 def rollout_metrics(groups, scores: torch.Tensor, keep: torch.Tensor, rollout) -> dict[str, float]:

@@ -14,7 +14,7 @@ from klear_lab.data.sft import IGNORE
 from klear_lab.distributed import rank_and_world
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
-from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw
+from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw, noise_stream, parameter_ndims
 
 
 def masked_token_ce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,6 +38,7 @@ class SFTModule(L.LightningModule):
         super().__init__()
         self.loss_kind = loss
         self.model, self.tokenizer, self.optim = model, tokenizer, optim
+        self._ndims = parameter_ndims(model)  # before a strategy wraps it (weight decay on matrices)
         # Only the training forward is compiled: generation in evaluation keeps the eager model (its
         # shapes change every token). A bound method is not a submodule, so checkpoints keep their keys.
         self._train_forward = torch.compile(model.forward) if compile_forward else model.forward
@@ -154,4 +155,4 @@ class SFTModule(L.LightningModule):
         self.log("val_acc", metrics["val/acc"], prog_bar=True, logger=False, sync_dist=True)
 
     def configure_optimizers(self):
-        return configure_adamw(self.model, self.optim)
+        return configure_adamw(self.model, self.optim, self._ndims, noise_stream(self.trainer))

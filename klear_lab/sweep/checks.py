@@ -93,7 +93,8 @@ def check_runner(spec: SweepSpec) -> None:
             tree = ast.parse(path.read_text(), filename=str(path))
         except (OSError, SyntaxError, ValueError) as exc:
             raise spec.err("runner", f"cannot read {path}: {exc}") from None
-        if attr not in _top_level_names(tree):
+        names = _module_level_names(tree)
+        if "*" not in names and attr not in names:  # a star import may bring it: left to the trial
             raise spec.err("runner", f"{path} defines no {attr!r} at its top level")
         return
     try:
@@ -102,20 +103,25 @@ def check_runner(spec: SweepSpec) -> None:
         found = False
     if not found:
         raise spec.err("runner", f"no module {module!r} on this Python's path")
-    if not hasattr(importlib.import_module(module), attr):
+    try:
+        loaded = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - its own imports or code: every trial would fail on it
+        raise spec.err("runner", f"importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+    if not hasattr(loaded, attr):
         raise spec.err("runner", f"module {module!r} has no {attr!r}")
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
+def _module_level_names(tree: ast.Module) -> set[str]:
+    """Every name the file binds, at any depth ("*" for a star import): lenient, so that a runner defined
+    inside ``try``/``if`` blocks passes; only a name bound nowhere is refused."""
     names: set[str] = set()
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
     return names
 
 

@@ -103,9 +103,11 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
         ConfigError: naming the keys that differ.
     """
     old, new = study.user_attrs.get(BASE_ATTR) or {}, base or study_base(spec, resolve=not joining)
-    # a joiner's shorter heartbeat interval would call the running workers' live trials stale (its grace
-    # period is two of its own intervals) and run their retries beside them; a rerun may change it
-    skip = {"experiment"} if joining else {"heartbeat_interval"}
+    # a shorter heartbeat interval would call the other workers' live trials stale (the grace period is
+    # two of one's own intervals) and run their retries beside them; with no trial running it may change
+    skip = {"experiment"} if joining else set()
+    if not joining and not count(study, (TrialState.RUNNING,)):
+        skip.add("heartbeat_interval")
     if not count(study, (TrialState.COMPLETE, TrialState.PRUNED)):
         skip.add("config")
     differ = sorted(k for k in old.keys() & new.keys() - skip if old[k] != new[k])

@@ -21,7 +21,7 @@ PARAMS = 8_190_735_360  # Qwen3-8B on the meta device: 15.3 GiB in bf16, 30.5 in
 @pytest.mark.parametrize(("overrides", "expected"), [
     ([], "61.0 GiB in bf16 (trainer.precision=bf16-true; AdamW rounds stochastically), before sharding"),
     (["optim.bf16_rounding=nearest"], "61.0 GiB in bf16 (trainer.precision=bf16-true; AdamW rounds to nearest: "
-                                      "steps under |w| / 256 are lost), before sharding"),
+                                      "a step under half a weight's bf16 spacing is lost), before sharding"),
     (["trainer.precision=bf16-mixed", "model.dtype=float32"],
      "122.1 GiB in fp32 (model.dtype=float32; bf16-mixed computes under autocast), before sharding"),
     (["trainer.precision=32-true"],  # not converted

@@ -136,3 +136,19 @@ def test_no_warning_where_steps_are_kept():
         warn_lost_updates([w.to(torch.bfloat16) for w in weights], 1e-3)  # steps above the spacing
     with pytest.warns(UserWarning, match="torch.float16 weights"):
         warn_lost_updates([torch.full((8, 8), 1.0, dtype=torch.float16)], 1e-4)
+
+
+def test_what_it_does_not_implement_is_refused():
+    with pytest.raises(ValueError, match="does not implement amsgrad"):
+        StochasticRoundingAdamW([torch.nn.Parameter(torch.zeros(2))], amsgrad=True)
+
+
+def test_half_spacing_is_exact():
+    from klear_lab.modules.optim import half_spacing
+
+    w = torch.tensor([1.0, 1.99, 2.0, 0.02, -0.02], dtype=torch.bfloat16)
+    # bf16 spacing in [1, 2) is 2^-7; in [2, 4) 2^-6; 0.02 lies in [2^-6, 2^-5): spacing 2^-13
+    assert half_spacing(w).tolist() == [2**-8, 2**-8, 2**-7, 2**-14, 2**-14]
+    nxt = torch.tensor([1.0 + 2**-8 * 1.01, 1.0 + 2**-8 * 0.99]).to(torch.bfloat16).tolist()
+    assert nxt == [1.0 + 2**-7, 1.0]  # a step above half the spacing moves the weight, one below does not
+    assert half_spacing(torch.tensor([1.0], dtype=torch.float16)).item() == 2**-11

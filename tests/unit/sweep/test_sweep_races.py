@@ -29,19 +29,20 @@ def _setup(tmp_path, **extra):
 
 
 def test_workers_failing_dead_trials_together_queue_one_retry_each(tmp_path):
-    """SQLite ignores Optuna's FOR UPDATE: four workers that found the same dead trials all failed them,
-    and each queued a retry (2 to 4 per point in the review's runs), so a point finished twice."""
+    """SQLite ignores Optuna's FOR UPDATE: workers that found the same dead trials all failed them, and
+    each queued a retry (2 to 4 per point in the review's runs), so a point finished twice. A race: without
+    the lock this test fails in most runs, not all; with it, it cannot."""
     spec, url, study, lock = _setup(tmp_path)
-    dead = [take_trial(study, spec, lock) for _ in range(3)]  # claimed, then their worker is killed
+    dead = [take_trial(study, spec, lock) for _ in range(6)]  # claimed, then their worker is killed
     time.sleep(2 * spec.heartbeat_interval + 1.5)
-    start = threading.Barrier(4)
+    start = threading.Barrier(6)
 
     def worker() -> None:
         own = open_study(spec, url, create=False)
         start.wait()
         fail_stale(own, StudyLock(url, spec.name))
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
+    threads = [threading.Thread(target=worker) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -90,7 +91,10 @@ def test_a_joiner_must_keep_the_studys_heartbeat_interval(tmp_path):
     joiner.heartbeat_interval = spec.heartbeat_interval + 4
     with pytest.raises(ConfigError, match=r"heartbeat_interval: the study has 1, the spec 5"):
         check_same_base(study, joiner, joining=True)
-    check_same_base(study, joiner, base=study_base(joiner))  # a rerun may change it (its workers are gone)
+    check_same_base(study, joiner, base=study_base(joiner))  # a rerun, nothing running: it may change it
+    take_trial(study, spec, lock)  # a live worker's trial
+    with pytest.raises(ConfigError, match=r"heartbeat_interval: the study has 1, the spec 5"):
+        check_same_base(study, joiner, base=study_base(joiner))  # a rerun beside live workers may not
     study.set_user_attr("klear.base", {k: v for k, v in study_base(spec).items() if k != "heartbeat_interval"})
     check_same_base(study, joiner, joining=True)  # a study from before the key: not compared
 

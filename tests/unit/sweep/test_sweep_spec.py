@@ -337,3 +337,16 @@ def test_a_runner_that_does_not_exist_stops_before_a_study(tmp_path, runner, exp
     assert re.search(expected, _error(path)), _error(path)
     check_spec(load_spec(_edit(path, runner="sweep_fixtures.py:run")))  # relative to the spec file
     check_spec(load_spec(_edit(path, runner="klear_lab.run:run_experiment")))
+
+
+def test_runners_bound_in_blocks_or_star_imports_pass_and_a_failing_import_is_named(tmp_path, monkeypatch):
+    (tmp_path / "tryrun.py").write_text("try:\n    from sweep_fixtures import run\n"
+                                        "except ImportError:\n    run = None\n")
+    (tmp_path / "star.py").write_text("from sweep_fixtures import *\n")
+    (tmp_path / "broken_runner_mod.py").write_text("import no_such_dependency_xyz\ndef run(cfg):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write_spec(tmp_path)
+    for runner in ("tryrun.py:run", "star.py:run"):
+        check_spec(load_spec(_edit(path, runner=runner)))
+    message = _error(_edit(path, runner="broken_runner_mod:run"))
+    assert "runner: importing 'broken_runner_mod' failed: ModuleNotFoundError" in message, message
