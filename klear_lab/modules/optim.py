@@ -49,7 +49,7 @@ WRAPPERS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod")  
 def parameter_ndims(model: torch.nn.Module) -> dict[str, int]:
     """Each parameter's number of dimensions by name, read before a strategy wraps the model: FSDP
     flattens what ``configure_optimizers`` sees into 1-D shards, where every weight would look like a bias."""
-    return {name: p.ndim for name, p in model.named_parameters()}
+    return {_unwrapped(name): p.ndim for name, p in model.named_parameters()}
 
 
 def _unwrapped(name: str) -> str:
@@ -84,7 +84,8 @@ def half_spacing(w: torch.Tensor) -> torch.Tensor:
     """Half the gap between ``w`` (bfloat16 or float16) and the next number of its dtype: 2^(e - bits - 1)
     for |w| in [2^e, 2^(e+1)); a step below it rounds back to ``w``."""
     _, exponent = torch.frexp(w.detach().float())  # |w| = m 2^exponent, m in [0.5, 1)
-    return torch.ldexp(torch.ones_like(w, dtype=torch.float32), exponent - 2 - MANTISSA_BITS[w.dtype])
+    lowest = int(torch.frexp(torch.tensor(torch.finfo(w.dtype).tiny))[1])  # subnormals: the smallest normal's gap
+    return torch.ldexp(torch.ones_like(w, dtype=torch.float32), exponent.clamp(min=lowest) - 2 - MANTISSA_BITS[w.dtype])
 
 
 def warn_lost_updates(matrices: list[torch.Tensor], lr: float) -> None:

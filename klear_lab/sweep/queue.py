@@ -118,6 +118,12 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
             "finished; undo the change to continue the study)")
     if study.direction.name.lower() != spec.direction:
         differ.append(f"direction (the study's is {study.direction.name.lower()})")
+    if "heartbeat_interval" in differ and not joining:  # trials run: live workers, or a killed sweep's
+        raise ConfigError(
+            f"{spec.path}: heartbeat_interval: trials of study {spec.name!r} are running with "
+            f"{old['heartbeat_interval']} s heartbeats and the spec says {new['heartbeat_interval']}; keep "
+            f"{old['heartbeat_interval']} while they run (a killed sweep's trials count as running until a "
+            "worker with that interval finds their heartbeats stale: run the sweep once with it, then change it)")
     if differ:
         shown = "; ".join(f"{k}: the study has {old[k]!r}, the spec {new[k]!r}" if k in new else k for k in differ)
         action = ("join with the spec and overrides the sweep was started with" if joining else

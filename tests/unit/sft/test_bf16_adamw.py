@@ -152,3 +152,6 @@ def test_half_spacing_is_exact():
     nxt = torch.tensor([1.0 + 2**-8 * 1.01, 1.0 + 2**-8 * 0.99]).to(torch.bfloat16).tolist()
     assert nxt == [1.0 + 2**-7, 1.0]  # a step above half the spacing moves the weight, one below does not
     assert half_spacing(torch.tensor([1.0], dtype=torch.float16)).item() == 2**-11
+    # subnormals share the smallest normal's gap: fp16 2^-24 apart, bf16 2^-133
+    assert half_spacing(torch.tensor([2**-24, 2**-20], dtype=torch.float16)).tolist() == [2**-25, 2**-25]
+    assert half_spacing(torch.tensor([2**-130], dtype=torch.bfloat16)).item() == 2**-134

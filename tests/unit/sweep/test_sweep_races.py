@@ -93,8 +93,9 @@ def test_a_joiner_must_keep_the_studys_heartbeat_interval(tmp_path):
         check_same_base(study, joiner, joining=True)
     check_same_base(study, joiner, base=study_base(joiner))  # a rerun, nothing running: it may change it
     take_trial(study, spec, lock)  # a live worker's trial
-    with pytest.raises(ConfigError, match=r"heartbeat_interval: the study has 1, the spec 5"):
-        check_same_base(study, joiner, base=study_base(joiner))  # a rerun beside live workers may not
+    with pytest.raises(ConfigError, match=r"heartbeat_interval: trials .* running with 1 s heartbeats and the "
+                                          r"spec says 5; keep 1 while they run"):
+        check_same_base(study, joiner, base=study_base(joiner))  # a rerun beside live (or dead) workers may not
     study.set_user_attr("klear.base", {k: v for k, v in study_base(spec).items() if k != "heartbeat_interval"})
     check_same_base(study, joiner, joining=True)  # a study from before the key: not compared
 
