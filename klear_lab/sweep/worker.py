@@ -246,13 +246,21 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> optuna
                              if k not in ("error", CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR)}
         retry(study, frozen)
     return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-                 if t.system_attrs.get("retry_history", [None])[-1] == killed.number), None)
+                 if retry_history(t)[-1:] == [killed.number]), None)
+
+
+def retry_history(trial: optuna.trial.FrozenTrial) -> list[int]:
+    """The numbers of the trials ``trial`` retries, oldest first (empty for a first attempt), through
+    Optuna's own reader rather than the system attribute it happens to store them in."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RetryFailedTrialCallback.retry_history(trial)
 
 
 def hold_retry(study: optuna.Study, retry: optuna.trial.FrozenTrial, base_s: float) -> float:
     """Hold ``retry`` back for ``base_s`` doubled per earlier retry of its point (an outage of a minute
     no longer uses up every retry at once); returns the delay."""
-    delay = base_s * 2 ** (len(retry.system_attrs["retry_history"]) - 1)
+    delay = base_s * 2 ** max(len(retry_history(retry)) - 1, 0)
     study._storage.set_trial_system_attr(retry._trial_id, NOT_BEFORE_ATTR, time.time() + delay)
     return delay
 

@@ -110,3 +110,23 @@ def test_widening_after_a_kill_says_when_to_run_again(tmp_path):
     with pytest.raises(ConfigError, match=r"count as running until their heartbeats are 2 s old"):
         prepare_study(open_study(wider, url, create=False), wider, grid_arms(wider), StudyLock(url, wider.name))
     optuna.delete_study(study_name=spec.name, storage=study._storage)
+
+
+def test_a_queued_retry_is_found_and_held_back_longer_each_time(tmp_path):
+    """The retry of a killed trial is found through Optuna's ``retry_history``, and each further retry of
+    the same point is held back twice as long as the one before."""
+    from klear_lab.sweep.worker import hold_retry, queue_retry
+
+    spec, url, study, lock = _setup(tmp_path)
+    first = study._storage.get_trial(take_trial(study, spec, lock))
+    study._storage.set_trial_state_values(first._trial_id, TrialState.FAIL)
+    retry = queue_retry(study, study._storage.get_trial(first._trial_id))
+    assert retry is not None and retry.user_attrs["point"] == first.user_attrs["point"]
+    assert hold_retry(study, retry, 10.0) == 10.0
+    study._storage.set_trial_state_values(retry._trial_id, TrialState.RUNNING)
+    study._storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)
+    second = queue_retry(study, study._storage.get_trial(retry._trial_id))
+    assert second is not None and second.number != retry.number
+    assert hold_retry(study, second, 10.0) == 20.0
+    held = study._storage.get_trial(second._trial_id).system_attrs[NOT_BEFORE_ATTR]
+    assert held > time.time() + 15
