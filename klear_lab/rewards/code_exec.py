@@ -13,8 +13,9 @@ from klear_lab.data.records import Record, own_test_limits
 from klear_lab.errors import DataError
 from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
-from klear_lab.rewards.function_tests import TestRun, run_function_tests, run_stdio_tests
+from klear_lab.rewards.function_tests import TestRun, run_function_tests
 from klear_lab.rewards.sandbox import require_bwrap
+from klear_lab.rewards.stdio_tests import run_stdio_tests
 
 MODES = ("soft", "hard", "affine")
 HARD_PASS, HARD_FAIL = 1.0, -1.0

@@ -28,6 +28,9 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 _MAX_BOOT_FAILURES = 3
+BOOT_TIMEOUT_S = 120.0
+"""A worker that has not reported ready this long after it started (its initializer hangs) is killed and
+counts as a failed start."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class _Worker:
         self.outbox = Connection(to_child_w, readable=False)
         self.conn = Connection(from_child_r, writable=False)
         self.ready = False
+        self.started = time.monotonic()
         self.task: tuple[int, float] | None = None  # (item index, deadline)
         self._send((fn, initializer))
 
@@ -170,17 +174,30 @@ class ScoringPool:
                 return []
             while len(self._procs) < self.workers:
                 self._procs.append(_Worker(self.fn, self.initializer))
-            results: list[PoolResult | None] = [None] * len(items)
-            queue = deque(range(len(items)))
-            boot_failures = 0
-            while queue or any(w.task for w in self._procs):
-                for w in self._procs:
-                    if w.ready and w.task is None and queue:
-                        idx = queue.popleft()
-                        w.send(idx, items[idx], self.timeout_s)
-                boot_failures = self._collect(results, boot_failures)
-                self._reap_overdue(results)
-            return results  # type: ignore[return-value]
+            try:
+                return self._map(items)
+            except BaseException:
+                # a worker still holding an item would answer it during the next map, into that
+                # map's slot of the same index: replace every such worker before giving up
+                for w in list(self._procs):
+                    if w.task is not None:
+                        w.proc.kill()
+                        self._replace(w)
+                raise
+
+    def _map(self, items: Sequence[Any]) -> list[PoolResult]:
+        results: list[PoolResult | None] = [None] * len(items)
+        queue = deque(range(len(items)))
+        boot_failures = 0
+        while queue or any(w.task for w in self._procs):
+            for w in self._procs:
+                if w.ready and w.task is None and queue:
+                    idx = queue.popleft()
+                    w.send(idx, items[idx], self.timeout_s)
+            boot_failures = self._collect(results, boot_failures)
+            self._reap_overdue(results)
+            boot_failures = self._reap_unready(boot_failures)
+        return results  # type: ignore[return-value]
 
     def _collect(self, results: list[PoolResult | None], boot_failures: int) -> int:
         """Wait for messages until the nearest deadline; returns the updated boot-failure count."""
@@ -222,6 +239,16 @@ class ScoringPool:
                 w.task = None
                 w.proc.kill()
                 self._replace(w)
+
+    def _reap_unready(self, boot_failures: int) -> int:
+        """Kill workers that never reported ready within :data:`BOOT_TIMEOUT_S` (a hanging initializer
+        made ``map`` wait for ever); raises after :data:`_MAX_BOOT_FAILURES` in a row."""
+        now = time.monotonic()
+        for w in list(self._procs):
+            if not w.ready and now - w.started >= BOOT_TIMEOUT_S:
+                w.proc.kill()
+                boot_failures = self._on_crash(w, [], boot_failures)
+        return boot_failures
 
     def _replace(self, w: _Worker) -> None:
         w.task = None

@@ -15,9 +15,9 @@ The program is never host root: which host user it runs as, and how, is ``isolat
 sandbox alone). Either way the prelude refuses to run the program while it holds a capability, is
 uid 0, or may gain privileges (``NoNewPrivs``).
 
-Its stdout and stderr are pipes the host reads, each kept up to ``fsize_mb`` (the rest is read and
-dropped): a file the program could write to, it could also truncate or rewrite, erasing the
-prelude's start marker and other runs' verdict lines.
+Its stdout and stderr are pipes the host reads, each kept up to ``fsize_mb`` (a program that fills
+stdout is ended there; the rest of stderr is read and dropped): a file the program could write to, it
+could also truncate or rewrite, erasing the prelude's start marker and other runs' verdict lines.
 
 There is no unisolated fallback: without ``bwrap`` every call raises RuntimeError.
 """
@@ -99,12 +99,14 @@ class SandboxLimits:
             raise ValueError(f"cpu_s must be an integer >= 1 or None, got {self.cpu_s!r}")
 
     def rlimit_spec(self, timeout_s: float, nproc: bool = True) -> str:
-        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up.
+        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up. No core
+        files: where ``core_pattern`` pipes to a host helper (systemd-coredump, apport), a crash would
+        hand the program's memory to a process outside the sandbox, which writes it to the host's disk.
         ``nproc=False`` leaves RLIMIT_NPROC out (every sandbox one host uid, the seccomp filter on)."""
         cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(timeout_s))
         mib = 1 << 20
         return (f"RLIMIT_CPU={cpu},RLIMIT_AS={self.memory_mb * mib},RLIMIT_FSIZE={self.fsize_mb * mib},"
-                f"RLIMIT_NOFILE={self.nofile}" + (f",RLIMIT_NPROC={self.nproc}" if nproc else ""))
+                f"RLIMIT_NOFILE={self.nofile},RLIMIT_CORE=0" + (f",RLIMIT_NPROC={self.nproc}" if nproc else ""))
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,9 @@ class SandboxResult:
     timed_out: bool
     wall_s: float
     stalled: bool = False  # killed for a silent stdout (``idle_s``); ``timed_out`` is then True too
-    line_s: tuple[float, ...] = ()  # when each whole line of ``stdout`` came, in seconds from the start
+    line_s: tuple[float, ...] = ()  # when each line ``progress`` accepted came, in seconds from the start
+    stdout_cap: int = 8 << 20  # bytes of stdout kept (``fsize_mb``)
+    stdout_full: bool = False  # the program wrote at least that much: the rest was dropped
 
 
 def require_bwrap() -> str:
@@ -192,8 +196,9 @@ def run_python(
             prelude's start marker, then the program's; not before the program is fed whole); ``stalled``
             says so. None: only ``timeout_s``.
             A program can keep it at bay by writing; only ``timeout_s`` bounds that.
-        progress: with ``idle_s``, only a whole stdout line (without its newline) it returns True for counts
-            as output (so that a program cannot hold the silence limit off by writing anything else).
+        progress: with ``idle_s``, only a whole stdout line (its head, without the newline) it returns True
+            for counts as output (so that a program cannot hold the silence limit off by writing anything
+            else); only lines starting with ``{"`` are offered. ``line_s`` times the lines it accepted.
 
     Returns:
         The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
@@ -240,9 +245,9 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     if not booted and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
-    line_s = tuple(t - start for t in line_at[1 if booted else 0:])
+    cap = limits.fsize_mb << 20
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
-                         time.monotonic() - start, stalled, line_s)
+                         time.monotonic() - start, stalled, tuple(t - start for t in line_at), cap, len(out) >= cap)
 
 
 def _pipe_with(data: bytes) -> int:
@@ -256,13 +261,15 @@ def _pipe_with(data: bytes) -> int:
 def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,
               idle_s: float | None = None, progress: Callable[[bytes], bool] | None = None,
               ) -> tuple[bytes, bytes, bool, bool, list[float]]:
-    """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest is read and
-    dropped), until the process exits, ``timeout_s`` passes or stdout stays silent for ``idle_s`` (only
-    lines ``progress`` accepts count, once the program has started); then kill its process group.
+    """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest of stderr is
+    read and dropped), until the process exits, ``timeout_s`` passes, stdout reaches ``cap`` (the program
+    is ended there: what it writes next would be dropped, and reading it costs the host a core) or stdout
+    stays silent for ``idle_s`` (only lines ``progress`` accepts count, once the program has started);
+    then kill its process group.
 
     Returns:
-        (stdout, stderr, whether it timed out, whether that was for silence, when each whole line of the
-        kept stdout came: ``time.monotonic()`` values).
+        (stdout, stderr, whether it timed out, whether that was for silence, when each line ``progress``
+        accepted came: ``time.monotonic()`` values).
     """
     deadline = time.monotonic() + timeout_s
     heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
@@ -272,9 +279,9 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     for f in kept:
         sel.register(f, selectors.EVENT_READ)
     sel.register(proc.stdin, selectors.EVENT_WRITE)
-    sent, partial, line_at = 0, bytearray(), []
+    sent, partial, line_at, full = 0, bytearray(), [], False
     try:
-        while sel.get_map() and (left := deadline - time.monotonic()) > 0:
+        while sel.get_map() and not full and (left := deadline - time.monotonic()) > 0:
             quiet = left if idle_s is None or heard is None else heard + idle_s - time.monotonic()
             if quiet <= 0:
                 stalled = True
@@ -294,16 +301,18 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                     room = chunk[:max(cap - len(kept[f]), 0)]
                     kept[f] += room
                     if f is proc.stdout:
+                        full = len(kept[f]) >= cap  # nothing more is kept: end it (reading on costs host CPU)
                         now = time.monotonic()
-                        alive = progress is None or _progressed(partial, chunk, progress) or not booted
-                        line_at += [now] * room.count(b"\n")
+                        moved = _progressed(partial, chunk, progress) if progress is not None else 0
+                        line_at += [now] * moved
+                        alive = progress is None or moved > 0 or not booted
                         booted = True
                         if alive:
                             heard = now if sent >= len(data) else None
                 else:
                     sel.unregister(f)
-        timed_out = bool(sel.get_map())  # the deadline came first
-        if not timed_out:  # both pipes closed: the program is exiting
+        timed_out = bool(sel.get_map()) and not full  # the deadline came first
+        if not timed_out and not full:  # both pipes closed: the program is exiting
             proc.wait(max(deadline - time.monotonic(), 0.01))
     except subprocess.TimeoutExpired:
         timed_out = True
@@ -322,14 +331,14 @@ LINE_HEAD = 256
 """Bytes of each stdout line that ``progress`` sees: its head (a result line's index comes first)."""
 
 
-def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool]) -> bool:
-    """Whether a whole line that ``chunk`` completes passes ``progress`` (on the line's first
-    :data:`LINE_HEAD` bytes); ``partial`` keeps the unfinished line's head."""
+def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool]) -> int:
+    """How many whole lines that ``chunk`` completes pass ``progress`` (on the line's first
+    :data:`LINE_HEAD` bytes); ``partial`` keeps the unfinished line's head. Only lines that start like a
+    JSON object are offered (in order: ``progress`` may keep count), so a flood of blank lines costs no
+    Python call per line."""
     *lines, rest = (bytes(partial) + chunk).split(b"\n")
-    lines = [line[:LINE_HEAD] for line in lines]
     partial[:] = rest[:LINE_HEAD]
-    moved = [progress(line) for line in lines]  # every line, in order: ``progress`` may keep count
-    return any(moved)
+    return sum(1 for line in lines if line.startswith(b'{"') and progress(line[:LINE_HEAD]))
 
 
 def _wait_eof(fd: int, deadline_s: float) -> None:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from klear_lab.rewards import pool as pool_module
 from klear_lab.rewards.math_check import warm_up
 from klear_lab.rewards.pool import ScoringPool
 
@@ -26,7 +27,14 @@ def slow_echo(item):
         raise ValueError("boom")
     if item == "die":
         os._exit(3)
+    if item.startswith("slow"):
+        time.sleep(1.0)
     return item.upper()
+
+
+def hang_forever():
+    """Test-only initializer that never returns."""
+    time.sleep(600)
 
 
 def loaded_modules(_item):
@@ -91,3 +99,25 @@ def test_workers_are_torch_free():
 def test_bad_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         ScoringPool(slow_echo, **kwargs)
+
+
+def test_a_map_that_raises_leaves_no_answer_for_the_next_one():
+    """An item that cannot be sent raised out of ``map`` while another worker held an item; its late answer
+    filled the next map's slot of the same index (a review got ``OLD`` for ``new``)."""
+    with ScoringPool(slow_echo, workers=2, timeout_s=5.0) as pool:
+        with pytest.raises(Exception, match="pickle|lambda"):
+            pool.map(["slow-old", lambda: None])
+        res = pool.map(["new"])
+    assert (res[0].status, res[0].value) == ("ok", "NEW")
+
+
+def test_a_worker_that_never_gets_ready_is_given_up(monkeypatch):
+    """A hanging initializer made ``map`` wait for ever."""
+    monkeypatch.setattr(pool_module, "BOOT_TIMEOUT_S", 1.0)
+    start = time.monotonic()
+    with ScoringPool(slow_echo, initializer=hang_forever, workers=1) as pool:
+        with pytest.raises(RuntimeError, match="failed to start 3 times"):
+            pool.map(["a"])
+        pids = pool.pids
+    assert time.monotonic() - start < 20
+    assert not any(_alive(pid) for pid in pids)

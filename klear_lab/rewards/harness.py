@@ -1,0 +1,256 @@
+"""Running a trusted harness over a candidate's tests in the sandbox, and reading its result lines back.
+
+A harness (``function_tests``, ``stdio_tests``) is a program fed with the candidate and the test
+*inputs* embedded as JSON. It defines the candidate, writes ``{"defined": true}`` (or a
+``load_error``), then one JSON line per test, each as that test finishes, on a copy of its stdout
+(``_out``; the candidate's own fd 2 goes to /dev/null). Expected outputs never enter the sandbox and
+the host does the comparison, so a candidate cannot read the answers, and a line it forges on the
+harness' pipe can only claim what it could have produced. A test with two result lines fails.
+
+Each test runs under an alarm (``_arm()`` before, ``_disarm()`` after; over ``test_s`` raises
+``_Timeout``). A candidate that catches it (``except:`` inside a loop) or blocks the alarm goes
+silent; one that crashes the process (a segfault, ``os._exit``, the memory limit) ends it early.
+Either way the host marks that test failed and runs the tests after it in a fresh sandbox
+(:func:`run_harness`), as the official code, which runs each test as its own process, would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from klear_lab.rewards.sandbox import LINE_HEAD, SandboxLimits, run_python
+
+PRELUDE = """import io, json, os, signal, sys
+_P = json.loads(@PAYLOAD@)
+_out = os.fdopen(os.dup(1), "w")
+_null = os.open(os.devnull, os.O_WRONLY); os.dup2(_null, 1); os.dup2(_null, 2)
+class _Timeout(BaseException):
+    pass
+def _on_alarm(*_):
+    raise _Timeout()
+signal.signal(signal.SIGALRM, _on_alarm)
+def _arm():
+    if _P["test_s"]:
+        signal.setitimer(signal.ITIMER_REAL, _P["test_s"])
+def _disarm():
+    signal.setitimer(signal.ITIMER_REAL, 0)
+def _emit(rec):
+    try:
+        line = json.dumps(rec, default=lambda o: {"__repr__": repr(o)[:200]})
+    except Exception as e:
+        line = json.dumps({"i": rec.get("i"), "err": "unserializable: " + type(e).__name__})
+    _out.write(line + "\\n"); _out.flush()
+"""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """Per-test verdicts of one candidate.
+
+    Attributes:
+        passed: one bool per test, in order (tests not reached count as failed).
+        status: ``ok``, ``timeout``, ``load_error`` (no such function, syntax error...) or
+            ``crash`` (the process died during a test, or before reporting every test).
+        info: a short reason (first error, timeout).
+        wall_s: seconds the sandbox ran.
+    """
+
+    __test__ = False  # not a pytest class
+
+    passed: tuple[bool, ...]
+    status: str
+    info: str
+    wall_s: float
+
+
+STALL_GRACE_S = 5.0
+"""Seconds of start-up and scheduling slack on a loaded host, past the harness' own alarms, before a
+silent run counts as one that ignores them."""
+
+TEST_GRACE_S = 1.0
+"""Seconds past the per-test limit (and 10 % of it, for a loaded host's pipe and scheduling delays) that a
+test may take by the host's clock (the time between its result line and the one before) before it fails
+as over the limit, whatever its line says: the limit inside the sandbox is an alarm, which the program
+can ignore (a review passed tests 5 s over a 2 s limit)."""
+
+PAYLOAD_BUDGET = 8 << 20
+"""Bytes of test inputs (as JSON) embedded in one harness run; more are split over several runs. All
+sixteen 10 MB stdins in one program (parsed, copied) died of the 1 GiB memory limit before the
+candidate ran."""
+
+
+@dataclass(frozen=True)
+class HarnessRuns:
+    """The result lines of one or more harness runs over one candidate's tests (indices over all tests)."""
+
+    lines: list[dict[str, Any]]
+    timed_out: bool
+    returncode: int
+    wall_s: float
+
+
+def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: float,
+                limits: SandboxLimits | None) -> HarnessRuns:
+    """Run ``harness`` over the tests ``payload[key]``, all within ``timeout_s``.
+
+    A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
+    595 s for the paper's code reward), holding up the whole reward batch. So a run silent for one
+    test limit plus :data:`STALL_GRACE_S` once the sandbox is up, or after its last line, is killed:
+    that test times out, and the tests after it run in a fresh sandbox. A run that ends before its
+    last test's line (a crash; the harness leaving a test's stray threads behind; the host's output
+    cap) runs the test it did not report again, first in a fresh sandbox (what earlier tests left, as
+    memory, cannot fail it); ending early there too fails that test, and the next ones go on.
+
+    Only the next result line counts as a sign of life: a candidate writing anything else on the
+    harness' pipe (it can reach it) is silent all the same. A test whose result line came more than
+    :data:`TEST_GRACE_S` past its limit after the line before fails as timed out (:func:`over_time`).
+    Inputs go :data:`PAYLOAD_BUDGET` bytes per run.
+    """
+    items, test_s = payload[key], payload["test_s"]
+    deadline = time.monotonic() + timeout_s
+    lines: list[dict[str, Any]] = []
+    start, wall, returncode = 0, 0.0, 0
+    while start < len(items):
+        end = chunk_end(items, start, PAYLOAD_BUDGET)
+        source = harness.replace("@PAYLOAD@", repr(json.dumps({**payload, key: items[start:end]})))
+        res = run_python(source, timeout_s=max(deadline - time.monotonic(), 0.01), limits=limits,
+                         idle_s=test_s + STALL_GRACE_S if test_s else None, progress=next_line())
+        wall, returncode = wall + res.wall_s, res.returncode
+        got = [shifted(rec, start) for rec in over_time(res.stdout, res.line_s, test_s)]
+        lines += got
+        if not any("defined" in rec or "load_error" in rec for rec in got):
+            if res.timed_out and not res.stalled:
+                return HarnessRuns(lines, True, returncode, wall)
+            why = (f"ignored its {test_s:g} s limit" if res.stalled
+                   else f"crashed (exit {res.returncode}): {res.stderr.strip()[-160:]}")
+            return HarnessRuns([*lines, {"load_error": f"defining the solution {why}"}], False, returncode, wall)
+        if any("load_error" in rec for rec in got):
+            return HarnessRuns(lines, False, returncode, wall)
+        if res.timed_out and not res.stalled:  # the whole run's limit
+            return HarnessRuns(lines, True, returncode, wall)
+        done = max([rec["i"] + 1 for rec in got if isinstance(rec.get("i"), int)], default=start)
+        if done >= end:
+            start = end
+            continue
+        if not res.stalled and done > start:
+            start = done  # ended early after other tests: run this one again, first in a fresh sandbox
+            continue
+        cause = (f"its output passed the {res.stdout_cap >> 20} MB cap" if res.stdout_full
+                 else f"exit {res.returncode}")
+        lines.append({"i": done, "timeout": True} if res.stalled else {"i": done, "crash": f"{cause} in test {done}"})
+        start = done + 1
+        if start < len(items) and deadline - time.monotonic() <= 0:
+            return HarnessRuns(lines, True, returncode, wall)
+    return HarnessRuns(lines, False, returncode, wall)
+
+
+def chunk_end(items: Sequence[Any], start: int, budget: int) -> int:
+    """The end of the run of items from ``start`` whose JSON fits ``budget`` bytes (at least one item)."""
+    end, used = start, 0
+    while end < len(items):
+        used += len(json.dumps(items[end]))
+        if used > budget and end > start:
+            break
+        end += 1
+    return end
+
+
+HEAD = re.compile(r'\{"(?:i": (\d+)[,}]|defined": |load_error": )')
+"""The start of a harness line (``json.dumps`` of a dict whose first key is ``i``, ``defined`` or ``load_error``)."""
+
+_CANDIDATE_LINE = re.compile(r'^\{"[^\n]*\n', re.M)
+
+
+class ResultOrder:
+    """The harness' lines in the order it writes them: the first ``defined`` (or ``load_error``) line, then
+    test 0's result, test 1's...; a forged, repeated or skipped one is out of order."""
+
+    def __init__(self) -> None:
+        self.expected = -1  # -1: the solution is not defined yet; then the next test's index
+
+    def next(self, head: str) -> int | None:
+        """The step a line (its head) takes (-1: defined, i: test i's result), or None if out of order."""
+        match = HEAD.match(head)
+        step = None if match is None else -1 if match.group(1) is None else int(match.group(1))
+        if step is None or step != self.expected:
+            return None
+        self.expected += 1
+        return step
+
+
+def next_line() -> Callable[[bytes], bool]:
+    """Whether a harness line (its head) moves the run on: the next line in :class:`ResultOrder`."""
+    order = ResultOrder()
+    return lambda head: order.next(head.decode("utf-8", "replace")) is not None
+
+
+def over_time(stdout: str, line_s: Sequence[float], test_s: float | None) -> list[dict[str, Any]]:
+    """The result lines of one run, with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S`
+    after the line before it in :class:`ResultOrder` made a timeout. ``line_s``: when each line that
+    moved the run on came, by the host's clock, in order (the in-order lines here, one for one). Only
+    whole lines that start like a JSON object are parsed: a flood of 8 M blank lines costs nothing."""
+    records, before, order, moved = [], None, ResultOrder(), 0
+    for match in _CANDIDATE_LINE.finditer(stdout):
+        line = match.group()[:-1]
+        rec = parse(line)
+        step = order.next(line[:LINE_HEAD])
+        if step is not None:  # in order: a forged line must not restart a test's clock
+            at = line_s[moved] if moved < len(line_s) else None
+            moved += 1
+            if step >= 0 and test_s and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S:
+                rec = {"i": step, "timeout": True}
+            before = at
+        records.append(rec)
+    return records
+
+
+def shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:
+    """A result line of a run that began at test ``start``, indexed over all tests."""
+    i = rec.get("i")
+    return {**rec, "i": i + start} if isinstance(i, int) and not isinstance(i, bool) else rec
+
+
+def verdicts(res: HarnessRuns, timeout_s: float, test_timeout_s: float | None, n: int,
+             check: Callable[[int, dict[str, Any]], bool]) -> TestRun:
+    """Per-test verdicts from the harness' result lines (``check(i, line)``: test ``i`` passed); a test
+    reported twice fails. The status: a load error, a timeout (of the run or of a test), a process
+    that died in a test or before reporting every test, or ok."""
+    passed, info, seen, slow, crashed = [False] * n, "", set(), [], []
+    for rec in res.lines:
+        if "load_error" in rec:
+            return TestRun(tuple(passed), "load_error", str(rec["load_error"])[:200], res.wall_s)
+        i = rec.get("i")
+        if not (isinstance(i, int) and 0 <= i < n):
+            continue
+        passed[i] = i not in seen and "timeout" not in rec and "crash" not in rec and check(i, rec)
+        seen.add(i)
+        if "timeout" in rec:
+            slow.append(i)
+        elif "crash" in rec:
+            crashed.append(str(rec["crash"]))
+        elif "err" in rec and not info:
+            info = str(rec["err"])
+    status = "ok"
+    if res.timed_out:
+        status, info = "timeout", f"timed out after {timeout_s:g} s"
+    elif len(seen) < n:
+        status, info = "crash", f"exit {res.returncode} after {len(seen)}/{n} tests"
+    elif slow:
+        status, info = "timeout", f"{len(slow)} test(s) over {test_timeout_s:g} s (first: test {slow[0]})"
+    elif crashed:
+        status, info = "crash", f"{len(crashed)} test(s) crashed (first: {crashed[0]})"
+    return TestRun(tuple(passed), status, info[:200], res.wall_s)
+
+
+def parse(line: str) -> dict[str, Any]:
+    """One harness line; anything else the program wrote there (say, nested past the parser's depth) is ``{}``."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}
+    return rec if isinstance(rec, dict) else {}

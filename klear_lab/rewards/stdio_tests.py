@@ -1,0 +1,134 @@
+"""Run a whole program against ``{"stdin": str, "stdout": str}`` tests (verl, LiveCodeBench) in the sandbox.
+
+One harness process (:mod:`klear_lab.rewards.harness`) runs the program once per test in a fresh
+``__main__`` namespace, with what a judge gives a process of its own: fd 0 a pipe carrying the test's
+stdin, fd 1 a nameless file of its own in /tmp (``open(0)``, ``os.read(0, ...)``, ``sys.stdin.buffer``, ``fileno()``
+based fast-I/O templates and ``print(file=sys.__stdout__)`` all work), and at the end what the
+interpreter's exit does: non-daemon threads joined (the ``threading.Thread(target=main)`` idiom for
+deep recursion), ``sys.stdout`` flushed (even one the program replaced). ``exit()``, ``sys.exit(0)``
+and ``os._exit(0)`` end a test normally; another exit code fails it.
+
+The harness sends back a SHA-256 of the normalized output (:data:`NORMALIZE`), never the output: a
+line stays short whatever the program printed, and a forged line would need the answer's digest.
+The host compares it with the expected output's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from klear_lab.rewards.harness import PRELUDE, TestRun, run_harness, verdicts
+from klear_lab.rewards.sandbox import SandboxLimits
+
+__all__ = ["TestRun", "normalized_output", "run_stdio_tests", "stdout_matches"]
+
+NORMALIZE = '''def _normalized(data):
+    """Output as judges compare it: leading and trailing whitespace of the whole, and trailing
+    whitespace of each line, ignored (the official code compares ``got.strip() == expected.strip()``)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return "\\n".join(line.rstrip() for line in text.strip().splitlines()).encode("utf-8", "surrogatepass")
+'''
+"""The one normalization, run by the harness on the program's output and by the host on the expected one."""
+
+_scope: dict[str, Any] = {}
+exec(NORMALIZE, _scope)  # noqa: S102 - our own constant: the host's copy of the harness' function
+normalized_output = _scope["_normalized"]
+
+_STDIO_HARNESS = PRELUDE + NORMALIZE + """import gc, hashlib, threading
+try:
+    _code = compile(_P["code"], "solution.py", "exec")
+except BaseException as e:
+    _emit({"load_error": type(e).__name__ + ": " + str(e)[:200]}); os._exit(0)
+_emit({"defined": True})
+_real_exit, _empty = os._exit, os.open(os.devnull, os.O_RDONLY)
+class _Exit(BaseException):
+    pass
+def _exit_test(code=0):
+    raise _Exit(code)
+def _feed(w, data):
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view[:65536]):]
+    except OSError:
+        pass
+    finally:
+        os.close(w)
+def _exit_error(e):
+    code = e.code if isinstance(e, SystemExit) else (e.args or (0,))[0]
+    return {} if code in (None, 0) else {"err": "exit " + str(code)[:50]}
+def _new_threads(before):
+    return [t for t in threading.enumerate() if t not in before and t.is_alive()]
+def _output(fd):
+    os.lseek(fd, 0, 0)
+    parts = []
+    while chunk := os.read(fd, 1 << 20):
+        parts.append(chunk)
+    return b"".join(parts)
+for _i, _data in enumerate(_P["stdins"]):
+    _r, _w = os.pipe()
+    os.dup2(_r, 0); os.close(_r)
+    threading.Thread(target=_feed, args=(_w, _data.encode("utf-8", "surrogatepass")), daemon=True).start()
+    _o = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)  # nameless (memfds are refused)
+    os.dup2(_o, 1)
+    sys.stdin = sys.__stdin__ = io.open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+    sys.stdout = sys.__stdout__ = _mine = io.open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    _before, _rec, _g = set(threading.enumerate()), {"i": _i}, {}
+    try:
+        _arm()
+        try:
+            os._exit = _exit_test
+            try:
+                exec(_code, _g := {"__name__": "__main__"})
+            except (SystemExit, _Exit) as e:
+                _rec.update(_exit_error(e))
+            for _t in _new_threads(_before):
+                if not _t.daemon:
+                    _t.join()
+        finally:
+            _disarm()
+            os._exit = _real_exit
+    except _Timeout:
+        _rec["timeout"] = True
+    except BaseException as e:
+        _rec["err"] = type(e).__name__ + ": " + str(e)[:200]
+    for _stream in (sys.stdout, *(v for v in _g.values() if isinstance(v, io.IOBase)), _mine):
+        try:  # as the interpreter's exit would: a collected cycle drops a TextIOWrapper's buffer
+            _stream.flush()
+        except BaseException:
+            pass
+    sys.stdin = sys.__stdin__ = sys.stdout = sys.__stdout__ = _stream = None
+    _g.clear()
+    gc.collect()  # files the program opened on fd 0 or 1 close now, not in a later test
+    os.dup2(_null, 1); os.dup2(_empty, 0)
+    try:
+        _got = _output(_o)
+        _rec.update(digest=hashlib.sha256(_normalized(_got)).hexdigest(), bytes=len(_got))
+    except BaseException as e:
+        _rec["err"] = "output: " + type(e).__name__
+    os.close(_o)
+    _emit(_rec)
+    if _new_threads(_before):  # still running (timed out, or daemons): they would write into the next test
+        _real_exit(0)
+"""
+
+
+def stdout_matches(got: Any, expected: str) -> bool:
+    """Program output against an expected stdout, normalized as :data:`NORMALIZE` says."""
+    return isinstance(got, (str, bytes)) and normalized_output(got) == normalized_output(expected)
+
+
+def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
+                    test_timeout_s: float | None = None, limits: SandboxLimits | None = None) -> TestRun:
+    """Run ``code`` as a whole program once per ``{"stdin": str, "stdout": str}`` test, all in one sandbox
+    process (more after a stall or a crash: :func:`~klear_lab.rewards.harness.run_harness`); output is
+    compared on the host by digest (:func:`stdout_matches`'s rule). Timeouts as in
+    :func:`~klear_lab.rewards.function_tests.run_function_tests`. Output past ``limits.fsize_mb`` fails
+    its test (the write raises inside the program)."""
+    payload = {"code": code, "stdins": [t["stdin"] for t in tests], "test_s": test_timeout_s}
+    expected = [hashlib.sha256(normalized_output(t["stdout"])).hexdigest() for t in tests]
+    res = run_harness(_STDIO_HARNESS, payload, "stdins", timeout_s, limits)
+    return verdicts(res, timeout_s, test_timeout_s, len(tests),
+                    lambda i, rec: "err" not in rec and rec.get("digest") == expected[i])
