@@ -78,6 +78,10 @@ test may take by the host's clock (the time between its result line and the one 
 as over the limit, whatever its line says: the limit inside the sandbox is an alarm, which the program
 can ignore (a review passed tests 5 s over a 2 s limit)."""
 
+FOUL = "wrote a line out of order on the harness' result pipe"
+"""Why a test fails whose run wrote such a line: only a program that found the harness' pipe can (a forged
+result for a later test, say, to skip that test's run), and the run ends at once."""
+
 PAYLOAD_BUDGET = 8 << 20
 """Bytes of test inputs (as JSON) embedded in one harness run; more are split over several runs. All
 sixteen 10 MB stdins in one program (parsed, copied) died of the 1 GiB memory limit before the
@@ -101,7 +105,8 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
     595 s for the paper's code reward), holding up the whole reward batch. So a run silent for one
     test limit plus :data:`STALL_GRACE_S` once the sandbox is up, or after its last line, is killed:
-    that test times out, and the tests after it run in a fresh sandbox. A run that ends before its
+    that test times out, and the tests after it run in a fresh sandbox. So does a run that writes a line
+    out of order on the harness' pipe (:data:`FOUL`; that test fails). A run that ends before its
     last test's line (a crash; the harness leaving a test's stray threads behind; the host's output
     cap) runs the test it did not report again, first in a fresh sandbox (what earlier tests left, as
     memory, cannot fail it); ending early there too fails that test, and the next ones go on.
@@ -126,7 +131,7 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         if not any("defined" in rec or "load_error" in rec for rec in got):
             if res.timed_out and not res.stalled:
                 return HarnessRuns(lines, True, returncode, wall)
-            why = (f"ignored its {test_s:g} s limit" if res.stalled
+            why = (f"ignored its {test_s:g} s limit" if res.stalled else FOUL if res.fouled
                    else f"crashed (exit {res.returncode}): {res.stderr.strip()[-160:]}")
             return HarnessRuns([*lines, {"load_error": f"defining the solution {why}"}], False, returncode, wall)
         if any("load_error" in rec for rec in got):
@@ -137,11 +142,11 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         if done >= end:
             start = end
             continue
-        if not res.stalled and done > start:
+        if not (res.stalled or res.fouled) and done > start:
             start = done  # ended early after other tests: run this one again, first in a fresh sandbox
             continue
-        cause = (f"its output passed the {res.stdout_cap >> 20} MB cap" if res.stdout_full
-                 else f"exit {res.returncode}")
+        cause = (FOUL if res.fouled else f"its output passed the {res.stdout_cap >> 20} MB cap"
+                 if res.stdout_full else f"exit {res.returncode}")
         lines.append({"i": done, "timeout": True} if res.stalled else {"i": done, "crash": f"{cause} in test {done}"})
         start = done + 1
         if start < len(items) and deadline - time.monotonic() <= 0:
@@ -183,28 +188,28 @@ class ResultOrder:
         return step
 
 
-def next_line() -> Callable[[bytes], bool]:
-    """Whether a harness line (its head) moves the run on: the next line in :class:`ResultOrder`."""
+def next_line() -> Callable[[bytes], bool | None]:
+    """Whether a harness line (its head) moves the run on: True for the next line in :class:`ResultOrder`,
+    None (end the run: :data:`FOUL`) for any other."""
     order = ResultOrder()
-    return lambda head: order.next(head.decode("utf-8", "replace")) is not None
+    return lambda head: True if order.next(head.decode("utf-8", "replace")) is not None else None
 
 
 def over_time(stdout: str, line_s: Sequence[float], test_s: float | None) -> list[dict[str, Any]]:
-    """The result lines of one run, with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S`
-    after the line before it in :class:`ResultOrder` made a timeout. ``line_s``: when each line that
-    moved the run on came, by the host's clock, in order (the in-order lines here, one for one). Only
-    whole lines that start like a JSON object are parsed: a flood of 8 M blank lines costs nothing."""
-    records, before, order, moved = [], None, ResultOrder(), 0
-    for match in _CANDIDATE_LINE.finditer(stdout):
+    """The result lines of one run, in :class:`ResultOrder` up to the first line out of order (the run ended
+    there), with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S` after the line before
+    made a timeout. ``line_s``: when each in-order line came, by the host's clock, one for one. Only whole
+    lines that start like a JSON object are looked at: a flood of blank lines costs nothing."""
+    records, before, order = [], None, ResultOrder()
+    for k, match in enumerate(_CANDIDATE_LINE.finditer(stdout)):
         line = match.group()[:-1]
-        rec = parse(line)
         step = order.next(line[:LINE_HEAD])
-        if step is not None:  # in order: a forged line must not restart a test's clock
-            at = line_s[moved] if moved < len(line_s) else None
-            moved += 1
-            if step >= 0 and test_s and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S:
-                rec = {"i": step, "timeout": True}
-            before = at
+        if step is None:
+            break
+        rec, at = parse(line), line_s[k] if k < len(line_s) else None
+        if step >= 0 and test_s and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S:
+            rec = {"i": step, "timeout": True}
+        before = at
         records.append(rec)
     return records
 

@@ -122,6 +122,7 @@ class SandboxResult:
     line_s: tuple[float, ...] = ()  # when each line ``progress`` accepted came, in seconds from the start
     stdout_cap: int = 8 << 20  # bytes of stdout kept (``fsize_mb``)
     stdout_full: bool = False  # the program wrote at least that much: the rest was dropped
+    fouled: bool = False  # ended at a line ``progress`` refused (None)
 
 
 def require_bwrap() -> str:
@@ -184,7 +185,7 @@ def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
 
 def run_python(
     source: str, *, timeout_s: float = 10.0, limits: SandboxLimits | None = None, idle_s: float | None = None,
-    progress: Callable[[bytes], bool] | None = None,
+    progress: Callable[[bytes], bool | None] | None = None,
 ) -> SandboxResult:
     """Run ``source`` as ``__main__`` in the sandbox (stdin is empty).
 
@@ -199,6 +200,7 @@ def run_python(
         progress: with ``idle_s``, only a whole stdout line (its head, without the newline) it returns True
             for counts as output (so that a program cannot hold the silence limit off by writing anything
             else); only lines starting with ``{"`` are offered. ``line_s`` times the lines it accepted.
+            A line it returns None for ends the run (``fouled``).
 
     Returns:
         The exit code, stdout and stderr (each capped by ``fsize_mb``) and whether it timed out.
@@ -220,7 +222,7 @@ def run_python(
 
 
 def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolation, uid: int,
-         idle_s: float | None = None, progress: Callable[[bytes], bool] | None = None) -> SandboxResult:
+         idle_s: float | None = None, progress: Callable[[bytes], bool | None] | None = None) -> SandboxResult:
     """One sandboxed run of the program ``data`` as host ``uid`` (:func:`run_python`)."""
     bpf = no_fork_filter()
     read_fd = _pipe_with(bpf) if bpf is not None else None
@@ -238,7 +240,8 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     finally:
         for fd in fds:
             os.close(fd)
-    out, err, timed_out, stalled, line_at = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s, progress)
+    out, err, timed_out, stalled, line_at, ended = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s,
+                                                              progress)
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
@@ -247,7 +250,8 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
                            f"{stderr[-500:]}")
     cap = limits.fsize_mb << 20
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
-                         time.monotonic() - start, stalled, tuple(t - start for t in line_at), cap, len(out) >= cap)
+                         time.monotonic() - start, stalled, tuple(t - start for t in line_at), cap, ended == "cap",
+                         ended == "foul")
 
 
 def _pipe_with(data: bytes) -> int:
@@ -259,17 +263,17 @@ def _pipe_with(data: bytes) -> int:
 
 
 def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,
-              idle_s: float | None = None, progress: Callable[[bytes], bool] | None = None,
-              ) -> tuple[bytes, bytes, bool, bool, list[float]]:
+              idle_s: float | None = None, progress: Callable[[bytes], bool | None] | None = None,
+              ) -> tuple[bytes, bytes, bool, bool, list[float], str | None]:
     """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest of stderr is
     read and dropped), until the process exits, ``timeout_s`` passes, stdout reaches ``cap`` (the program
-    is ended there: what it writes next would be dropped, and reading it costs the host a core) or stdout
-    stays silent for ``idle_s`` (only lines ``progress`` accepts count, once the program has started);
-    then kill its process group.
+    is ended there: what it writes next would be dropped, and reading it costs the host a core), a line
+    ``progress`` refuses (None) comes, or stdout stays silent for ``idle_s`` (only lines ``progress``
+    accepts count, once the program has started); then kill its process group.
 
     Returns:
         (stdout, stderr, whether it timed out, whether that was for silence, when each line ``progress``
-        accepted came: ``time.monotonic()`` values).
+        accepted came: ``time.monotonic()`` values, what ended it early: ``cap``, ``foul`` or None).
     """
     deadline = time.monotonic() + timeout_s
     heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
@@ -279,9 +283,9 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     for f in kept:
         sel.register(f, selectors.EVENT_READ)
     sel.register(proc.stdin, selectors.EVENT_WRITE)
-    sent, partial, line_at, full = 0, bytearray(), [], False
+    sent, partial, line_at, ended = 0, bytearray(), [], None
     try:
-        while sel.get_map() and not full and (left := deadline - time.monotonic()) > 0:
+        while sel.get_map() and not ended and (left := deadline - time.monotonic()) > 0:
             quiet = left if idle_s is None or heard is None else heard + idle_s - time.monotonic()
             if quiet <= 0:
                 stalled = True
@@ -301,9 +305,10 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                     room = chunk[:max(cap - len(kept[f]), 0)]
                     kept[f] += room
                     if f is proc.stdout:
-                        full = len(kept[f]) >= cap  # nothing more is kept: end it (reading on costs host CPU)
+                        ended = "cap" if len(kept[f]) >= cap else None  # nothing more is kept: reading on
                         now = time.monotonic()
-                        moved = _progressed(partial, chunk, progress) if progress is not None else 0
+                        moved, foul = _progressed(partial, chunk, progress) if progress is not None else (0, False)
+                        ended = "foul" if foul else ended  # would cost host CPU for nothing
                         line_at += [now] * moved
                         alive = progress is None or moved > 0 or not booted
                         booted = True
@@ -311,8 +316,8 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                             heard = now if sent >= len(data) else None
                 else:
                     sel.unregister(f)
-        timed_out = bool(sel.get_map()) and not full  # the deadline came first
-        if not timed_out and not full:  # both pipes closed: the program is exiting
+        timed_out = bool(sel.get_map()) and not ended  # the deadline came first
+        if not timed_out and not ended:  # both pipes closed: the program is exiting
             proc.wait(max(deadline - time.monotonic(), 0.01))
     except subprocess.TimeoutExpired:
         timed_out = True
@@ -324,21 +329,29 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
             proc.wait()
         for f in (proc.stdin, proc.stdout, proc.stderr):
             f.close()
-    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at, ended
 
 
 LINE_HEAD = 256
 """Bytes of each stdout line that ``progress`` sees: its head (a result line's index comes first)."""
 
 
-def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool]) -> int:
+def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool | None]) -> tuple[int, bool]:
     """How many whole lines that ``chunk`` completes pass ``progress`` (on the line's first
-    :data:`LINE_HEAD` bytes); ``partial`` keeps the unfinished line's head. Only lines that start like a
-    JSON object are offered (in order: ``progress`` may keep count), so a flood of blank lines costs no
-    Python call per line."""
+    :data:`LINE_HEAD` bytes), and whether one was refused (``progress`` returned None; the lines after it
+    are not offered). ``partial`` keeps the unfinished line's head. Only lines that start like a JSON
+    object are offered (in order: ``progress`` may keep count), so a flood of blank lines costs no Python
+    call per line."""
     *lines, rest = (bytes(partial) + chunk).split(b"\n")
     partial[:] = rest[:LINE_HEAD]
-    return sum(1 for line in lines if line.startswith(b'{"') and progress(line[:LINE_HEAD]))
+    moved = 0
+    for line in lines:
+        if line.startswith(b'{"'):
+            verdict = progress(line[:LINE_HEAD])
+            if verdict is None:
+                return moved, True
+            moved += bool(verdict)
+    return moved, False
 
 
 def _wait_eof(fd: int, deadline_s: float) -> None:

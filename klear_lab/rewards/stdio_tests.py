@@ -5,8 +5,12 @@ One harness process (:mod:`klear_lab.rewards.harness`) runs the program once per
 stdin, fd 1 a nameless file of its own in /tmp (``open(0)``, ``os.read(0, ...)``, ``sys.stdin.buffer``, ``fileno()``
 based fast-I/O templates and ``print(file=sys.__stdout__)`` all work), and at the end what the
 interpreter's exit does: non-daemon threads joined (the ``threading.Thread(target=main)`` idiom for
-deep recursion), ``sys.stdout`` flushed (even one the program replaced). ``exit()``, ``sys.exit(0)``
-and ``os._exit(0)`` end a test normally; another exit code fails it.
+deep recursion), ``atexit`` functions run, ``sys.stdout`` flushed (even one the program replaced).
+``exit()``, ``sys.exit(0)`` and ``os._exit(0)`` end a test normally; another exit code fails it. A test
+that leaves a thread running ends the harness after its result (the next tests run in a fresh
+sandbox). Unlike under a process per test, state a program leaves in other modules (``sys``,
+``builtins``) carries over to the next test of the same sandbox; a program would have to go looking
+for that on purpose.
 
 The harness sends back a SHA-256 of the normalized output (:data:`NORMALIZE`), never the output: a
 line stays short whatever the program printed, and a forged line would need the answer's digest.
@@ -26,9 +30,10 @@ __all__ = ["TestRun", "normalized_output", "run_stdio_tests", "stdout_matches"]
 
 NORMALIZE = '''def _normalized(data):
     """Output as judges compare it: leading and trailing whitespace of the whole, and trailing
-    whitespace of each line, ignored (the official code compares ``got.strip() == expected.strip()``)."""
+    whitespace of each line (so ``\\r\\n`` line ends too), ignored (the official code compares
+    ``got.strip() == expected.strip()``)."""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    return "\\n".join(line.rstrip() for line in text.strip().splitlines()).encode("utf-8", "surrogatepass")
+    return "\\n".join(line.rstrip() for line in text.strip().split("\\n")).encode("utf-8", "surrogatepass")
 '''
 """The one normalization, run by the harness on the program's output and by the host on the expected one."""
 
@@ -36,7 +41,7 @@ _scope: dict[str, Any] = {}
 exec(NORMALIZE, _scope)  # noqa: S102 - our own constant: the host's copy of the harness' function
 normalized_output = _scope["_normalized"]
 
-_STDIO_HARNESS = PRELUDE + NORMALIZE + """import gc, hashlib, threading
+_STDIO_HARNESS = PRELUDE + NORMALIZE + """import atexit, gc, hashlib, threading
 try:
     _code = compile(_P["code"], "solution.py", "exec")
 except BaseException as e:
@@ -70,7 +75,8 @@ def _output(fd):
 for _i, _data in enumerate(_P["stdins"]):
     _r, _w = os.pipe()
     os.dup2(_r, 0); os.close(_r)
-    threading.Thread(target=_feed, args=(_w, _data.encode("utf-8", "surrogatepass")), daemon=True).start()
+    _feeder = threading.Thread(target=_feed, args=(_w, _data.encode("utf-8", "surrogatepass")), daemon=True)
+    _feeder.start()
     _o = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)  # nameless (memfds are refused)
     os.dup2(_o, 1)
     sys.stdin = sys.__stdin__ = io.open(0, "r", encoding="utf-8", errors="replace", closefd=False)
@@ -87,9 +93,11 @@ for _i, _data in enumerate(_P["stdins"]):
             for _t in _new_threads(_before):
                 if not _t.daemon:
                     _t.join()
+            atexit._run_exitfuncs()  # the "write it all at exit" fast-I/O templates
         finally:
             _disarm()
             os._exit = _real_exit
+            atexit._clear()
     except _Timeout:
         _rec["timeout"] = True
     except BaseException as e:
@@ -103,6 +111,7 @@ for _i, _data in enumerate(_P["stdins"]):
     _g.clear()
     gc.collect()  # files the program opened on fd 0 or 1 close now, not in a later test
     os.dup2(_null, 1); os.dup2(_empty, 0)
+    _feeder.join(1)
     try:
         _got = _output(_o)
         _rec.update(digest=hashlib.sha256(_normalized(_got)).hexdigest(), bytes=len(_got))
@@ -110,8 +119,8 @@ for _i, _data in enumerate(_P["stdins"]):
         _rec["err"] = "output: " + type(e).__name__
     os.close(_o)
     _emit(_rec)
-    if _new_threads(_before):  # still running (timed out, or daemons): they would write into the next test
-        _real_exit(0)
+    if _new_threads(_before) or len(os.listdir("/proc/self/task")) > threading.active_count():
+        _real_exit(0)  # threads still running (timed out, daemons, _thread's) would write into the next test
 """
 
 

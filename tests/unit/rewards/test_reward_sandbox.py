@@ -325,7 +325,20 @@ def test_a_flood_of_blank_lines_costs_the_host_little():
     assert harness.over_time("\n" * (8 << 20), (), 1.0) == []
     seen = []
     moved = sandbox._progressed(bytearray(), b"\n" * 65536 + b'{"i": 0}\n', lambda head: seen.append(head) or True)
-    assert moved == 1 and seen == [b'{"i": 0}']  # one call, for the one line that could be a result
+    assert moved == (1, False) and seen == [b'{"i": 0}']  # one call, for the one line that could be a result
+
+
+@pytest.mark.parametrize("forged", ['{"i": 2, "out": 2}', '{"i": -2}', '{"defined": true}'])
+def test_a_line_out_of_order_on_the_harness_pipe_fails_that_test_and_ends_the_run(forged):
+    """A red-team review passed a test it never ran (a result forged for test 2, then a crash at its start,
+    so the host skipped it), made the host restart one test 299 times in 20 s (``{"i": -2}``), and parsed
+    2.8 M forged lines (16 s of the trainer's CPU per run). Now the first such line ends the run."""
+    code = ("import os, sys\ndef f(x):\n    if x == 0:\n        out = sys._getframe(1).f_globals['_out']\n"
+            f"        out.write({forged!r} + '\\n'); out.flush()\n" + "        import time; time.sleep(5)\n"
+            "    return x\n")
+    tests = [{"input": [x], "output": x} for x in (0, 1, 2)]
+    run = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=10)
+    assert (run.passed, run.status) == ((False, True, True), "crash") and harness.FOUL in run.info, run
 
 
 def test_shared_memory_and_ptrace_are_refused():
@@ -479,6 +492,12 @@ STDIO_IDIOMS = {
                                   "    print(a + b)\nthreading.Thread(target=main).start()\n"),
     "its own file on fd 1": ("out = open(1, 'w')\ndef solve():\n    a, b = map(int, input().split())\n"
                              "    out.write(str(a + b))\nsolve()\n"),  # flushed when collected (a cycle)
+    "atexit fast output": ("import atexit, io, sys\n_buf = sys.stdout = io.StringIO()\n"
+                           "@atexit.register\ndef _write():\n    sys.__stdout__.write(_buf.getvalue())\n"
+                           "a, b = map(int, input().split())\nprint(a + b)\n"),
+    "a _thread left printing": ("import _thread, os, time\n"
+                                "_thread.start_new_thread(lambda: (time.sleep(0.3), os.write(1, b'LEAK')), ())\n"
+                                "a, b = map(int, input().split())\nprint(a + b)\n"),  # not into the next test
     "sys.__stdout__": "import sys\na, b = map(int, input().split())\nprint(a + b, file=sys.__stdout__)\n",
     "buffered, then os._exit(0)": ("import os, sys\na, b = map(int, input().split())\nsys.stdout.write(str(a + b))\n"
                                    "sys.stdout.flush()\nos._exit(0)\n"),
@@ -528,6 +547,7 @@ def test_outputs_compare_as_the_official_code_does():
     """The official code compares ``got.strip() == expected.strip()``; leading blank lines and spaces failed."""
     assert stdout_matches("\n7\n", "7") and stdout_matches(" 7\n", "7") and stdout_matches("1 \n2\n\n", "1\n2")
     assert not stdout_matches("1\n\n2", "1\n2") and not stdout_matches("7", "8") and not stdout_matches(7, "7")
+    assert stdout_matches("1\r\n2\r\n", "1\n2") and not stdout_matches("1\x0c2", "1\n2")  # lines end at \n only
 
 
 def test_a_missing_function_is_named_and_no_core_file_can_be_written():
