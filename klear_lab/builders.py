@@ -349,10 +349,10 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         return
     import fcntl
 
-    from klear_lab.tracking import config_hash
+    from klear_lab.tracking import config_hash, out_dir_of
 
     parent = parent_config(cfg)
-    out = Path(parent["run"]["out_dir"])
+    out = out_dir_of(parent)
     out.mkdir(parents=True, exist_ok=True)
     parent_hash = config_hash(parent)  # reads each plugin's code: once
     with open(out / f".init-{parent_hash}.lock", "w") as lock:
@@ -374,7 +374,7 @@ def warn_init_from_unused(cfg: dict[str, Any]) -> None:
         record = next(p / "run.json" for p in (model, model.parent) if (p / "run.json").is_file())
         if json.loads(record.read_text()).get("config_hash") == config_hash(parent_config(cfg)):
             return
-    except (StopIteration, OSError, ValueError, KlearError):
+    except (StopIteration, OSError, ValueError, AttributeError, KlearError):  # AttributeError: not a JSON object
         pass
     print(f"warning: model.init_from ({m['init_from']}) is not used: model.name_or_path ({m['name_or_path']}) is "
           "set and is not a run of its current config; set model.init_from=null to say so", file=sys.stderr)
@@ -445,12 +445,13 @@ def _run_records(out_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(run directory, its run.json) for each readable one under ``out_dir``."""
     import json
 
-    for path in out_dir.glob("*/run.json"):
+    for path in out_dir.expanduser().glob("*/run.json"):
         try:
             info = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        yield path.parent, info
+        if isinstance(info, dict):  # a damaged record (a JSON list, say) is no run to reuse
+            yield path.parent, info
 
 
 def _newest(run_dirs: Iterable[Path]) -> Path | None:

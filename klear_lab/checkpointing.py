@@ -19,9 +19,9 @@ truncated ``last.ckpt`` behind. Here the file is written beside and renamed over
 
 from __future__ import annotations
 
-import os
 import random
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +34,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from klear_lab.resume import checkpoint_path
+from klear_lab.tracking import replace_durably
 
 POSITION_KEY = "klear_resume"
 
@@ -146,6 +147,9 @@ class ResumeCheckpoint(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A SIGTERM still pending here came at the last steps: training is done, and the run goes on to save."""
         self._release_sigterm()
+        if self._pending:
+            print("klear-lab: SIGTERM during the last training step: training is done; evaluating and saving "
+                  "the model before exiting", file=sys.stderr)
 
     def _catch_sigterm(self, trainer: L.Trainer) -> None:
         """A single process takes SIGTERM from Lightning: Lightning stops after whichever batch the signal
@@ -173,7 +177,11 @@ class ResumeCheckpoint(L.Callback):
         """At a step's end after a SIGTERM: write the checkpoint and let Lightning stop (it raises after
         this batch, or after an evaluation due here). At an epoch's last batch wait for the next step,
         once: with one step per epoch no point can be resumed from, and Lightning stops without one.
+        At the final step training is done: stopping there recorded a finished run as failed, without its
+        final evaluation and model, so the signal stays pending and the run goes on to save (on_train_end).
         Returns whether Lightning was told to stop."""
+        if at_final_step(trainer):
+            return False
         at_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         if at_end and not self._deferred_over_end:
             self._deferred_over_end = True
@@ -190,8 +198,10 @@ class ResumeCheckpoint(L.Callback):
 
     def _write(self, trainer: L.Trainer) -> None:
         """Not at an epoch's last batch: resumed there, Lightning would run the next epoch on the finished
-        epoch's iterator (no batches). The next step's end writes it instead."""
-        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        epoch's iterator (no batches). The next step's end writes it instead. Nor at the final step (a
+        ``max_steps`` ending mid-epoch): resumed there, the run trained no step, lost its train metrics and
+        logged its final evaluation one step early; the run's earlier checkpoint is the one to resume."""
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch or at_final_step(trainer):
             return
         self._due, self._written_at = False, self._seen
         save_atomically(trainer, checkpoint_path(self.dirpath.parent))
@@ -225,12 +235,17 @@ class ResumeCheckpoint(L.Callback):
                 torch.cuda.set_rng_state_all(self._restored["cuda_rng"])
 
 
+def at_final_step(trainer: L.Trainer) -> bool:
+    """Training has taken its last optimizer step (``max_steps``; RL runs have none: -1)."""
+    return 0 < trainer.max_steps <= trainer.global_step
+
+
 def save_atomically(trainer: L.Trainer, path: Path) -> None:
     """``trainer.save_checkpoint`` (every rank joins; rank 0 writes) to a temporary name, renamed over ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
     trainer.save_checkpoint(tmp, weights_only=False)  # everything: optimizer, loops, callbacks
     if trainer.is_global_zero:
-        os.replace(tmp, path)
+        replace_durably(tmp, path)  # on disk before the rename: a host crash leaves the old file, not an empty one
     trainer.strategy.barrier("klear_checkpoint_renamed")
 
 

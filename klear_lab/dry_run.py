@@ -168,10 +168,10 @@ def init_from_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     from klear_lab.builders import find_completed_run, find_resumable_run, parent_config
     from klear_lab.distributed import several_devices
-    from klear_lab.tracking import config_hash
+    from klear_lab.tracking import config_hash, out_dir_of
 
     parent = parent_config(cfg)
-    out, seed, parent_hash = Path(parent["run"]["out_dir"]), parent["run"]["seed"], config_hash(parent)
+    out, seed, parent_hash = out_dir_of(parent), parent["run"]["seed"], config_hash(parent)
     name, key = parent["run"]["experiment"], "starting point (model.init_from)"
     done = find_completed_run(out, parent_hash, seed=seed)
     if done is not None:

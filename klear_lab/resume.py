@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
     if not saved.is_file() or not record.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
-    identity = json.loads(record.read_text())
+    identity = read_record(record)
     if identity.get("status") == "completed":
         raise ConfigError(f"{record}: the run already completed; nothing to resume")
     for item in overrides or []:
@@ -52,6 +53,23 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     cfg = compose(saved, overrides)
     check_resumable(run_dir, cfg)
     return cfg
+
+
+def read_record(record: Path) -> dict[str, Any]:
+    """A run's ``run.json`` as a dict; a damaged one (cut short by a full disk, edited by hand) names the file
+    instead of ending ``klear-lab resume`` with a JSON traceback.
+
+    Raises:
+        ConfigError: not readable, not JSON, or not a JSON object.
+    """
+    try:
+        identity = json.loads(record.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError and undecodable bytes
+        raise ConfigError(f"{record}: cannot read the run's record ({exc}); it cannot be resumed") from None
+    if not isinstance(identity, dict):
+        raise ConfigError(f"{record}: the run's record is a JSON {type(identity).__name__}, not an object; "
+                          "it cannot be resumed")
+    return identity
 
 
 def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
@@ -69,7 +87,7 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
     if not saved.is_file() or not record.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
-    identity = json.loads(record.read_text())
+    identity = read_record(record)
     if cfg["run"]["kind"] not in ("sft", "rl"):
         raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
                           "(run the evaluation again instead)")
@@ -168,11 +186,26 @@ def checkpoint_path(run_dir: Path) -> Path:
 
 
 def saved_identity(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` without its status, with one more attempt counted."""
-    identity = json.loads((run_dir / "run.json").read_text())
+    """``run.json`` without its status, with one more attempt counted and its code commit recorded."""
+    identity = read_record(run_dir / "run.json")
     identity = {k: v for k, v in identity.items() if k not in ("status", "error", *PROCESS_KEYS)}
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
+    identity["git_commits"] = attempt_commits(run_dir, identity)
     return identity
+
+
+def attempt_commits(run_dir: Path, identity: dict[str, Any]) -> list[str]:
+    """The code commit of each attempt, this one last (``git_commit`` stays the first attempt's): a run
+    resumed on other code kept only the first commit, as if all of its steps had run on it. Warns on stderr
+    when this attempt's commit is not the previous attempt's."""
+    from klear_lab.tracking import git_commit
+
+    before = identity.get("git_commits") or [identity.get("git_commit", "unknown")]
+    now = git_commit()
+    if now != before[-1]:
+        print(f"warning: {run_dir}: resuming on code commit {now}; the run's previous attempt ran on "
+              f"{before[-1]} (run.json records both in git_commits)", file=sys.stderr)
+    return [*before, now]
 
 
 def checkpoint_log_step(ckpt: Path) -> int:

@@ -95,11 +95,17 @@ def component_tags(cfg: dict[str, Any]) -> list[str]:
     return tags
 
 
+def out_dir_of(cfg: dict[str, Any]) -> Path:
+    """``run.out_dir`` as a path, ``~`` expanded (no shell expands it in a YAML file or a quoted override;
+    Lightning and W&B do, so a literal ``./~`` split the run); the config keeps what the user wrote."""
+    return Path(os.path.expanduser(str(cfg["run"]["out_dir"])))
+
+
 def create_run_dir(cfg: dict[str, Any]) -> Path:
     """A fresh, uniquely named directory under ``run.out_dir``: ``<name>-<time>-<hash>-s<seed>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = re.sub(r"[^A-Za-z0-9_.+=-]", "-", str(cfg["run"]["name"])) or "run"  # W&B ids refuse / : ; , # ? '
-    base = Path(cfg["run"]["out_dir"]) / f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
+    base = out_dir_of(cfg) / f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
     path, i = base, 1
     while True:
         try:
@@ -136,13 +142,35 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def atomic_write(path: Path, write: Any) -> None:
-    """``write(tmp)`` then rename onto ``path``: readers never see half a file, a failure leaves the old one."""
+    """``write(tmp)`` then rename onto ``path``: readers never see half a file, a failure leaves the old one.
+    The data reaches the disk before the rename (else a host crash could leave the new name on an empty file)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
     try:
         write(tmp)
-        os.replace(tmp, path)
+        replace_durably(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def replace_durably(tmp: Path, path: Path) -> None:
+    """``os.replace(tmp, path)`` after ``tmp``'s data is on disk, then the directory's entry (best-effort:
+    some filesystems refuse to sync a directory)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
@@ -198,18 +226,16 @@ def finish_wandb_run(exit_code: int) -> None:
 def csv_logger(run_dir: Path, rows: list[dict[str, str]]):
     """Lightning's CSVLogger on ``run_dir/csv/metrics.csv``, keeping ``rows``, those a resumed run already has.
 
-    Lightning deletes an existing ``metrics.csv`` when the logger starts; its rows are logged again
-    into the new logger first, so they are written back at its first save (a resumed run has also
-    kept the whole old file as ``metrics.before-resume-N.csv``).
+    Lightning's writer deletes an existing ``metrics.csv`` when it starts and rewrites it in place when a
+    new metric appears: a kill then lost its rows. :class:`klear_lab.csv_log.KeepingCSVLogger` replaces
+    the file whole with the kept rows at once (a resumed run has also kept the whole old file as
+    ``metrics.before-resume-N.csv``) and changes its header the same way.
     """
-    from lightning.pytorch.loggers import CSVLogger
+    from klear_lab.csv_log import KeepingCSVLogger
 
-    logger = CSVLogger(save_dir=str(run_dir), name="csv", version="")
-    for row in rows:
-        step, metrics = row_metrics(row)
-        logger.experiment.log_metrics(metrics, step)
+    logger = KeepingCSVLogger(save_dir=str(run_dir), name="csv", version="", kept=rows)
     if rows:
-        logger.save()  # back on disk at once
+        logger.experiment  # noqa: B018 - the writer puts them back on disk at once
     return logger
 
 
@@ -272,10 +298,11 @@ def run_id_of(run_dir: Path) -> str:
 
 
 def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    run = cfg["run"]
+    """What names a run: ``git_commits`` gets one commit per attempt (:func:`klear_lab.resume.saved_identity`)."""
+    run, commit = cfg["run"], git_commit()
     return {
         "run_id": run_id_of(run_dir),
-        "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": git_commit(),
+        "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": commit, "git_commits": [commit],
         "group": run["group"] or run["name"], "job_type": run["job_type"] or run["kind"],
         "tags": [*run["tags"], *component_tags(cfg)], "seed": run["seed"], "experiment": run["experiment"],
     }

@@ -205,14 +205,15 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
     return config
 
 
-def component_paths(schema: type = ExperimentConfig, prefix: str = "") -> set[str]:
-    """Dotted paths of the single-component nodes in the schema (``rl.clip``, ``data.mix``...)."""
+def component_paths(schema: type = ExperimentConfig, prefix: str = "", many: bool = False) -> set[str]:
+    """Dotted paths of the single-component nodes in the schema (``rl.clip``, ``data.mix``...), or with
+    ``many`` of the component lists (``data.sources``...)."""
     out: set[str] = set()
     for f in dataclasses.fields(schema):
-        if "axis" in f.metadata and not f.metadata.get("many"):
+        if "axis" in f.metadata and bool(f.metadata.get("many")) == many:
             out.add(prefix + f.name)
         elif dataclasses.is_dataclass(f.default_factory) if callable(f.default_factory) else False:
-            out |= component_paths(f.default_factory, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            out |= component_paths(f.default_factory, f"{prefix}{f.name}.", many)  # type: ignore[arg-type]
     return out
 
 
@@ -226,10 +227,11 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
                 value = {"name": value}  # component shorthand: rl.clip=gppo
             if isinstance(old, str):  # a shorthand earlier on the same command line
                 old = dst[key] = {"name": old}
-            if isinstance(old, dict) and isinstance(value, dict) and "name" in old \
-                    and value.get("name", old["name"]) != old["name"]:
+            if _renamed(old, value):
                 old = dst[key] = {}  # switching component: drop the previous one's params
             # (a command line's rl.clip.eps_high=5 rl.clip=cispo has no name before: both stay)
+        elif prefix[:-1] in _COMPONENT_LISTS and _renamed(old, value):
+            old = dst[key] = {}  # an item of a component list (data.sources.0.name=arith): the same rule
         if path == "plugins" and isinstance(old, list) and (value is None or isinstance(value, list)):
             dst[key] = _joined_plugins(old, value, label, provenance)  # every layer's plugins load
         elif path == "plugins" and key in dst and old is None and isinstance(value, list):
@@ -249,6 +251,13 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
 
 
 _COMPONENT_PATHS = component_paths()
+_COMPONENT_LISTS = component_paths(many=True)
+
+
+def _renamed(old: Any, value: Any) -> bool:
+    """``value`` names another component than ``old`` does: the previous one's params do not carry over."""
+    return isinstance(old, dict) and isinstance(value, dict) and "name" in old \
+        and value.get("name", old["name"]) != old["name"]
 
 
 def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: dict[str, str]) -> list:

@@ -45,7 +45,7 @@ def without_upstream_noise() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             warnings.filterwarnings("ignore", r"Using `DistributedSampler` with the dataloaders\. During `trainer")
-            # CSVLogger warns that it deletes a resumed run's metrics.csv: tracking.csv_logger keeps its rows
+            # Lightning's CSVLogger warns that it deletes an existing metrics.csv (klear_lab.csv_log replaces it whole)
             warnings.filterwarnings("ignore", r"Experiment logs directory .* exists and is not empty")
             yield
     finally:

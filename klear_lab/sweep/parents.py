@@ -64,10 +64,10 @@ def _start_lock(cfg: dict[str, Any], on_wait: Any) -> Iterator[None]:
     """An exclusive lock on one starting point (config hash and seed) for every sweep under ``out_dir``:
     a sweep started while another trains it waits (``on_wait`` says so), then shares it."""
     from klear_lab import builders
-    from klear_lab.tracking import config_hash
+    from klear_lab.tracking import config_hash, out_dir_of
 
     parent = builders.parent_config(cfg)
-    out_dir = Path(cfg["run"]["out_dir"]).parent.parent
+    out_dir = out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / f".start-{config_hash(parent)}-s{parent['run']['seed']}.lock", "w") as lock:
         try:
@@ -106,9 +106,9 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
     starting point. Trials then find it by hash as usual. Returns the source, or None.
     """
     from klear_lab import builders
-    from klear_lab.tracking import config_hash
+    from klear_lab.tracking import config_hash, out_dir_of
 
-    runs = Path(cfg["run"]["out_dir"])
+    runs = out_dir_of(cfg)
     parent = builders.parent_config(cfg)
     wanted, seed = config_hash(parent), parent["run"]["seed"]
     if builders.find_completed_run(runs, wanted, seed) is not None:

@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 from klear_lab import wandb_file
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
-from klear_lab.resume import checkpoint_log_step, resume_config
+from klear_lab.resume import checkpoint_log_step, checkpoint_path, resume_config
 from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
 
@@ -97,6 +97,7 @@ def test_sft_resumed_mid_epoch_takes_the_same_steps(tmp_path, crash_at, checkpoi
     assert resumed.metrics["train/steps"] == 8 and resumed.metrics["val/acc"] == whole.metrics["val/acc"]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "completed" and record["attempts"] == 2
+    assert record["git_commits"] == [record["git_commit"]] * 2  # one per attempt
     before = [(int(r["step"]), float(r["train/loss"])) for r in
               csv.DictReader((run_dir / "csv" / "metrics.before-resume-1.csv").open()) if r.get("train/loss")]
     assert len(before) >= 4 and before == rows(whole.run_dir, "train/loss")[:len(before)]  # up to the checkpoint
@@ -468,3 +469,31 @@ def test_a_sigterm_at_an_epochs_last_batch_checkpoints_the_next_step(tmp_path, t
     run_experiment(compose(SFT, overrides), resume=run_dir)
     resumed, reference = ([v for _, v in rows(d, "train/loss")] for d in (run_dir, whole.run_dir))
     assert resumed == pytest.approx(reference, rel=1e-5) and len(reference) == 12
+
+
+class SigtermInStep(L.Callback):
+    """SIGTERM to this process at the start of the batch that takes optimizer step ``at`` + 1."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_no_checkpoint_at_the_final_step_and_a_sigterm_there_lets_the_run_finish(tmp_path, tiny_sft_overrides,
+                                                                                 capsys):
+    """``sft.max_steps`` ending mid-epoch: a checkpoint due at the final step (or one a SIGTERM during it
+    called for) was written there, and the SIGTERM failed a run whose training was done (no final evaluation,
+    no model). Resumed from it, the run trained no step: its summary lost train/* and logged val/* a step early."""
+    overrides = [o for o in tiny_sft_overrides if not o.startswith(("trainer.checkpoint", "sft.max_steps"))]
+    overrides += ["trainer.checkpoint_every=4", "sft.max_steps=8", "data.sources.0.n_prompts=300"]
+    result = run_experiment(compose(SFT, overrides), callbacks=[SigtermInStep(7)])
+    record = json.loads((result.run_dir / "run.json").read_text())
+    assert record["status"] == "completed" and (result.run_dir / "model" / "model.safetensors").is_file()
+    assert result.metrics["train/steps"] == 8 and "train/loss" in result.metrics
+    assert [s for s, _ in rows(result.run_dir, "val/acc")] == [8]
+    assert torch.load(checkpoint_path(result.run_dir), weights_only=True)["global_step"] == 4  # not 8
+    assert signal.getsignal(signal.SIGTERM) is not None  # handed back
+    assert "SIGTERM during the last training step" in capsys.readouterr().err

@@ -190,6 +190,17 @@ def test_naming_another_component_on_the_same_line_drops_the_first_ones_paramete
     assert cfg["rl"]["clip"] == {"name": "cispo", "eps_low": 0.2, "eps_high": 0.28}
 
 
+@pytest.mark.parametrize("overrides", [["data.sources.0.name=arith"],
+                                       ["data.sources.0.name=arith", "data.sources.0.n_prompts=50"]])
+def test_renaming_an_item_of_a_component_list_drops_the_earlier_items_parameters(overrides):
+    """``data.sources.0.name=arith`` on the quickstart SFT kept arith_r1's n_prompts, levels and style: a
+    source the experiment never asked for. Now it is what ``data.sources=[{name: arith}]`` gives."""
+    sft = ROOT / "experiments/quickstart/sft.yaml"
+    whole = compose(sft, ["data.sources=[{name: arith}]", *overrides[1:]])["data"]["sources"]
+    assert compose(sft, overrides)["data"]["sources"] == whole
+    assert compose(sft, ["data.sources.0.name=arith_r1"])["data"]["sources"] == compose(sft)["data"]["sources"]
+
+
 def test_a_bad_component_value_names_where_it_was_set():
     with pytest.raises(ConfigError, match=r"^command line: rl.clip: clip 'cispo': eps_high must be in \(0, inf\)"):
         compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip=cispo", "rl.clip.eps_high=0"])
