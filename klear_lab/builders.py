@@ -62,6 +62,9 @@ def build_pools(cfg: dict[str, Any], split: str,
         source = build(SOURCE, node)
         name = getattr(source, "label", None) or node["name"]  # a file source's label names its metrics too
         label = name if name not in pools else f"{name}#{i}"
+        if label in pools:  # a hand-written "math#2" label, say: the earlier pool would be replaced silently
+            raise DataError(f"{section}.{i}: source label {label!r} is already taken by {where[label]}; "
+                            "give the sources distinct labels")
         pools[label] = source.records(seed, split)
         ranks[label] = source.quality_rank
         path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")

@@ -49,10 +49,12 @@ class BandFilter:
         if self.min_tests < 0:
             raise ValueError(f"min_tests must be >= 0, got {self.min_tests}")
 
+    def _in_levels(self, record: Record) -> bool:
+        return self.min_level <= record.difficulty <= (record.difficulty if self.max_level is None else self.max_level)
+
     def keep(self, record: Record) -> bool:
         """Whether ``record`` falls in the band."""
-        max_level = record.difficulty if self.max_level is None else self.max_level
-        if not self.min_level <= record.difficulty <= max_level:
+        if not self._in_levels(record):
             return False
         if self.correct_only and record.response_correct is False:
             return False
@@ -68,8 +70,8 @@ class BandFilter:
         return lo <= rate <= hi
 
     def __call__(self, records: list[Record]) -> list[Record]:
-        if self.correct_only:
-            require_known_correctness(records)
+        if self.correct_only:  # within the band: labelled easy rows must not let unlabelled hard ones through
+            require_known_correctness([r for r in records if self._in_levels(r)])
         if (self.min_pass_rate is not None or self.max_pass_rate is not None) and records and all(
                 r.meta.get("pass_rate") is None for r in records):
             raise ValueError(f"min_pass_rate/max_pass_rate: none of the {len(records)} records has a pass rate "

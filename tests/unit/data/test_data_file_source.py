@@ -180,6 +180,8 @@ def _bad(row: dict, where: tuple) -> dict:
     ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "difficulty": "hard"}], "records",
      "'difficulty'"),
     ([{"prompt": "p", "answer": "a"}, {"answer": "a"}], "records", "'prompt'"),
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "difficulty": 0}], "records",
+     "'difficulty': levels start at 1"),  # level 0 fell out of every band, silently
     ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "response_correct": "yes"}], "records",
      "'response_correct'"),
     ([{"prompt": "p", "answer": "a"}, {"prompt": " \n", "answer": "a"}], "records", "'prompt': the prompt is empty"),

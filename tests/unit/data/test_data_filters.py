@@ -125,3 +125,15 @@ def test_min_tests_drops_code_records_with_too_few_tests_and_keeps_math():
         DIFFICULTY_FILTER.build({"name": "band", "min_tests": 16})([code("a", 3), code("b", 15)])
     with pytest.raises(ConfigError, match="min_tests"):
         DIFFICULTY_FILTER.build({"name": "band", "min_tests": -1})
+
+
+def test_correct_only_needs_known_correctness_inside_the_band():
+    """Labelled easy rows let a hard/True arm keep every unlabelled hard row: the same data as hard/Mixed."""
+    easy = [Record(uid=f"e{i}", source="m", task="math", prompt="p", answer="1", difficulty=1, response="r",
+                   response_correct=bool(i % 2)) for i in range(4)]
+    hard = [Record(uid=f"h{i}", source="m", task="math", prompt="p", answer="1", difficulty=3, response="r")
+            for i in range(3)]
+    with pytest.raises(ValueError, match="none of the 3 records says whether its response is correct"):
+        DIFFICULTY_FILTER.build({"name": "band", "min_level": 3, "correct_only": True})(easy + hard)
+    kept = DIFFICULTY_FILTER.build({"name": "band", "max_level": 1, "correct_only": True})(easy + hard)
+    assert [r.uid for r in kept] == ["e1", "e3"]

@@ -214,3 +214,24 @@ def test_a_source_repeated_to_fill_its_share_is_logged_and_warned(tmp_path):
     assert build_train_records(cfg)[1]["data/repeat_factor/file"] == 1.0
     cfg = compose(exp, [f"data.sources=[{{name: file, path: {path}, format: records, label: mine}}]"])
     assert "data/kept_frac/mine" in build_train_records(cfg)[1]  # a label names the source's stats too
+
+
+def test_a_label_taken_by_an_earlier_source_is_refused(tmp_path):
+    """Labels math#2, math, math: the third source's pool took the label "math#2" and replaced the first's,
+    whose records were gone without a word (found by a review)."""
+    import json
+    from pathlib import Path
+
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+    from klear_lab.errors import DataError
+
+    nodes = []
+    for name, label in (("a", "math#2"), ("b", "math"), ("c", "math")):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(json.dumps({"prompt": f"{name}: 2+3?", "answer": "5", "response": "5"}) + "\n")
+        nodes.append(f"{{name: file, path: {path}, label: '{label}'}}")
+    cfg = compose(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml",
+                  [f"data.sources=[{', '.join(nodes)}]"])
+    with pytest.raises(DataError, match=r"data.sources.2: source label 'math#2' is already taken by data.sources.0"):
+        build_train_records(cfg)
