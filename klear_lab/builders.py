@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import socket
@@ -172,10 +173,10 @@ def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def resolve_model_dir(name_or_path: str) -> str:
     """A klear-lab run directory stands for its final model (``run_dir/model``)."""
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()
     if (path / "model" / "config.json").is_file():
         return str(path / "model")
-    return name_or_path
+    return str(path) if name_or_path.startswith("~") else name_or_path
 
 
 def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
@@ -188,6 +189,7 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
     dtype = getattr(torch, m["dtype"])
     if m["name_or_path"]:
         path = resolve_model_dir(m["name_or_path"])
+        check_local_model(m["name_or_path"], path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(
@@ -260,13 +262,33 @@ def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def meant_local(name: str, path: str) -> bool:
+    """A ``model.name_or_path`` that names a local path that is not there: written as a path, or under a
+    directory that exists here (``runs/<a mistyped run>`` has a hub id's form)."""
+    written_as_path = name.startswith((".", "/", "~")) or Path(path.split("/")[0]).is_dir()
+    return written_as_path and not Path(path).expanduser().exists()
+
+
+def check_local_model(name: str, path: str) -> None:
+    """A mistyped local path is the user's error, said at once: the hub client retried it as a hub id for
+    ~55 s and it ended as a network failure, which a sweep retries."""
+    if not meant_local(name, path):
+        return
+    parent = Path(path).expanduser().parent
+    near = difflib.get_close_matches(Path(path).name, [p.name for p in parent.iterdir()] if parent.is_dir() else [],
+                                     n=3)
+    hint = f"; did you mean {', '.join(str(parent / n) for n in near)}?" if near else ""
+    where = "" if Path(path).is_absolute() else f" under the working directory {Path.cwd()}"
+    raise ConfigError(f"model.name_or_path {name!r}: no such directory{where}{hint}")
+
+
 def model_load_error(name: str, path: str, exc: Exception) -> Exception:
     """What a failed ``from_pretrained`` of ``name`` raises: a ``TransientError`` for a network failure (the
     client's own exception escapes transformers mid-download), a ``ConfigError`` for a bad name, file or
     setting (``ValueError``/``ImportError``: an unknown or missing attention kernel among others;
     transformers' message names ``attn_implementation`` then), else ``exc`` itself: a bug, not the user's."""
     what = f"model.name_or_path {name!r}: cannot load"
-    if not Path(path).exists() and (name.startswith((".", "/", "~")) or Path(path.split("/")[0]).is_dir()):
+    if meant_local(name, path):
         where = "" if Path(path).is_absolute() else f" under the working directory {Path.cwd()}"
         what += f" (no local directory {path!r}{where} either)"  # a mistyped path looks like a hub id
     if network_cause(exc) is not None or isinstance(exc, (OSError, ValueError, ImportError)):

@@ -230,6 +230,12 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
 def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     from klear_lab.builders import warn_positions
 
+    if cfg["run"]["kind"] == "rl":  # a plugin clip that cannot run fails every update: say so now
+        from klear_lab.builders import build
+        from klear_lab.registry import CLIP
+        from klear_lab.rl.clip.base import probe_clip
+
+        probe_clip(build(CLIP, cfg["rl"]["clip"]), "rl.clip")
     config = model_config(cfg)
     warn_positions(cfg, config)
     params = meta_params(config)

@@ -38,7 +38,8 @@ def _unknown(path: str, key: str, allowed: list[str], provenance: dict[str, str]
     full = f"{path}{key}"
     hint = difflib.get_close_matches(key, allowed, n=1)
     did = f" (did you mean {path + hint[0]!r}?)" if hint else ""
-    return ConfigError(f"{_where(full, provenance)}: unknown {what} {full!r}{did}; "
+    said = f"unknown key {full!r}" if what == "key" else f"{full!r} is not a {what}"
+    return ConfigError(f"{_where(full, provenance)}: {said}{did}; "
                        f"allowed under {path.rstrip('.') or 'top level'}: {', '.join(sorted(allowed))}")
 
 

@@ -23,6 +23,7 @@ from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
+from klear_lab.rl.clip.base import probe_clip
 from klear_lab.rl.objective import ObjectiveWeights
 from klear_lab.rl.token_stats import check_chunkable
 from klear_lab.stages.common import (
@@ -164,6 +165,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     check_wandb_login(cfg)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+    probe_clip(builders.build(CLIP, rl["clip"]), "rl.clip")  # a plugin's bug: before any data or model loads
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])
     if hasattr(engine_cfg, "check_available"):
         engine_cfg.check_available()

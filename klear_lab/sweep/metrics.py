@@ -49,22 +49,23 @@ def rl_update_metrics() -> tuple[str, ...]:
 def clip_metric_names(nodes: list[dict] | None = None) -> set[str] | None:
     """``rl/<key>`` for the statistics the clip variants return (plugins' too), found by calling each
     registered one at its defaults, and each of ``nodes`` (``{name: ..., params}`` as trials configure
-    them), on a tiny batch [2, 3]; None when one cannot be called so (its names are then known only once
-    it runs). A plugin clip's ``ClipOutput.metrics`` may hold keys of its own."""
-    import torch
-
+    them), on a tiny batch [2, 3] (``probe_clip``). None when a registered one cannot be called so at its
+    defaults (its names are then known only once it runs); a configured node that cannot is a
+    ``ConfigError``: every trial of its arm would fail in its first update. A plugin clip's
+    ``ClipOutput.metrics`` may hold keys of its own."""
     from klear_lab.registry import CLIP
+    from klear_lab.rl.clip.base import probe_clip
 
-    logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -0.8]])  # [N=2, T=3]
-    old = logp + torch.tensor([[0.4, -0.4, 0.1], [-0.6, 0.2, 0.0]])  # ratios both sides of 1
-    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
     names: set[str] = set()
-    for clip in [*({"name": n} for n in CLIP.names()), *(nodes or [])]:
+    unknown = False
+    for name in CLIP.names():
         try:
-            names |= {f"rl/{k}" for k in CLIP.build(clip)(logp, old, adv, mask).metrics}
-        except Exception:  # noqa: BLE001 - a plugin's own signature or needs: unknown, not an error here
-            return None
-    return names
+            names |= {f"rl/{k}" for k in probe_clip(CLIP.build({"name": name}), "rl.clip")}
+        except Exception:  # noqa: BLE001 - not used by this sweep at its defaults: unknown, not an error here
+            unknown = True
+    for node in nodes or []:
+        names |= {f"rl/{k}" for k in probe_clip(CLIP.build(node), f"rl.clip {dict(node)}")}
+    return None if unknown else names
 
 
 def logged_metrics(kind: str) -> tuple[str, ...]:

@@ -61,6 +61,12 @@ def test_a_hub_that_is_down_exits_75_and_a_missing_repo_exits_2(hub, tmp_path):
     assert missing.returncode == 2, missing.stderr[-2000:]
     assert "model.name_or_path 'someorg/somemodel': cannot load:" in missing.stderr
     assert "cannot download" not in missing.stderr
+    hub.status = 503
+    (tmp_path / "runs" / "quickstart-sft-abc").mkdir(parents=True)  # a run directory, mistyped below
+    typo = _train(hub, tmp_path, f"model.name_or_path={tmp_path}/runs/quickstart-sft-abd")
+    assert typo.returncode == 2, typo.stderr[-2000:]  # was 75 after 55 s of retries as a hub id
+    assert f"'{tmp_path}/runs/quickstart-sft-abd': no such directory; did you mean " \
+           f"{tmp_path}/runs/quickstart-sft-abc?" in typo.stderr
 
 
 def _chain(*excs: BaseException) -> BaseException:

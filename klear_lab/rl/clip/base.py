@@ -14,7 +14,9 @@ multiplied by the mask. Metrics are detached 0-d tensors, masked over valid toke
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -157,3 +159,30 @@ def token_clip_output(
     """Mask a token-level loss and attach metrics; ``hits`` = (low, high, dual)."""
     low, high, dual = hits
     return ClipOutput(loss=loss * mask, metrics=clip_metrics(ratio, mask, low, high, dual, kl))
+
+
+def probe_clip(clip: Any, where: str) -> set[str]:
+    """Call ``clip`` once on a tiny batch [N=2, T=3] (ratios both sides of 1, both advantage signs) and return
+    its metric keys; a clip that raises or does not return a :class:`ClipOutput` with a finite loss of that
+    shape is a ``ConfigError`` naming ``where``. Its runs would fail in their first update, after the model
+    was loaded and the first rollouts generated (hours at paper scale, and a sweep's other arms first)."""
+    from klear_lab.errors import ConfigError
+
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -0.8]], requires_grad=True)  # [N=2, T=3]
+    old = logp.detach() + torch.tensor([[0.4, -0.4, 0.1], [-0.6, 0.2, 0.0]])
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
+    name = getattr(clip, "registered_name", type(clip).__name__)
+    try:
+        out = clip(logp, old, adv, mask)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug, reported with where it is
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise ConfigError(f"{where}: clip {name!r} failed on a probe batch of [2, 3] tokens: "
+                          f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})") from None
+    if not isinstance(out, ClipOutput):
+        raise ConfigError(f"{where}: clip {name!r} returned {type(out).__name__}; a clip variant returns "
+                          "ClipOutput(loss, metrics) (klear_lab/rl/clip/base.py)")
+    if not isinstance(out.loss, Tensor) or out.loss.shape != mask.shape or not torch.isfinite(out.loss).all():
+        got = tuple(out.loss.shape) if isinstance(out.loss, Tensor) else type(out.loss).__name__
+        raise ConfigError(f"{where}: clip {name!r} returned a loss of {got}; expected finite per-token losses "
+                          "of the tokens' shape [2, 3]")
+    return set(out.metrics)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER
@@ -56,3 +57,36 @@ def test_other_axes_build_from_defaults():
         assert (
             AGGREGATION.build({"name": name})(torch.ones(2, 3), mask, AggContext.from_mask(mask)).dim() == 0
         )
+
+
+def test_a_clip_that_cannot_run_is_refused_before_anything_loads():
+    """``--validate-only`` said OK for a plugin clip that raised or returned a Tensor: its trials failed in
+    their first update, after the sweep's other arms had run (found by a new-user walkthrough)."""
+    import torch
+
+    from klear_lab.errors import ConfigError
+    from klear_lab.registry import CLIP
+    from klear_lab.rl.clip.base import ClipOutput, probe_clip
+
+    class Raises:
+        def __call__(self, logp, old_logp, adv, mask):
+            raise IndexError("oops")
+
+    class ReturnsTensor:
+        def __call__(self, logp, old_logp, adv, mask):
+            return logp
+
+    class PerSequence:
+        def __call__(self, logp, old_logp, adv, mask):
+            return ClipOutput(loss=logp.sum(-1), metrics={})
+
+    with pytest.raises(ConfigError, match=r"rl.clip: clip 'Raises' failed on a probe batch of \[2, 3\] tokens: "
+                                          r"IndexError: oops \(.*test_rl_components.py:\d+\)"):
+        probe_clip(Raises(), "rl.clip")
+    with pytest.raises(ConfigError, match="returned Tensor; a clip variant returns ClipOutput"):
+        probe_clip(ReturnsTensor(), "rl.clip")
+    with pytest.raises(ConfigError, match=r"returned a loss of \(2,\); expected finite per-token losses"):
+        probe_clip(PerSequence(), "rl.clip")
+    for name in CLIP.names():  # every shipped variant passes, with the statistics the sweeps check against
+        assert "clipfrac" in probe_clip(CLIP.build({"name": name}), "rl.clip"), name
+    assert torch.is_grad_enabled()
