@@ -72,6 +72,11 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         if missing:
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
+        existing = _existing_study(spec, url, log)
+        if existing is not None:  # a rerun continues it: what it would refuse, validation refuses too
+            check_same_base(existing, spec)
+            log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
+                "complete): running this spec continues it")
         return 0
     if missing:
         raise ConfigError(f"{spec.path}: the trials would read data this machine cannot: {'; '.join(missing)}")
@@ -192,6 +197,17 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
             raise ConfigError(f"{spec.path}: study {spec.name!r}: {waiting} after {JOIN_WAIT_S}s; start or "
                               f"rerun it with `klear-lab sweep {spec.path}` (without --join)")
         time.sleep(2.0)
+
+
+def _existing_study(spec: SweepSpec, url: str, log: Any) -> Any:
+    """The spec's study if its storage already holds one (never created here), else None."""
+    try:
+        return open_study(spec, url, create=False, heartbeat=False)
+    except ConfigError:  # no such study yet
+        return None
+    except Exception as exc:  # noqa: BLE001 - an unreachable server: validation of the spec itself stands
+        log(f"note: storage {_short(url)} not reachable ({type(exc).__name__}); not compared with a study there")
+        return None
 
 
 def _short(url: str) -> str:

@@ -180,3 +180,23 @@ def test_compare_of_a_sweep_with_no_finished_trial_says_so_and_writes_nothing(tm
     assert main(["compare", str(path)]) == 2
     assert "no finished trial to compare (3 waiting)" in capsys.readouterr().err
     assert not (spec.sweep_dir / "compare").exists()
+
+
+def test_validate_only_compares_with_an_existing_study(tmp_path, capsys):
+    """It said OK for a spec that the run then refused ("started with a different base"): a rerun continues
+    the study, so validation now refuses what the rerun would (found by a new-user walkthrough)."""
+    from sweep_fixtures import write_spec as _write
+
+    from klear_lab.sweep.checks import check_spec
+    from klear_lab.sweep.queue import prepare_study
+    from klear_lab.sweep.storage import StudyLock
+
+    spec_path = _write(tmp_path, seeds=(0,))
+    spec = load_spec(spec_path)
+    url = default_storage_url(spec)
+    study = open_study(spec, url, create=True)
+    prepare_study(study, spec, check_spec(spec), StudyLock(url, spec.name))
+    assert main(["sweep", str(spec_path), "--validate-only"]) == 0
+    assert f"study {spec.name!r} exists (0 trial(s) complete)" in capsys.readouterr().out
+    assert main(["sweep", str(spec_path), "--validate-only", "optim.lr=0.5"]) == 2
+    assert "was started with a different base (overrides" in capsys.readouterr().err
