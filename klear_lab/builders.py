@@ -238,6 +238,9 @@ def warn_positions(cfg: dict[str, Any], model_config: Any) -> None:
     refuses such lengths itself. A model with rotary scaling (YaRN, ...) set is taken as configured."""
     limit = getattr(model_config, "max_position_embeddings", None)
     rope = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
+    if any(isinstance(v, dict) for v in rope.values()):  # per layer type (Gemma 3): any of them scaled
+        rope = next((v for v in rope.values() if isinstance(v, dict) and v.get("rope_type", "default") != "default"),
+                    {})
     if not isinstance(limit, int) or rope.get("rope_type", rope.get("type", "default")) != "default":
         return
     key, longest = longest_sequence(cfg)
@@ -269,10 +272,18 @@ def meant_local(name: str, path: str) -> bool:
     return written_as_path and not Path(path).expanduser().exists()
 
 
+def meant_run_dir(name: str, path: str) -> bool:
+    """:func:`meant_local`, surely: written as a path, or under a folder of klear-lab runs (``runs/...``),
+    not a hub id whose organisation happens to be a local folder (``huggingface-cli --local-dir Qwen/...``)."""
+    top = Path(path.split("/")[0])
+    runs = top.is_dir() and next(top.glob("*/run.json"), None) is not None
+    return (name.startswith((".", "/", "~")) or runs) and not Path(path).expanduser().exists()
+
+
 def check_local_model(name: str, path: str) -> None:
     """A mistyped local path is the user's error, said at once: the hub client retried it as a hub id for
     ~55 s and it ended as a network failure, which a sweep retries."""
-    if not meant_local(name, path):
+    if not meant_run_dir(name, path):
         return
     parent = Path(path).expanduser().parent
     near = difflib.get_close_matches(Path(path).name, [p.name for p in parent.iterdir()] if parent.is_dir() else [],
@@ -394,7 +405,7 @@ def warn_init_from_unused(cfg: dict[str, Any]) -> None:
     from klear_lab.tracking import config_hash
 
     m = cfg["model"]
-    model = Path(m["name_or_path"])
+    model = Path(m["name_or_path"]).expanduser()
     try:
         record = next(p / "run.json" for p in (model, model.parent) if (p / "run.json").is_file())
         if json.loads(record.read_text()).get("config_hash") == config_hash(parent_config(cfg)):

@@ -27,7 +27,7 @@ class AtomicExperimentWriter(ExperimentWriter):
         super().__init__(log_dir=log_dir)
         path = Path(self.metrics_file_path)
         if kept:
-            self.metrics_keys = list(dict.fromkeys(key for row in kept for key in row))  # the header, in order
+            self.metrics_keys = sorted({key for row in kept for key in row})  # Lightning keeps them sorted
             write_rows(path, self.metrics_keys, kept)
         else:  # nothing kept: start afresh, as Lightning does
             path.unlink(missing_ok=True)

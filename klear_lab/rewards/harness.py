@@ -78,9 +78,10 @@ test may take by the host's clock (the time between its result line and the one 
 as over the limit, whatever its line says: the limit inside the sandbox is an alarm, which the program
 can ignore (a review passed tests 5 s over a 2 s limit)."""
 
-FOUL = "wrote a line out of order on the harness' result pipe"
-"""Why a test fails whose run wrote such a line: only a program that found the harness' pipe can (a forged
-result for a later test, say, to skip that test's run), and the run ends at once."""
+FOUL = "wrote on the harness' result pipe"
+"""Why every test of a run fails, and the tests after it, once a line there came out of order: only a
+program that found the harness' pipe can write one, and once it has, which lines are the harness' own
+cannot be told (forged in order, results for later tests skip those tests' runs). The run ends at once."""
 
 PAYLOAD_BUDGET = 8 << 20
 """Bytes of test inputs (as JSON) embedded in one harness run; more are split over several runs. All
@@ -105,8 +106,8 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
     595 s for the paper's code reward), holding up the whole reward batch. So a run silent for one
     test limit plus :data:`STALL_GRACE_S` once the sandbox is up, or after its last line, is killed:
-    that test times out, and the tests after it run in a fresh sandbox. So does a run that writes a line
-    out of order on the harness' pipe (:data:`FOUL`; that test fails). A run that ends before its
+    that test times out, and the tests after it run in a fresh sandbox. A line out of order on the
+    harness' pipe ends the run and fails the candidate's remaining tests (:data:`FOUL`). A run that ends before its
     last test's line (a crash; the harness leaving a test's stray threads behind; the host's output
     cap) runs the test it did not report again, first in a fresh sandbox (what earlier tests left, as
     memory, cannot fail it); ending early there too fails that test, and the next ones go on.
@@ -138,15 +139,17 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
             return HarnessRuns(lines, False, returncode, wall)
         if res.timed_out and not res.stalled:  # the whole run's limit
             return HarnessRuns(lines, True, returncode, wall)
+        if res.fouled:  # which of its lines are the harness' cannot be told: none of the rest counts
+            fouled = [{"i": k, "crash": f"{FOUL} (in tests {start}-{end - 1})"} for k in range(start, len(items))]
+            return HarnessRuns(lines[:-len(got) or None] + fouled, False, returncode, wall)
         done = max([rec["i"] + 1 for rec in got if isinstance(rec.get("i"), int)], default=start)
         if done >= end:
             start = end
             continue
-        if not (res.stalled or res.fouled) and done > start:
+        if not res.stalled and done > start:
             start = done  # ended early after other tests: run this one again, first in a fresh sandbox
             continue
-        cause = (FOUL if res.fouled else f"its output passed the {res.stdout_cap >> 20} MB cap"
-                 if res.stdout_full else f"exit {res.returncode}")
+        cause = f"its output passed the {res.stdout_cap >> 20} MB cap" if res.stdout_full else f"exit {res.returncode}"
         lines.append({"i": done, "timeout": True} if res.stalled else {"i": done, "crash": f"{cause} in test {done}"})
         start = done + 1
         if start < len(items) and deadline - time.monotonic() <= 0:

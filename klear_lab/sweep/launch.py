@@ -68,13 +68,14 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         return 0
     missing = unavailable_trial_data(spec, arms)
     if validate_only:
+        existing = _existing_study(spec, url, log)
+        if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
+            check_same_base(existing, spec)
         log(f"{spec.path}: OK: {len(arms) or spec.n_trials} arm(s) x {len(spec.seeds)} seed(s) = {n_points} "
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         if missing:
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
-        existing = _existing_study(spec, url, log)
-        if existing is not None:  # a rerun continues it: what it would refuse, validation refuses too
-            check_same_base(existing, spec)
+        if existing is not None:
             log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
                 "complete): running this spec continues it")
         return 0
