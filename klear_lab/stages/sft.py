@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, RichProgressBar
 
 from klear_lab import builders
+from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.checkpointing import optimizer_steps, resume_callback
 from klear_lab.data.datamodule import SFTDataModule
 from klear_lab.data.records import data_digests
@@ -168,7 +169,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     eval_records = builders.build_eval_records(cfg)
     sampling = builders.eval_sampling(cfg, eval_records)
     rewards = builders.build_eval_rewards(cfg)
-    tokenizer, model = builders.build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
+    tokenizer, model = build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     max_len = cfg["data"]["max_length"]
     examples, dropped = tokenize_records(tokenizer, records, max_len)
     if not examples:

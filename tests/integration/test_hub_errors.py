@@ -104,7 +104,7 @@ def test_not_network_failures_and_bare_client_errors(monkeypatch):
     import filelock
     import httpx2
 
-    from klear_lab.builders import model_load_error
+    from klear_lab.build_model import model_load_error
 
     for name in OFFLINE_VARS:
         monkeypatch.delenv(name, raising=False)

@@ -149,17 +149,17 @@ def test_bad_rl_input_fails_before_model_load(tmp_path, capsys, override, needle
 
 def test_policy_from_a_checkpoint_trains_in_train_mode_with_dropout_off(tmp_path, reward_plugin):
     """from_pretrained returns eval mode (no gradient checkpointing); RL needs train mode, no dropout."""
-    from klear_lab import builders
+    from klear_lab.build_model import build_tokenizer_and_model
     from klear_lab.stages.common import save_model
 
     cfg = tiny_rl(tmp_path, reward_plugin, "ppo", minibatch=4)  # one update: on-policy, ratio exactly 1
-    tokenizer, model = builders.build_tokenizer_and_model(cfg, ["1+2=3", "4+5=9", "answer \\boxed{7}"] * 50)
+    tokenizer, model = build_tokenizer_and_model(cfg, ["1+2=3", "4+5=9", "answer \\boxed{7}"] * 50)
     model.config.attention_dropout = 0.5  # a checkpoint whose config asks for dropout
     save_model(model, tokenizer, tmp_path / "ckpt")
     cfg["model"].update(name_or_path=str(tmp_path / "ckpt"), gradient_checkpointing=True)
     cfg["rl"]["kl_coef"] = 0.01  # a frozen reference model (eval mode on purpose) as well
 
-    loaded = builders.build_tokenizer_and_model(cfg, [])[1]
+    loaded = build_tokenizer_and_model(cfg, [])[1]
     checkpointing = getattr(loaded, "is_activation_checkpointing", None)
     assert loaded.training and (loaded.is_gradient_checkpointing if checkpointing is None else checkpointing)
     with warnings.catch_warnings(record=True) as caught:

@@ -274,7 +274,7 @@ def test_init_from_on_a_run_that_does_not_read_it_is_refused():
 
 def test_an_unknown_attention_kernel_is_refused_when_the_model_is_built():
     """Was accepted, then a KeyError traceback at the first forward pass, inside a started run."""
-    from klear_lab.builders import build_tokenizer_and_model
+    from klear_lab.build_model import build_tokenizer_and_model
 
     cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["model.attn_implementation=bogus"])
     with pytest.raises(ConfigError, match=r"^model.attn_implementation 'bogus': .*not supported"):

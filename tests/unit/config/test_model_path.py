@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from klear_lab.builders import check_local_model
+from klear_lab.build_model import check_local_model
 from klear_lab.errors import ConfigError
 
 

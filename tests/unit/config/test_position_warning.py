@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from transformers import Qwen2Config
 
-from klear_lab.builders import longest_sequence, warn_positions
+from klear_lab.build_model import longest_sequence, warn_positions
 from klear_lab.config.compose import compose
 
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
