@@ -39,6 +39,7 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
               ("eval", "top_k"): 0, ("eval", "repetition_penalty"): 1.0, ("eval", "samples_per_source"): {},
               ("data", "sources", "*", "label"): None, ("data", "eval_sources", "*", "label"): None,
               ("rl", "reward", "record_limits"): False, ("eval", "code_reward", "record_limits"): False,
+              ("rl", "reward", "process_per_test"): False, ("eval", "code_reward", "process_per_test"): False,
               ("data", "filter", "min_tests"): 0, ("data", "sources", "*", "shared_prompts"): False,
               ("data", "eval_sources", "*", "shared_prompts"): False, ("data", "mix", "select"): "random",
               ("data", "mix", "kcenter_dim"): 256,
@@ -53,6 +54,9 @@ def config_hash(cfg: dict[str, Any]) -> str:
         body.get(section, {}).pop(key, None)
     for path, before in ADDED_KEYS.items():
         drop_if_unchanged(body, path, before)
+    devices = body.get("trainer", {}).get("devices")
+    if isinstance(devices, str) and devices.strip().isdigit():  # Lightning reads '2' as 2 devices
+        body["trainer"]["devices"] = int(devices)
     if body.get("plugins"):  # their code, not where it lies (configs without plugins keep their hash)
         body["plugins"] = plugin_digests(body["plugins"])
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -77,6 +77,12 @@ class CodeExecReward:
 
     ``acc`` is True iff every drawn test passed (then the score is 1 in all modes). Up to
     ``workers`` completions run in parallel, each in its own sandbox.
+
+    ``process_per_test`` runs each test in a sandbox of its own, as the official code runs each test
+    as its own process: a program that goes looking for the harness' internals can then not report
+    results for tests it did not run (the one gap of the shared sandbox, README "Code rewards"), and
+    nothing one test leaves behind reaches the next. It costs a sandbox start per test (see
+    ``scripts/bench_code_reward.py``); off by default.
     """
 
     mode: str = "soft"
@@ -90,6 +96,7 @@ class CodeExecReward:
     seed: int = 0
     func_name: str = "f"
     record_limits: bool = False
+    process_per_test: bool = False
 
     tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
 
@@ -163,6 +170,8 @@ class CodeExecReward:
 
     def _run(self, code: str, tests: list[dict[str, Any]], test_timeout_s: float) -> TestRun:
         wall = self.total_timeout_s or test_timeout_s * (len(tests) + 1)
+        per_run = 1 if self.process_per_test else None
         if "stdin" in tests[0]:  # a whole program on stdin/stdout (verl, LiveCodeBench), not a function
-            return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=test_timeout_s)
-        return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=test_timeout_s)
+            return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=test_timeout_s, tests_per_run=per_run)
+        return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=test_timeout_s,
+                                  tests_per_run=per_run)

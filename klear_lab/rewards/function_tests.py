@@ -66,7 +66,7 @@ def outputs_match(got: Any, expected: Any) -> bool:
 
 def run_function_tests(
     code: str, func: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
-    test_timeout_s: float | None = None, limits: SandboxLimits | None = None,
+    test_timeout_s: float | None = None, limits: SandboxLimits | None = None, tests_per_run: int | None = None,
 ) -> TestRun:
     """Define ``code`` in the sandbox and check ``func(*test["input"]) == test["output"]`` per test.
 
@@ -78,12 +78,14 @@ def run_function_tests(
         test_timeout_s: limit per test (and for defining the solution); a test over it fails and the
             next one runs. None: only ``timeout_s``.
         limits: sandbox resource limits.
+        tests_per_run: at most this many tests in one sandbox (1: a sandbox per test, as the official
+            code's process per test; None: as many as fit, see :func:`~klear_lab.rewards.harness.run_harness`).
 
     Raises:
         RuntimeError: bwrap is missing or the sandbox failed to start.
     """
     payload = {"code": code, "func": func, "inputs": [list(t["input"]) for t in tests], "test_s": test_timeout_s}
-    res = run_harness(_HARNESS, payload, "inputs", timeout_s, limits)
+    res = run_harness(_HARNESS, payload, "inputs", timeout_s, limits, tests_per_run)
     return verdicts(res, timeout_s, test_timeout_s, len(tests),
                      lambda i, rec: "out" in rec and _matches(rec["out"], tests[i]["output"]))
 

@@ -100,8 +100,13 @@ class HarnessRuns:
 
 
 def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: float,
-                limits: SandboxLimits | None) -> HarnessRuns:
-    """Run ``harness`` over the tests ``payload[key]``, all within ``timeout_s``.
+                limits: SandboxLimits | None, tests_per_run: int | None = None) -> HarnessRuns:
+    """Run ``harness`` over the tests ``payload[key]``, all within ``timeout_s``, at most ``tests_per_run``
+    (None: as many as :data:`PAYLOAD_BUDGET` allows) in one sandbox.
+
+    ``tests_per_run=1`` is the official code's process per test: nothing a test leaves behind reaches
+    the next, and a program that finds the harness' internals cannot report results for tests it did not
+    run, at the cost of a sandbox start per test.
 
     A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
     595 s for the paper's code reward), holding up the whole reward batch. So a run silent for one
@@ -122,12 +127,12 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     lines: list[dict[str, Any]] = []
     start, wall, returncode = 0, 0.0, 0
     while start < len(items):
-        end = chunk_end(items, start, PAYLOAD_BUDGET)
+        end = chunk_end(items, start, PAYLOAD_BUDGET, tests_per_run)
         source = harness.replace("@PAYLOAD@", repr(json.dumps({**payload, key: items[start:end]})))
         res = run_python(source, timeout_s=max(deadline - time.monotonic(), 0.01), limits=limits,
-                         idle_s=test_s + STALL_GRACE_S if test_s else None, progress=next_line())
+                         idle_s=test_s + STALL_GRACE_S if test_s else None, progress=next_line(end - start))
         wall, returncode = wall + res.wall_s, res.returncode
-        got = [shifted(rec, start) for rec in over_time(res.stdout, res.line_s, test_s)]
+        got = [shifted(rec, start) for rec in over_time(res.stdout, res.line_s, test_s, end - start)]
         lines += got
         if not any("defined" in rec or "load_error" in rec for rec in got):
             if res.timed_out and not res.stalled:
@@ -157,10 +162,11 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     return HarnessRuns(lines, False, returncode, wall)
 
 
-def chunk_end(items: Sequence[Any], start: int, budget: int) -> int:
-    """The end of the run of items from ``start`` whose JSON fits ``budget`` bytes (at least one item)."""
+def chunk_end(items: Sequence[Any], start: int, budget: int, most: int | None = None) -> int:
+    """The end of the run of items from ``start`` whose JSON fits ``budget`` bytes (at least one item, at
+    most ``most``)."""
     end, used = start, 0
-    while end < len(items):
+    while end < len(items) and (most is None or end - start < most):
         used += len(json.dumps(items[end]))
         if used > budget and end > start:
             break
@@ -176,34 +182,37 @@ _CANDIDATE_LINE = re.compile(r'^\{"[^\n]*\n', re.M)
 
 class ResultOrder:
     """The harness' lines in the order it writes them: the first ``defined`` (or ``load_error``) line, then
-    test 0's result, test 1's...; a forged, repeated or skipped one is out of order."""
+    test 0's result, test 1's... up to the run's last test (``count``); a forged, repeated or skipped one,
+    or one past the last test (a test of another run), is out of order."""
 
-    def __init__(self) -> None:
+    def __init__(self, count: int) -> None:
         self.expected = -1  # -1: the solution is not defined yet; then the next test's index
+        self.count = count
 
     def next(self, head: str) -> int | None:
         """The step a line (its head) takes (-1: defined, i: test i's result), or None if out of order."""
         match = HEAD.match(head)
         step = None if match is None else -1 if match.group(1) is None else int(match.group(1))
-        if step is None or step != self.expected:
+        if step is None or step != self.expected or step >= self.count:
             return None
         self.expected += 1
         return step
 
 
-def next_line() -> Callable[[bytes], bool | None]:
-    """Whether a harness line (its head) moves the run on: True for the next line in :class:`ResultOrder`,
-    None (end the run: :data:`FOUL`) for any other."""
-    order = ResultOrder()
+def next_line(count: int) -> Callable[[bytes], bool | None]:
+    """Whether a harness line (its head) of a run of ``count`` tests moves the run on: True for the next
+    line in :class:`ResultOrder`, None (end the run: :data:`FOUL`) for any other."""
+    order = ResultOrder(count)
     return lambda head: True if order.next(head.decode("utf-8", "replace")) is not None else None
 
 
-def over_time(stdout: str, line_s: Sequence[float], test_s: float | None) -> list[dict[str, Any]]:
-    """The result lines of one run, in :class:`ResultOrder` up to the first line out of order (the run ended
-    there), with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S` after the line before
-    made a timeout. ``line_s``: when each in-order line came, by the host's clock, one for one. Only whole
-    lines that start like a JSON object are looked at: a flood of blank lines costs nothing."""
-    records, before, order = [], None, ResultOrder()
+def over_time(stdout: str, line_s: Sequence[float], test_s: float | None, count: int) -> list[dict[str, Any]]:
+    """The result lines of one run of ``count`` tests, in :class:`ResultOrder` up to the first line out of
+    order (the run ended there), with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S`
+    after the line before made a timeout. ``line_s``: when each in-order line came, by the host's clock,
+    one for one. Only whole lines that start like a JSON object are looked at: a flood of blank lines
+    costs nothing."""
+    records, before, order = [], None, ResultOrder(count)
     for k, match in enumerate(_CANDIDATE_LINE.finditer(stdout)):
         line = match.group()[:-1]
         step = order.next(line[:LINE_HEAD])

@@ -8,9 +8,9 @@ interpreter's exit does: non-daemon threads joined (the ``threading.Thread(targe
 deep recursion), ``atexit`` functions run, ``sys.stdout`` flushed (even one the program replaced).
 ``exit()``, ``sys.exit(0)`` and ``os._exit(0)`` end a test normally; another exit code fails it. A test
 that leaves a thread running ends the harness after its result (the next tests run in a fresh
-sandbox). Unlike under a process per test, state a program leaves in other modules (``sys``,
-``builtins``) carries over to the next test of the same sandbox; a program would have to go looking
-for that on purpose.
+sandbox). Unlike under a process per test (``tests_per_run=1``, the code reward's
+``process_per_test``), state a program leaves in other modules (``sys``, ``builtins``) carries over to
+the next test of the same sandbox; a program would have to go looking for that on purpose.
 
 The harness sends back a SHA-256 of the normalized output (:data:`NORMALIZE`), never the output: a
 line stays short whatever the program printed, and a forged line would need the answer's digest.
@@ -132,14 +132,15 @@ def stdout_matches(got: Any, expected: str) -> bool:
 
 
 def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
-                    test_timeout_s: float | None = None, limits: SandboxLimits | None = None) -> TestRun:
+                    test_timeout_s: float | None = None, limits: SandboxLimits | None = None,
+                    tests_per_run: int | None = None) -> TestRun:
     """Run ``code`` as a whole program once per ``{"stdin": str, "stdout": str}`` test, all in one sandbox
     process (more after a stall or a crash: :func:`~klear_lab.rewards.harness.run_harness`); output is
-    compared on the host by digest (:func:`stdout_matches`'s rule). Timeouts as in
+    compared on the host by digest (:func:`stdout_matches`'s rule). Timeouts and ``tests_per_run`` as in
     :func:`~klear_lab.rewards.function_tests.run_function_tests`. Output past ``limits.fsize_mb`` fails
     its test (the write raises inside the program)."""
     payload = {"code": code, "stdins": [t["stdin"] for t in tests], "test_s": test_timeout_s}
     expected = [hashlib.sha256(normalized_output(t["stdout"])).hexdigest() for t in tests]
-    res = run_harness(_STDIO_HARNESS, payload, "stdins", timeout_s, limits)
+    res = run_harness(_STDIO_HARNESS, payload, "stdins", timeout_s, limits, tests_per_run)
     return verdicts(res, timeout_s, test_timeout_s, len(tests),
                     lambda i, rec: "err" not in rec and rec.get("digest") == expected[i])

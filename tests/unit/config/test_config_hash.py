@@ -17,10 +17,11 @@ def test_a_key_added_later_keeps_older_runs_hashes_until_it_is_set():
     del older["rl"]["max_prompt_tokens"]  # a run saved before the key existed
     del older["rl"]["lr_schedule_unit"]
     del older["eval"]["code_reward"]["total_timeout_s"]  # a component's parameter added later
+    del older["eval"]["code_reward"]["process_per_test"]
     assert config_hash(older) == config_hash(cfg)
     assert "total_timeout_s" in cfg["eval"]["code_reward"]  # hashing changes nothing of the config
     for changed in ("rl.max_prompt_tokens=4096", "rl.lr_schedule_unit=rollout_step",
-                    "eval.code_reward.total_timeout_s=60"):
+                    "eval.code_reward.total_timeout_s=60", "eval.code_reward.process_per_test=true"):
         assert config_hash(compose(RL, [changed])) != config_hash(cfg), changed
 
 
@@ -50,6 +51,16 @@ def test_seed_threads_and_tracking_do_not_change_it_but_what_is_computed_does():
                         "tracking.wandb.mode=disabled"])
     assert config_hash(same) == config_hash(cfg)
     assert config_hash(compose(RL, ["optim.lr=0.001"])) != config_hash(cfg)
+
+
+def test_devices_written_as_a_string_hash_as_the_number_lightning_reads():
+    cfg = compose(RL)
+    quoted = copy.deepcopy(cfg)
+    quoted["trainer"]["devices"] = "1"
+    assert config_hash(quoted) == config_hash(cfg) and cfg["trainer"]["devices"] == 1
+    for other in ("2", "auto", [0]):
+        quoted["trainer"]["devices"] = other
+        assert config_hash(quoted) != config_hash(cfg), other
 
 
 def test_a_saved_config_composes_back_to_itself(tmp_path):

@@ -139,6 +139,7 @@ def test_the_paper_code_config_evaluates_on_every_test():
 
     cfg = compose(Path(__file__).resolve().parents[3] / "experiments/paper/rl/code.yaml")
     assert cfg["eval"]["code_reward"]["max_tests"] is None and cfg["rl"]["reward"]["max_tests"] == 16
+    assert cfg["eval"]["code_reward"]["process_per_test"] and cfg["rl"]["reward"]["process_per_test"]
 
 
 def test_extract_code_takes_last_python_block():
@@ -189,3 +190,15 @@ def test_one_completions_bad_return_value_or_bad_tests_do_not_break_the_batch():
         bad = Record(uid="c/bad", source="t", task="code", prompt="p", answer="", tests=tests)
         with pytest.raises(DataError, match=f"code record 'c/bad', {needle}|code record 'c/bad': {needle}"):
             CodeExecReward().draw_tests(bad)
+
+
+def test_process_per_test_runs_each_test_in_a_sandbox_of_its_own():
+    """Off by default (a shared sandbox: what one test leaves in ``builtins`` reaches the next); on, each
+    test starts clean, as under the official code's process per test."""
+    rec = Record(uid="c/state", source="t", task="code", prompt="p", answer="",
+                 tests=tuple({"stdin": "", "stdout": "1"} for _ in range(3)))
+    counter = ("<think>t</think>\n```python\nimport builtins\nbuiltins.n = getattr(builtins, 'n', 0) + 1\n"
+               "print(builtins.n)\n```")
+    (shared,) = CodeExecReward()([counter], [rec])
+    (alone,) = CodeExecReward(process_per_test=True)([counter], [rec])
+    assert (shared.score, alone.score, alone.acc) == (pytest.approx(1 / 3), 1.0, True), (shared, alone)

@@ -322,7 +322,7 @@ def test_a_flood_of_blank_lines_costs_the_host_little():
            "    while True:\n        os.write(fd, b'\\n' * 65536)\n"
     run = run_function_tests(code, "f", [{"input": [1], "output": 1}], timeout_s=30, test_timeout_s=10)
     assert run.passed == (False,) and "8 MB cap" in run.info, run  # ended at the cap, not by the clock
-    assert harness.over_time("\n" * (8 << 20), (), 1.0) == []
+    assert harness.over_time("\n" * (8 << 20), (), 1.0, 1) == []
     seen = []
     moved = sandbox._progressed(bytearray(), b"\n" * 65536 + b'{"i": 0}\n', lambda head: seen.append(head) or True)
     assert moved == (1, False) and seen == [b'{"i": 0}']  # one call, for the one line that could be a result
@@ -349,6 +349,36 @@ def test_results_forged_in_order_fail_every_test_of_the_run():
     tests = [{"input": [x], "output": x} for x in (0, 1, 2)]
     run = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=1)
     assert (run.passed, run.status) == ((False, False, False), "crash") and harness.FOUL in run.info, run
+
+
+def test_a_sandbox_per_test_closes_the_shared_sandboxs_forging_gap():
+    """In a shared sandbox, a program that finds the harness' internals can report right results for the
+    later tests in order and end the sandbox, dodging their time limits (the README's one open gap). With a
+    sandbox per test (the code reward's ``process_per_test``) it sees only its own test's input, and a line
+    for any other test is out of order."""
+    code = ("import os, sys, time\ndef f(x):\n    g = sys._getframe(1).f_globals\n    g['_disarm']()\n"
+            "    time.sleep(1.5)\n"
+            "    for i, args in enumerate(g['_P']['inputs']):\n        g['_emit']({'i': i, 'out': args[0]})\n"
+            "    os._exit(0)\n")
+    tests = [{"input": [x], "output": x} for x in (0, 1, 2)]
+    shared = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.2)
+    assert shared.passed == (False, True, True), shared  # tests 1 and 2 never ran, yet passed
+    alone = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.2, tests_per_run=1)
+    assert (alone.passed, alone.status) == ((False, False, False), "timeout"), alone
+    forger = code.replace("enumerate(g['_P']['inputs'])", "enumerate([[0], [1], [2]])")  # guessing the inputs
+    guessed = run_function_tests(forger, "f", tests, timeout_s=30, test_timeout_s=0.2, tests_per_run=1)
+    assert (guessed.passed, guessed.status) == ((False, False, False), "crash") and harness.FOUL in guessed.info
+
+
+def test_state_left_in_builtins_reaches_the_next_test_only_in_a_shared_sandbox(monkeypatch):
+    counter = "import builtins\nbuiltins.n = getattr(builtins, 'n', 0) + 1\nprint(builtins.n)\n"
+    tests = [{"stdin": "", "stdout": "1"}] * 3
+    assert run_stdio_tests(counter, tests, timeout_s=30, test_timeout_s=5).passed == (True, False, False)
+    runs = []
+    real = harness.run_python
+    monkeypatch.setattr(harness, "run_python", lambda *a, **k: runs.append(1) or real(*a, **k))
+    alone = run_stdio_tests(counter, tests, timeout_s=30, test_timeout_s=5, tests_per_run=1)
+    assert (alone.passed, alone.status, len(runs)) == ((True,) * 3, "ok", 3), alone
 
 
 def test_shared_memory_and_ptrace_are_refused():
