@@ -6,7 +6,8 @@ stdin, fd 1 a nameless file of its own in /tmp (``open(0)``, ``os.read(0, ...)``
 based fast-I/O templates and ``print(file=sys.__stdout__)`` all work), and at the end what the
 interpreter's exit does: non-daemon threads joined (the ``threading.Thread(target=main)`` idiom for
 deep recursion), ``atexit`` functions run, ``sys.stdout`` flushed (even one the program replaced).
-``exit()``, ``sys.exit(0)`` and ``os._exit(0)`` end a test normally; another exit code fails it. A test
+``exit()``, ``sys.exit(0)`` and ``os._exit(0)`` end a test normally; another exit code fails it. As in
+a process, ``os._exit`` joins no thread, runs no ``atexit`` function and loses unflushed output. A test
 that leaves a thread running ends the harness after its result (the next tests run in a fresh
 sandbox). Unlike under a process per test (``tests_per_run=1``, the code reward's
 ``process_per_test``), state a program leaves in other modules (``sys``, ``builtins``) carries over to
@@ -81,19 +82,22 @@ for _i, _data in enumerate(_P["stdins"]):
     os.dup2(_o, 1)
     sys.stdin = sys.__stdin__ = io.open(0, "r", encoding="utf-8", errors="replace", closefd=False)
     sys.stdout = sys.__stdout__ = _mine = io.open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-    _before, _rec, _g = set(threading.enumerate()), {"i": _i}, {}
+    _before, _rec, _g, _hard = set(threading.enumerate()), {"i": _i}, {}, False
     try:
         _arm()
         try:
             os._exit = _exit_test
             try:
                 exec(_code, _g := {"__name__": "__main__"})
-            except (SystemExit, _Exit) as e:
+            except SystemExit as e:
                 _rec.update(_exit_error(e))
-            for _t in _new_threads(_before):
+            except _Exit as e:  # os._exit: no joins, no atexit, buffers lost, as in a process of its own
+                _rec.update(_exit_error(e)); _hard = True
+            for _t in [] if _hard else _new_threads(_before):
                 if not _t.daemon:
                     _t.join()
-            atexit._run_exitfuncs()  # the "write it all at exit" fast-I/O templates
+            if not _hard:
+                atexit._run_exitfuncs()  # the "write it all at exit" fast-I/O templates
         finally:
             _disarm()
             os._exit = _real_exit
@@ -102,6 +106,8 @@ for _i, _data in enumerate(_P["stdins"]):
         _rec["timeout"] = True
     except BaseException as e:
         _rec["err"] = type(e).__name__ + ": " + str(e)[:200]
+    if _hard:
+        os.dup2(_null, 1)  # what os._exit left in buffers goes nowhere, flushed or collected
     for _stream in (sys.stdout, *(v for v in _g.values() if isinstance(v, io.IOBase)), _mine):
         try:  # as the interpreter's exit would: a collected cycle drops a TextIOWrapper's buffer
             _stream.flush()

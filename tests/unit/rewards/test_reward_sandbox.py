@@ -553,6 +553,22 @@ def test_competitive_programming_io_idioms_pass(name):
     assert (run.passed, run.status) == ((True, True), "ok"), run
 
 
+def test_os_exit_loses_unflushed_output_and_waits_for_no_thread_as_in_a_process():
+    """A real process's ``os._exit`` drops Python's buffers (stdout to a pipe or file is block-buffered),
+    skips ``atexit`` and kills its threads, so a judge fails the first program; the harness flushed for it."""
+    tests = [{"stdin": "3 4\n", "stdout": "7"}, {"stdin": "1 2\n", "stdout": "3"}]
+    unflushed = "import os\na, b = map(int, input().split())\nprint(a + b)\nos._exit(0)\n"
+    assert run_stdio_tests(unflushed, tests, timeout_s=30, test_timeout_s=5).passed == (False, False)
+    at_exit = ("import atexit, os\na, b = map(int, input().split())\natexit.register(print, a + b)\n"
+               "os._exit(0)\n")
+    assert run_stdio_tests(at_exit, tests, timeout_s=30, test_timeout_s=5).passed == (False, False)
+    killed = ("import os, threading, time\na, b = map(int, input().split())\n"
+              "threading.Thread(target=lambda: (time.sleep(2), print('late', flush=True))).start()\n"
+              "print(a + b, flush=True)\nos._exit(0)\n")
+    run = run_stdio_tests(killed, tests, timeout_s=30, test_timeout_s=1)
+    assert (run.passed, run.status) == ((True, True), "ok"), run  # not held 2 s past a 1 s limit
+
+
 def test_a_crash_fails_its_test_only():
     """A segfault (or the memory limit) ended the one harness process: every later test failed, where the
     official code, a process per test, loses only that one."""
