@@ -14,6 +14,7 @@ from klear_lab.errors import DataError
 from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
 from klear_lab.rewards.function_tests import TestRun, run_function_tests
+from klear_lab.rewards.harness import total_limit_s
 from klear_lab.rewards.sandbox import require_bwrap
 from klear_lab.rewards.stdio_tests import run_stdio_tests
 
@@ -63,9 +64,10 @@ class CodeExecReward:
     (``{"input": [args], "output": value}``; tests ``{"stdin": str, "stdout": str}``, as verl code data
     holds, run the block as a whole program per test instead), drawn with
     ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in one
-    sandbox process. Each test (and defining the solution) gets ``timeout_s``, as the official code runs
-    each test under its own 35 s limit; a slow test fails and the next one runs. The whole process gets
-    ``total_timeout_s`` (None: ``timeout_s`` × (tests + 1)). With ``record_limits`` (as the official code
+    sandbox process (``process_per_test``: one each). Each test (and defining the solution) gets
+    ``timeout_s``, as the official code runs each test under its own 35 s limit; a slow test fails and
+    the next one runs. The whole run gets ``total_timeout_s`` (None:
+    :func:`~klear_lab.rewards.harness.total_limit_s`). With ``record_limits`` (as the official code
     reads them per problem; the paper code RL config sets it for training), a record's own per-test timeout
     and test cap (a verl spec's ``timeout`` and ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s``
     and ``max_tests``) replace ``timeout_s`` and ``max_tests`` for that record; off by default, so that
@@ -78,11 +80,11 @@ class CodeExecReward:
     ``acc`` is True iff every drawn test passed (then the score is 1 in all modes). Up to
     ``workers`` completions run in parallel, each in its own sandbox.
 
-    ``process_per_test`` runs each test in a sandbox of its own, as the official code runs each test
-    as its own process: a program that goes looking for the harness' internals can then not report
-    results for tests it did not run (the one gap of the shared sandbox, README "Code rewards"), and
-    nothing one test leaves behind reaches the next. It costs a sandbox start per test (see
-    ``scripts/bench_code_reward.py``); off by default.
+    ``process_per_test`` runs each test in a sandbox of its own, as the official training reward runs
+    each test as its own process (LiveCodeBench's evaluation runs a problem's tests in one): a program
+    that goes looking for the harness' internals can then not report results for tests it did not run
+    (the one gap of the shared sandbox, README "Code rewards"), and nothing one test leaves behind
+    reaches the next. It costs a sandbox start per test (``scripts/bench_code_reward.py``); off by default.
     """
 
     mode: str = "soft"
@@ -169,8 +171,8 @@ class CodeExecReward:
         return RewardOutput(score, all_pass, True, info[:200])
 
     def _run(self, code: str, tests: list[dict[str, Any]], test_timeout_s: float) -> TestRun:
-        wall = self.total_timeout_s or test_timeout_s * (len(tests) + 1)
         per_run = 1 if self.process_per_test else None
+        wall = self.total_timeout_s or total_limit_s(test_timeout_s, len(tests), per_run)
         if "stdin" in tests[0]:  # a whole program on stdin/stdout (verl, LiveCodeBench), not a function
             return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=test_timeout_s, tests_per_run=per_run)
         return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=test_timeout_s,

@@ -78,6 +78,10 @@ test may take by the host's clock (the time between its result line and the one 
 as over the limit, whatever its line says: the limit inside the sandbox is an alarm, which the program
 can ignore (a review passed tests 5 s over a 2 s limit)."""
 
+START_GRACE_S = 1.0
+"""Seconds a sandbox may take to start on a loaded host: with a sandbox per test, each test's share of
+the run's total limit (the official code's process per test has no total: each test has its own)."""
+
 FOUL = "wrote on the harness' result pipe"
 """Why every test of a run fails, and the tests after it, once a line there came out of order: only a
 program that found the harness' pipe can write one, and once it has, which lines are the harness' own
@@ -132,7 +136,8 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         res = run_python(source, timeout_s=max(deadline - time.monotonic(), 0.01), limits=limits,
                          idle_s=test_s + STALL_GRACE_S if test_s else None, progress=next_line(end - start))
         wall, returncode = wall + res.wall_s, res.returncode
-        got = [shifted(rec, start) for rec in over_time(res.stdout, res.line_s, test_s, end - start)]
+        got = [shifted(rec, start) for rec in over_time(res.stdout, res.line_s, test_s, end - start, res.ready_s,
+                                                        whole=tests_per_run == 1)]
         lines += got
         if not any("defined" in rec or "load_error" in rec for rec in got):
             if res.timed_out and not res.stalled:
@@ -160,6 +165,15 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         if start < len(items) and deadline - time.monotonic() <= 0:
             return HarnessRuns(lines, True, returncode, wall)
     return HarnessRuns(lines, False, returncode, wall)
+
+
+def total_limit_s(test_s: float, n: int, tests_per_run: int | None) -> float:
+    """The default limit of a harness over ``n`` tests of ``test_s`` each: every test's limit and one more
+    for defining the solution; with a sandbox per test, each test's whole allowance by the host's clock
+    (:data:`TEST_GRACE_S`) and a sandbox start, so that starts do not eat the last tests' time."""
+    if tests_per_run == 1:
+        return n * (test_s * 1.1 + TEST_GRACE_S + START_GRACE_S)
+    return test_s * (n + 1)
 
 
 def chunk_end(items: Sequence[Any], start: int, budget: int, most: int | None = None) -> int:
@@ -206,22 +220,32 @@ def next_line(count: int) -> Callable[[bytes], bool | None]:
     return lambda head: True if order.next(head.decode("utf-8", "replace")) is not None else None
 
 
-def over_time(stdout: str, line_s: Sequence[float], test_s: float | None, count: int) -> list[dict[str, Any]]:
+def over_time(stdout: str, line_s: Sequence[float], test_s: float | None, count: int,
+              ready_s: float | None = None, whole: bool = False) -> list[dict[str, Any]]:
     """The result lines of one run of ``count`` tests, in :class:`ResultOrder` up to the first line out of
-    order (the run ended there), with each test whose line came over ``test_s`` + :data:`TEST_GRACE_S`
-    after the line before made a timeout. ``line_s``: when each in-order line came, by the host's clock,
-    one for one. Only whole lines that start like a JSON object are looked at: a flood of blank lines
-    costs nothing."""
-    records, before, order = [], None, ResultOrder(count)
+    order (the run ended there), each timed by the host's clock against ``test_s`` * 1.1 + :data:`TEST_GRACE_S`.
+
+    The solution's definition (its module-level code) is timed from ``ready_s`` (the sandbox up with the
+    whole program) to the ``defined`` line: over the limit, it is a ``load_error``, as the program's own
+    alarm can be switched off. A test is timed from the line before it; with ``whole`` (a sandbox per
+    test) from ``ready_s``, definition included, as a process of its own is timed. ``line_s``: when each
+    in-order line came, one for one. Only whole lines that start like a JSON object are looked at: a
+    flood of blank lines costs nothing."""
+    records, order = [], ResultOrder(count)
+    before = ready_s
     for k, match in enumerate(_CANDIDATE_LINE.finditer(stdout)):
         line = match.group()[:-1]
         step = order.next(line[:LINE_HEAD])
         if step is None:
             break
         rec, at = parse(line), line_s[k] if k < len(line_s) else None
-        if step >= 0 and test_s and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S:
+        late = bool(test_s) and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S
+        if late and step >= 0:
             rec = {"i": step, "timeout": True}
-        before = at
+        elif late and not whole and "defined" in rec:
+            rec = {"load_error": f"defining the solution took over its {test_s:g} s limit"}
+        if step >= 0 or not whole:
+            before = at
         records.append(rec)
     return records
 

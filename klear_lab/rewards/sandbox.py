@@ -123,6 +123,7 @@ class SandboxResult:
     stdout_cap: int = 8 << 20  # bytes of stdout kept (``fsize_mb``)
     stdout_full: bool = False  # the program wrote at least that much: the rest was dropped
     fouled: bool = False  # ended at a line ``progress`` refused (None)
+    ready_s: float | None = None  # when the sandbox was up and had the whole program (``idle_s``'s clock starts)
 
 
 def require_bwrap() -> str:
@@ -241,7 +242,7 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
         for fd in fds:
             os.close(fd)
     cap = limits.fsize_mb << 20
-    out, err, timed_out, stalled, line_at, ended = _exchange(proc, data, timeout_s, cap, idle_s, progress)
+    out, err, timed_out, stalled, line_at, ended, ready = _exchange(proc, data, timeout_s, cap, idle_s, progress)
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
@@ -250,7 +251,7 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
                            f"{stderr[-500:]}")
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
                          time.monotonic() - start, stalled, tuple(t - start for t in line_at), cap, ended == "cap",
-                         ended == "foul")
+                         ended == "foul", None if ready is None else ready - start)
 
 
 def _pipe_with(data: bytes) -> int:
@@ -263,7 +264,7 @@ def _pipe_with(data: bytes) -> int:
 
 def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,
               idle_s: float | None = None, progress: Callable[[bytes], bool | None] | None = None,
-              ) -> tuple[bytes, bytes, bool, bool, list[float], str | None]:
+              ) -> tuple[bytes, bytes, bool, bool, list[float], str | None, float | None]:
     """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest of stderr is
     read and dropped), until the process exits, ``timeout_s`` passes, stdout reaches ``cap`` (the program
     is ended there: what it writes next would be dropped, and reading it costs the host a core), a line
@@ -272,7 +273,8 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
 
     Returns:
         (stdout, stderr, whether it timed out, whether that was for silence, when each line ``progress``
-        accepted came: ``time.monotonic()`` values, what ended it early: ``cap``, ``foul`` or None).
+        accepted came: ``time.monotonic()`` values, what ended it early: ``cap``, ``foul`` or None, when it
+        was up with the whole program: the silence clock's start, or None).
     """
     deadline = time.monotonic() + timeout_s
     heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
@@ -282,7 +284,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
     for f in kept:
         sel.register(f, selectors.EVENT_READ)
     sel.register(proc.stdin, selectors.EVENT_WRITE)
-    sent, partial, line_at, ended = 0, bytearray(), [], None
+    sent, partial, line_at, ended, ready = 0, bytearray(), [], None, None
     try:
         while sel.get_map() and not ended and (left := deadline - time.monotonic()) > 0:
             quiet = left if idle_s is None or heard is None else heard + idle_s - time.monotonic()
@@ -299,7 +301,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                     if sent >= len(data):
                         sel.unregister(f)
                         f.close()
-                        heard = time.monotonic() if booted else None  # a large program: idle from here
+                        heard = ready = time.monotonic() if booted else None  # a large program: idle from here
                 elif chunk := os.read(f.fileno(), 1 << 16):
                     room = chunk[:max(cap - len(kept[f]), 0)]
                     kept[f] += room
@@ -313,6 +315,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                         booted = True
                         if alive:
                             heard = now if sent >= len(data) else None
+                            ready = ready or heard
                 else:
                     sel.unregister(f)
         timed_out = bool(sel.get_map()) and not ended  # the deadline came first
@@ -328,7 +331,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
             proc.wait()
         for f in (proc.stdin, proc.stdout, proc.stderr):
             f.close()
-    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at, ended
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at, ended, ready
 
 
 LINE_HEAD = 256

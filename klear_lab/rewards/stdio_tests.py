@@ -7,7 +7,8 @@ based fast-I/O templates and ``print(file=sys.__stdout__)`` all work), and at th
 interpreter's exit does: non-daemon threads joined (the ``threading.Thread(target=main)`` idiom for
 deep recursion), ``atexit`` functions run, ``sys.stdout`` flushed (even one the program replaced).
 ``exit()``, ``sys.exit(0)`` and ``os._exit(0)`` end a test normally; another exit code fails it. As in
-a process, ``os._exit`` joins no thread, runs no ``atexit`` function and loses unflushed output. A test
+a process, ``os._exit``, from any thread, ends the test at once: no ``finally``, ``atexit`` function or
+flush runs, so unflushed output is lost (the next tests run in a fresh sandbox). A test
 that leaves a thread running ends the harness after its result (the next tests run in a fresh
 sandbox). Unlike under a process per test (``tests_per_run=1``, the code reward's
 ``process_per_test``), state a program leaves in other modules (``sys``, ``builtins``) carries over to
@@ -42,17 +43,25 @@ _scope: dict[str, Any] = {}
 exec(NORMALIZE, _scope)  # noqa: S102 - our own constant: the host's copy of the harness' function
 normalized_output = _scope["_normalized"]
 
-_STDIO_HARNESS = PRELUDE + NORMALIZE + """import atexit, gc, hashlib, threading, time
+_STDIO_HARNESS = PRELUDE + NORMALIZE + """import atexit, gc, hashlib, posix, threading, time
 try:
     _code = compile(_P["code"], "solution.py", "exec")
 except BaseException as e:
     _emit({"load_error": type(e).__name__ + ": " + str(e)[:200]}); os._exit(0)
 _emit({"defined": True})
-_real_exit, _empty = os._exit, os.open(os.devnull, os.O_RDONLY)
-class _Exit(BaseException):
-    pass
-def _exit_test(code=0):
-    raise _Exit(code)
+_real_exit, _empty, _lock, _live = os._exit, os.open(os.devnull, os.O_RDONLY), threading.Lock(), [False]
+def _exit_test(code=0):  # os._exit as a process of its own has it, from any thread: the test ends with
+    # what fd 1 holds (no finally, atexit or flush runs), reported here; the next tests run in a fresh sandbox
+    _lock.acquire()
+    if not _live[0]:  # the test is over
+        _lock.release()
+        if threading.current_thread() is threading.main_thread():
+            return  # its teardown (a __del__): nothing more to end
+        while True:  # as if the process had ended (a thread left running ends the sandbox after the test)
+            time.sleep(3600)
+    _disarm()
+    _report(dict(i=_i, **_exit_error(code)))
+    _real_exit(0)  # the lock stays held: the main thread reports nothing more for this test
 def _feed(w, data):
     try:
         view = memoryview(data)
@@ -62,9 +71,17 @@ def _feed(w, data):
         pass
     finally:
         os.close(w)
-def _exit_error(e):
-    code = e.code if isinstance(e, SystemExit) else (e.args or (0,))[0]
+def _exit_error(code):
+    if isinstance(code, int) and not isinstance(code, bool):
+        code &= 0xFF  # as the kernel keeps it
     return {} if code in (None, 0) else {"err": "exit " + str(code)[:50]}
+def _report(rec):
+    try:
+        _got = _output(_o)
+        rec.update(digest=hashlib.sha256(_normalized(_got)).hexdigest(), bytes=len(_got))
+    except BaseException as e:
+        rec["err"] = "output: " + type(e).__name__
+    _emit(rec)
 def _new_threads(before):
     return [t for t in threading.enumerate() if t not in before and t.is_alive()]
 def _output(fd):
@@ -82,32 +99,30 @@ for _i, _data in enumerate(_P["stdins"]):
     os.dup2(_o, 1)
     sys.stdin = sys.__stdin__ = io.open(0, "r", encoding="utf-8", errors="replace", closefd=False)
     sys.stdout = sys.__stdout__ = _mine = io.open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-    _before, _rec, _g, _hard = set(threading.enumerate()), {"i": _i}, {}, False
+    _before, _rec, _g = set(threading.enumerate()), {"i": _i}, {}
     try:
         _arm()
         try:
-            os._exit = _exit_test
+            os._exit = posix._exit = _exit_test
+            _live[0] = True
             try:
                 exec(_code, _g := {"__name__": "__main__"})
             except SystemExit as e:
-                _rec.update(_exit_error(e))
-            except _Exit as e:  # os._exit: no joins, no atexit, buffers lost, as in a process of its own
-                _rec.update(_exit_error(e)); _hard = True
-            for _t in [] if _hard else _new_threads(_before):
+                _rec.update(_exit_error(e.code))
+            for _t in _new_threads(_before):
                 if not _t.daemon:
                     _t.join()
-            if not _hard:
-                atexit._run_exitfuncs()  # the "write it all at exit" fast-I/O templates
+            atexit._run_exitfuncs()  # the "write it all at exit" fast-I/O templates
         finally:
+            with _lock:
+                _live[0] = False
             _disarm()
-            os._exit = _real_exit
+            os._exit = posix._exit = _real_exit
             atexit._clear()
     except _Timeout:
         _rec["timeout"] = True
     except BaseException as e:
         _rec["err"] = type(e).__name__ + ": " + str(e)[:200]
-    if _hard:
-        os.dup2(_null, 1)  # what os._exit left in buffers goes nowhere, flushed or collected
     for _stream in (sys.stdout, *(v for v in _g.values() if isinstance(v, io.IOBase)), _mine):
         try:  # as the interpreter's exit would: a collected cycle drops a TextIOWrapper's buffer
             _stream.flush()
@@ -118,13 +133,8 @@ for _i, _data in enumerate(_P["stdins"]):
     gc.collect()  # files the program opened on fd 0 or 1 close now, not in a later test
     os.dup2(_null, 1); os.dup2(_empty, 0)
     _feeder.join(1)
-    try:
-        _got = _output(_o)
-        _rec.update(digest=hashlib.sha256(_normalized(_got)).hexdigest(), bytes=len(_got))
-    except BaseException as e:
-        _rec["err"] = "output: " + type(e).__name__
+    _report(_rec)
     os.close(_o)
-    _emit(_rec)
     def _stray():  # an OS thread may outlive its join() by a moment: look twice
         return _new_threads(_before) or len(os.listdir("/proc/self/task")) > threading.active_count()
     if _stray() and (time.sleep(0.01) or _stray()):
