@@ -97,7 +97,7 @@ def _components(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from klear_lab.console import make_console
-    from klear_lab.plugins import load_entry_point_plugins, load_plugins
+    from klear_lab.plugins import load_entry_point_plugins, load_plugins, plugin_origin
     from klear_lab.registry import REGISTRIES
 
     load_entry_point_plugins()
@@ -115,7 +115,9 @@ def _components(args: argparse.Namespace) -> int:
         for name in reg.names():
             doc, rows = reg.describe(name)
             params = "\n".join(f"{f}: {t} = {d!r}" for f, t, d in rows)
-            table.add_row(name, escape(params), escape(doc.splitlines()[0]) if doc else "")
+            origin = plugin_origin(reg.get(name))
+            label = name if origin is None else f"{name}\n(plugin: {origin})"
+            table.add_row(escape(label), escape(params), escape(doc.splitlines()[0]) if doc else "")
         console.print(table)
     return 0
 

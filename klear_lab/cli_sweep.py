@@ -46,15 +46,17 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     from klear_lab.analysis import NoResults, load_analysis, run_reproduction
     from klear_lab.analysis.report import print_summary, summary_markdown
+    from klear_lab.sweep.spec import user_path
     from klear_lab.tracking import atomic_write
 
-    path = Path(args.analysis)
+    path = user_path(args.analysis)
     many = path.is_dir()
     if many and (args.target or args.out_dir):
         raise KlearError(f"{path}: a directory of analyses takes no sweep target or --out-dir")
     if args.summary and (not many or args.validate_only):
         raise KlearError("--summary goes with a directory of analyses (klear-lab reproduce analysis/ --summary F)")
-    if args.summary and Path(args.summary).is_dir():
+    summary = user_path(args.summary) if args.summary else None
+    if summary and summary.is_dir():
         raise KlearError(f"--summary {args.summary}: is a directory; give a file name such as claims.md")
     paths = sorted(path.glob("*.yaml")) if many else [path]
     if not paths:
@@ -79,11 +81,10 @@ def _reproduce(args: argparse.Namespace) -> int:
             failed.append(p.stem)
     if many and not args.validate_only:
         print_summary(reps, skipped)
-        if args.summary:
-            out = Path(args.summary)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(out, lambda tmp: Path(tmp).write_text(summary_markdown(reps, skipped)))
-            print(f"summary: {out}")
+        if summary:
+            summary.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(summary, lambda tmp: Path(tmp).write_text(summary_markdown(reps, skipped)))
+            print(f"summary: {summary}")
     if failed:
         print(f"klear-lab: error: {len(failed)} analysis spec(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 2

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import math
 import os
 import socket
+from typing import Any
 
 
 class KlearError(Exception):
@@ -30,11 +32,32 @@ class DivergedError(KlearError):
     exit_code = 1
 
 
+class ComponentError(ConfigError, TypeError):
+    """A registered component (usually a plugin's) broke its axis' contract while a run used it: a reward that
+    did not return one ``RewardOutput`` per completion, a clip that did not return ``ClipOutput``. A config
+    error (exit code 2; a sweep does not retry it): the same config fails the same way again. Also a
+    ``TypeError``, what these checks raised before."""
+
+
+def component_error(axis: str, component: Any, problem: str) -> ComponentError:
+    """A :class:`ComponentError` naming ``component``: its registered name and where its class is defined."""
+    cls = type(component)
+    name = getattr(component, "registered_name", cls.__name__)
+    try:
+        where = f" ({inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]})"
+    except (OSError, TypeError):  # no source to point at (defined in a REPL, say)
+        where = ""
+    return ComponentError(f"{axis} {name!r}{where} {problem}")
+
+
 def check_finite(value: float, name: str, step: int) -> None:
     """Raise :class:`DivergedError` if ``value`` (the metric ``name`` at optimizer step ``step``) is NaN or inf."""
     if not math.isfinite(value):
         raise DivergedError(f"training diverged: {name} is {value} at step {step}, so the run stops before "
                             "the update (weights as after the step before; lower optim.lr or check the data)")
+
+
+INTERRUPTED = "interrupted (Ctrl-C)"  # the error a run, or a sweep's trial, stopped by Ctrl-C records
 
 
 def interrupted(exc: BaseException) -> bool:

@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import sys
 import traceback
@@ -22,6 +23,7 @@ from pathlib import Path
 from klear_lab.errors import ConfigError
 
 ENTRY_POINT_GROUP = "klear_lab.plugins"
+FILE_MODULE_PREFIX = "klear_plugin_"  # the module name a ``.py`` plugin file is imported under
 _loaded_entry_points = False
 
 
@@ -80,6 +82,19 @@ def _load_builtins() -> None:
 
     for registry in REGISTRIES.values():
         registry.load_builtins()
+
+
+def plugin_origin(cls: type) -> str | None:
+    """Where a registered component comes from, for ``klear-lab components``: None for a built-in; a ``.py``
+    plugin's file (relative to the working directory when under it); else its module's name (an entry
+    point's package, a module plugin, or a module a plugin imported)."""
+    module = cls.__module__
+    if module == "klear_lab" or module.startswith("klear_lab."):
+        return None
+    if not module.startswith(FILE_MODULE_PREFIX):
+        return module
+    path = Path(inspect.getfile(cls))
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def plugin_digests(plugins: list[str]) -> list[str]:
@@ -142,7 +157,7 @@ def _import_file(path: Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
     code = code_digest(path)[:8]  # an edited file is imported again
-    name = f"klear_plugin_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_{code}"
+    name = f"{FILE_MODULE_PREFIX}{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_{code}"
     if name in sys.modules:
         return
     if str(path.parent) not in sys.path:

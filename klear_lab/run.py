@@ -23,7 +23,7 @@ from klear_lab.distributed import (
     rank_failures,
     record_rank_failure,
 )
-from klear_lab.errors import ConfigError, interrupted
+from klear_lab.errors import INTERRUPTED, ConfigError, interrupted
 from klear_lab.resume import (
     check_resumable,
     check_same_data,
@@ -181,5 +181,5 @@ def error_line(exc: BaseException) -> str:
     if type(exc).__name__ == "SIGTERMException":  # Lightning's, raised after the batch a SIGTERM came in
         return "terminated (SIGTERM)"
     if interrupted(exc):
-        return "interrupted (Ctrl-C)"
+        return INTERRUPTED
     return "".join(traceback.format_exception_only(exc)).strip()

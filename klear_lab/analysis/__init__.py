@@ -29,15 +29,16 @@ def run_reproduction(analysis_path: str | Path, target: str | Path | None = None
     from klear_lab.analysis.reproduce import reproduce
     from klear_lab.sweep.compare import load_records
     from klear_lab.sweep.locate import locate
+    from klear_lab.sweep.spec import user_path
     from klear_lab.sweep.storage import open_study
 
     analysis = load_analysis(analysis_path)
-    where = Path(target) if target is not None else _first_with_results(analysis)
+    where = user_path(target) if target is not None else _first_with_results(analysis)
     spec, url = locate(where)
     ref = _ref_for(analysis, spec, _source_spec(where))
     study = open_study(spec, url, create=False, heartbeat=False)
     rep = reproduce(analysis, ref, spec, load_records(spec, study))
-    out = Path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
+    out = user_path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
     png = write_reproduction(rep, out, console)
     if wandb:
         _log_to_wandb(rep, out, png, console)

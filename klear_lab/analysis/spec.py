@@ -39,6 +39,7 @@ from typing import Any
 
 from klear_lab.config.compose import load_yaml
 from klear_lab.errors import ConfigError
+from klear_lab.sweep.spec import user_path
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
 SWEEP_KEYS = {"spec", "arms", "metrics"}
@@ -101,7 +102,7 @@ class Analysis:
 
 def load_analysis(path: str | Path) -> Analysis:
     """Parse and check ``path``; sweep specs are loaded to check their arm labels."""
-    path = Path(path)
+    path = user_path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such analysis spec")
     raw = load_yaml(path)
@@ -175,7 +176,7 @@ def _sweep_ref(analysis: Analysis, i: int, raw: Any) -> SweepRef:
     if not isinstance(raw, dict) or "spec" not in raw or set(raw) - SWEEP_KEYS:
         raise analysis.err(key, "expected a spec path or {spec: PATH, arms: {LABEL: PAPER_ARM}, "
                                 f"metrics: {{BENCHMARK: METRIC}}}}, got {raw!r}")
-    spec_path = Path(raw["spec"])
+    spec_path = user_path(raw["spec"])
     if not spec_path.is_absolute():
         spec_path = (analysis.path.parent / spec_path).resolve()
     arms = _mapping(analysis, f"{key}.arms", raw.get("arms"), "sweep arm label -> paper arm")

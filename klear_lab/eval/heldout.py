@@ -25,6 +25,7 @@ from klear_lab.data.records import Record
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.rl.rollout.base import keyed_seed, preserve_rng
 from klear_lab.rl.rollout.hf import HFRollout
+from klear_lab.rl.steps import check_reward_outputs
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ def score(records: list[Record], completions: list[list[str]], rewards: dict[str
         idx = [(i, j) for i, r in enumerate(records) if r.task == task for j in range(len(completions[i]))]
         if idx:
             scored = reward([completions[i][j] for i, j in idx], [records[i] for i, _ in idx])
+            check_reward_outputs(reward, scored, len(idx), reads=("acc",))
             for (i, j), s in zip(idx, scored):
                 verdicts[i][j] = bool(s.acc)
     return verdicts

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from klear_lab.errors import component_error
 from klear_lab.rl.clip.base import ClipOutput
 from klear_lab.rl.kl import KL_ESTIMATORS, VERL_ALIASES, kl_estimate
 from klear_lab.rl.types import AggContext, Aggregator, ClipObjective, PolicyBatch
@@ -77,9 +78,8 @@ def rl_objective(
     w = weights if weights is not None else ObjectiveWeights()
     out = clip(batch.logp, batch.old_logp, batch.adv, batch.mask)
     if not isinstance(out, ClipOutput):  # a plugin's mistake, named before an AttributeError deep in here
-        raise TypeError(f"clip {getattr(clip, 'registered_name', type(clip).__name__)!r} returned "
-                        f"{type(out).__name__}; a clip variant returns ClipOutput(loss, metrics) "
-                        "(klear_lab/rl/clip/base.py)")
+        raise component_error("clip", clip, f"returned {type(out).__name__}; a clip variant returns "
+                              "ClipOutput(loss, metrics) (klear_lab/rl/clip/base.py)")
     pg = aggregation(out.loss, batch.mask, ctx)
     metrics = {**out.metrics, "pg_loss": pg.detach(), "num_tokens": batch.mask.sum().detach()}
     loss = pg

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from klear_lab.data.records import Record
-from klear_lab.rewards.base import RewardOutput
+from klear_lab.errors import component_error
 from klear_lab.rl.token_stats import chunked_head_stats, decoder_and_head, token_stats
 
 
@@ -79,17 +79,34 @@ class ScoredGroups:
 def score_groups(reward, texts: list[str], records: list[Record], group_size: int) -> ScoredGroups:
     """Score ``N = B * G`` responses (records repeated per response) and reshape to groups."""
     outs = reward(texts, records)
-    if not isinstance(outs, (list, tuple)) or len(outs) != len(texts) \
-            or not all(isinstance(o, RewardOutput) for o in outs):
-        raise TypeError(f"reward {getattr(reward, 'registered_name', type(reward).__name__)!r} returned "
-                        f"{type(outs).__name__} for {len(texts)} completions; a reward returns one RewardOutput "
-                        "per completion, in order (klear_lab/rewards/base.py)")
+    check_reward_outputs(reward, outs, len(texts))
     b = len(texts) // group_size
     return ScoredGroups(
         scores=torch.tensor([o.score for o in outs], dtype=torch.float32).view(b, group_size),
         acc=torch.tensor([o.acc for o in outs]).view(b, group_size),
         format_ok=torch.tensor([o.format_ok for o in outs]).view(b, group_size),
     )
+
+
+def check_reward_outputs(reward: object, outs: object, n: int,
+                         reads: tuple[str, ...] = ("score", "acc", "format_ok")) -> None:
+    """Raise a ``ComponentError`` naming ``reward`` unless ``outs`` holds one output for each of ``n`` completions,
+    each with the ``RewardOutput`` fields the caller ``reads`` (a plugin's mistake, named before it fails deep
+    in the step or a zip cuts the verdicts short)."""
+    wrong = _wrong_reward_outputs(outs, n, reads)
+    if wrong:
+        raise component_error("reward", reward, f"returned {wrong} for {n} completions; a reward returns one "
+                              "RewardOutput per completion, in order (klear_lab/rewards/base.py)")
+
+
+def _wrong_reward_outputs(outs: object, n: int, reads: tuple[str, ...]) -> str | None:
+    """What is wrong with a reward's ``outs`` for ``n`` completions, or None when nothing is."""
+    if not isinstance(outs, (list, tuple)):
+        return type(outs).__name__
+    if len(outs) != n:
+        return f"a {type(outs).__name__} of {len(outs)}"
+    odd = next((o for o in outs if not all(hasattr(o, name) for name in reads)), None)
+    return None if odd is None else f"a {type(outs).__name__} holding {type(odd).__name__}"
 
 
 def group_rows(groups: list[int], group_size: int) -> torch.Tensor:

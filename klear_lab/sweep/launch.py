@@ -16,7 +16,7 @@ from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import READY_ATTR, check_same_base, count, grid_status, missing_points, prepare_study
-from klear_lab.sweep.spec import SweepSpec, load_spec
+from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
@@ -51,7 +51,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = load_spec(spec_path, overrides, name=name)
     if out_dir is not None:
-        spec.out_dir = Path(out_dir)
+        spec.out_dir = user_path(out_dir)
     if workers is not None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")

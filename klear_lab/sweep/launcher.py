@@ -36,6 +36,8 @@ _STOPPED = threading.Event()  # kill_all ran: a trial process started from now o
 
 
 class TrialProcess(Protocol):
+    pid: int  # the trial's process (its run's run.json names it)
+
     def wait(self) -> int:
         """Wait for the trial process to exit; its exit code (negative: killed by that signal)."""
 
@@ -48,6 +50,7 @@ class _Fresh:
         cmd = [sys.executable, "-m", "klear_lab.sweep.trial", str(job_path)]
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.pid = self._proc.pid
 
     def wait(self) -> int:
         return self._proc.wait()
@@ -63,6 +66,7 @@ class _Forked:
         self._proc = forkserver(runner).Process(target=forked_main, args=args, name=f"trial-{job_path.stem}",
                                                 daemon=False)
         self._proc.start()
+        self.pid = self._proc.pid
 
     def wait(self) -> int:
         self._proc.join()
@@ -118,8 +122,8 @@ def needs_fresh(cfg: dict[str, Any]) -> bool:
 
 
 def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_path: Path,
-                      env: dict[str, str]) -> int:
-    """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code."""
+                      env: dict[str, str]) -> tuple[int, int]:
+    """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code and pid."""
     proc: TrialProcess
     if spec.trial_start == "fresh" or needs_fresh(cfg):
         proc = _Fresh(job_path.resolve(), log_path, env)
@@ -130,7 +134,7 @@ def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_
     try:
         if _STOPPED.is_set():  # started while kill_all ran, after it looked
             proc.kill()
-        return proc.wait()
+        return proc.wait(), proc.pid
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(proc)

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.spec import SweepSpec, load_spec
+from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
 from klear_lab.sweep.storage import default_storage_url
 
 
 def locate(target: str | Path) -> tuple[SweepSpec, str]:
     """(spec, storage URL) from ``SWEEP_DIR`` (its frozen ``spec.yaml`` + ``sweep.json``) or a spec file."""
-    path = Path(target)
+    path = user_path(target)
     if path.is_dir():
         meta_path, frozen = path / "sweep.json", path / "spec.yaml"
         if not meta_path.is_file() or not frozen.is_file():

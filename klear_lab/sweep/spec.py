@@ -20,7 +20,7 @@ A spec names a base experiment, the axes to vary and how to run them::
     storage: null                       # SQLAlchemy URL; default sqlite in the sweep dir
     workers: 1                          # parallel trials per sweep process (cores split evenly)
     wandb: {project: klear-lab, group: null}   # group defaults to the sweep name
-    out_dir: sweep_runs                 # sweep directory = out_dir/name
+    out_dir: sweep_runs                 # sweep directory = out_dir/name (~ = the home directory)
     heartbeat_interval: 30              # s; a trial silent for 2 intervals is failed and retried
     max_retry: 3                        # retries of a trial whose worker died or download failed
     retry_delay_s: 30                   # a failed download's retry waits this, doubling per retry
@@ -164,7 +164,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
             base experiment after the spec's own ``overrides``.
         name: replaces the spec's ``name`` (the study name).
     """
-    path = Path(path)
+    path = user_path(path)
     raw = load_yaml(path)
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
@@ -190,7 +190,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         pruner=get.choice("pruner", PRUNERS, "none"),
         storage=get.text("storage", "") or None,
         workers=get.integer("workers", 1, minimum=1),
-        out_dir=Path(get.text("out_dir", "sweep_runs")),
+        out_dir=user_path(get.text("out_dir", "sweep_runs")),
         heartbeat_interval=get.integer("heartbeat_interval", 30, minimum=1),
         max_retry=get.integer("max_retry", 3, minimum=0),
         retry_delay_s=get.integer("retry_delay_s", 30, minimum=0),
@@ -249,8 +249,14 @@ class _Getter:
         return list(value)
 
 
+def user_path(value: str | Path) -> Path:
+    """A directory or file the user gave, ``~`` expanded as ``tracking.out_dir_of`` does for ``run.out_dir``:
+    no shell expands it in a YAML file, a quoted argument or ``--out-dir=~/x``."""
+    return Path(os.path.expanduser(str(value)))
+
+
 def _relative_to(spec_path: Path, target: str) -> Path:
-    p = Path(target)
+    p = user_path(target)
     return p if p.is_absolute() else Path(os.path.normpath(spec_path.parent / p))
 
 

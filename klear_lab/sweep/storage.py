@@ -23,7 +23,7 @@ import optuna
 from sqlalchemy.engine import make_url
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.spec import SweepSpec
+from klear_lab.sweep.spec import SweepSpec, user_path
 
 SUCCESSOR_ATTR = "klear.successor"  # set on a study continued elsewhere (see ``successor.py``)
 
@@ -31,17 +31,17 @@ SUCCESSOR_ATTR = "klear.successor"  # set on a study continued elsewhere (see ``
 def default_storage_url(spec: SweepSpec) -> str:
     """The spec's ``storage``, else an SQLite file ``study.db`` in the sweep directory.
 
-    A relative SQLite path is made absolute (from the working directory, as ``out_dir`` is): the URL
-    is saved in ``sweep.json``, and ``compare``/``dashboard`` run from elsewhere made a new, empty
-    database beside them.
+    A relative SQLite path is made absolute (from the working directory, as ``out_dir`` is; ``~`` is the
+    home directory): the URL is saved in ``sweep.json``, and ``compare``/``dashboard`` run from elsewhere
+    made a new, empty database beside them.
     """
     if not spec.storage:
         return f"sqlite:///{(spec.sweep_dir / 'study.db').resolve()}"
     url = make_url(spec.storage)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" \
-            and not Path(url.database).is_absolute():
-        return url.set(database=str(Path(url.database).resolve())).render_as_string(hide_password=False)
-    return spec.storage
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
+            or Path(url.database).is_absolute():
+        return spec.storage
+    return url.set(database=str(user_path(url.database).resolve())).render_as_string(hide_password=False)
 
 
 def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int | None = 3,

@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from klear_lab.errors import ConfigError
+from klear_lab.errors import INTERRUPTED, ConfigError
 from klear_lab.hardware import cpu_cores
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
@@ -33,7 +33,7 @@ from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import NOT_BEFORE_ATTR, claimed_trial, count, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
-from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, mark_interrupted
 
 _COMPOSE_LOCK = threading.Lock()
 STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
@@ -71,9 +71,10 @@ def run_workers(ctx: WorkerContext) -> None:
     """Run ``ctx.workers`` worker threads until the study has no work left (or ``ctx.stop``).
 
     Ctrl-C (KeyboardInterrupt, re-raised): stop the workers, SIGKILL their trial processes and wait for
-    the workers to record them and return, so the process never exits with a worker inside a storage
-    call. Each worker sets an event when it returns: a ``Thread.join`` that Ctrl-C interrupted leaves
-    the thread looking finished while it still runs (Python < 3.13).
+    the workers to record them (in the study, and as interrupted in their runs' ``run.json``) and return,
+    so the process never exits with a worker inside a storage call. Each worker sets an event when it
+    returns: a ``Thread.join`` that Ctrl-C interrupted leaves the thread looking finished while it still
+    runs (Python < 3.13).
     """
     reset_stop()  # an earlier Ctrl-C in this process (a notebook's rerun) must not kill these trials
     done = [threading.Event() for _ in range(ctx.workers)]
@@ -201,15 +202,13 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     resuming = f", resuming {job['resume']}" if job["resume"] else ""
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path}){resuming}")
     started = time.time()
-    try:
-        code = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
-        outcome = f"trial process exited with code {code}; see {log_path}"
-    except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
-        outcome = f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}"
+    outcome, pid = _run_process(ctx, cfg, job_path, log_path)
     final = storage.get_trial(trial_id)
     interrupted = ctx.stop.is_set()  # Ctrl-C: a terminal's SIGINT may also have failed the trial itself
+    if interrupted and pid is not None:  # SIGKILLed, the trial could not record its run as interrupted
+        mark_interrupted(ctx.spec.runs_dir, pid)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
-        trial.set_user_attr("error", "interrupted (Ctrl-C)" if interrupted else outcome)
+        trial.set_user_attr("error", INTERRUPTED if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
     if interrupted and final.state == TrialState.FAIL:
@@ -231,6 +230,15 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
             f"({seconds:.1f}s){progress}")
     return final.state
+
+
+def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_path: Path) -> tuple[str, int | None]:
+    """Run a trial's process to its end: (what became of it, its pid; None when none started)."""
+    try:
+        code, pid = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
+    except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
+        return f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}", None
+    return f"trial process exited with code {code}; see {log_path}", pid
 
 
 def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:

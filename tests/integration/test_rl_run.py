@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 import warnings
 from pathlib import Path
@@ -41,14 +43,19 @@ def reward_plugin(tmp_path_factory) -> Path:
 
 
 def tiny_rl(tmp_path: Path, plugin: Path, clip: str, minibatch: int, *extra: str) -> dict:
-    return compose(ROOT / "experiments/quickstart/rl.yaml", [
+    return compose(ROOT / "experiments/quickstart/rl.yaml", tiny_rl_args(tmp_path, plugin, clip, minibatch, *extra))
+
+
+def tiny_rl_args(tmp_path: Path, plugin: Path, clip: str, minibatch: int, *extra: str) -> list[str]:
+    """Overrides of the quickstart RL that make a run of a few seconds from a random-init tiny model."""
+    return [
         f"run.out_dir={tmp_path / 'runs'}", "model.init_from=null", "model.tiny.size=2m",
         f"plugins=[{plugin}]", "rl.reward=test_digit_count", "rl.group_filter=none",
         f"rl.clip={clip}", "rl.steps=1", "rl.prompts_per_step=4", "rl.group_size=4",
         f"rl.minibatch_prompts={minibatch}", "rl.max_new_tokens=16", "rl.eval_every=0", "optim.lr=0.05",
         "optim.warmup_steps=0", "rl.alpha=0.0", "data.sources.0.n_prompts=20", "data.eval_sources.0.n_prompts=4",
         "eval.max_new_tokens=8", "trainer.checkpoint=false", "tracking.wandb.enabled=false", *extra,
-    ])
+    ]
 
 
 def final_weights(cfg: dict) -> dict[str, torch.Tensor]:
@@ -265,3 +272,38 @@ def test_a_diverged_rl_update_stops_the_run(tmp_path, reward_plugin):
     cfg = tiny_rl(tmp_path, reward_plugin, "gppo", 2, "optim.lr=1e30", "optim.min_lr=0", "optim.grad_clip=0")
     with pytest.raises(DivergedError, match=r"train/grad_norm is (nan|inf) at step"):
         run_experiment(cfg)
+
+
+BROKEN_REWARD = textwrap.dedent('''
+    from dataclasses import dataclass
+    from klear_lab.registry import REWARD
+    from klear_lab.rewards.base import RewardOutput
+
+    @REWARD.register("{name}")
+    @dataclass(frozen=True)
+    class Broken:
+        """Test reward with a mistake that shows only once it is called."""
+        def __call__(self, completions, records):
+            {body}
+''')
+
+
+def test_a_reward_breaking_its_contract_mid_run_is_one_error_line_and_a_bug_keeps_its_traceback(tmp_path, capsys):
+    """A plugin reward returning one output too few failed the run with Lightning's whole traceback above the
+    message (a TypeError); now one line names the plugin's file and line, the exit code is 2 like a config
+    error's, and run.json records the failure. An exception of the plugin's own still shows its traceback."""
+    short, raising = tmp_path / "short_reward.py", tmp_path / "raising_reward.py"
+    short.write_text(BROKEN_REWARD.format(name="short_reward", body="return [RewardOutput(1.0, False, True)]"))
+    raising.write_text(BROKEN_REWARD.format(name="raising_reward", body="raise RuntimeError('a bug in it')"))
+    train = ["train", str(ROOT / "experiments/quickstart/rl.yaml")]
+    assert main([*train, *tiny_rl_args(tmp_path, short, "ppo", 4, "rl.reward=short_reward")]) == 2
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert re.fullmatch(rf"klear-lab: error: reward 'short_reward' \({re.escape(str(short))}:\d+\) returned a list "
+                        r"of 1 for 16 completions; a reward returns one RewardOutput per completion.*",
+                        err.strip().splitlines()[-1])
+    (record,) = (tmp_path / "runs").glob("*/run.json")
+    assert json.loads(record.read_text())["status"] == "failed"
+    assert "reward 'short_reward'" in json.loads(record.read_text())["error"]
+    with pytest.raises(RuntimeError, match="a bug in it"):  # not caught: Python prints its traceback
+        main([*train, *tiny_rl_args(tmp_path, raising, "ppo", 4, "rl.reward=raising_reward")])

@@ -68,28 +68,45 @@ def test_real_trials_run_like_standalone_runs(tmp_path, trial_start):
     assert len(wandb_runs) == 2  # one W&B run per trial
 
 
-def test_a_trial_killed_with_its_sweep_is_resumed_from_its_checkpoint(tmp_path):
-    """``kill -9`` of the sweep after the trial's first checkpoint; the same command again retries the
-    trial (Optuna's heartbeat retry), which continues the killed run instead of starting over."""
+def _long_trial_spec(tmp_path: Path, name: str) -> Path:
+    """One trial of 120 SFT steps with a checkpoint every 5: still training when its first checkpoint lands."""
     spec_path = _spec(tmp_path, "preloaded")
     body = yaml.safe_load(spec_path.read_text())
-    body.update(name="resume_trial", axes={"optim.lr": [0.002]}, heartbeat_interval=1)
+    body.update(name=name, axes={"optim.lr": [0.002]}, heartbeat_interval=1)
     body["overrides"] = ["data.sources.0.n_prompts=400", "sft.max_steps=120", "sft.tokens_per_micro_batch=400",
                          "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=16", "trainer.checkpoint_every=5"]
     spec_path.write_text(yaml.safe_dump(body, sort_keys=False))
-    spec = load_spec(spec_path)
+    return spec_path
+
+
+def _sweep_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec_path), "--workers", "1"]
-    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec_path), "--workers", "1"], env
+
+
+def _sweep_until_checkpoint(spec_path: Path) -> subprocess.Popen:
+    """``klear-lab sweep SPEC``, started and returned once its trial wrote its first checkpoint."""
+    cmd, env = _sweep_command(spec_path)
+    sweep = subprocess.Popen(cmd, cwd=spec_path.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not list(spec.runs_dir.glob("*/checkpoints/last.ckpt")):
-        assert first.poll() is None and time.time() < deadline, "no checkpoint before the sweep ended"
+    while not list(load_spec(spec_path).runs_dir.glob("*/checkpoints/last.ckpt")):
+        assert sweep.poll() is None and time.time() < deadline, "no checkpoint before the sweep ended"
         time.sleep(0.2)
+    return sweep
+
+
+def test_a_trial_killed_with_its_sweep_is_resumed_from_its_checkpoint(tmp_path):
+    """``kill -9`` of the sweep after the trial's first checkpoint; the same command again retries the
+    trial (Optuna's heartbeat retry), which continues the killed run instead of starting over."""
+    spec_path = _long_trial_spec(tmp_path, "resume_trial")
+    spec = load_spec(spec_path)
+    first = _sweep_until_checkpoint(spec_path)
     time.sleep(0.5)
     os.kill(first.pid, signal.SIGKILL)  # the trial dies with its sweep
     first.wait()
     (killed,) = spec.runs_dir.iterdir()
 
+    cmd, env = _sweep_command(spec_path)
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"resuming {killed}" in again.stdout + again.stderr
@@ -101,3 +118,22 @@ def test_a_trial_killed_with_its_sweep_is_resumed_from_its_checkpoint(tmp_path):
     assert record["status"] == "completed" and record["attempts"] == 2
     assert trials[1].user_attrs["metrics"]["train/steps"] == 120
     assert len(list((killed / "wandb").glob("offline-run-*"))) == 2  # one W&B run id, two attempts
+
+
+def test_a_trial_killed_by_ctrl_c_of_its_sweep_is_recorded_as_interrupted(tmp_path):
+    """Ctrl-C of the sweep SIGKILLs its trial, whose run.json kept saying running (``klear-lab runs``: stopped,
+    as after a ``kill -9``). The worker records it as a Ctrl-C'd ``klear-lab train`` records itself, and the
+    rerun's retry may still continue it: ``resume_config`` is what the retry checks first."""
+    from klear_lab.resume import resume_config
+    from klear_lab.run_list import list_runs
+
+    spec_path = _long_trial_spec(tmp_path, "ctrl_c_trial")
+    sweep = _sweep_until_checkpoint(spec_path)
+    os.kill(sweep.pid, signal.SIGINT)  # to the sweep only: a terminal's would also reach the trial, which races
+    assert sweep.wait(timeout=60) == 130  # the kill (the worker records the run either way)
+    (run_dir,) = load_spec(spec_path).runs_dir.iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record.get("error")) == ("failed", "interrupted (Ctrl-C)")
+    (row,) = list_runs([run_dir])
+    assert row.status == "failed" and row.note.startswith("interrupted (Ctrl-C) -> sweep trial: run the sweep again")
+    assert resume_config(run_dir)["optim"]["lr"] == 0.002

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from klear_lab.config.compose import compose
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ComponentError, ConfigError
 from klear_lab.registry import DATA_MIX
 from klear_lab.tracking import config_hash, write_config
 
@@ -169,8 +169,8 @@ def test_wrong_return_types_name_the_component():
         def __call__(self, completions, records):
             return [1.0 for _ in completions]
 
-    with pytest.raises(TypeError, match=r"reward 'floaty' returned list for 2 completions; a reward returns one "
-                                        r"RewardOutput per completion"):
+    with pytest.raises(ComponentError, match=r"reward 'floaty' \(.*test_plugin_safety\.py:\d+\) returned a list "
+                                             r"holding float for 2 completions; a reward returns one RewardOutput"):
         score_groups(FloatReward(), ["a", "b"], [None, None], group_size=2)
 
     class TensorClip:
@@ -181,5 +181,25 @@ def test_wrong_return_types_name_the_component():
 
     mask = torch.ones(1, 2)  # [N=1, T=2]
     batch = PolicyBatch(logp=torch.zeros(1, 2), old_logp=torch.zeros(1, 2), adv=torch.ones(1), mask=mask)
-    with pytest.raises(TypeError, match=r"clip 'bare' returned Tensor; a clip variant returns ClipOutput"):
+    with pytest.raises(TypeError, match=r"clip 'bare' \(.*\.py:\d+\) returned Tensor; a clip variant returns "
+                                        r"ClipOutput"):  # a ComponentError, still a TypeError
         rl_objective(TensorClip(), TokenMean(), batch, AggContext.from_mask(mask))
+
+
+def test_an_eval_reward_returning_too_few_verdicts_is_named():
+    """Held-out scoring zipped the verdicts with the completions: a reward returning too few left the rest
+    counted wrong, silently."""
+    from types import SimpleNamespace
+
+    from klear_lab.eval.heldout import score
+    from klear_lab.rewards.base import RewardOutput
+
+    class FirstOnly:
+        registered_name = "first_only"
+
+        def __call__(self, completions, records):
+            return [RewardOutput(score=1.0, acc=True, format_ok=True)]
+
+    records = [SimpleNamespace(task="math")] * 2
+    with pytest.raises(ComponentError, match=r"reward 'first_only' \(.*\) returned a list of 1 for 4 completions"):
+        score(records, [["a", "b"], ["c", "d"]], {"math": FirstOnly()})

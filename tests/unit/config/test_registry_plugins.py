@@ -6,9 +6,12 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from klear_lab import plugins
+from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.registry import CLIP, REGISTRIES, Registry
@@ -85,8 +88,8 @@ def test_plugin_module_from_config(tmp_path, monkeypatch):
     assert compose(exp)["data"]["mix"]["limit"] == 3
 
 
-def test_entry_point_plugin_in_installed_package(tmp_path):
-    """A package with a ``klear_lab.plugins`` entry point registers without any config mention."""
+def _installed_package(tmp_path) -> Path:
+    """A site directory holding a package ``klear_ext`` with a ``klear_lab.plugins`` entry point."""
     pkg = tmp_path / "site"
     (pkg / "klear_ext").mkdir(parents=True)
     (pkg / "klear_ext" / "__init__.py").write_text(PLUGIN.format(name="entry_point_mix"))
@@ -94,11 +97,38 @@ def test_entry_point_plugin_in_installed_package(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: klear-ext\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[klear_lab.plugins]\next = klear_ext\n")
+    return pkg
+
+
+def test_entry_point_plugin_in_installed_package(tmp_path):
+    """A package with a ``klear_lab.plugins`` entry point registers without any config mention."""
     exp = tmp_path / "e.yaml"
     exp.write_text("data: {mix: entry_point_mix}\n")
     code = ("import sys; from klear_lab.config.compose import compose; "
             f"print(compose({str(exp)!r})['data']['mix'])")
-    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(pkg), "PATH": "/usr/bin:/bin",
-                         "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(_installed_package(tmp_path)),
+                         "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "'name': 'entry_point_mix'" in out.stdout
+
+
+def _marks(listing: str) -> dict[str, str]:
+    """``klear-lab components``' name cells: entry name -> its ``(plugin: ...)`` line ('' for a built-in)."""
+    cells = [line.split("│")[1].strip() for line in listing.splitlines() if line.startswith("│")]
+    return {name: (mark if mark.startswith("(plugin:") else "") for name, mark in zip(cells, [*cells[1:], ""])
+            if name and not name.startswith("(plugin:") and name != "name"}
+
+
+def test_components_marks_the_entries_plugins_registered(tmp_path, capsys, monkeypatch):
+    """The listing showed a plugin's entries as if they were built in."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    (tmp_path / "listed_mix.py").write_text(PLUGIN.format(name="listed_file_mix"))
+    assert main(["components", "data_mix", "--plugin", "listed_mix.py"]) == 0
+    marks = _marks(capsys.readouterr().out)
+    assert marks["listed_file_mix"] == "(plugin: listed_mix.py)"
+    assert marks["top_k"] == marks["all"] == ""  # built-ins
+    monkeypatch.syspath_prepend(str(_installed_package(tmp_path)))  # an installed package's entry point
+    monkeypatch.setattr(plugins, "_loaded_entry_points", False)
+    assert main(["components", "data_mix"]) == 0
+    assert _marks(capsys.readouterr().out)["entry_point_mix"] == "(plugin: klear_ext)"

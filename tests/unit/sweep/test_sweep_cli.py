@@ -200,3 +200,20 @@ def test_validate_only_compares_with_an_existing_study(tmp_path, capsys):
     assert f"study {spec.name!r} exists (0 trial(s) complete)" in capsys.readouterr().out
     assert main(["sweep", str(spec_path), "--validate-only", "optim.lr=0.5"]) == 2
     assert "was started with a different base (overrides" in capsys.readouterr().err
+
+
+def test_a_tilde_in_sweep_directories_is_the_home_directory(tmp_path, monkeypatch):
+    """``out_dir: ~/sweeps`` put the sweep in ``./~/sweeps`` (a run's ``run.out_dir`` expands ``~``); so did
+    ``--out-dir=~/x`` (no shell expands it there), an SQLite storage under ``~`` and a quoted compare target."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    spec_path = write_spec(tmp_path, out_dir="~/sweeps", storage="sqlite:///~/dbs/toy.db")
+    spec = load_spec(spec_path)
+    url = default_storage_url(spec)
+    assert spec.sweep_dir == home / "sweeps" / "toy" and url == f"sqlite:///{home / 'dbs' / 'toy.db'}"
+    freeze_spec(spec, url)
+    assert locate("~/sweeps/toy")[0].sweep_dir == spec.sweep_dir  # compare, dashboard and reproduce find it
+    assert main(["sweep", str(spec_path), "--wandb-export", "--out-dir=~/elsewhere"]) == 0
+    assert (home / "elsewhere" / "toy" / "wandb_sweep.yaml").is_file()
+    assert not (tmp_path / "~").exists()
