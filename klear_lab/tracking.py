@@ -49,6 +49,12 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
 
 def config_hash(cfg: dict[str, Any]) -> str:
     """Hash of what the run computes (seed and naming excluded): seeds of one arm share it."""
+    return hashlib.sha256(json.dumps(hashed_body(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def hashed_body(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`config_hash` hashes: the config without tracking, seed and naming, keys added later at
+    their earlier value dropped, plugins as their code's digests."""
     body = copy.deepcopy({k: v for k, v in cfg.items() if k != "tracking"})
     for section, key in IDENTITY_EXCLUDE:
         body.get(section, {}).pop(key, None)
@@ -59,7 +65,7 @@ def config_hash(cfg: dict[str, Any]) -> str:
         body["trainer"]["devices"] = int(devices)
     if body.get("plugins"):  # their code, not where it lies (configs without plugins keep their hash)
         body["plugins"] = plugin_digests(body["plugins"])
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return body
 
 
 def drop_if_unchanged(node: Any, path: tuple[str, ...], before: Any) -> None:

@@ -29,6 +29,7 @@ from klear_lab.sweep.grid import (
     enqueue_params,
     point_key,
 )
+from klear_lab.sweep.identity import base_identity, config_changes
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import StudyLock, current_study, make_sampler
 from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
@@ -36,6 +37,7 @@ from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 NOT_BEFORE_ATTR = "klear.not_before"  # a WAITING retry is not taken before this time (time.time())
 BASE_ATTR, READY_ATTR = "klear.base", "klear.points"
+CONFIGS = "configs"  # in BASE_ATTR: the hashed configs behind "config", to name what changed
 
 
 def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: StudyLock,
@@ -70,24 +72,13 @@ def study_base(spec: SweepSpec, *, resolve: bool = True) -> dict[str, Any]:
     (``config``: its hash, which covers the experiment file, the files it builds on and plugins' code), the
     sampler, the objective and the pruner (trials run, scored or pruned otherwise are not arms of one
     comparison), and the heartbeat interval (workers of one study must agree on when a trial is dead)."""
-    return {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
+    base = {"experiment": str(spec.experiment.resolve()) if spec.experiment else None,
             "overrides": list(spec.overrides), "sampler": spec.sampler,
             "objective": f"{spec.metric} ({spec.direction})", "pruner": spec.pruner,
-            "heartbeat_interval": spec.heartbeat_interval,
-            **({"config": base_config_hash(spec) if spec.experiment else None} if resolve else {})}
-
-
-def base_config_hash(spec: SweepSpec) -> str:
-    """The hash of the spec's composed base and, for a ``model.init_from`` start, of that experiment too
-    (the base holds its path only: an edited starting point trains the later trials on another model)."""
-    from klear_lab.builders import parent_config
-    from klear_lab.tracking import config_hash
-
-    base = spec.compose()
-    model = base["model"]
-    if model.get("init_from") and not model.get("name_or_path"):
-        return f"{config_hash(base)}+{config_hash(parent_config(base))}"
-    return config_hash(base)
+            "heartbeat_interval": spec.heartbeat_interval}
+    if resolve:
+        base["config"], base[CONFIGS] = base_identity(spec) if spec.experiment else (None, None)
+    return base
 
 
 def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = False,
@@ -110,12 +101,14 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
         skip.add("heartbeat_interval")
     if not count(study, (TrialState.COMPLETE, TrialState.PRUNED)):
         skip.add("config")
-    differ = sorted(k for k in old.keys() & new.keys() - skip if old[k] != new[k])
+    differ = sorted(k for k in old.keys() & new.keys() - skip - {CONFIGS} if old[k] != new[k])
     if "config" in differ:
+        changed = config_changes(old[CONFIGS], new[CONFIGS]) if old.get(CONFIGS) and new.get(CONFIGS) else (
+            "the experiment file, a file it builds on, its model.init_from experiment, a plugin's code or "
+            "klear-lab's defaults")
         differ[differ.index("config")] = (
-            f"config (its hash was {old['config']}, now {new['config']}: the experiment file, a file it builds "
-            "on, its model.init_from experiment, a plugin's code or klear-lab's defaults changed since trials "
-            "finished; undo the change to continue the study)")
+            f"config (its hash was {old['config']}, now {new['config']}; changed since trials finished: "
+            f"{changed}; undo the change to continue the study)")
     if study.direction.name.lower() != spec.direction:
         differ.append(f"direction (the study's is {study.direction.name.lower()})")
     if "heartbeat_interval" in differ and not joining:  # trials run: live workers, or a killed sweep's

@@ -56,8 +56,28 @@ def test_an_edited_experiment_is_refused_once_trials_finished(tmp_path):
     study.tell(trial, 0.5)
     assert prepare_study(study, spec, arms, lock) == (study, 0)  # unchanged: resumes
     exp.write_text(exp.read_text().replace("max_steps: 3", "max_steps: 4"))
-    with pytest.raises(ConfigError, match=r"different base \(config \(its hash was \w+, now \w+: the experiment "
-                                          r"file, a file it builds on, .* changed since trials finished"):
+    with pytest.raises(ConfigError, match=r"different base \(config \(its hash was \w+, now \w+; changed since "
+                                          r"trials finished: sft.max_steps: 3 -> 4; undo the change"):
+        prepare_study(study, spec, arms, lock)
+    from klear_lab.sweep.queue import BASE_ATTR, CONFIGS
+
+    recorded = study.user_attrs[BASE_ATTR]  # a study recorded before it kept the configs
+    study.set_user_attr(BASE_ATTR, {k: v for k, v in recorded.items() if k != CONFIGS})
+    with pytest.raises(ConfigError, match=r"changed since trials finished: the experiment file, a file it builds"):
+        prepare_study(study, spec, arms, lock)
+
+
+def test_an_edited_plugin_is_named_as_the_change(tmp_path):
+    """A comment-only edit of a plugin changes the hash (its code is hashed whole), and the refusal named no
+    input: the study held only the hash."""
+    plugin = tmp_path / "my_clip.py"
+    plugin.write_text("# a plugin that registers nothing\n")
+    spec, arms, url, study, lock = _setup(tmp_path, overrides=[f"plugins=[{plugin}]"])
+    prepare_study(study, spec, arms, lock)
+    study.tell(optuna.trial.Trial(study, take_trial(study, spec, lock)), 0.5)
+    plugin.write_text("# a plugin that registers nothing, with a comment edited\n")
+    with pytest.raises(ConfigError, match=r"changed since trials finished: plugins: 1 plugin file\(s\) no longer "
+                                          r"used or edited, 1 new or edited \(a plugin's code is hashed whole"):
         prepare_study(study, spec, arms, lock)
 
 
@@ -472,5 +492,5 @@ def test_an_edited_init_from_experiment_is_refused_once_trials_finished(tmp_path
     prepare_study(study, spec, arms, lock)
     study.tell(optuna.trial.Trial(study, take_trial(study, spec, lock)), 0.5)
     (tmp_path / "parent.yaml").write_text(f"base: {root / 'sft.yaml'}\nsft: {{max_steps: 7}}\n")
-    with pytest.raises(ConfigError, match=r"its model.init_from experiment"):
+    with pytest.raises(ConfigError, match=r"the model.init_from experiment.s sft.max_steps: -1 -> 7"):
         prepare_study(study, spec, arms, lock)

@@ -1,0 +1,74 @@
+"""What a study's trials compute, recorded so that a rerun with another base is refused and the refusal
+names what changed: the config hash, and the hashed configs themselves (a few KB in the study)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from klear_lab.sweep.spec import SweepSpec
+
+SHOWN = 6  # changed keys named in a refusal; the rest are counted
+
+
+def base_identity(spec: SweepSpec) -> tuple[str, dict[str, Any]]:
+    """The hash of the spec's composed base and, for a ``model.init_from`` start, of that experiment too
+    (the base holds its path only: an edited starting point trains the later trials on another model);
+    with the configs hashed (:func:`~klear_lab.tracking.hashed_body`), by ``base`` and ``init_from``."""
+    from klear_lab.builders import parent_config
+    from klear_lab.tracking import config_hash, hashed_body
+
+    base = spec.compose()
+    bodies = {"base": hashed_body(base)}
+    model = base["model"]
+    if model.get("init_from") and not model.get("name_or_path"):
+        parent = parent_config(base)
+        bodies["init_from"] = hashed_body(parent)
+        return f"{config_hash(base)}+{config_hash(parent)}", _plain(bodies)
+    return config_hash(base), _plain(bodies)
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The keys whose values differ between two :func:`base_identity` config records, as ``key: old -> new``
+    (the starting point's named so), at most :data:`SHOWN` of them."""
+    changes = []
+    for part in sorted(old.keys() | new.keys()):
+        prefix = "" if part == "base" else "the model.init_from experiment's "
+        was, now = flatten(old.get(part, {})), flatten(new.get(part, {}))
+        for key in sorted(was.keys() | now.keys()):
+            before, after = was.get(key, "<unset>"), now.get(key, "<unset>")
+            if before != after:
+                changes.append(prefix + (_plugins_change(before, after) if key == "plugins"
+                                         else f"{key}: {_short(before)} -> {_short(after)}"))
+    more = f" and {len(changes) - SHOWN} more" if len(changes) > SHOWN else ""
+    return "; ".join(changes[:SHOWN]) + more
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested config: mappings by key, lists of mappings or lists by index, other values
+    (a plugin list of code digests included) whole."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, list) and any(isinstance(v, (dict, list)) for v in node) else None
+    if not items:
+        return {prefix[:-1]: node}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flatten(value, f"{prefix}{key}."))
+    return out
+
+
+def _plugins_change(before: Any, after: Any) -> str:
+    """A plugin list's change, by code digest (paths are not hashed: the same code anywhere is the same)."""
+    was, now = set(before if isinstance(before, list) else []), set(after if isinstance(after, list) else [])
+    return (f"plugins: {len(was - now)} plugin file(s) no longer used or edited, {len(now - was)} new or "
+            "edited (a plugin's code is hashed whole, comments included)")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value: Any) -> Any:
+    """JSON values only, as Optuna's user attributes keep them (and compare them after a round trip)."""
+    return json.loads(json.dumps(value, default=str))
