@@ -99,15 +99,50 @@ def plugin_origin(cls: type) -> str | None:
 
 def plugin_digests(plugins: list[str]) -> list[str]:
     """What a run's identity records of its plugins: each file's (or module's) SHA-256, not its path,
-    so the same code anywhere hashes alike and edited code does not. A path that cannot be read stays."""
+    so the same code anywhere hashes alike and edited code does not, with the helper modules beside it
+    that it imports (:func:`helper_modules`). A path that cannot be read stays."""
     out = []
     for plugin in plugins:
         path = Path(plugin) if str(plugin).endswith(".py") else _module_file(str(plugin))
         try:
-            out.append("sha256:" + code_digest(path) if path else str(plugin))
+            out.append("sha256:" + identity_digest(path) if path else str(plugin))
         except OSError:
             out.append(str(plugin))
     return sorted(out)
+
+
+def identity_digest(path: Path) -> str:
+    """The plugin file's :func:`code_digest`, or, where it imports helper modules beside it, the digest of
+    its own and theirs (a plugin without helpers keeps the digest it had before helpers were hashed)."""
+    helpers = helper_modules(path)
+    if not helpers:
+        return code_digest(path)
+    parts = [code_digest(path), *(f"{h.name}:{code_digest(h)}" for h in helpers)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def helper_modules(path: Path) -> list[Path]:
+    """The ``.py`` modules beside ``path`` that it imports (``import helper``, ``from helper import x``),
+    and those they import, found by reading the code (nothing is run): a plugin may import a helper
+    beside it, and an edit there changes what the run computes."""
+    import ast
+
+    found: dict[str, Path] = {}
+    todo = [path]
+    while todo:
+        try:
+            tree = ast.parse(todo.pop().read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                helper = path.parent / f"{name.split('.')[0]}.py"
+                if helper.is_file() and helper.name not in found and helper.resolve() != path.resolve():
+                    found[helper.name] = helper
+                    todo.append(helper)
+    return sorted(found.values())
 
 
 def code_digest(path: Path) -> str:

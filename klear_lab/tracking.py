@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from klear_lab.errors import ConfigError
-from klear_lab.plugins import code_digest, plugin_digests
+from klear_lab.plugins import code_digest, helper_modules, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
                     ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
@@ -130,13 +130,14 @@ def create_run_dir(cfg: dict[str, Any]) -> Path:
 
 def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
     """``config.yaml``, the resolved config the run computes from (written whole or not at all), and a
-    copy of each ``.py`` plugin's code as it was (``plugins/NAME-SHA8.py``): the saved config names the
-    original file, which may change later."""
+    copy of each ``.py`` plugin's code as it was, and of the helper modules beside it that it imports
+    (``plugins/NAME-SHA8.py``): the saved config names the original file, which may change later."""
     for plugin in cfg.get("plugins") or []:
         if str(plugin).endswith(".py") and Path(plugin).is_file():
-            copy = run_dir / "plugins" / f"{Path(plugin).stem}-{code_digest(Path(plugin))[:8]}.py"
-            copy.parent.mkdir(exist_ok=True)
-            atomic_write(copy, lambda tmp, src=Path(plugin): shutil.copyfile(src, tmp))
+            for source in (Path(plugin), *helper_modules(Path(plugin))):
+                copy = run_dir / "plugins" / f"{source.stem}-{code_digest(source)[:8]}.py"
+                copy.parent.mkdir(exist_ok=True)
+                atomic_write(copy, lambda tmp, src=source: shutil.copyfile(src, tmp))
     from klear_lab.config.compose import dump_yaml
 
     text = dump_yaml(cfg)
