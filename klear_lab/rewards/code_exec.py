@@ -7,6 +7,7 @@ import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 from klear_lab.data.records import Record, own_test_limits
@@ -66,11 +67,12 @@ class CodeExecReward:
     ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in one
     sandbox process (``process_per_test``: one each). Each test (and defining the solution) gets
     ``timeout_s``, as the official code runs each test under its own 35 s limit; a slow test fails and
-    the next one runs. The whole run gets ``total_timeout_s`` (None:
-    :func:`~klear_lab.rewards.harness.total_limit_s`). With ``record_limits`` (as the official code
-    reads them per problem; the paper code RL config sets it for training), a record's own per-test timeout
-    and test cap (a verl spec's ``timeout`` and ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s``
-    and ``max_tests``) replace ``timeout_s`` and ``max_tests`` for that record; off by default, so that
+    the next one runs. The whole run gets ``total_timeout_s``, a hard cap (None:
+    :func:`~klear_lab.rewards.harness.total_limit_s`, plus time for fresh sandboxes and stalls). With
+    ``record_limits`` (as the official code reads them per problem; the paper code RL config sets it for
+    training), a record's own per-test timeout and test cap (a verl spec's ``timeout`` and
+    ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s`` and ``max_tests``) replace ``timeout_s``
+    and ``max_tests`` for that record; off by default, so that
     ``max_tests: null`` judges on every test, as LiveCodeBench. Scores by ``mode``, with p the pass rate:
 
     - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
@@ -171,9 +173,9 @@ class CodeExecReward:
         return RewardOutput(score, all_pass, True, info[:200])
 
     def _run(self, code: str, tests: list[dict[str, Any]], test_timeout_s: float) -> TestRun:
-        per_run = 1 if self.process_per_test else None
+        per_run, fixed = (1 if self.process_per_test else None), self.total_timeout_s is not None
         wall = self.total_timeout_s or total_limit_s(test_timeout_s, len(tests), per_run)
-        if "stdin" in tests[0]:  # a whole program on stdin/stdout (verl, LiveCodeBench), not a function
-            return run_stdio_tests(code, tests, timeout_s=wall, test_timeout_s=test_timeout_s, tests_per_run=per_run)
-        return run_function_tests(code, self.func_name, tests, timeout_s=wall, test_timeout_s=test_timeout_s,
-                                  tests_per_run=per_run)
+        run = run_stdio_tests if "stdin" in tests[0] else partial(run_function_tests, func=self.func_name)
+        # stdin/stdout tests (verl, LiveCodeBench) run the block as a whole program, not a function
+        return run(code, tests=tests, timeout_s=wall, test_timeout_s=test_timeout_s, tests_per_run=per_run,
+                   fixed_total=fixed)

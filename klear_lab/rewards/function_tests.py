@@ -67,6 +67,7 @@ def outputs_match(got: Any, expected: Any) -> bool:
 def run_function_tests(
     code: str, func: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
     test_timeout_s: float | None = None, limits: SandboxLimits | None = None, tests_per_run: int | None = None,
+    fixed_total: bool = False,
 ) -> TestRun:
     """Define ``code`` in the sandbox and check ``func(*test["input"]) == test["output"]`` per test.
 
@@ -80,12 +81,13 @@ def run_function_tests(
         limits: sandbox resource limits.
         tests_per_run: at most this many tests in one sandbox (1: a sandbox per test, as the official
             code's process per test; None: as many as fit, see :func:`~klear_lab.rewards.harness.run_harness`).
+        fixed_total: ``timeout_s`` is a hard cap: no time added for fresh sandboxes or stalls.
 
     Raises:
         RuntimeError: bwrap is missing or the sandbox failed to start.
     """
     payload = {"code": code, "func": func, "inputs": [list(t["input"]) for t in tests], "test_s": test_timeout_s}
-    res = run_harness(_HARNESS, payload, "inputs", timeout_s, limits, tests_per_run)
+    res = run_harness(_HARNESS, payload, "inputs", timeout_s, limits, tests_per_run, fixed_total)
     return verdicts(res, timeout_s, test_timeout_s, len(tests),
                      lambda i, rec: "out" in rec and _matches(rec["out"], tests[i]["output"]))
 

@@ -80,7 +80,8 @@ can ignore (a review passed tests 5 s over a 2 s limit)."""
 
 START_GRACE_S = 1.0
 """Seconds a sandbox may take to start on a loaded host: with a sandbox per test, each test's share of
-the run's total limit (the official code's process per test has no total: each test has its own)."""
+the run's total limit (the official code's process per test has no total: each test has its own), and
+what a run that ended early (a crash, ``os._exit``) adds to the total for the fresh sandbox after it."""
 
 FOUL = "wrote on the harness' result pipe"
 """Why every test of a run fails, and the tests after it, once a line there came out of order: only a
@@ -104,7 +105,8 @@ class HarnessRuns:
 
 
 def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: float,
-                limits: SandboxLimits | None, tests_per_run: int | None = None) -> HarnessRuns:
+                limits: SandboxLimits | None, tests_per_run: int | None = None, fixed_total: bool = False,
+                ) -> HarnessRuns:
     """Run ``harness`` over the tests ``payload[key]``, all within ``timeout_s``, at most ``tests_per_run``
     (None: as many as :data:`PAYLOAD_BUDGET` allows) in one sandbox.
 
@@ -119,7 +121,9 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     harness' pipe ends the run and fails the candidate's remaining tests (:data:`FOUL`). A run that ends before its
     last test's line (a crash; the harness leaving a test's stray threads behind; the host's output
     cap) runs the test it did not report again, first in a fresh sandbox (what earlier tests left, as
-    memory, cannot fail it); ending early there too fails that test, and the next ones go on.
+    memory, cannot fail it); ending early there too fails that test, and the next ones go on. Each such
+    fresh sandbox adds :data:`START_GRACE_S` to ``timeout_s``, and each stall :data:`STALL_GRACE_S`, so
+    that they do not eat the later tests' time, unless ``fixed_total`` (a total the user set).
 
     Only the next result line counts as a sign of life: a candidate writing anything else on the
     harness' pipe (it can reach it) is silent all the same. A test whose result line came more than
@@ -156,6 +160,8 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         if done >= end:
             start = end
             continue
+        if not fixed_total:  # the next run: a fresh sandbox, after a stall or not
+            deadline += STALL_GRACE_S if res.stalled else START_GRACE_S
         if not res.stalled and done > start:
             start = done  # ended early after other tests: run this one again, first in a fresh sandbox
             continue
@@ -168,12 +174,14 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
 
 
 def total_limit_s(test_s: float, n: int, tests_per_run: int | None) -> float:
-    """The default limit of a harness over ``n`` tests of ``test_s`` each: every test's limit and one more
-    for defining the solution; with a sandbox per test, each test's whole allowance by the host's clock
-    (:data:`TEST_GRACE_S`) and a sandbox start, so that starts do not eat the last tests' time."""
+    """The default limit of a harness over ``n`` tests of ``test_s`` each: every test's limit, one more for
+    defining the solution and room to find one stall (a test that ignores its alarm is killed after
+    :data:`STALL_GRACE_S`; :func:`run_harness` adds as much for the next); with a sandbox per test, each
+    test's whole allowance by the host's clock (:data:`TEST_GRACE_S`) and a sandbox start, so that starts
+    do not eat the last tests' time."""
     if tests_per_run == 1:
         return n * (test_s * 1.1 + TEST_GRACE_S + START_GRACE_S)
-    return test_s * (n + 1)
+    return test_s * (n + 1) + STALL_GRACE_S
 
 
 def chunk_end(items: Sequence[Any], start: int, budget: int, most: int | None = None) -> int:

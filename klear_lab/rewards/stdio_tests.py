@@ -43,25 +43,42 @@ _scope: dict[str, Any] = {}
 exec(NORMALIZE, _scope)  # noqa: S102 - our own constant: the host's copy of the harness' function
 normalized_output = _scope["_normalized"]
 
-_STDIO_HARNESS = PRELUDE + NORMALIZE + """import atexit, gc, hashlib, posix, threading, time
+_STDIO_HARNESS = PRELUDE + NORMALIZE + """import atexit, gc, hashlib, operator, posix, threading, time
 try:
     _code = compile(_P["code"], "solution.py", "exec")
 except BaseException as e:
     _emit({"load_error": type(e).__name__ + ": " + str(e)[:200]}); os._exit(0)
 _emit({"defined": True})
-_real_exit, _empty, _lock, _live = os._exit, os.open(os.devnull, os.O_RDONLY), threading.Lock(), [False]
-def _exit_test(code=0):  # os._exit as a process of its own has it, from any thread: the test ends with
+_real_exit, _empty, _lock, _live = os._exit, os.open(os.devnull, os.O_RDONLY), threading.RLock(), [False]
+def _exit_test(status):  # os._exit as a process of its own has it, from any thread: the test ends with
     # what fd 1 holds (no finally, atexit or flush runs), reported here; the next tests run in a fresh sandbox
-    _lock.acquire()
+    status = operator.index(status)  # TypeError, OverflowError: as the real one raises them
+    if not -2**31 <= status < 2**31:
+        raise OverflowError("signed integer is greater than maximum")
+    _disarm()
+    while True:
+        try:
+            _lock.acquire()
+            break
+        except _Timeout:  # an alarm already on its way (main thread): the lock is not held
+            pass
     if not _live[0]:  # the test is over
         _lock.release()
         if threading.current_thread() is threading.main_thread():
             return  # its teardown (a __del__): nothing more to end
         while True:  # as if the process had ended (a thread left running ends the sandbox after the test)
             time.sleep(3600)
-    _disarm()
-    _report(dict(i=_i, **_exit_error(code)))
+    _report(dict(i=_i, **_exit_error(status)))
     _real_exit(0)  # the lock stays held: the main thread reports nothing more for this test
+def _leave():  # the test is over: no os._exit reports for it from now (an alarm arriving here is retried)
+    while True:
+        try:
+            _disarm()
+            with _lock:
+                _live[0] = False
+            return
+        except _Timeout:
+            pass
 def _feed(w, data):
     try:
         view = memoryview(data)
@@ -84,11 +101,11 @@ def _report(rec):
     _emit(rec)
 def _new_threads(before):
     return [t for t in threading.enumerate() if t not in before and t.is_alive()]
-def _output(fd):
-    os.lseek(fd, 0, 0)
-    parts = []
-    while chunk := os.read(fd, 1 << 20):
+def _output(fd):  # pread: fd 1 shares the offset, and a thread may still be writing there
+    parts, at = [], 0
+    while chunk := os.pread(fd, 1 << 20, at):
         parts.append(chunk)
+        at += len(chunk)
     return b"".join(parts)
 for _i, _data in enumerate(_P["stdins"]):
     _r, _w = os.pipe()
@@ -103,10 +120,16 @@ for _i, _data in enumerate(_P["stdins"]):
     try:
         _arm()
         try:
-            os._exit = posix._exit = _exit_test
+            os._exit = posix._exit = _exit_test  # for good: a thread may look it up after the test
             _live[0] = True
             try:
-                exec(_code, _g := {"__name__": "__main__"})
+                try:
+                    exec(_code, _g := {"__name__": "__main__"})
+                finally:
+                    try:  # as the interpreter does once __main__ ends, before threads and atexit
+                        sys.stdout.flush()
+                    except Exception:
+                        pass
             except SystemExit as e:
                 _rec.update(_exit_error(e.code))
             for _t in _new_threads(_before):
@@ -114,10 +137,7 @@ for _i, _data in enumerate(_P["stdins"]):
                     _t.join()
             atexit._run_exitfuncs()  # the "write it all at exit" fast-I/O templates
         finally:
-            with _lock:
-                _live[0] = False
-            _disarm()
-            os._exit = posix._exit = _real_exit
+            _leave()
             atexit._clear()
     except _Timeout:
         _rec["timeout"] = True
@@ -149,14 +169,14 @@ def stdout_matches(got: Any, expected: str) -> bool:
 
 def run_stdio_tests(code: str, tests: Sequence[dict[str, Any]], *, timeout_s: float,
                     test_timeout_s: float | None = None, limits: SandboxLimits | None = None,
-                    tests_per_run: int | None = None) -> TestRun:
+                    tests_per_run: int | None = None, fixed_total: bool = False) -> TestRun:
     """Run ``code`` as a whole program once per ``{"stdin": str, "stdout": str}`` test, all in one sandbox
     process (more after a stall or a crash: :func:`~klear_lab.rewards.harness.run_harness`); output is
-    compared on the host by digest (:func:`stdout_matches`'s rule). Timeouts and ``tests_per_run`` as in
-    :func:`~klear_lab.rewards.function_tests.run_function_tests`. Output past ``limits.fsize_mb`` fails
-    its test (the write raises inside the program)."""
+    compared on the host by digest (:func:`stdout_matches`'s rule). Timeouts, ``tests_per_run`` and
+    ``fixed_total`` as in :func:`~klear_lab.rewards.function_tests.run_function_tests`. Output past
+    ``limits.fsize_mb`` fails its test (the write raises inside the program)."""
     payload = {"code": code, "stdins": [t["stdin"] for t in tests], "test_s": test_timeout_s}
     expected = [hashlib.sha256(normalized_output(t["stdout"])).hexdigest() for t in tests]
-    res = run_harness(_STDIO_HARNESS, payload, "stdins", timeout_s, limits, tests_per_run)
+    res = run_harness(_STDIO_HARNESS, payload, "stdins", timeout_s, limits, tests_per_run, fixed_total)
     return verdicts(res, timeout_s, test_timeout_s, len(tests),
                     lambda i, rec: "err" not in rec and rec.get("digest") == expected[i])

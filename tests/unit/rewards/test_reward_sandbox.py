@@ -231,7 +231,7 @@ def test_a_candidate_that_catches_the_test_alarm_loses_that_test_only(monkeypatc
     stdio = [{"stdin": f"{x}\n", "stdout": f"{x}\n"} for x in (2, 1, 2, 3)]
     run = run_stdio_tests(program, stdio, timeout_s=60, test_timeout_s=0.5)
     assert (run.passed, run.status) == ((False, True, False, True), "timeout") and run.wall_s < 15, run
-    slow = run_stdio_tests(program, stdio, timeout_s=3, test_timeout_s=0.5)  # the whole limit still holds
+    slow = run_stdio_tests(program, stdio, timeout_s=3, test_timeout_s=0.5, fixed_total=True)  # a hard cap holds
     assert slow.status == "timeout" and "timed out after 3 s" in slow.info and slow.wall_s < 4, slow
 
 
@@ -378,14 +378,34 @@ def test_work_done_while_defining_the_solution_counts_against_the_limit():
     code = ("import sys, time\n_g = sys._getframe(1).f_globals\n_g['_disarm']()\n_x = _g['_P']['inputs'][0][0]\n"
             "time.sleep(2.0)\ndef f(x):\n    return _x\n")
     tests = [{"input": [x], "output": x} for x in (1, 2)]
-    alone = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.5, tests_per_run=1)
+    alone = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.2, tests_per_run=1)
     assert (alone.passed, alone.status) == ((False, False), "timeout"), alone
-    shared = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.5)
+    shared = run_function_tests(code, "f", tests, timeout_s=30, test_timeout_s=0.2)
     assert (shared.passed, shared.status) == ((False, False), "load_error") and "defining" in shared.info, shared
-    quick = code.replace("time.sleep(2.0)", "time.sleep(0.2)")  # within its limit: both modes pass it
+    quick = code.replace("time.sleep(2.0)", "time.sleep(0.1)")  # within its limit: both modes pass it
     for per_run in (1, None):
-        assert run_function_tests(quick, "f", [tests[0]], timeout_s=30, test_timeout_s=0.5,
+        assert run_function_tests(quick, "f", [tests[0]], timeout_s=30, test_timeout_s=0.2,
                                   tests_per_run=per_run).passed == (True,)
+
+
+def test_fresh_sandboxes_and_stalls_do_not_eat_the_later_tests_time(monkeypatch):
+    """Each ``os._exit`` (a fresh sandbox for the next test) and each stall (a test that ignored its alarm,
+    killed after its limit and 5 s) came out of the run's total, so honest tests after them timed out (a
+    review: a judge passes them)."""
+    tests = [{"stdin": f"{x}\n", "stdout": f"{x}"} for x in range(4)]
+    stall = ("import signal, time\nx = int(input())\nif x == 0:\n    signal.pthread_sigmask(signal.SIG_BLOCK, "
+             "[signal.SIGALRM])\n    time.sleep(60)\nprint(x)\n")
+    run = run_stdio_tests(stall, tests, timeout_s=harness.total_limit_s(1, 4, None), test_timeout_s=1)
+    assert run.passed == (False, True, True, True), run
+    real = harness.run_python
+    def slow_start(source, timeout_s, **kw):  # a loaded host: 0.6 s of each run's time before the program
+        time.sleep(0.6)
+        return real(source, timeout_s=max(timeout_s - 0.6, 0.01), **kw)
+
+    monkeypatch.setattr(harness, "run_python", slow_start)
+    exits = "import os, time\nx = int(input())\ntime.sleep(0.7)\nprint(x, flush=True)\nos._exit(0)\n"
+    run = run_stdio_tests(exits, tests, timeout_s=5, test_timeout_s=1)
+    assert (run.passed, run.status) == ((True,) * 4, "ok"), run
 
 
 def test_state_left_in_builtins_reaches_the_next_test_only_in_a_shared_sandbox(monkeypatch):
@@ -583,26 +603,35 @@ OS_EXIT = {  # program -> passes a judge (both tests), as a process of its own h
     "except skipped": ("try:\n    print(a + b, flush=True)\n    os._exit(0)\nexcept BaseException:\n"
                        "    print('oops')\n", True),
     "with skipped": ("with open(1, 'w') as out:\n    out.write(str(a + b))\n    os._exit(0)\n", False),
-    "from a thread, unflushed": ("threading.Thread(target=lambda: (print(a + b), os._exit(0))).start()\n", False),
+    "from a thread, unflushed": ("threading.Thread(target=lambda: (time.sleep(0.1), print(a + b), os._exit(0)))"
+                                 ".start()\n", False),  # printed after __main__ ended (and flushed)
     "from a thread, exit 1": ("threading.Thread(target=lambda: (print(a + b, flush=True), os._exit(1))).start()\n",
                               False),
     "from a thread, main waits": ("t = threading.Thread(target=lambda: (print(a + b, flush=True), os._exit(0)))\n"
                                   "t.start()\nt.join()\nprint('done')\n", True),
     "threads killed": ("threading.Thread(target=lambda: (time.sleep(2), print('late', flush=True))).start()\n"
                        "print(a + b, flush=True)\nos._exit(0)\n", True),
+    "flushed as __main__ ends, thread exits": (
+        "print(a + b)\nthreading.Thread(target=lambda: (time.sleep(0.1), os._exit(0))).start()\n", True),
+    "flushed as __main__ ends, atexit exits": ("atexit.register(os._exit, 0)\nprint(a + b)\n", True),
+    "status keyword": ("print(a + b, flush=True)\nos._exit(status=0)\n", True),
+    "status None": ("print(a + b, flush=True)\nos._exit(None)\n", False),
+    "a daemon exits after main ends": ("threading.Thread(target=lambda: (time.sleep(0.2), os._exit(3)), daemon=True)"
+                                       ".start()\nprint(a + b)\n", True),
 }
 
 
 @pytest.mark.parametrize("name", OS_EXIT)
-def test_os_exit_ends_the_test_as_it_ends_a_process(name):
+def test_os_exit_ends_the_test_as_it_ends_a_process(name, tmp_path):
     """``os._exit`` drops Python's buffers (stdout to a file is block-buffered), runs no ``finally``,
     ``with`` or ``atexit`` code and kills the threads, from any thread; the harness flushed for it, ran
     them or waited (a review's table). Each verdict is checked against a real process, as a judge runs it."""
     program, passes = OS_EXIT[name]
     tests = [{"stdin": "3 4\n", "stdout": "7"}, {"stdin": "1 2\n", "stdout": "3"}]
-    judged = []
+    judged, solution = [], tmp_path / "solution.py"  # a file, as judges run it (`-c` does not flush as __main__ ends)
+    solution.write_text(READ + program)
     for t in tests:
-        real = subprocess.run([sys.executable, "-c", READ + program], input=t["stdin"], capture_output=True,
+        real = subprocess.run([sys.executable, str(solution)], input=t["stdin"], capture_output=True,
                               text=True, env={"PATH": "/usr/bin:/bin"}, timeout=30)
         judged.append(real.returncode == 0 and stdout_matches(real.stdout, t["stdout"]))
     assert judged == [passes] * 2, judged
