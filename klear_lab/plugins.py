@@ -93,38 +93,33 @@ def plugin_origin(cls: type) -> str | None:
         return None
     if not module.startswith(FILE_MODULE_PREFIX):
         return module
-    path = Path(inspect.getfile(cls))
+    try:
+        path = Path(inspect.getfile(cls))
+    except (TypeError, OSError):  # generated code (exec) in a plugin: no file to name
+        return module
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def plugin_digests(plugins: list[str]) -> list[str]:
     """What a run's identity records of its plugins: each file's (or module's) SHA-256, not its path,
-    so the same code anywhere hashes alike and edited code does not, with the helper modules beside it
-    that it imports (:func:`helper_modules`). A path that cannot be read stays."""
+    so the same code anywhere hashes alike and edited code does not. A path that cannot be read stays.
+    Helper modules a plugin imports are not hashed (that would change earlier runs' hashes, and resume
+    and sweeps match runs by hash); the run keeps copies of them (:func:`helper_modules`)."""
     out = []
     for plugin in plugins:
         path = Path(plugin) if str(plugin).endswith(".py") else _module_file(str(plugin))
         try:
-            out.append("sha256:" + identity_digest(path) if path else str(plugin))
+            out.append("sha256:" + code_digest(path) if path else str(plugin))
         except OSError:
             out.append(str(plugin))
     return sorted(out)
 
 
-def identity_digest(path: Path) -> str:
-    """The plugin file's :func:`code_digest`, or, where it imports helper modules beside it, the digest of
-    its own and theirs (a plugin without helpers keeps the digest it had before helpers were hashed)."""
-    helpers = helper_modules(path)
-    if not helpers:
-        return code_digest(path)
-    parts = [code_digest(path), *(f"{h.name}:{code_digest(h)}" for h in helpers)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
 def helper_modules(path: Path) -> list[Path]:
-    """The ``.py`` modules beside ``path`` that it imports (``import helper``, ``from helper import x``),
-    and those they import, found by reading the code (nothing is run): a plugin may import a helper
-    beside it, and an edit there changes what the run computes."""
+    """The readable ``.py`` modules beside ``path`` that it imports (``import helper``, ``from helper import
+    x``), and those they import, found by reading the code (nothing is run). A name that imports from
+    elsewhere (``random`` beside a ``random.py``: the plugin's directory comes last on ``sys.path``) is not
+    one; packages and relative imports are not followed."""
     import ast
 
     found: dict[str, Path] = {}
@@ -137,12 +132,24 @@ def helper_modules(path: Path) -> list[Path]:
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-            for name in names:
-                helper = path.parent / f"{name.split('.')[0]}.py"
-                if helper.is_file() and helper.name not in found and helper.resolve() != path.resolve():
+            for name in {n.split(".")[0] for n in names}:
+                helper = path.parent / f"{name}.py"
+                if helper.name not in found and _beside(helper, path) and os.access(helper, os.R_OK):
                     found[helper.name] = helper
                     todo.append(helper)
     return sorted(found.values())
+
+
+def _beside(helper: Path, plugin: Path) -> bool:
+    """Whether ``import <helper's name>`` from ``plugin`` loads ``helper``: it exists, is not the plugin, and
+    no module of that name is found before the plugin's directory on ``sys.path``."""
+    if not helper.is_file() or helper.resolve() == plugin.resolve():
+        return False
+    try:
+        spec = importlib.util.find_spec(helper.stem)
+    except (ImportError, ValueError):
+        return True
+    return spec is None or spec.origin is None or Path(spec.origin).resolve() == helper.resolve()
 
 
 def code_digest(path: Path) -> str:

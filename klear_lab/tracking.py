@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,6 @@ def hashed_body(cfg: dict[str, Any]) -> dict[str, Any]:
         body.get(section, {}).pop(key, None)
     for path, before in ADDED_KEYS.items():
         drop_if_unchanged(body, path, before)
-    devices = body.get("trainer", {}).get("devices")
-    if isinstance(devices, str) and devices.strip().isdigit():  # Lightning reads '2' as 2 devices
-        body["trainer"]["devices"] = int(devices)
     if body.get("plugins"):  # their code, not where it lies (configs without plugins keep their hash)
         body["plugins"] = plugin_digests(body["plugins"])
     return body
@@ -135,9 +133,12 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
     for plugin in cfg.get("plugins") or []:
         if str(plugin).endswith(".py") and Path(plugin).is_file():
             for source in (Path(plugin), *helper_modules(Path(plugin))):
-                copy = run_dir / "plugins" / f"{source.stem}-{code_digest(source)[:8]}.py"
-                copy.parent.mkdir(exist_ok=True)
-                atomic_write(copy, lambda tmp, src=source: shutil.copyfile(src, tmp))
+                try:
+                    copy = run_dir / "plugins" / f"{source.stem}-{code_digest(source)[:8]}.py"
+                    copy.parent.mkdir(exist_ok=True)
+                    atomic_write(copy, lambda tmp, src=source: shutil.copyfile(src, tmp))
+                except OSError as exc:  # a record of the code, not needed to run: say so and go on
+                    warnings.warn(f"could not keep a copy of plugin code {source}: {exc}", stacklevel=2)
     from klear_lab.config.compose import dump_yaml
 
     text = dump_yaml(cfg)

@@ -30,31 +30,42 @@ def base_identity(spec: SweepSpec) -> tuple[str, dict[str, Any]]:
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The keys whose values differ between two :func:`base_identity` config records, as ``key: old -> new``
-    (the starting point's named so), at most :data:`SHOWN` of them."""
+    (the starting point's named so), at most :data:`SHOWN` of them; "" when none can be told apart."""
     changes = []
     for part in sorted(old.keys() | new.keys()):
+        if part not in old or part not in new:
+            changes.append(f"a model.init_from starting point {'added' if part in new else 'removed'}")
+            continue
         prefix = "" if part == "base" else "the model.init_from experiment's "
-        was, now = flatten(old.get(part, {})), flatten(new.get(part, {}))
+        was, now = flatten(old[part]), flatten(new[part])
         for key in sorted(was.keys() | now.keys()):
-            before, after = was.get(key, "<unset>"), now.get(key, "<unset>")
+            before, after = _shown(was, key), _shown(now, key)
             if before != after:
-                changes.append(prefix + (_plugins_change(before, after) if key == "plugins"
-                                         else f"{key}: {_short(before)} -> {_short(after)}"))
+                changes.append(prefix + (_plugins_change(was.get(key), now.get(key)) if key == "plugins"
+                                         else f"{key}: {before} -> {after}"))
     more = f" and {len(changes) - SHOWN} more" if len(changes) > SHOWN else ""
     return "; ".join(changes[:SHOWN]) + more
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted keys of a nested config: mappings by key, lists of mappings or lists by index, other values
-    (a plugin list of code digests included) whole."""
+    (a plugin list of code digests included) whole; empty mappings and lists leave no key."""
     items = node.items() if isinstance(node, dict) else enumerate(node) \
         if isinstance(node, list) and any(isinstance(v, (dict, list)) for v in node) else None
-    if not items:
-        return {prefix[:-1]: node}
+    if items is None:
+        return {} if node == [] else {prefix[:-1]: node}
     out: dict[str, Any] = {}
     for key, value in items:
         out.update(flatten(value, f"{prefix}{key}."))
     return out
+
+
+def _shown(flat: dict[str, Any], key: str) -> str:
+    """A value as a refusal shows it (JSON, NaN equal to itself), or ``(unset)``."""
+    if key not in flat:
+        return "(unset)"
+    text = json.dumps(flat[key], default=str, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plugins_change(before: Any, after: Any) -> str:
@@ -62,11 +73,6 @@ def _plugins_change(before: Any, after: Any) -> str:
     was, now = set(before if isinstance(before, list) else []), set(after if isinstance(after, list) else [])
     return (f"plugins: {len(was - now)} plugin file(s) no longer used or edited, {len(now - was)} new or "
             "edited (a plugin's code is hashed whole, comments included)")
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plain(value: Any) -> Any:

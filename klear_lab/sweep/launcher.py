@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from klear_lab.resume import process_start
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 from klear_lab.sweep.trial import forked_main
 
@@ -122,8 +123,9 @@ def needs_fresh(cfg: dict[str, Any]) -> bool:
 
 
 def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_path: Path,
-                      env: dict[str, str]) -> tuple[int, int]:
-    """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code and pid."""
+                      env: dict[str, str]) -> tuple[int, tuple[int, int | None]]:
+    """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code, and
+    its pid and start time (``resume.process_start``: what its run's ``run.json`` records of its writer)."""
     proc: TrialProcess
     if spec.trial_start == "fresh" or needs_fresh(cfg):
         proc = _Fresh(job_path.resolve(), log_path, env)
@@ -134,7 +136,8 @@ def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_
     try:
         if _STOPPED.is_set():  # started while kill_all ran, after it looked
             proc.kill()
-        return proc.wait(), proc.pid
+        started = process_start(proc.pid)  # not reaped before wait(): still this process
+        return proc.wait(), (proc.pid, started)
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(proc)

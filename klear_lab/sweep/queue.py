@@ -103,9 +103,9 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
         skip.add("config")
     differ = sorted(k for k in old.keys() & new.keys() - skip - {CONFIGS} if old[k] != new[k])
     if "config" in differ:
-        changed = config_changes(old[CONFIGS], new[CONFIGS]) if old.get(CONFIGS) and new.get(CONFIGS) else (
-            "the experiment file, a file it builds on, its model.init_from experiment, a plugin's code or "
-            "klear-lab's defaults")
+        changed = config_changes(old[CONFIGS], new[CONFIGS]) if old.get(CONFIGS) and new.get(CONFIGS) else ""
+        changed = changed or ("the experiment file, a file it builds on, its model.init_from experiment, a "
+                              "plugin's code or klear-lab's defaults")
         differ[differ.index("config")] = (
             f"config (its hash was {old['config']}, now {new['config']}; changed since trials finished: "
             f"{changed}; undo the change to continue the study)")

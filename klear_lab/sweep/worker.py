@@ -202,11 +202,11 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     resuming = f", resuming {job['resume']}" if job["resume"] else ""
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path}){resuming}")
     started = time.time()
-    outcome, pid = _run_process(ctx, cfg, job_path, log_path)
+    outcome, process = _run_process(ctx, cfg, job_path, log_path)
     final = storage.get_trial(trial_id)
     interrupted = ctx.stop.is_set()  # Ctrl-C: a terminal's SIGINT may also have failed the trial itself
-    if interrupted and pid is not None:  # SIGKILLed, the trial could not record its run as interrupted
-        mark_interrupted(ctx.spec.runs_dir, pid)
+    if interrupted and process is not None:  # SIGKILLed, the trial could not record its run as interrupted
+        mark_interrupted(ctx.spec.runs_dir, *process)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
         trial.set_user_attr("error", INTERRUPTED if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
@@ -232,13 +232,14 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     return final.state
 
 
-def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_path: Path) -> tuple[str, int | None]:
-    """Run a trial's process to its end: (what became of it, its pid; None when none started)."""
+def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_path: Path,
+                 ) -> tuple[str, tuple[int, int | None] | None]:
+    """Run a trial's process to its end: (what became of it, its pid and start time; None when none started)."""
     try:
-        code, pid = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
+        code, process = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
     except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
         return f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}", None
-    return f"trial process exited with code {code}; see {log_path}", pid
+    return f"trial process exited with code {code}; see {log_path}", process
 
 
 def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:

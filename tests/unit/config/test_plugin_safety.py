@@ -157,27 +157,25 @@ def test_run_identity_follows_plugin_code_not_its_path(tmp_path):
     assert saved.read_text() == first.read_text() and saved.name.startswith("mine-")
 
 
-def test_run_identity_covers_the_helper_modules_a_plugin_imports(tmp_path):
-    """A plugin may import a helper beside it; an edit there changed what runs computed, not their hash
-    (a resume would mix the two), and the run kept no copy of it."""
+def test_a_run_keeps_copies_of_the_helper_modules_a_plugin_imports(tmp_path):
+    """A plugin may import a helper beside it; the run kept no copy of it. Its hash stays the plugin's own
+    (hashing helpers would refuse the resume of earlier runs), and names that import from elsewhere
+    (``random`` beside a ``random.py``) or cannot be read are not helpers (a review)."""
     (tmp_path / "mix_params.py").write_text("LIMIT = 3\n")
     (tmp_path / "mix_util.py").write_text("from mix_params import LIMIT\n")  # a helper's own helper
+    (tmp_path / "random.py").write_text("# shadowed: the stdlib's random is what loads\n")
+    (tmp_path / "unreadable.py").symlink_to(tmp_path / "missing.py")
     plugin = tmp_path / "helped.py"
-    plugin.write_text("import json\nfrom mix_util import LIMIT\n" + mix("helped_mix"))
+    plugin.write_text("import random\nfrom mix_util import LIMIT\ndef _never():\n    import unreadable\n"
+                      + mix("helped_mix"))
     cfg = compose(EXPERIMENT, [f"plugins=[{plugin}]", "data.mix=helped_mix"])
-    before = config_hash(cfg)
-    (tmp_path / "mix_params.py").write_text("LIMIT = 4\n")
-    assert config_hash(cfg) != before
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_config(run_dir, cfg)
     assert sorted(p.name.split("-")[0] for p in (run_dir / "plugins").iterdir()) == ["helped", "mix_params", "mix_util"]
-    lone = tmp_path / "lone" / "lone.py"  # no helper: the digest it had before helpers were hashed
-    lone.parent.mkdir()
-    lone.write_text(mix("lone_mix"))
     from klear_lab.plugins import code_digest, plugin_digests
 
-    assert plugin_digests([str(lone)]) == ["sha256:" + code_digest(lone)]
+    assert plugin_digests([str(plugin)]) == ["sha256:" + code_digest(plugin)]
 
 
 def test_wrong_return_types_name_the_component():

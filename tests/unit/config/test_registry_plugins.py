@@ -128,6 +128,10 @@ def test_components_marks_the_entries_plugins_registered(tmp_path, capsys, monke
     marks = _marks(capsys.readouterr().out)
     assert marks["listed_file_mix"] == "(plugin: listed_mix.py)"
     assert marks["top_k"] == marks["all"] == ""  # built-ins
+    generated = "exec(compile({src!r}, 'generated', 'exec'), {{'__name__': __name__ + '_gen'}})\n"
+    (tmp_path / "gen_mix.py").write_text(generated.format(src=PLUGIN.format(name="generated_mix")))
+    assert main(["components", "data_mix", "--plugin", "gen_mix.py"]) == 0  # no file to name: a traceback before
+    assert _marks(capsys.readouterr().out)["generated_mix"].startswith("(plugin: klear_plugin_")
     monkeypatch.syspath_prepend(str(_installed_package(tmp_path)))  # an installed package's entry point
     monkeypatch.setattr(plugins, "_loaded_entry_points", False)
     assert main(["components", "data_mix"]) == 0

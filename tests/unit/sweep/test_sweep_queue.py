@@ -494,3 +494,34 @@ def test_an_edited_init_from_experiment_is_refused_once_trials_finished(tmp_path
     (tmp_path / "parent.yaml").write_text(f"base: {root / 'sft.yaml'}\nsft: {{max_steps: 7}}\n")
     with pytest.raises(ConfigError, match=r"the model.init_from experiment.s sft.max_steps: -1 -> 7"):
         prepare_study(study, spec, arms, lock)
+
+
+def test_a_ctrl_c_marks_only_the_run_of_the_killed_trial_process(tmp_path):
+    """Matched on pid and host alone, the record of a ``kill -9``ed sweep's run with the same pid (pids repeat
+    after a container restart) was marked, and the killed trial's own run stayed "running" (a review)."""
+    import json
+    import socket
+
+    from klear_lab.sweep.trial import mark_interrupted
+
+    for name, start in (("old", 111), ("live", 222)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps(
+            {"status": "running", "pid": 57, "pid_start": start, "host": socket.gethostname()}))
+    assert mark_interrupted(tmp_path, 57, 222) == tmp_path / "live"
+    status = {name: json.loads((tmp_path / name / "run.json").read_text()) for name in ("old", "live")}
+    assert status["old"]["status"] == "running" and status["live"]["error"] == "interrupted (Ctrl-C)"
+    assert "pid" not in status["live"] and mark_interrupted(tmp_path, 57, 333) is None
+
+
+def test_what_changed_reads_plainly():
+    """Empty mappings showed as `{} -> "<unset>"` beside the real change, an added starting point listed
+    every key of it, NaN showed as changed, and equal configs gave an empty reason (a review)."""
+    from klear_lab.sweep.identity import config_changes
+
+    old = {"base": {"eval": {"per_source": {}}, "x": [], "y": float("nan"), "lr": 1e-3}}
+    new = {"base": {"eval": {"per_source": {"lcb": 4}}, "x": [{"a": 1}], "y": float("nan"), "lr": 2e-3},
+           "init_from": {"sft": {"max_steps": 3}}}
+    assert config_changes(old, new) == ("eval.per_source.lcb: (unset) -> 4; lr: 0.001 -> 0.002; x.0.a: (unset) -> 1; "
+                                        "a model.init_from starting point added")
+    assert config_changes(old, old) == ""
