@@ -114,8 +114,8 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     the next, and a program that finds the harness' internals cannot report results for tests it did not
     run, at the cost of a sandbox start per test.
 
-    A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 =
-    595 s for the paper's code reward), holding up the whole reward batch. So a run silent for one
+    A candidate that catches the harness' per-test alarm would run on to ``timeout_s`` (35 s x 17 + 5 s =
+    600 s for the paper's code reward), holding up the whole reward batch. So a run silent for one
     test limit plus :data:`STALL_GRACE_S` once the sandbox is up, or after its last line, is killed:
     that test times out, and the tests after it run in a fresh sandbox. A line out of order on the
     harness' pipe ends the run and fails the candidate's remaining tests (:data:`FOUL`). A run that ends before its
