@@ -50,7 +50,12 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
 
 def config_hash(cfg: dict[str, Any]) -> str:
     """Hash of what the run computes (seed and naming excluded): seeds of one arm share it."""
-    return hashlib.sha256(json.dumps(hashed_body(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return body_hash(hashed_body(cfg))
+
+
+def body_hash(body: dict[str, Any]) -> str:
+    """:func:`config_hash` of a config whose :func:`hashed_body` is ``body``."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def hashed_body(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -16,16 +16,14 @@ def base_identity(spec: SweepSpec) -> tuple[str, dict[str, Any]]:
     (the base holds its path only: an edited starting point trains the later trials on another model);
     with the configs hashed (:func:`~klear_lab.tracking.hashed_body`), by ``base`` and ``init_from``."""
     from klear_lab.builders import parent_config
-    from klear_lab.tracking import config_hash, hashed_body
+    from klear_lab.tracking import body_hash, hashed_body
 
     base = spec.compose()
-    bodies = {"base": hashed_body(base)}
+    bodies = {"base": hashed_body(base)}  # each read once: a plugin's code is read to hash it
     model = base["model"]
     if model.get("init_from") and not model.get("name_or_path"):
-        parent = parent_config(base)
-        bodies["init_from"] = hashed_body(parent)
-        return f"{config_hash(base)}+{config_hash(parent)}", _plain(bodies)
-    return config_hash(base), _plain(bodies)
+        bodies["init_from"] = hashed_body(parent_config(base))
+    return "+".join(body_hash(body) for body in bodies.values()), _plain(bodies)
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
