@@ -191,7 +191,23 @@ def saved_identity(run_dir: Path) -> dict[str, Any]:
     identity = {k: v for k, v in identity.items() if k not in ("status", "error", *PROCESS_KEYS)}
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
     identity["git_commits"] = attempt_commits(run_dir, identity)
+    identity["software"] = attempt_software(run_dir, identity)
     return identity
+
+
+def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:
+    """The software versions of each attempt, this one last (runs from before they were recorded have none
+    for their earlier attempts). Warns on stderr naming what changed since the previous attempt."""
+    from klear_lab.tracking import software_versions
+
+    before, now = list(identity.get("software") or []), software_versions()
+    last = before[-1] if before and isinstance(before[-1], dict) else None
+    if last is not None and last != now:
+        changed = [f"{k} {last.get(k, '(none)')} -> {now.get(k, '(none)')}" for k in sorted({*last, *now})
+                   if last.get(k) != now.get(k)]
+        print(f"warning: {run_dir}: resuming with other software than the run's previous attempt: "
+              f"{', '.join(changed)} (run.json records each attempt's in software)", file=sys.stderr)
+    return [*before, now]
 
 
 def attempt_commits(run_dir: Path, identity: dict[str, Any]) -> list[str]:

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from klear_lab.errors import ConfigError
-from klear_lab.plugins import code_digest, helper_modules, plugin_digests
+from klear_lab.plugins import ENTRY_POINT_GROUP, code_digest, helper_modules, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
                     ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
@@ -319,4 +319,27 @@ def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": commit, "git_commits": [commit],
         "group": run["group"] or run["name"], "job_type": run["job_type"] or run["kind"],
         "tags": [*run["tags"], *component_tags(cfg)], "seed": run["seed"], "experiment": run["experiment"],
+        "software": [software_versions()],
     }
+
+
+SOFTWARE = ("klear-lab", "torch", "lightning", "transformers", "tokenizers", "datasets", "vllm", "math-verify",
+            "wandb", "optuna", "omegaconf")
+"""The distributions whose versions a run records: its numbers (kernels, samplers, parsers) depend on them."""
+
+
+def software_versions() -> dict[str, str]:
+    """Python's version, those of :data:`SOFTWARE` installed, and of each installed plugin package (a
+    ``klear_lab.plugins`` entry point, as ``plugin:NAME``; unlike a plugin file, its code is not hashed):
+    a run's saved config and seed reproduce it with these."""
+    import importlib.metadata as metadata
+    import platform
+
+    versions = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.dist is not None:
+            versions[f"plugin:{ep.dist.name}"] = ep.dist.version
+    return versions

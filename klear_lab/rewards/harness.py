@@ -79,9 +79,11 @@ as over the limit, whatever its line says: the limit inside the sandbox is an al
 can ignore (a review passed tests 5 s over a 2 s limit)."""
 
 START_GRACE_S = 1.0
-"""Seconds a sandbox may take to start on a loaded host: with a sandbox per test, each test's share of
-the run's total limit (the official code's process per test has no total: each test has its own), and
-what a run that ended early (a crash, ``os._exit``) adds to the total for the fresh sandbox after it."""
+"""Seconds a fresh sandbox's harness may take to get going on a loaded host (compiling the program,
+importing, reading the inputs; the sandbox's own start is not counted: ``run_python``): with a sandbox
+per test, each test's share of the run's total limit (the official code's process per test has no total:
+each test has its own), and what a run that ended early (a crash, ``os._exit``) adds to the total for the
+fresh sandbox after it."""
 
 FOUL = "wrote on the harness' result pipe"
 """Why every test of a run fails, and the tests after it, once a line there came out of order: only a
@@ -123,7 +125,8 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
     cap) runs the test it did not report again, first in a fresh sandbox (what earlier tests left, as
     memory, cannot fail it); ending early there too fails that test, and the next ones go on. Each such
     fresh sandbox adds :data:`START_GRACE_S` to ``timeout_s``, and each stall :data:`STALL_GRACE_S`, so
-    that they do not eat the later tests' time, unless ``fixed_total`` (a total the user set).
+    that they do not eat the later tests' time, unless ``fixed_total`` (a total the user set). Neither
+    counts a sandbox's own start, up to when it has the whole program: the host's time, not the candidate's.
 
     Only the next result line counts as a sign of life: a candidate writing anything else on the
     harness' pipe (it can reach it) is silent all the same. A test whose result line came more than
@@ -140,6 +143,7 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         res = run_python(source, timeout_s=max(deadline - time.monotonic(), 0.01), limits=limits,
                          idle_s=test_s + STALL_GRACE_S if test_s else None, progress=next_line(end - start))
         wall, returncode = wall + res.wall_s, res.returncode
+        deadline += res.ready_s or 0.0  # a sandbox's start is the host's time, not the candidate's (run_python)
         got = [shifted(rec, start) for rec in over_time(res.stdout, res.line_s, test_s, end - start, res.ready_s,
                                                         whole=tests_per_run == 1)]
         lines += got

@@ -42,6 +42,10 @@ from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation, ru
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
+START_LIMIT_S = 60.0
+"""Seconds the sandbox may take to come up and take in the whole program, before the program's own clock
+(``timeout_s``) starts. A sandbox still not up then is the host's failure, not the program's: RuntimeError
+(it was scored as the program timing out, after the program's whole limit)."""
 MARKER = "klear-sandbox"  # last argv entry of every sandboxed interpreter (to find leaks)
 _BOOT_TAG = "\x00klear-sandbox-up\n"
 _BOOT = f"""import os, resource, sys
@@ -72,7 +76,7 @@ class SandboxLimits:
     """Resource limits inside the sandbox (official Klear code: Firejail, as 1024m, fsize 8m, nproc 32).
 
     Attributes:
-        cpu_s: CPU seconds (RLIMIT_CPU); None = the wall-clock timeout, rounded up.
+        cpu_s: CPU seconds (RLIMIT_CPU); None = the wall-clock timeout, rounded up, + 1 s.
         memory_mb: address space (RLIMIT_AS).
         fsize_mb: largest file written (RLIMIT_FSIZE), stdout and stderr included.
         nofile: open files (RLIMIT_NOFILE).
@@ -99,11 +103,13 @@ class SandboxLimits:
             raise ValueError(f"cpu_s must be an integer >= 1 or None, got {self.cpu_s!r}")
 
     def rlimit_spec(self, timeout_s: float, nproc: bool = True) -> str:
-        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up. No core
+        """Return ``NAME=value,...`` for the prelude; CPU defaults to the wall clock, rounded up, and 1 s for
+        the sandbox's start (which the wall clock does not count): a single-threaded program meets the
+        wall-clock limit first, and times out, rather than being killed as a crash. No core
         files: where ``core_pattern`` pipes to a host helper (systemd-coredump, apport), a crash would
         hand the program's memory to a process outside the sandbox, which writes it to the host's disk.
         ``nproc=False`` leaves RLIMIT_NPROC out (every sandbox one host uid, the seccomp filter on)."""
-        cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(timeout_s))
+        cpu = self.cpu_s if self.cpu_s is not None else math.ceil(timeout_s) + 1
         mib = 1 << 20
         return (f"RLIMIT_CPU={cpu},RLIMIT_AS={self.memory_mb * mib},RLIMIT_FSIZE={self.fsize_mb * mib},"
                 f"RLIMIT_NOFILE={self.nofile},RLIMIT_CORE=0" + (f",RLIMIT_NPROC={self.nproc}" if nproc else ""))
@@ -192,7 +198,9 @@ def run_python(
 
     Args:
         source: Python program text (fed on stdin to the prelude, never written on the host).
-        timeout_s: wall-clock limit; on expiry the process group is killed.
+        timeout_s: the program's wall-clock limit, from when the sandbox is up and has the whole program
+            (a loaded host's slow start is not the program's time; :data:`START_LIMIT_S` bounds it); on
+            expiry the process group is killed.
         limits: resource limits; defaults to ``SandboxLimits()``.
         idle_s: also kill it once its stdout has been silent this long after its last output (the
             prelude's start marker, then the program's; not before the program is fed whole); ``stalled``
@@ -208,7 +216,8 @@ def run_python(
 
     Raises:
         ValueError: ``timeout_s`` is not a finite number > 0.
-        RuntimeError: bwrap is missing, or the sandbox itself failed to start.
+        RuntimeError: bwrap is missing, or the sandbox itself failed to start or was not up within
+            :data:`START_LIMIT_S`.
     """
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
@@ -246,6 +255,9 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     _wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
+    if ready is None and timed_out:
+        raise RuntimeError(f"the bubblewrap sandbox was not up within {START_LIMIT_S:g} s (exit "
+                           f"{proc.returncode}; the program never ran): {stderr[-500:]}")
     if not booted and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "
                            f"{stderr[-500:]}")
@@ -266,7 +278,8 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
               idle_s: float | None = None, progress: Callable[[bytes], bool | None] | None = None,
               ) -> tuple[bytes, bytes, bool, bool, list[float], str | None, float | None]:
     """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest of stderr is
-    read and dropped), until the process exits, ``timeout_s`` passes, stdout reaches ``cap`` (the program
+    read and dropped), until the process exits, ``timeout_s`` passes from when it is up with the whole
+    program (:data:`START_LIMIT_S` from the start while it is not), stdout reaches ``cap`` (the program
     is ended there: what it writes next would be dropped, and reading it costs the host a core), a line
     ``progress`` refuses (None) comes, or stdout stays silent for ``idle_s`` (only lines ``progress``
     accepts count, once the program has started); then kill its process group.
@@ -276,7 +289,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
         accepted came: ``time.monotonic()`` values, what ended it early: ``cap``, ``foul`` or None, when it
         was up with the whole program: the silence clock's start, or None).
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + START_LIMIT_S  # until it is up with the whole program; then ready + timeout_s
     heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
     booted = stalled = False
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
@@ -302,6 +315,7 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                         sel.unregister(f)
                         f.close()
                         heard = ready = time.monotonic() if booted else None  # a large program: idle from here
+                        deadline = deadline if ready is None else ready + timeout_s
                 elif chunk := os.read(f.fileno(), 1 << 16):
                     room = chunk[:max(cap - len(kept[f]), 0)]
                     kept[f] += room
@@ -315,7 +329,8 @@ def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap:
                         booted = True
                         if alive:
                             heard = now if sent >= len(data) else None
-                            ready = ready or heard
+                            if ready is None and heard is not None:
+                                ready, deadline = heard, heard + timeout_s
                 else:
                     sel.unregister(f)
         timed_out = bool(sel.get_map()) and not ended  # the deadline came first

@@ -4,6 +4,7 @@ not a traceback; each attempt's code commit is recorded."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,34 @@ def test_each_attempt_records_its_code_commit_and_a_new_one_warns(tmp_path, caps
     assert f"previous attempt ran on {first}" in capsys.readouterr().err
     (tmp_path / "run.json").write_text(json.dumps({**identity, "status": "failed"}))  # a third attempt
     assert saved_identity(tmp_path)["git_commits"] == [first, "2" * 40, "2" * 40]
+
+
+def test_each_attempt_records_its_software_and_a_change_warns(tmp_path, capsys, monkeypatch):
+    """Library versions (and installed plugin packages, whose code is not hashed) were not recorded: a run's
+    saved config and seed did not say which torch or plugin version produced its numbers."""
+    import importlib.metadata as metadata
+
+    versions = tracking.software_versions()
+    assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert versions["torch"] == metadata.version("torch") and versions["klear-lab"] == metadata.version("klear-lab")
+    (tmp_path / "run.json").write_text(json.dumps({"attempts": 1, "status": "failed"}))  # from before: none
+    assert saved_identity(tmp_path)["software"] == [versions]
+    assert "other software" not in capsys.readouterr().err
+    (tmp_path / "run.json").write_text(json.dumps({"attempts": 1, "status": "failed", "software": [versions]}))
+    assert saved_identity(tmp_path)["software"] == [versions, versions]
+    assert "other software" not in capsys.readouterr().err
+    older = {**versions, "torch": "1.0.0", "plugin:my-clips": "0.1"}
+    (tmp_path / "run.json").write_text(json.dumps({"attempts": 2, "status": "failed", "software": [older]}))
+    assert saved_identity(tmp_path)["software"] == [older, versions]
+    err = capsys.readouterr().err
+    assert f"torch 1.0.0 -> {versions['torch']}" in err and "plugin:my-clips 0.1 -> (none)" in err, err
+
+
+def test_software_lists_installed_plugin_packages(tmp_path, monkeypatch):
+    dist = tmp_path / "klear_ext-0.3.1.dist-info"  # an installed package with a klear_lab.plugins entry point
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: klear-ext\nVersion: 0.3.1\n")
+    (dist / "entry_points.txt").write_text(f"[{tracking.ENTRY_POINT_GROUP}]\next = klear_ext\n")
+    assert "plugin:klear-ext" not in tracking.software_versions()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert tracking.software_versions()["plugin:klear-ext"] == "0.3.1"

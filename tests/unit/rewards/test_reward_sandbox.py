@@ -265,6 +265,38 @@ def test_refuses_to_run_without_bwrap(monkeypatch, tmp_path):
         run_python("print(1)")
 
 
+def _slow_start(monkeypatch, seconds: float | None) -> None:
+    """Every sandbox takes ``seconds`` to start (a loaded host), or never comes up (None)."""
+    real = sandbox.bwrap_argv
+    def argv(*a, **kw):
+        if seconds is None:
+            return ["/bin/sleep", "60"]
+        return ["/bin/sh", "-c", f'/bin/sleep {seconds}; exec "$@"', "sh", *real(*a, **kw)]
+    monkeypatch.setattr(sandbox, "bwrap_argv", argv)
+
+
+def test_a_sandbox_that_never_comes_up_is_the_hosts_error_not_a_timeout(monkeypatch):
+    """It was scored as the program timing out, after the program's whole limit."""
+    _slow_start(monkeypatch, None)
+    monkeypatch.setattr(sandbox, "START_LIMIT_S", 1.0)
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"sandbox was not up within 1 s .*the program never ran"):
+        run_python("print(1)", timeout_s=5)
+    assert time.monotonic() - began < 4
+
+
+def test_a_slow_sandbox_start_is_not_the_programs_time(monkeypatch):
+    """A loaded host's slow start ate the program's limit: here 1.5 s of a hard 2 s total for two 0.3 s tests."""
+    _slow_start(monkeypatch, 1.5)
+    res = run_python("print(1)", timeout_s=1.0)
+    assert (res.stdout, res.timed_out, res.returncode) == ("1\n", False, 0) and res.ready_s >= 1.5, res
+    program = "import time\nx = int(input())\ntime.sleep(0.3)\nprint(x)\n"
+    tests = [{"stdin": f"{x}\n", "stdout": f"{x}"} for x in range(2)]
+    for per_run in (None, 1):  # one sandbox; a sandbox per test, each start credited to the total
+        run = run_stdio_tests(program, tests, timeout_s=2, test_timeout_s=1, fixed_total=True, tests_per_run=per_run)
+        assert (run.passed, run.status) == ((True, True), "ok"), (per_run, run)
+
+
 def _sandboxed_pids() -> list[int]:
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
