@@ -192,6 +192,11 @@ def saved_identity(run_dir: Path) -> dict[str, Any]:
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
     identity["git_commits"] = attempt_commits(run_dir, identity)
     identity["software"] = attempt_software(run_dir, identity)
+    started_in = identity.get("work_dir")
+    if started_in and Path(started_in) != Path.cwd():
+        print(f"warning: {run_dir}: resuming from {Path.cwd()}; the run started in {started_in}, and the relative "
+              "paths in its config.yaml (data files, model.name_or_path) are read from the working directory",
+              file=sys.stderr)
     return identity
 
 

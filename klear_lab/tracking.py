@@ -319,7 +319,7 @@ def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": commit, "git_commits": [commit],
         "group": run["group"] or run["name"], "job_type": run["job_type"] or run["kind"],
         "tags": [*run["tags"], *component_tags(cfg)], "seed": run["seed"], "experiment": run["experiment"],
-        "software": [software_versions()],
+        "software": [software_versions()], "work_dir": str(Path.cwd()),  # relative data paths are read from it
     }
 
 

@@ -77,3 +77,21 @@ def test_software_lists_installed_plugin_packages(tmp_path, monkeypatch):
     assert "plugin:klear-ext" not in tracking.software_versions()
     monkeypatch.syspath_prepend(str(tmp_path))
     assert tracking.software_versions()["plugin:klear-ext"] == "0.3.1"
+
+
+def test_run_json_names_the_directory_the_run_started_in_and_a_resume_elsewhere_warns(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """Relative data paths are read from the working directory, and nothing said which one the run used."""
+    started, elsewhere = tmp_path / "proj", tmp_path / "other"
+    started.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(started)
+    cfg = compose(None, ["run.out_dir=" + str(tmp_path / "runs")])
+    run_dir = create_run_dir(cfg)
+    identity = tracking.identity_of(cfg, run_dir)
+    assert identity["work_dir"] == str(started)
+    (run_dir / "run.json").write_text(json.dumps({**identity, "status": "failed"}))
+    saved_identity(run_dir)
+    assert "resuming from" not in capsys.readouterr().err
+    monkeypatch.chdir(elsewhere)
+    assert saved_identity(run_dir)["work_dir"] == str(started)
+    assert f"resuming from {elsewhere}; the run started in {started}" in capsys.readouterr().err
