@@ -190,15 +190,15 @@ def _fsync(path: Path) -> None:
 def make_loggers(cfg: dict[str, Any], run_dir: Path, identity: dict[str, Any]) -> list:
     """Lightning's CSVLogger and WandbLogger (offline unless the config says online); a resumed run's W&B
     logger first logs the kept rows W&B lost and then leaves out what W&B has (:mod:`klear_lab.wandb_resume`)."""
-    from klear_lab.wandb_resume import ResumedWandbLogger, logged_in_wandb
-
     loggers: list = []
     kept = run_dir / "csv" / "metrics.csv"  # a resumed run's rows up to its checkpoint
     kept_rows = csv_rows(kept) if kept.is_file() else []
     if cfg["tracking"]["csv"]:
         loggers.append(csv_logger(run_dir, kept_rows))
     wb, mode = cfg["tracking"]["wandb"], wandb_mode(cfg)
-    if mode != "disabled":
+    if mode != "disabled":  # wandb is imported only then (a second and more; not installed, say, on a GPU box)
+        from klear_lab.wandb_resume import ResumedWandbLogger, logged_in_wandb
+
         run, resumed = cfg["run"], identity.get("attempts", 1) > 1
         logger = ResumedWandbLogger(
             logged=logged_in_wandb(run_dir) if resumed else {},

@@ -111,6 +111,22 @@ def noise_stream(trainer: Any) -> int:
     return trainer.global_rank if sharded else 0
 
 
+def loss_scale(trainer: Any) -> float:
+    """The loss scale of ``16-mixed``'s GradScaler on a GPU, else 1.0. Under manual optimization (RL) the
+    gradients are still multiplied by it when they are clipped: Lightning unscales them only inside
+    ``optimizer.step()``, and unscaling them before would make that step raise (unscaled twice)."""
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+
+
+def clip_scaled_grad_norm_(params: Any, max_norm: float, scale: float = 1.0) -> torch.Tensor:
+    """``clip_grad_norm_`` of gradients still multiplied by a loss ``scale``: clips them so that, unscaled,
+    their norm is at most ``max_norm``, and returns the unscaled norm (before clipping). Clipping them as
+    they are cut every update of a ``16-mixed`` RL run to ``max_norm / scale``, 1/65536 of it, and logged
+    ``rl/grad_norm`` 65536 times too large. An overflow (inf) stays inf, and the scaler skips that step."""
+    return torch.nn.utils.clip_grad_norm_(params, max_norm * scale) / scale
+
+
 def check_grad_norm(trainer: Any, norm: float) -> None:
     """Stop a diverged run (:func:`~klear_lab.errors.check_finite`) before the optimizer step, except under
     ``16-mixed``, whose loss scaler skips a step of inf (still scaled) gradients itself and lowers its scale."""

@@ -24,7 +24,15 @@ from klear_lab.distributed import rank_and_world
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
-from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw, noise_stream, parameter_ndims
+from klear_lab.modules.optim import (
+    OptimSettings,
+    check_grad_norm,
+    clip_scaled_grad_norm_,
+    configure_adamw,
+    loss_scale,
+    noise_stream,
+    parameter_ndims,
+)
 from klear_lab.rl.data_parallel import (
     first_survivors,
     merge_rank_metrics,
@@ -265,7 +273,8 @@ class RLModule(L.LightningModule):
                     accumulate(totals, m)
                 if not micros:
                     self.manual_backward(zero_loss(self.policy))  # joins the all-reduce of the others' gradients
-                grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"))
+                grad = clip_scaled_grad_norm_(self.policy.parameters(), self.s.grad_clip or float("inf"),
+                                              loss_scale(self.trainer))  # 16-mixed: still scaled here
                 check_grad_norm(self.trainer, float(grad))
                 opt.step()
                 if self.s.schedule_per_update:

@@ -1,0 +1,74 @@
+"""SFT and RL speed per ``trainer.precision`` on one device, against ``32-true`` in the same script.
+
+    .venv/bin/python scripts/bench_precision.py          # CPU: 32-true, bf16-mixed (bf16 is slow on most CPUs)
+    python3 scripts/bench_precision.py --accelerator gpu --size 30m --sft-steps 200 --rl-steps 5 \\
+        --precisions 32-true,16-mixed,bf16-mixed,bf16-true --set sft.tokens_per_micro_batch=12000
+
+Each precision runs ``klear-lab train experiments/quickstart/sft.yaml`` for ``--sft-steps`` optimizer steps
+and ``experiments/quickstart/rl.yaml`` from a fresh tiny model (no SFT start, no group filter, so every
+step updates) for ``--rl-steps`` rollout steps, each in its own process with the same seed, and prints:
+SFT tokens/s and final loss, RL seconds per step, generated tokens/s and the update's share of a step,
+with the speed ratio against the first precision listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(experiment: str, name: str, overrides: list[str], out: Path) -> dict:
+    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / experiment), f"run.out_dir={out}",
+           f"run.name={name}", "trainer.checkpoint=false", "tracking.wandb.enabled=false", *overrides]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**env, "HF_HUB_OFFLINE": "1"})
+    if done.returncode:
+        sys.exit(f"{name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    runs = sorted(out.glob(f"{name}-*/summary.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(runs[-1].read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--accelerator", default="cpu", help="trainer.accelerator (cpu, gpu)")
+    ap.add_argument("--precisions", default="32-true,bf16-mixed", help="comma-separated; the first is the reference")
+    ap.add_argument("--size", default="2m", help="model.tiny.size of both runs (2m, 10m, 30m)")
+    ap.add_argument("--sft-steps", type=int, default=40)
+    ap.add_argument("--rl-steps", type=int, default=2)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for the SFT runs")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench_runs" / "precision")
+    args = ap.parse_args()
+    common = [f"trainer.accelerator={args.accelerator}", "trainer.devices=1", f"model.tiny.size={args.size}"]
+    if args.size != "2m":  # the quickstart SFT's 12 heads are the 2m width's; other sizes take their presets'
+        common += ["model.tiny.num_heads=0", "model.tiny.num_kv_heads=0"]
+    rows = []
+    for precision in args.precisions.split(","):
+        tag = precision.replace("-", "_")
+        sft = train("experiments/quickstart/sft.yaml", f"sft_{tag}",
+                    [*common, f"trainer.precision={precision}", f"sft.max_steps={args.sft_steps}",
+                     "data.eval_sources.0.n_prompts=16", "eval.max_new_tokens=24", *args.set], args.out)
+        rl = train("experiments/quickstart/rl.yaml", f"rl_{tag}",
+                   [*common, f"trainer.precision={precision}", "model.init_from=null", "rl.group_filter=none",
+                    f"rl.steps={args.rl_steps}", "rl.eval_every=0", "data.eval_sources.0.n_prompts=16",
+                    "eval.max_new_tokens=24"], args.out)
+        rows.append((precision, sft["perf/tokens_per_s"], sft["train/loss"], rl["perf/step_s"],
+                     rl.get("perf/generated_tokens_per_s", float("nan")),
+                     rl.get("perf/time_update_s", float("nan")) / rl["perf/step_s"]))
+    print(f"accelerator {args.accelerator}, tiny model {args.size}, {args.sft_steps} SFT steps, "
+          f"{args.rl_steps} RL steps")
+    print(f"{'precision':>10} {'SFT tok/s':>10} {'speed':>6} {'SFT loss':>8} {'RL s/step':>9} {'speed':>6} "
+          f"{'gen tok/s':>9} {'update':>6}")
+    sft0, rl0 = rows[0][1], rows[0][3]
+    for precision, tok_s, loss, step_s, gen, update in rows:
+        print(f"{precision:>10} {tok_s:>10.0f} {tok_s / sft0:>5.2f}x {loss:>8.4f} {step_s:>9.2f} {rl0 / step_s:>5.2f}x "
+              f"{gen:>9.0f} {update:>6.0%}")
+
+
+if __name__ == "__main__":
+    main()
