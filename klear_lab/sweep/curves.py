@@ -46,13 +46,20 @@ def trial_curves(records: list[Any], arm: str, metric: str, state: str) -> list[
 
 
 def arm_curves(records: list[Any], metric: str, order: list[str] | None = None) -> dict[str, pd.DataFrame]:
-    """Arm -> DataFrame(step, mean, std, n) over its completed trials' curves."""
+    """Arm -> DataFrame(step, mean, std, n) over its completed trials' curves, in step order.
+
+    Seeds that logged at different steps are each interpolated between their own logged steps, and only
+    steps where every seed has a value are kept: the mean over whichever seeds logged a step jumped from
+    one seed's value to another's, and a step only one seed logged drew that seed's value with no band."""
     out: dict[str, pd.DataFrame] = {}
     for arm in arm_order(records, order):
         series = trial_curves(records, arm, metric, "COMPLETE")
         if not series:
             continue
-        table = pd.concat(series, axis=1)
+        table = pd.concat(series, axis=1).sort_index()
+        if table.isna().to_numpy().any():
+            table = table.interpolate(method="index", limit_area="inside")
+            table = table[table.count(axis=1) == table.count(axis=1).max()]
         out[arm] = pd.DataFrame({"step": table.index, "mean": table.mean(axis=1).to_numpy(),
                                  "std": table.std(axis=1, ddof=1).fillna(0.0).to_numpy(),
                                  "n": table.count(axis=1).to_numpy()})

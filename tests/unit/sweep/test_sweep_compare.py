@@ -253,3 +253,19 @@ def test_the_few_seeds_note_follows_the_smallest_arm():
     few = many + [TrialRecord("c", s, "COMPLETE", {"m": 0.4 + s / 100}) for s in range(3)]
     md = to_markdown(summarize(few, "m", [], "maximize", "a", ["a", "b", "c"]), "m", [], "a")
     assert "Bootstrap intervals over 3 seed(s) per arm" in md
+
+
+def test_seeds_logged_at_different_steps_are_averaged_in_step_order(tmp_path):
+    """The steps kept the order they first appeared in (the line ran 60 -> 10), and a step one seed alone
+    logged drew that seed's value with a zero band (found by a review)."""
+    records = []
+    for seed, points in enumerate(([(20, 0.2), (40, 0.4), (60, 0.6)], [(10, 0.1), (30, 0.3), (50, 0.5), (70, 0.7)])):
+        run_dir = tmp_path / f"a-{seed}"
+        (run_dir / "csv").mkdir(parents=True)
+        text = "step,val/acc\n" + "".join(f"{s},{v}\n" for s, v in points)
+        (run_dir / "csv" / "metrics.csv").write_text(text)
+        records.append(TrialRecord("a", seed, "COMPLETE", {"val/acc": points[-1][1]}, str(run_dir)))
+    curve = arm_curves(records, "val/acc")["a"]
+    assert list(curve["step"]) == [20, 30, 40, 50, 60]  # where both seeds have a value (each interpolated)
+    assert list(curve["n"]) == [2] * 5
+    np.testing.assert_allclose(curve["mean"], [0.2, 0.3, 0.4, 0.5, 0.6])
