@@ -18,7 +18,7 @@ from klear_lab.config.validate import component_args
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.errors import ConfigError, DataError, KlearError
-from klear_lab.hardware import cpu_cores
+from klear_lab.hardware import auto_threads
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, REWARD, ROLLOUT, SOURCE
 
 
@@ -27,7 +27,8 @@ def build(registry, node: dict[str, Any], **runtime: Any) -> Any:
 
 
 def set_threads(cfg: dict[str, Any]) -> int:
-    """Torch threads: explicit, or cores divided by the parallel workers of a sweep.
+    """Torch threads: explicit, or cores divided by the parallel workers of a sweep, at most
+    ``OMP_NUM_THREADS`` where the user set it.
 
     Two processes with torch's default threads on 2 cores run 3x slower than one (environment.md).
     The count is the run's: a CPU DDP run's ``trainer.devices`` processes share it (so a sweep's
@@ -37,8 +38,7 @@ def set_threads(cfg: dict[str, Any]) -> int:
 
     n = cfg["trainer"]["num_threads"]
     if n <= 0:
-        workers = max(int(os.environ.get("KLEAR_PARALLEL_WORKERS", "1")), 1)
-        n = max(cpu_cores() // workers, 1)
+        n = auto_threads(int(os.environ.get("KLEAR_PARALLEL_WORKERS", "1")))
     n = max(n // local_processes(cfg["trainer"]), 1)
     torch.set_num_threads(n)
     return n

@@ -196,7 +196,8 @@ class TrainerSection:
     """Passed to Lightning: ``ddp``, ``fsdp``, ``deepspeed_stage_2``... on GPUs."""
     precision: str = "32-true"
     num_threads: int = 0
-    """torch threads of the run; 0 = cores // parallel workers (KLEAR_PARALLEL_WORKERS). A CPU DDP
+    """torch threads of the run; 0 = cores // parallel workers (KLEAR_PARALLEL_WORKERS), at most
+    ``OMP_NUM_THREADS`` where it is set. A CPU DDP
     run's processes share them (each gets num_threads // devices)."""
     log_every_n_steps: int = 5
     checkpoint: bool = True

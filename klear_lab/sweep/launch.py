@@ -10,6 +10,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
+from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec, unavailable_trial_data
 from klear_lab.sweep.grid import Arm
@@ -20,7 +21,7 @@ from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
-from klear_lab.sweep.worker import WorkerContext, cpu_cores, run_workers, threads_per_trial
+from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
 
 JOIN_WAIT_S = 600
 
@@ -95,7 +96,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             log(f"sweep {spec.name}: {superseded_note(study)}")
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
             f"dir {spec.sweep_dir}")
-        train_parent(spec, base, cpu_cores(), log)
+        train_parent(spec, base, auto_threads(), log)  # every core, at most OMP_NUM_THREADS
     base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
     progress = Progress(n_points, spec.workers, replaces_failures=not arms)

@@ -101,7 +101,8 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
         skip.add("heartbeat_interval")
     if not count(study, (TrialState.COMPLETE, TrialState.PRUNED)):
         skip.add("config")
-    differ = sorted(k for k in old.keys() & new.keys() - skip - {CONFIGS} if old[k] != new[k])
+    differ = sorted(k for k in old.keys() & new.keys() - skip - {CONFIGS}
+                    if _compared(k, old[k]) != _compared(k, new[k]))
     if "config" in differ:
         changed = config_changes(old[CONFIGS], new[CONFIGS]) if old.get(CONFIGS) and new.get(CONFIGS) else ""
         changed = changed or ("the experiment file, a file it builds on, its model.init_from experiment, a "
@@ -118,10 +119,37 @@ def check_same_base(study: optuna.Study, spec: SweepSpec, *, joining: bool = Fal
             f"{old['heartbeat_interval']} while they run (a killed sweep's trials count as running until a "
             "worker with that interval finds their heartbeats stale: run the sweep once with it, then change it)")
     if differ:
-        shown = "; ".join(f"{k}: the study has {old[k]!r}, the spec {new[k]!r}" if k in new else k for k in differ)
+        shown = "; ".join(f"overrides: {_override_change(old[k], new[k])}" if k == "overrides" else
+                          f"{k}: the study has {old[k]!r}, the spec {new[k]!r}" if k in new else k for k in differ)
         action = ("join with the spec and overrides the sweep was started with" if joining else
                   "rename the sweep (name: or --name) or delete its storage")
         raise ConfigError(f"{spec.path}: study {spec.name!r} was started with a different base ({shown}); {action}")
+
+
+def computed_overrides(overrides: Any) -> Any:
+    """The overrides that change what a trial computes. Those of keys the config hash leaves out
+    (``tracking.IDENTITY_EXCLUDE``: torch threads, checkpoint spacing, log-prob chunks, run names) may
+    change between runs of one study: adding ``trainer.num_threads=1`` to a rerun was refused."""
+    from klear_lab.tracking import IDENTITY_EXCLUDE
+
+    if not isinstance(overrides, list):
+        return overrides
+    free = {".".join(key) for key in IDENTITY_EXCLUDE}
+    return [o for o in overrides if str(o).split("=", 1)[0].strip().lstrip("+~") not in free]
+
+
+def _compared(key: str, value: Any) -> Any:
+    return computed_overrides(value) if key == "overrides" else value
+
+
+def _override_change(old: Any, new: Any) -> str:
+    """What a rerun's overrides changed: those removed and added, or their order (a later one wins)."""
+    was, now = computed_overrides(old), computed_overrides(new)
+    if not (isinstance(was, list) and isinstance(now, list)):
+        return f"the study has {old!r}, the spec {new!r}"
+    removed, added = [o for o in was if o not in now], [o for o in now if o not in was]
+    parts = [f"{what} {items}" for what, items in (("removed", removed), ("added", added)) if items]
+    return ", ".join(parts) or f"reordered (a later override wins): the study has {was}, the spec {now}"
 
 
 def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:

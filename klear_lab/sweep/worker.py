@@ -26,7 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from klear_lab.errors import INTERRUPTED, ConfigError
-from klear_lab.hardware import cpu_cores
+from klear_lab.hardware import auto_threads
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
@@ -63,8 +63,9 @@ class WorkerContext:
 
 
 def threads_per_trial(workers: int, base_threads: int) -> int | None:
-    """cores // workers unless the experiment pins ``trainer.num_threads`` itself (then None)."""
-    return None if base_threads else max(1, cpu_cores() // workers)
+    """cores // workers, at most the user's ``OMP_NUM_THREADS``, unless the experiment pins
+    ``trainer.num_threads`` itself (then None)."""
+    return None if base_threads else auto_threads(workers)
 
 
 def run_workers(ctx: WorkerContext) -> None:

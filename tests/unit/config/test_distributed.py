@@ -23,8 +23,9 @@ def test_device_count(devices, count):
 
 
 def test_cpu_processes_share_the_runs_threads(monkeypatch):
-    monkeypatch.setattr(builders, "cpu_cores", lambda: 8)
+    monkeypatch.setattr("klear_lab.hardware.cpu_cores", lambda: 8)
     monkeypatch.delenv("KLEAR_PARALLEL_WORKERS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
         cpu = {"accelerator": "cpu", "devices": 2}

@@ -102,7 +102,7 @@ def test_a_joiner_must_share_the_base_but_not_the_experiment_path(tmp_path):
     spec.overrides = ["sft.max_steps=3"]
     prepare_study(study, spec, arms, lock)
     joiner = load_spec(spec.path)  # the same spec, without the override
-    with pytest.raises(ConfigError, match=r"overrides: the study has \['sft.max_steps=3'\], the spec \[\]\); join"):
+    with pytest.raises(ConfigError, match=r"overrides: removed \['sft.max_steps=3'\]\); join"):
         check_same_base(study, joiner, joining=True)
     joiner.overrides = ["sft.max_steps=3"]
     joiner.experiment = tmp_path / "elsewhere" / "exp.yaml"  # another machine's checkout
@@ -209,7 +209,8 @@ def test_workers_and_reruns_draw_different_values(tmp_path, sampler):
 
 
 def test_threads_per_trial_divides_cores(monkeypatch):
-    monkeypatch.setattr("klear_lab.sweep.worker.cpu_cores", lambda: 8)
+    monkeypatch.setattr("klear_lab.hardware.cpu_cores", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert threads_per_trial(2, 0) == 4 and threads_per_trial(16, 0) == 1 and threads_per_trial(2, 3) is None
     env = trial_env(4, 2)
     assert env["OMP_NUM_THREADS"] == env["RAYON_NUM_THREADS"] == "4" and env["KLEAR_PARALLEL_WORKERS"] == "2"
