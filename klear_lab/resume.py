@@ -112,6 +112,25 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
                           "trainer.checkpoint was false)")
 
 
+def resumable_twins(cfg: dict[str, Any]) -> list[Path]:
+    """Earlier runs of ``cfg`` (its name, config hash and seed) under ``run.out_dir`` that stopped at a
+    checkpoint and that ``klear-lab resume`` would continue: running the same command again starts over."""
+    from klear_lab.tracking import out_dir_of, run_dir_name
+
+    twins = []
+    for run_dir in sorted(out_dir_of(cfg).glob(glob_escape(run_dir_name(cfg, "STAMP")).replace("STAMP", "*"))):
+        try:
+            check_resumable(run_dir, cfg)
+        except (ConfigError, OSError, ValueError):
+            continue
+        twins.append(run_dir)
+    return twins
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
 class DataChangedError(ConfigError):
     """A stopped run's records differ from those it started with: it cannot continue (a new run can)."""
 

@@ -29,6 +29,7 @@ from klear_lab.resume import (
     check_same_data,
     checkpoint_log_step,
     checkpoint_path,
+    resumable_twins,
     running_process,
     saved_identity,
     set_aside_later_rows,
@@ -139,6 +140,9 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
             raise
         return RunResult(joined, metrics, None)
     if ckpt is None:
+        for twin in resumable_twins(cfg):
+            print(f"note: {twin} is an earlier run of this config and seed that stopped at a checkpoint; "
+                  f"`klear-lab resume {twin}` continues it (this run starts over)", file=sys.stderr)
         run_dir = tracking.create_run_dir(cfg)
         identity = {**tracking.identity_of(cfg, run_dir), "data": stage.data}
         tracking.write_config(run_dir, cfg)

@@ -115,11 +115,15 @@ def out_dir_of(cfg: dict[str, Any]) -> Path:
     return Path(os.path.expanduser(str(cfg["run"]["out_dir"])))
 
 
+def run_dir_name(cfg: dict[str, Any], stamp: str) -> str:
+    """``<name>-<stamp>-<hash>-s<seed>``: what :func:`create_run_dir` names a run started at ``stamp``."""
+    name = re.sub(r"[^A-Za-z0-9_.+=-]", "-", str(cfg["run"]["name"])) or "run"  # W&B ids refuse / : ; , # ? '
+    return f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
+
+
 def create_run_dir(cfg: dict[str, Any]) -> Path:
     """A fresh, uniquely named directory under ``run.out_dir``: ``<name>-<time>-<hash>-s<seed>``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = re.sub(r"[^A-Za-z0-9_.+=-]", "-", str(cfg["run"]["name"])) or "run"  # W&B ids refuse / : ; , # ? '
-    base = out_dir_of(cfg) / f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
+    base = out_dir_of(cfg) / run_dir_name(cfg, time.strftime("%Y%m%d-%H%M%S"))
     path, i = base, 1
     while True:
         try:

@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 from klear_lab import wandb_file
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
-from klear_lab.resume import checkpoint_log_step, checkpoint_path, resume_config
+from klear_lab.resume import checkpoint_log_step, checkpoint_path, resumable_twins, resume_config
 from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
 
@@ -497,3 +497,19 @@ def test_no_checkpoint_at_the_final_step_and_a_sigterm_there_lets_the_run_finish
     assert torch.load(checkpoint_path(result.run_dir), weights_only=True)["global_step"] == 4  # not 8
     assert signal.getsignal(signal.SIGTERM) is not None  # handed back
     assert "SIGTERM during the last training step" in capsys.readouterr().err
+
+
+def test_running_a_stopped_runs_command_again_names_the_run_to_resume(tmp_path, tiny_sft_overrides, capsys):
+    """The same command after a Ctrl-C or crash started over in a new directory without a word (found by a
+    new-user walkthrough); it still starts over, and says which run `klear-lab resume` would continue."""
+    overrides = [*tiny_sft_overrides, "trainer.checkpoint=true", "trainer.checkpoint_every=1", "sft.max_steps=4"]
+    steps = lambda t: t.global_step  # noqa: E731
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(compose(SFT, overrides), callbacks=[Crash(2, steps)])
+    (stopped,) = (tmp_path / "runs").iterdir()
+    assert "note:" not in capsys.readouterr().err
+    assert not resumable_twins(compose(SFT, [*overrides, "sft.max_steps=3"]))  # another config: not its run
+    again = run_experiment(compose(SFT, overrides))
+    err = capsys.readouterr().err
+    assert f"note: {stopped} is an earlier run of this config and seed" in err and f"klear-lab resume {stopped}" in err
+    assert again.run_dir != stopped and again.metrics["train/steps"] == 4
