@@ -210,12 +210,14 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bo
     """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left.
 
     ``ask=False``: only WAITING trials, no new ``tpe``/``random`` ones (the worker saw trials keep failing).
-    A WAITING retry whose ``NOT_BEFORE_ATTR`` lies ahead is left for later.
+    Retries come first (they continue a killed trial's run from its checkpoint: a rerun after Ctrl-C
+    started the next arm before them); a WAITING retry whose ``NOT_BEFORE_ATTR`` lies ahead is left for later.
     """
     storage = study._storage  # the storage API (set_trial_state_values, record_heartbeat) is public
     with lock.hold():
         held_back = False
-        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        for frozen in sorted(waiting, key=lambda t: (not retry_history(t), t.number)):
             if frozen.system_attrs.get(NOT_BEFORE_ATTR, 0.0) > time.time():
                 held_back = True
                 continue
@@ -239,6 +241,14 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bo
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)  # not left RUNNING unseen
             raise
         return trial._trial_id
+
+
+def retry_history(trial: optuna.trial.FrozenTrial) -> list[int]:
+    """The numbers of the trials ``trial`` retries, oldest first (empty for a first attempt), through
+    Optuna's own reader rather than the system attribute it happens to store them in."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RetryFailedTrialCallback.retry_history(trial)
 
 
 def claimed_trial(study: optuna.Study, trial_id: int, spec: SweepSpec) -> optuna.trial.Trial:

@@ -30,7 +30,7 @@ from klear_lab.hardware import auto_threads
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import NOT_BEFORE_ATTR, claimed_trial, count, take_trial, trial_values
+from klear_lab.sweep.queue import NOT_BEFORE_ATTR, claimed_trial, count, retry_history, take_trial, trial_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, mark_interrupted
@@ -257,14 +257,6 @@ def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> optuna
         retry(study, frozen)
     return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
                  if retry_history(t)[-1:] == [killed.number]), None)
-
-
-def retry_history(trial: optuna.trial.FrozenTrial) -> list[int]:
-    """The numbers of the trials ``trial`` retries, oldest first (empty for a first attempt), through
-    Optuna's own reader rather than the system attribute it happens to store them in."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RetryFailedTrialCallback.retry_history(trial)
 
 
 def hold_retry(study: optuna.Study, retry: optuna.trial.FrozenTrial, base_s: float) -> float:

@@ -130,3 +130,16 @@ def test_a_queued_retry_is_found_and_held_back_longer_each_time(tmp_path):
     assert hold_retry(study, second, 10.0) == 20.0
     held = study._storage.get_trial(second._trial_id).system_attrs[NOT_BEFORE_ATTR]
     assert held > time.time() + 15
+
+
+def test_a_queued_retry_is_taken_before_the_points_not_started(tmp_path):
+    """After Ctrl-C the rerun started the next arm and left the killed trial's retry (which continues its
+    run from the checkpoint) behind it (found by a new-user walkthrough)."""
+    from klear_lab.sweep.worker import queue_retry
+
+    spec, url, study, lock = _setup(tmp_path)
+    first = study._storage.get_trial(take_trial(study, spec, lock))
+    study._storage.set_trial_state_values(first._trial_id, TrialState.FAIL)  # killed by Ctrl-C
+    retry = queue_retry(study, study._storage.get_trial(first._trial_id))
+    assert len(study.get_trials(states=(TrialState.WAITING,))) > 1  # points not started wait before it
+    assert take_trial(study, spec, lock) == retry._trial_id
