@@ -23,14 +23,26 @@ def base_identity(spec: SweepSpec) -> tuple[str, dict[str, Any]]:
     model = base["model"]
     if model.get("init_from") and not model.get("name_or_path"):
         bodies["init_from"] = hashed_body(parent_config(base))
-    return "+".join(body_hash(body) for body in bodies.values()), _plain(bodies)
+    record = {**bodies, FILES: _plugin_files(base.get("plugins") or [])}
+    return "+".join(body_hash(body) for body in bodies.values()), _plain(record)
+
+
+FILES = "plugin_files"
+"""In the configs record: each plugin's code digest -> its path, to name an edited plugin (not hashed)."""
+
+
+def _plugin_files(plugins: list[str]) -> dict[str, str]:
+    from klear_lab.plugins import plugin_digests
+
+    return {plugin_digests([p])[0]: str(p) for p in plugins}
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The keys whose values differ between two :func:`base_identity` config records, as ``key: old -> new``
     (the starting point's named so), at most :data:`SHOWN` of them; "" when none can be told apart."""
     changes = []
-    for part in sorted(old.keys() | new.keys()):
+    files = {**old.get(FILES, {}), **new.get(FILES, {})}  # digest -> path: the spec's now, the study's before
+    for part in sorted((old.keys() | new.keys()) - {FILES}):
         if part not in old or part not in new:
             changes.append(f"a model.init_from starting point {'added' if part in new else 'removed'}")
             continue
@@ -39,7 +51,7 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
         for key in sorted(was.keys() | now.keys()):
             before, after = _shown(was, key), _shown(now, key)
             if before != after:
-                changes.append(prefix + (_plugins_change(was.get(key), now.get(key)) if key == "plugins"
+                changes.append(prefix + (_plugins_change(was.get(key), now.get(key), files) if key == "plugins"
                                          else f"{key}: {before} -> {after}"))
     more = f" and {len(changes) - SHOWN} more" if len(changes) > SHOWN else ""
     return "; ".join(changes[:SHOWN]) + more
@@ -66,10 +78,18 @@ def _shown(flat: dict[str, Any], key: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _plugins_change(before: Any, after: Any) -> str:
-    """A plugin list's change, by code digest (paths are not hashed: the same code anywhere is the same)."""
+def _plugins_change(before: Any, after: Any, files: dict[str, str]) -> str:
+    """A plugin list's change, by code digest (paths are not hashed: the same code anywhere is the same),
+    naming the files where the records hold their paths (studies started before they did count them)."""
     was, now = set(before if isinstance(before, list) else []), set(after if isinstance(after, list) else [])
-    return (f"plugins: {len(was - now)} plugin file(s) no longer used or edited, {len(now - was)} new or "
+    gone, came = sorted(was - now), sorted(now - was)
+    if all(d in files for d in gone + came):
+        edited = sorted({files[d] for d in gone} & {files[d] for d in came})
+        parts = [f"{what} {', '.join(names)}" for what, names in (
+            ("edited", edited), ("no longer used", sorted({files[d] for d in gone} - set(edited))),
+            ("new", sorted({files[d] for d in came} - set(edited)))) if names]
+        return f"plugins: {'; '.join(parts)} (a plugin's code is hashed whole, comments included)"
+    return (f"plugins: {len(gone)} plugin file(s) no longer used or edited, {len(came)} new or "
             "edited (a plugin's code is hashed whole, comments included)")
 
 

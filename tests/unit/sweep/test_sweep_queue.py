@@ -76,8 +76,15 @@ def test_an_edited_plugin_is_named_as_the_change(tmp_path):
     prepare_study(study, spec, arms, lock)
     study.tell(optuna.trial.Trial(study, take_trial(study, spec, lock)), 0.5)
     plugin.write_text("# a plugin that registers nothing, with a comment edited\n")
-    with pytest.raises(ConfigError, match=r"changed since trials finished: plugins: 1 plugin file\(s\) no longer "
-                                          r"used or edited, 1 new or edited \(a plugin's code is hashed whole"):
+    with pytest.raises(ConfigError, match=rf"changed since trials finished: plugins: edited {plugin} \(a plugin's "
+                                          r"code is hashed whole"):
+        prepare_study(study, spec, arms, lock)
+    from klear_lab.sweep.queue import BASE_ATTR, CONFIGS
+
+    recorded = study.user_attrs[BASE_ATTR]  # a study recorded before it kept the plugins' paths: counted
+    study.set_user_attr(BASE_ATTR, {**recorded, CONFIGS: {k: v for k, v in recorded[CONFIGS].items()
+                                                          if k != "plugin_files"}})
+    with pytest.raises(ConfigError, match=r"plugins: 1 plugin file\(s\) no longer used or edited, 1 new or edited"):
         prepare_study(study, spec, arms, lock)
 
 
