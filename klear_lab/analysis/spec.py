@@ -218,14 +218,15 @@ def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str]
             raise analysis.err(f"{key}.arms.{label}", f"not an arm of {spec_path.name} (arms: {', '.join(labels)})")
         if arm not in analysis.paper:
             raise analysis.err(f"{key}.arms.{label}", f"{arm!r} is not a paper arm ({', '.join(analysis.paper)})")
-    matched = ref.label_of
+    matched, claimed = ref.label_of, set(ref.arms.values())
     for label in labels:
         arm = ref.paper_arm(label, list(analysis.paper))
-        if arm is not None and arm in matched:
+        if arm is None or (label not in ref.arms and arm in claimed):  # an `arms:` entry beats a name match
+            continue
+        if arm in matched:
             raise analysis.err(key, f"arms {matched[arm]!r} and {label!r} of {spec_path.name} both match "
                                     f"paper arm {arm!r}; map one explicitly with `arms:`")
-        if arm is not None:
-            matched[arm] = label
+        matched[arm] = label
     if analysis.baseline not in matched:
         raise analysis.err(key, f"no arm of {spec_path.name} matches the baseline {analysis.baseline!r} "
                                 f"(arms: {', '.join(labels)}); map one with `arms:`")

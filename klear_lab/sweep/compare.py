@@ -12,6 +12,7 @@ each trial's ``metrics.csv``).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,8 +24,8 @@ import pandas as pd
 
 from klear_lab.errors import ConfigError
 from klear_lab.stats import negligible, welch_interval
-from klear_lab.sweep.grid import canonical_point, grid_arms, point_key, resolve_baseline
-from klear_lab.sweep.spec import SweepSpec
+from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
+from klear_lab.sweep.spec import Axis, SweepSpec
 
 N_BOOT = 10_000
 
@@ -66,10 +67,34 @@ def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
         records = [r for r in records if r.point in labels]
         for r in records:
             r.arm = labels[r.point]
+    else:
+        label_sampled_points(spec, records)
     for r in records:  # runs from before a metric was added to the spec, or that only logged it
         if r.state == "COMPLETE":
             fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
     return records
+
+
+def label_sampled_points(spec: SweepSpec, records: list[TrialRecord]) -> None:
+    """tpe/random: an arm is one sampled point, its seeds pooled, whatever its label: two points whose
+    labels print alike (lr 0.00012341 and 0.00012344: ``lr=0.0001234``) are two arms, both labelled with
+    more digits (:func:`distinct_labels`). A trial without a point keeps its label."""
+    keys = [_arm_key(r, spec.axes) for r in records]
+    labels: dict[str, str] = {}
+    points: dict[str, dict[str, Any]] = {}
+    for r, (key, point) in zip(records, keys, strict=True):
+        labels.setdefault(key, r.arm)
+        if point is not None:
+            points[key] = point
+    labels = distinct_labels(spec.axes, labels, points)
+    for r, (key, _) in zip(records, keys, strict=True):
+        r.arm = labels[key]
+
+
+def _arm_key(record: TrialRecord, axes: list[Axis]) -> tuple[str, dict[str, Any] | None]:
+    """The identity of a trial's arm (its axis values at full precision, else its label) and those values."""
+    point = arm_point(record.point, axes)
+    return (record.arm if point is None else json.dumps(point, sort_keys=True)), point
 
 
 def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed: int = 0,
@@ -107,7 +132,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
         mine = [r for r in done if r.arm == arm]
         row: dict[str, Any] = {"arm": arm, "n": len(mine),
                                "pruned": sum(r.arm == arm and r.state == "PRUNED" for r in records),
-                               "failed": sum(r.arm == arm and r.state == "FAIL" for r in records)}
+                               "failed": failed_seeds([r for r in records if r.arm == arm])}
         for m in names:
             vals = _values(mine, m)
             row[f"{m} mean"] = float(vals.mean()) if len(vals) else math.nan
@@ -123,6 +148,15 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
         df["best"] = [negligible(m - best, best) for m in means]
     df["baseline"] = df["arm"] == baseline
     return df
+
+
+def failed_seeds(records: list[TrialRecord]) -> int:
+    """How many seeds of one arm failed and have no finished trial (a retry that completed makes up for
+    the attempts before it)."""
+    states: dict[int, set[str]] = {}
+    for r in records:
+        states.setdefault(r.seed, set()).add(r.state)
+    return sum("FAIL" in s and not s & {"COMPLETE", "PRUNED"} for s in states.values())
 
 
 def table_metrics(objective: str, metrics: list[str]) -> list[str]:
@@ -190,11 +224,12 @@ def few_seeds_note(df: pd.DataFrame, objective: str, baseline: str | None) -> st
 
 
 def cell(row: Any, metric: str) -> str:
-    """``0.512 ± 0.013 (n=2)``."""
+    """``0.512 ± 0.013 (n=2)``; ``(n=2 of 3)`` when a completed seed has no finite value (diverged)."""
     mean, std, n = row[f"{metric} mean"], row[f"{metric} std"], row[f"{metric} n"]
     if math.isnan(mean):
         return "–"
-    return f"{mean:.4g} ± {std:.2g} (n={n})" if not math.isnan(std) else f"{mean:.4g} (n={n})"
+    count = f"n={n}" if n == row["n"] else f"n={n} of {row['n']}"
+    return f"{mean:.4g} ± {std:.2g} ({count})" if not math.isnan(std) else f"{mean:.4g} ({count})"
 
 
 def delta_cell(row: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,19 +44,34 @@ def short_names(axes: list[Axis]) -> dict[str, str]:
     return short
 
 
-def value_label(axis: Axis, value: Any) -> str:
-    """Display label of one axis value (its ``labels`` entry, else the value itself)."""
+def value_label(axis: Axis, value: Any, digits: int = 4) -> str:
+    """Display label of one axis value (its ``labels`` entry, else the value itself, a float to ``digits``
+    significant digits)."""
     if not axis.is_range:
         for v, label in zip(axis.values, axis.labels, strict=True):
             if encode(v) == encode(value):
                 return label
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
-def arm_label(axes: list[Axis], values: dict[str, Any]) -> str:
+def arm_label(axes: list[Axis], values: dict[str, Any], digits: int = 4) -> str:
     """``clip=gppo`` for one axis, ``k=top2,lr=0.001`` for several."""
     short = short_names(axes)
-    return ",".join(f"{short[a.key]}={value_label(a, values[a.key])}" for a in axes)
+    return ",".join(f"{short[a.key]}={value_label(a, values[a.key], digits)}" for a in axes)
+
+
+def distinct_labels(axes: list[Axis], labels: dict[str, str], points: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """``labels`` (arm key -> label) with the arms that share a label relabelled from their axis values
+    (``points``: arm key -> values) with more digits until no two differ only past the 4th digit
+    (lr 0.00012341 and 0.00012344 both print ``lr=0.0001234``). 17 digits tell any two floats apart."""
+    labels = dict(labels)
+    for digits in range(5, 18):
+        shared = {label for label, n in Counter(labels.values()).items() if n > 1}
+        if not shared:
+            break
+        for key in [k for k, label in labels.items() if label in shared and k in points]:
+            labels[key] = arm_label(axes, points[key], digits)
+    return labels
 
 
 def grid_arms(spec: SweepSpec) -> list[Arm]:
@@ -83,6 +99,16 @@ def decode(value: Any) -> Any:
 def point_key(values: dict[str, Any], seed: int) -> str:
     """Identity of one grid point x seed (a trial user attr; the resume bookkeeping key)."""
     return json.dumps({**{k: canonical_value(encode(v)) for k, v in values.items()}, SEED_PARAM: seed}, sort_keys=True)
+
+
+def arm_point(key: str | None, axes: list[Axis]) -> dict[str, Any] | None:
+    """The axis values (decoded) of a stored ``point`` attr, its seed left out; None without a point or
+    when it lacks one of ``axes``."""
+    try:
+        values = {k: decode(v) for k, v in json.loads(key).items() if k != SEED_PARAM}
+    except (TypeError, ValueError, AttributeError):  # None, or not a point key
+        return None
+    return values if all(a.key in values for a in axes) else None
 
 
 def canonical_point(key: str | None) -> str | None:

@@ -13,7 +13,8 @@ A spec names a base experiment, the axes to vary and how to run them::
     seeds: [0, 1]                       # replicates per arm (run.seed)
     objective: {metric: val/acc, direction: maximize}
     metrics: [train/loss]               # extra columns of the comparison table
-    baseline: {rl.clip.name: ppo}       # or an arm label such as "clip=ppo"
+    baseline: {rl.clip.name: ppo}       # or an arm label such as "clip=ppo" (tpe/random: not with a
+                                        # float range without a step, whose every draw is a new arm)
     sampler: grid                       # grid | tpe | random
     n_trials: 20                        # tpe/random only
     pruner: none                        # none | median | hyperband
@@ -76,6 +77,11 @@ class Axis:
     @property
     def is_range(self) -> bool:
         return self.low is not None
+
+    @property
+    def is_continuous(self) -> bool:
+        """A float range without a step: no two trials draw the same value."""
+        return self.is_range and self.step is None and not (isinstance(self.low, int) and isinstance(self.high, int))
 
 
 @dataclass
@@ -358,3 +364,8 @@ def _check_sampler(spec: SweepSpec) -> None:
         return
     if not isinstance(spec.n_trials, int) or isinstance(spec.n_trials, bool) or spec.n_trials < 1:
         raise spec.err("n_trials", f"sampler {spec.sampler} needs n_trials >= 1, got {spec.n_trials!r}")
+    continuous = [a.key for a in spec.axes if a.is_continuous]
+    if spec.baseline is not None and continuous:
+        raise spec.err("baseline", f"no arm can be named in advance: sampler {spec.sampler} draws {continuous[0]} "
+                                   "from a continuous range, so every arm's value is new; drop `baseline:` (the table "
+                                   "then compares against the arm whose label sorts first) or give the range a step")

@@ -122,6 +122,16 @@ def test_explicit_arm_map(tmp_path):
         ("low", "lr=0.001"), ("high", "lr=0.003"), ("lr=0.002", "lr=0.002")]
 
 
+def test_an_explicit_arm_map_beats_a_match_by_name(tmp_path):
+    """lr=0.002 matches paper arm 0.002 by name; `arms:` maps lr=0.003 to it instead, and that was refused as
+    two sweep arms matching one paper arm."""
+    spec = write_spec(tmp_path, seeds=(0, 1))
+    path = write_analysis(tmp_path, paper={"0.001": [1.0, 1.0], "0.002": [2.0, 2.0]}, claims=[],
+                          sweeps=[{"spec": spec.name, "arms": {"lr=0.003": "0.002"}}])
+    ref = load_analysis(path).sweeps[0]
+    assert ref.label_of == {"0.001": "lr=0.001", "0.002": "lr=0.003"}
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"colour": 1}, "unknown key 'colour'"),
     ({"title": None}, "title: required"),
@@ -136,7 +146,8 @@ def test_explicit_arm_map(tmp_path):
     ({"benchmarks": ["A", "A"]}, "benchmarks: names must be distinct"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=9": "0.001"}}]}, "sweeps[0].arms.lr=9: not an arm of toy.yaml"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.001": "zzz"}}]}, "sweeps[0].arms.lr=0.001: 'zzz' is not"),
-    ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.003": "0.002"}}]}, "both match paper arm '0.002'"),
+    ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.001": "0.002", "lr=0.003": "0.002"}}]},
+     "both match paper arm '0.002'"),
     ({"paper": {"0.001": [1.0, 1.0], "0.5": [1.0, 1.0]}, "claims": []}, "paper: arm '0.5' is matched by no sweep"),
     ({"paper": {"x": [1.0, 1.0]}, "baseline": "x", "claims": []}, "no arm of toy.yaml matches the baseline 'x'"),
     ({"sweeps": [{"spec": "toy.yaml", "metrics": {"C": "val/acc"}}]},

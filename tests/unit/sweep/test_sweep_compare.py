@@ -8,8 +8,17 @@ import numpy as np
 import pandas as pd
 from sweep_fixtures import write_spec
 
-from klear_lab.sweep.compare import TrialRecord, bootstrap_diff, delta_cell, summarize, to_markdown, write_comparison
+from klear_lab.sweep.compare import (
+    TrialRecord,
+    bootstrap_diff,
+    delta_cell,
+    load_records,
+    summarize,
+    to_markdown,
+    write_comparison,
+)
 from klear_lab.sweep.curves import arm_curves, read_curve
+from klear_lab.sweep.grid import arm_label, point_key
 from klear_lab.sweep.spec import load_spec
 
 TRUE = {"ppo": 0.50, "gppo": 0.60, "cispo": 0.45}
@@ -190,6 +199,53 @@ def test_a_diverged_run_is_not_a_value():
     df = summarize(records, "m", [], "maximize", "a", ["a", "b"]).set_index("arm")
     assert df.loc["b", "m n"] == 2 and abs(df.loc["b", "m mean"] - 0.75) < 1e-12
     assert abs(df.loc["b", "delta"] - 0.2) < 1e-12 and df.loc["b", "delta ci high"] < math.inf
+
+
+def test_a_seed_without_a_finite_value_shows_in_its_cell():
+    """The diverged seed left the cell at n=2 with nothing to say 3 seeds had completed."""
+    records = [TrialRecord("a", s, "COMPLETE", {"m": v}) for s, v in enumerate([1.0, 1.02, 1.01])]
+    records += [TrialRecord("b", s, "COMPLETE", {"m": v}) for s, v in enumerate([0.9, 0.91, math.inf])]
+    df = summarize(records, "m", [], "minimize", "a", ["a", "b"])
+    md = to_markdown(df, "m", [], "a")
+    assert "0.905 ± 0.0071 (n=2 of 3)" in md and "1.01 ± 0.01 (n=3) |" in md
+    assert df["n"].tolist() == [3, 3] and df["m n"].tolist() == [3, 2]  # the CSV's columns as before
+
+
+def test_failed_counts_seeds_left_without_a_finished_trial():
+    """A seed whose retry completed counted its failed attempts: an arm of 2 completed seeds showed failed 2."""
+    records = [TrialRecord("a", 0, "COMPLETE", {"m": 0.5}), TrialRecord("a", 1, "COMPLETE", {"m": 0.52}),
+               TrialRecord("b", 0, "FAIL"), TrialRecord("b", 0, "FAIL"), TrialRecord("b", 0, "COMPLETE", {"m": 0.6}),
+               TrialRecord("b", 1, "FAIL"), TrialRecord("b", 1, "FAIL"), TrialRecord("b", 2, "FAIL"),
+               TrialRecord("b", 2, "PRUNED"), TrialRecord("b", 3, "RUNNING")]
+    df = summarize(records, "m", [], "maximize", "a", ["a", "b"]).set_index("arm")
+    assert df.loc["a", "failed"] == 0 and df.loc["b", "failed"] == 1 and df.loc["b", "pruned"] == 1
+
+
+def _sampled_study(tmp_path, draws):
+    """An in-memory tpe study over ``optim.lr`` with one COMPLETE trial per (lr, seed, val/acc) drawn."""
+    import optuna
+
+    spec = load_spec(write_spec(tmp_path, sampler="tpe", n_trials=len(draws),
+                                axes={"optim.lr": {"low": 1e-6, "high": 1e-3, "log": True}}))
+    study = optuna.create_study(direction="maximize")
+    dist = {"optim.lr": optuna.distributions.FloatDistribution(1e-6, 1e-3, log=True)}
+    for lr, seed, acc in draws:
+        attrs = {"arm": arm_label(spec.axes, {"optim.lr": lr}), "seed": seed,
+                 "point": point_key({"optim.lr": lr}, seed), "metrics": {"val/acc": acc}}
+        study.add_trial(optuna.trial.create_trial(params={"optim.lr": lr}, distributions=dist, value=acc,
+                                                  user_attrs=attrs))
+    return spec, study
+
+
+def test_sampled_points_that_print_alike_are_not_pooled(tmp_path):
+    """lr 0.00012341 and 0.00012344 both print lr=0.0001234: the table averaged two configs as seeds of one arm."""
+    spec, study = _sampled_study(tmp_path, [(0.00012341, 0, 0.8), (0.00012344, 1, 0.6), (0.00012341, 1, 0.82),
+                                            (5e-05, 0, 0.7)])
+    records = load_records(spec, study)
+    assert [r.arm for r in records] == ["lr=0.00012341", "lr=0.00012344", "lr=0.00012341", "lr=5e-05"]
+    df = summarize(records, "val/acc", [], "maximize", None).set_index("arm")
+    assert df["n"].to_dict() == {"lr=0.00012341": 2, "lr=0.00012344": 1, "lr=5e-05": 1}
+    assert abs(df.loc["lr=0.00012341", "val/acc mean"] - 0.81) < 1e-12
 
 
 def test_a_pipe_in_an_arm_or_metric_keeps_the_markdown_columns():

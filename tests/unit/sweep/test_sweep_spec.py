@@ -92,6 +92,19 @@ def test_sampler_rules(tmp_path):
     assert check_spec(spec) == []
 
 
+def test_a_baseline_no_sampled_arm_can_match_is_refused_up_front(tmp_path):
+    """A continuous range draws a new value per trial: the baseline matched no arm and failed the compare
+    only after the whole sweep had run."""
+    lr_range = {"low": 1e-4, "high": 1e-2, "log": True}
+    msg = _error(_edit(write_spec(tmp_path), sampler="tpe", n_trials=4, baseline="lr=0.001",
+                       axes={"optim.lr": lr_range, "rl.clip.name": ["ppo", "gppo"]}))
+    assert "baseline: no arm can be named in advance" in msg and "optim.lr" in msg
+    for axes in ({"optim.lr": [0.001, 0.002]}, {"optim.lr": {**lr_range, "log": False, "step": 1e-4}},
+                 {"trainer.max_steps": {"low": 1, "high": 4}}):
+        baseline = {key: 0.001 if key == "optim.lr" else 1 for key in axes}
+        load_spec(_edit(write_spec(tmp_path), sampler="random", n_trials=4, baseline=baseline, axes=axes))
+
+
 def test_sweep_owned_keys_and_seeds(tmp_path):
     assert "seeds" in _error(_edit(write_spec(tmp_path), axes={"run.seed": [1, 2]}))
     assert "distinct" in _error(_edit(write_spec(tmp_path), seeds=[1, 1]))
