@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from klear_lab.cli_args import parse_args
 from klear_lab.distributed import joined_run_dir
@@ -180,10 +181,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_default_format = warnings.formatwarning
+
+
+def format_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001 - warnings' hook
+    """klear-lab's own warnings (about a config, a run) as one line: the default format adds the source line
+    of the call, which reads as part of the message (``"settings": settings, "optim": ...``)."""
+    if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(PACKAGE_DIR + os.sep):
+        return f"klear-lab: warning: {message}\n"
+    return _default_format(message, category, filename, lineno, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = parse_args(build_parser(), argv)
+    before, warnings.formatwarning = warnings.formatwarning, format_warning
+    try:
+        return _run_command(args)
+    finally:
+        warnings.formatwarning = before
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except KlearError as exc:

@@ -249,8 +249,8 @@ def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: s
     layer = trial_layer(spec, values, seed, None, None, "check")
     try:
         problem = runnable_problem(spec.compose([layer]))
-    except ConfigError as exc:
-        raise spec.err(key, f"{what}: {exc}") from None
+    except ConfigError as exc:  # an unknown key is the key's fault, whatever the value
+        raise spec.err(key, str(exc) if "unknown key" in str(exc) else f"{what}: {exc}") from None
     if problem and problem == inherited:
         raise ConfigError(f"{spec.path}: base experiment: every trial would stop before training: {problem}")
     if problem:

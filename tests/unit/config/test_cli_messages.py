@@ -37,3 +37,18 @@ def test_reproduce_help_prints_one_percent_sign(capsys):
         build_parser().parse_args(["reproduce", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "95 % intervals" in out and "%%" not in out
+
+
+def test_the_clis_own_warnings_are_one_line_without_the_calling_source_line():
+    """The default format printed the source line of the call after the message (``"settings": settings,
+    "optim": builders.optim_settings(...)``), which read as part of it (a new-user walkthrough)."""
+    import os
+
+    from klear_lab import cli
+
+    own = os.path.join(cli.PACKAGE_DIR, "builders.py")
+    assert cli.format_warning("optim.warmup_steps=30 ...", UserWarning, own, 248) == \
+        "klear-lab: warning: optim.warmup_steps=30 ...\n"
+    other = cli.format_warning("deprecated", DeprecationWarning, own, 1, line="x = 1")
+    assert "DeprecationWarning" in other  # not klear-lab's own message: the default format
+    assert "UserWarning" in cli.format_warning("m", UserWarning, "/elsewhere/lib.py", 3, line="y = 2")

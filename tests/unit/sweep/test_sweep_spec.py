@@ -47,6 +47,7 @@ def test_unknown_top_level_key(tmp_path):
 def test_axis_key_not_in_config(tmp_path):
     msg = _error(_edit(write_spec(tmp_path), axes={"optim.lrr": [0.1]}))
     assert "axes.optim.lrr" in msg and "did you mean" in msg
+    assert "value 0.1" not in msg  # the key is at fault, not the value (a new-user walkthrough)
 
 
 def test_axis_value_rejected_by_component(tmp_path):
