@@ -110,15 +110,20 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
 def unscorable(path: Path) -> str | None:
     """Why ``path`` is not a completed run directory with a final model, or None when it is."""
     saved, status = path / "config.yaml", path / "run.json"
-    if not saved.is_file() or not (path / "model" / "config.json").is_file() or not status.is_file():
-        return (f"{path}: not a run directory with a final model (needs config.yaml, run.json and model/); "
-                "give a run directory or an experiment file")
+    if not saved.is_file() or not status.is_file():
+        return (f"{path}: not a run directory (needs config.yaml and run.json); give a run directory or an "
+                "experiment file")
     try:
-        state = json.loads(status.read_text()).get("status")
-    except ValueError:
-        state = "unreadable"
-    if state != "completed":
-        return f"{status}: status is {state!r}: only a completed run has a final model to score"
+        record = json.loads(status.read_text())
+        state, error = record.get("status"), record.get("error")
+    except (ValueError, AttributeError):
+        state, error = "unreadable", None
+    if state != "completed":  # a stopped run has no final model: say so, and how to finish it
+        how = f" (`klear-lab resume {path}` continues it)" if state in ("failed", "running") else ""
+        return (f"{status}: status is {state!r}{f' ({error})' if error else ''}: only a completed run has a "
+                f"final model to score{how}")
+    if not (path / "model" / "config.json").is_file():
+        return f"{path}: the run completed but its final model (model/) is missing"
     return None
 
 

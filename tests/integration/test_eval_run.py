@@ -102,22 +102,26 @@ def test_eval_run_is_labelled_and_written_beside_the_run_it_scores(trained, tmp_
     assert [p.name for p in moved.parent.iterdir()] == [moved.name]  # a dry run writes nothing
 
 
-def _run_dir(tmp: Path, status: str | None, model: bool = True) -> Path:
+def _run_dir(tmp: Path, status: str | None, model: bool = True, error: str | None = None) -> Path:
     run = tmp / "run"
-    (run / "model").mkdir(parents=True)
+    run.mkdir(parents=True)
     (run / "config.yaml").write_text("run: {name: x, kind: sft}\n")
     if model:
+        (run / "model").mkdir()
         (run / "model" / "config.json").write_text("{}")
     if status:
-        (run / "run.json").write_text(json.dumps({"status": status}))
+        (run / "run.json").write_text(json.dumps({"status": status, **({"error": error} if error else {})}))
     return run
 
 
 @pytest.mark.parametrize(("make", "needle"), [
     (lambda tmp: tmp / "missing", "no such run directory or experiment file"),
-    (lambda tmp: _run_dir(tmp, "completed", model=False), "not a run directory with a final model"),
-    (lambda tmp: _run_dir(tmp, None), "not a run directory with a final model"),
+    (lambda tmp: _run_dir(tmp, "completed", model=False), "the run completed but its final model"),
+    (lambda tmp: _run_dir(tmp, None), "not a run directory"),
     (lambda tmp: _run_dir(tmp, "failed"), r"run.json: status is 'failed': only a completed run"),
+    # a stopped run lacks model/ too: it said "not a run directory with a final model" (a new-user walkthrough)
+    (lambda tmp: _run_dir(tmp, "failed", model=False, error="interrupted (Ctrl-C)"),
+     r"status is 'failed' \(interrupted \(Ctrl-C\)\): only a completed run .*`klear-lab resume .*run` continues it"),
 ])
 def test_bad_eval_targets(tmp_path, make, needle):
     with pytest.raises(ConfigError, match=needle):
