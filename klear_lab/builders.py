@@ -235,18 +235,26 @@ def eval_engine(cfg: dict[str, Any], shared=None):
     return EvalEngine(config=engine)
 
 
+def warmup_problem(o: dict[str, Any], total_steps: int) -> str | None:
+    """What a warmup as long as the run's ``total_steps`` scheduled steps does (a short debug run of a full
+    recipe: legal, but not what it says), or None."""
+    if not o["warmup_steps"] >= total_steps > 0:
+        return None
+    reached = (f"the learning rate ends at {o['lr'] * total_steps / o['warmup_steps']:.3g}, below "
+               f"optim.lr={o['lr']:g}" if o["warmup_steps"] > total_steps
+               else f"the learning rate reaches optim.lr={o['lr']:g} only at the last step")
+    return (f"optim.warmup_steps={o['warmup_steps']} is not below the run's {total_steps} scheduled steps: "
+            f"{reached}, and no {o['schedule']} phase runs")
+
+
 def optim_settings(cfg: dict[str, Any], total_steps: int):
     from klear_lab.modules.optim import OptimSettings
 
     o = cfg["optim"]
     if o["schedule"] not in ("cosine", "constant"):
         raise ConfigError(f"optim.schedule must be 'cosine' or 'constant', got {o['schedule']!r}")
-    if o["warmup_steps"] >= total_steps > 0:  # a short debug run of a full recipe: legal, but not what it says
-        reached = (f"the learning rate ends at {o['lr'] * total_steps / o['warmup_steps']:.3g}, below "
-                   f"optim.lr={o['lr']:g}" if o["warmup_steps"] > total_steps
-                   else f"the learning rate reaches optim.lr={o['lr']:g} only at the last step")
-        warnings.warn(f"optim.warmup_steps={o['warmup_steps']} is not below the run's {total_steps} scheduled "
-                      f"steps: {reached}, and no {o['schedule']} phase runs", UserWarning, stacklevel=2)
+    if problem := warmup_problem(o, total_steps):
+        warnings.warn(problem, UserWarning, stacklevel=2)
     return OptimSettings(lr=o["lr"], min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], total_steps=total_steps,
                          weight_decay=o["weight_decay"], betas=tuple(o["betas"]), schedule=o["schedule"],
                          bf16_rounding=o["bf16_rounding"], seed=cfg["run"]["seed"])

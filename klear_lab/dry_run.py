@@ -124,11 +124,16 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
                      ("optimizer steps (est., mean length = max/2)", f"{steps:,}")]
         o = cfg["optim"]
         rows.append(("lr schedule", f"warmup {o['warmup_steps']} -> {o['lr']:g} cosine -> {o['min_lr']:g}"))
+        scheduled = s["max_steps"] if s["max_steps"] > 0 else 0  # an estimate is not enough to warn on
     else:
-        from klear_lab.stages.rl_plan import rl_plan_rows
+        from klear_lab.stages.rl_plan import rl_plan_rows, schedule_steps
 
         rows += rl_plan_rows(cfg, devices)
-    return [*rows, eval_row(cfg)]
+        scheduled = schedule_steps(cfg["rl"])
+    from klear_lab.builders import warmup_problem
+
+    warning = warmup_problem(cfg["optim"], scheduled)
+    return [*rows, *([("warning", warning)] if warning else []), eval_row(cfg)]
 
 
 def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:

@@ -37,6 +37,7 @@ from klear_lab.stages.common import (
     write_samples,
 )
 from klear_lab.stages.gain import gain_summary
+from klear_lab.stages.rl_plan import schedule_steps
 from klear_lab.tracking import make_loggers
 
 
@@ -190,9 +191,6 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         kept_stats = {k: v for k, v in data_stats.items() if not k.startswith("data/mix_share/")}  # a source may go
         data_stats = {**kept_stats, **builders.record_stats(records), "data/dropped_long_prompts": float(dropped)}
     steps = rl["steps"]
-    trained = rl["max_kept_prompts"] or rl["prompts_per_step"]
-    updates = steps * rl["ppo_epochs"] * -(-trained // rl["minibatch_prompts"])
-    schedule_steps = updates if rl["lr_schedule_unit"] == "update" else steps  # what the LR schedule counts
     settings = RLSettings(
         group_size=rl["group_size"], minibatch_prompts=rl["minibatch_prompts"], micro_batch_seqs=rl["micro_batch_seqs"],
         ppo_epochs=rl["ppo_epochs"], max_new_tokens=rl["max_new_tokens"], temperature=rl["temperature"],
@@ -208,7 +206,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         "group_filter": builders.build(GROUP_FILTER, rl["group_filter"]),
         "weights": ObjectiveWeights(alpha=rl["alpha"], entropy_coef=rl["entropy_coef"], kl_coef=rl["kl_coef"],
                                     kl_estimator=rl["kl_estimator"]),
-        "settings": settings, "optim": builders.optim_settings(cfg, schedule_steps), "eval_records": eval_records,
+        "settings": settings, "optim": builders.optim_settings(cfg, schedule_steps(rl)), "eval_records": eval_records,
         "eval_rewards": builders.build_eval_rewards(cfg), "use_reference": rl["kl_coef"] > 0,
     }
     engine = engine_cfg.start(policy, tokenizer)  # last: nothing after it may leave it running

@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 
+def schedule_steps(rl: dict[str, Any]) -> int:
+    """What the LR schedule counts over the run: its optimizer updates (at most: a filter may keep fewer
+    groups) or its rollout steps (``rl.lr_schedule_unit``)."""
+    trained = rl["max_kept_prompts"] or rl["prompts_per_step"]
+    updates = rl["steps"] * rl["ppo_epochs"] * -(-trained // rl["minibatch_prompts"])
+    return updates if rl["lr_schedule_unit"] == "update" else rl["steps"]
+
+
 def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
     rl = cfg["rl"]
     b, g = rl["prompts_per_step"], rl["group_size"]

@@ -128,3 +128,14 @@ def test_an_eval_run_is_not_held_to_its_training_data(tmp_path):
     assert unavailable_data(compose(QUICK_RL, [missing]))  # a training run reads it
     assert unavailable_data(compose(QUICK_RL, [missing, "run.kind=eval", "model.init_from=null",
                                                f"model.name_or_path={tmp_path}"])) == []
+
+
+def test_the_plan_warns_of_a_warmup_as_long_as_the_run():
+    """The run warned that no cosine phase would run; its dry run did not (a new-user walkthrough)."""
+    sft = ROOT / "experiments/quickstart/sft.yaml"
+    rows = dict(plan_rows(compose(sft, ["sft.max_steps=3"]), 1))
+    assert rows["warning"].startswith("optim.warmup_steps=30 is not below the run's 3 scheduled steps")
+    assert "warning" not in dict(plan_rows(compose(sft, ["sft.max_steps=300"]), 1))
+    rl = dict(plan_rows(compose(QUICK_RL, ["rl.steps=1"]), 1))  # 4 updates a step: 4 scheduled, warmup 5
+    assert rl["warning"].startswith("optim.warmup_steps=5 is not below the run's 4 scheduled steps")
+    assert "warning" not in dict(plan_rows(compose(QUICK_RL), 1))
