@@ -138,6 +138,19 @@ class PlannedEpochsProgressBar(RichProgressBar):
         super().__init__(**kwargs)
         self.epochs = epochs
 
+    @property
+    def total_train_batches(self) -> int | float:
+        """This epoch's batches up to ``max_steps``, counted as the bar counts (``batch_idx + 1``): with the
+        ones a resumed epoch skipped (the bar read 10/5 after a resume at step 5 of 10), and steps turned
+        into batches under gradient accumulation (Lightning compares its remaining steps with batches)."""
+        trainer = self.trainer
+        total = trainer.num_training_batches
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            done = trainer.fit_loop.epoch_loop.batch_progress.current.ready  # a resumed epoch's restored batches
+            left = (trainer.max_steps - trainer.global_step) * trainer.accumulate_grad_batches
+            total = min(total, done + left)
+        return total
+
     def _get_train_description(self, current_epoch: int) -> str:
         limit = self.trainer.max_epochs
         if limit is not None and limit >= 0:  # a real limit: Lightning's own label

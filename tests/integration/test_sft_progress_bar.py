@@ -33,3 +33,39 @@ def test_the_bar_counts_the_planned_epochs_and_the_steps_stay(tiny_sft_overrides
     assert result.metrics["plan/steps_per_epoch"] == 2 and result.metrics["plan/total_steps"] == 3
     assert result.metrics["train/steps"] == 3  # the Trainer's limits are untouched
     assert labels.seen == ["Epoch 0/1", "Epoch 0/1", "Epoch 1/1"]
+
+
+class Counts(L.Callback):
+    """(completed, total) of the bar's training task at every training batch."""
+
+    def __init__(self, crash_at: int | None = None) -> None:
+        self.seen: list[tuple[float, float]] = []
+        self.crash_at = crash_at
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        (bar,) = [c for c in trainer.callbacks if isinstance(c, RichProgressBar)]
+        task = bar.progress.tasks[bar.train_progress_bar_id]
+        self.seen.append((task.completed, task.total))
+        if trainer.global_step == self.crash_at:
+            raise RuntimeError("simulated crash")
+
+
+def test_a_resumed_run_and_gradient_accumulation_count_batches_against_their_own_total(tmp_path, tiny_sft_overrides):
+    """After a resume at step 5 of 10 the bar read 10/5: its count went on from the restored batch, its
+    total was the remaining steps (a new-user walkthrough); under accumulation steps were read as batches."""
+    from klear_lab.resume import resume_config
+
+    overrides = [*tiny_sft_overrides, "data.sources.0.n_prompts=200", "sft.max_steps=10", "trainer.checkpoint=true",
+                 "trainer.checkpoint_every=2"]
+    first, resumed = Counts(crash_at=5), Counts()
+    try:
+        run_experiment(compose(QUICKSTART, overrides), callbacks=[first])
+    except RuntimeError:
+        pass
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_experiment(resume_config(run_dir), resume=run_dir, callbacks=[resumed])
+    assert first.seen[-1] == (5, 10) and resumed.seen[0] == (5, 10) and resumed.seen[-1] == (10, 10)
+    accumulated = Counts()
+    run_experiment(compose(QUICKSTART, [*tiny_sft_overrides, "data.sources.0.n_prompts=200", "sft.max_steps=3",
+                                        "sft.grad_accum=2", f"run.out_dir={tmp_path / 'acc'}"]), callbacks=[accumulated])
+    assert accumulated.seen[-1] == (6, 6)  # 3 steps of 2 batches
