@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
+import pytest
 from lightning.pytorch.callbacks import RichProgressBar
 
 from klear_lab.config.compose import compose
@@ -58,10 +59,8 @@ def test_a_resumed_run_and_gradient_accumulation_count_batches_against_their_own
     overrides = [*tiny_sft_overrides, "data.sources.0.n_prompts=200", "sft.max_steps=10", "trainer.checkpoint=true",
                  "trainer.checkpoint_every=2"]
     first, resumed = Counts(crash_at=5), Counts()
-    try:
+    with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(compose(QUICKSTART, overrides), callbacks=[first])
-    except RuntimeError:
-        pass
     (run_dir,) = (tmp_path / "runs").iterdir()
     run_experiment(resume_config(run_dir), resume=run_dir, callbacks=[resumed])
     assert first.seen[-1] == (5, 10) and resumed.seen[0] == (5, 10) and resumed.seen[-1] == (10, 10)
