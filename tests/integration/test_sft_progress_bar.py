@@ -65,6 +65,7 @@ def test_a_resumed_run_and_gradient_accumulation_count_batches_against_their_own
     run_experiment(resume_config(run_dir), resume=run_dir, callbacks=[resumed])
     assert first.seen[-1] == (5, 10) and resumed.seen[0] == (5, 10) and resumed.seen[-1] == (10, 10)
     accumulated = Counts()
-    run_experiment(compose(QUICKSTART, [*tiny_sft_overrides, "data.sources.0.n_prompts=200", "sft.max_steps=3",
-                                        "sft.grad_accum=2", f"run.out_dir={tmp_path / 'acc'}"]), callbacks=[accumulated])
+    cfg = compose(QUICKSTART, [*tiny_sft_overrides, "data.sources.0.n_prompts=200", "sft.max_steps=3",
+                               "sft.grad_accum=2", f"run.out_dir={tmp_path / 'acc'}"])
+    run_experiment(cfg, callbacks=[accumulated])
     assert accumulated.seen[-1] == (6, 6)  # 3 steps of 2 batches
