@@ -121,7 +121,7 @@ def resumable_twins(cfg: dict[str, Any]) -> list[Path]:
     for run_dir in sorted(out_dir_of(cfg).glob(glob_escape(run_dir_name(cfg, "STAMP")).replace("STAMP", "*"))):
         try:
             check_resumable(run_dir, cfg)
-        except (ConfigError, OSError, ValueError):
+        except Exception:  # noqa: BLE001 - a damaged directory is no twin, and a note must not stop the run
             continue
         twins.append(run_dir)
     return twins
@@ -211,12 +211,20 @@ def saved_identity(run_dir: Path) -> dict[str, Any]:
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
     identity["git_commits"] = attempt_commits(run_dir, identity)
     identity["software"] = attempt_software(run_dir, identity)
-    started_in = identity.get("work_dir")
+    return identity
+
+
+def warn_if_elsewhere(run_dir: Path) -> None:
+    """Warn when a resume runs from another directory than the run started in (``work_dir``): the relative
+    paths of its config are read from the working directory. Before the data is read, whose error it explains."""
+    try:
+        started_in = read_record(run_dir / "run.json").get("work_dir")
+    except (ConfigError, OSError):
+        return  # the resume's own checks say what is wrong with run.json
     if started_in and Path(started_in) != Path.cwd():
         print(f"warning: {run_dir}: resuming from {Path.cwd()}; the run started in {started_in}, and the relative "
               "paths in its config.yaml (data files, model.name_or_path) are read from the working directory",
               file=sys.stderr)
-    return identity
 
 
 def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:
@@ -224,9 +232,10 @@ def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, 
     for their earlier attempts). Warns on stderr naming what changed since the previous attempt."""
     from klear_lab.tracking import software_versions
 
-    before, now = list(identity.get("software") or []), software_versions()
+    earlier = max(int(identity.get("attempts", 2)) - 1, 1)  # attempts before this one
+    before, now = list(identity.get("software") or [{}] * earlier), software_versions()  # {}: not recorded
     last = before[-1] if before and isinstance(before[-1], dict) else None
-    if last is not None and last != now:
+    if last and last != now:
         changed = [f"{k} {last.get(k, '(none)')} -> {now.get(k, '(none)')}" for k in sorted({*last, *now})
                    if last.get(k) != now.get(k)]
         print(f"warning: {run_dir}: resuming with other software than the run's previous attempt: "

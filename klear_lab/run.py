@@ -33,6 +33,7 @@ from klear_lab.resume import (
     running_process,
     saved_identity,
     set_aside_later_rows,
+    warn_if_elsewhere,
 )
 
 # Lightning's WandbLogger sets WANDB_MODE=dryrun in this process for an offline run: put back after each
@@ -127,6 +128,8 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None) -> RunResult:
     from klear_lab.stages.common import without_upstream_noise
 
+    if resume is not None and joined_run_dir() is None:
+        warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     ckpt = None if resume is None else checkpoint_path(Path(resume))
     extra = {} if ckpt is None else {"resume": ckpt}

@@ -119,12 +119,25 @@ def unscorable(path: Path) -> str | None:
     except (ValueError, AttributeError):
         state, error = "unreadable", None
     if state != "completed":  # a stopped run has no final model: say so, and how to finish it
-        how = f" (`klear-lab resume {path}` continues it)" if state in ("failed", "running") else ""
+        how = f" (`klear-lab resume {path}` continues it)" if _resumable(path) else ""
         return (f"{status}: status is {state!r}{f' ({error})' if error else ''}: only a completed run has a "
                 f"final model to score{how}")
     if not (path / "model" / "config.json").is_file():
         return f"{path}: the run completed but its final model (model/) is missing"
     return None
+
+
+def _resumable(path: Path) -> bool:
+    """Whether ``klear-lab resume`` would continue the run in ``path`` (with its saved config)."""
+    import yaml
+
+    from klear_lab.resume import check_resumable
+
+    try:
+        check_resumable(path, yaml.safe_load((path / "config.yaml").read_text()))
+    except Exception:  # noqa: BLE001 - only whether to suggest it
+        return False
+    return True
 
 
 def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:

@@ -146,7 +146,8 @@ class PlannedEpochsProgressBar(RichProgressBar):
         trainer = self.trainer
         total = trainer.num_training_batches
         if trainer.max_steps is not None and trainer.max_steps > 0:
-            done = trainer.fit_loop.epoch_loop.batch_progress.current.ready  # a resumed epoch's restored batches
+            loop = trainer.fit_loop.epoch_loop  # a resumed epoch's restored batches; a fresh epoch's count is
+            done = loop.batch_progress.current.ready if loop.restarting else 0  # reset only after this is read
             left = (trainer.max_steps - trainer.global_step) * trainer.accumulate_grad_batches
             total = min(total, done + left)
         return total

@@ -121,7 +121,7 @@ def _run_dir(tmp: Path, status: str | None, model: bool = True, error: str | Non
     (lambda tmp: _run_dir(tmp, "failed"), r"run.json: status is 'failed': only a completed run"),
     # a stopped run lacks model/ too: it said "not a run directory with a final model" (a new-user walkthrough)
     (lambda tmp: _run_dir(tmp, "failed", model=False, error="interrupted (Ctrl-C)"),
-     r"status is 'failed' \(interrupted \(Ctrl-C\)\): only a completed run .*`klear-lab resume .*run` continues it"),
+     r"status is 'failed' \(interrupted \(Ctrl-C\)\): only a completed run has a final model to score$"),
 ])
 def test_bad_eval_targets(tmp_path, make, needle):
     with pytest.raises(ConfigError, match=needle):

@@ -29,6 +29,7 @@ from safetensors.torch import load_file
 from klear_lab import wandb_file
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
 from klear_lab.resume import checkpoint_log_step, checkpoint_path, resumable_twins, resume_config
 from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
@@ -509,6 +510,11 @@ def test_running_a_stopped_runs_command_again_names_the_run_to_resume(tmp_path, 
     (stopped,) = (tmp_path / "runs").iterdir()
     assert "note:" not in capsys.readouterr().err
     assert not resumable_twins(compose(SFT, [*overrides, "sft.max_steps=3"]))  # another config: not its run
+    from klear_lab.stages.eval import eval_config
+
+    with pytest.raises(ConfigError, match=rf"only a completed run has a final model to score \(`klear-lab resume "
+                                          rf"{stopped}` continues it\)"):
+        eval_config(stopped)  # it can resume: the refusal says how
     again = run_experiment(compose(SFT, overrides))
     err = capsys.readouterr().err
     assert f"note: {stopped} is an earlier run of this config and seed" in err and f"klear-lab resume {stopped}" in err

@@ -27,10 +27,11 @@ class Labels(L.Callback):
 
 def test_the_bar_counts_the_planned_epochs_and_the_steps_stay(tiny_sft_overrides):
     """20 examples, 10 a batch: 2 steps an epoch; sft.epochs=1.5 is 3 steps, into a second epoch."""
-    labels = Labels()
+    labels, counts = Labels(), Counts()
     cfg = compose(QUICKSTART, [*tiny_sft_overrides, "data.sources.0.n_prompts=20", "sft.max_steps=0",
                                "sft.epochs=1.5"])
-    result = run_experiment(cfg, callbacks=[labels])
+    result = run_experiment(cfg, callbacks=[labels, counts])
+    assert counts.seen == [(1, 2), (2, 2), (1, 1)]  # the last epoch's 1 batch to max_steps (a review: 1/2)
     assert result.metrics["plan/steps_per_epoch"] == 2 and result.metrics["plan/total_steps"] == 3
     assert result.metrics["train/steps"] == 3  # the Trainer's limits are untouched
     assert labels.seen == ["Epoch 0/1", "Epoch 0/1", "Epoch 1/1"]

@@ -13,7 +13,7 @@ from klear_lab import tracking
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
-from klear_lab.resume import check_resumable, saved_identity
+from klear_lab.resume import check_resumable, saved_identity, warn_if_elsewhere
 from klear_lab.tracking import create_run_dir, write_config
 
 SFT = str(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml")
@@ -57,7 +57,7 @@ def test_each_attempt_records_its_software_and_a_change_warns(tmp_path, capsys, 
     assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
     assert versions["torch"] == metadata.version("torch") and versions["klear-lab"] == metadata.version("klear-lab")
     (tmp_path / "run.json").write_text(json.dumps({"attempts": 1, "status": "failed"}))  # from before: none
-    assert saved_identity(tmp_path)["software"] == [versions]
+    assert saved_identity(tmp_path)["software"] == [{}, versions]  # one per attempt: the first's unknown
     assert "other software" not in capsys.readouterr().err
     (tmp_path / "run.json").write_text(json.dumps({"attempts": 1, "status": "failed", "software": [versions]}))
     assert saved_identity(tmp_path)["software"] == [versions, versions]
@@ -90,8 +90,41 @@ def test_run_json_names_the_directory_the_run_started_in_and_a_resume_elsewhere_
     identity = tracking.identity_of(cfg, run_dir)
     assert identity["work_dir"] == str(started)
     (run_dir / "run.json").write_text(json.dumps({**identity, "status": "failed"}))
-    saved_identity(run_dir)
+    warn_if_elsewhere(run_dir)
     assert "resuming from" not in capsys.readouterr().err
     monkeypatch.chdir(elsewhere)
     assert saved_identity(run_dir)["work_dir"] == str(started)
+    warn_if_elsewhere(run_dir)
     assert f"resuming from {elsewhere}; the run started in {started}" in capsys.readouterr().err
+
+
+def test_the_other_directory_warning_comes_before_the_data_is_read(tmp_path, capsys, monkeypatch):
+    """A resume from elsewhere fails on its first relative data path, in ``prepare``: the warning came after
+    it (in ``saved_identity``), so it never explained that error (a review)."""
+    from klear_lab.run import _run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"status": "failed", "work_dir": str(tmp_path / "proj")}))
+    monkeypatch.chdir(tmp_path)
+
+    def prepare(cfg):
+        raise ConfigError("data.sources.0.path: no such file under the working directory")
+
+    with pytest.raises(ConfigError, match="no such file"):
+        _run({}, prepare, None, run_dir)
+    assert f"the run started in {tmp_path / 'proj'}" in capsys.readouterr().err
+
+
+def test_a_damaged_earlier_run_directory_does_not_stop_a_new_run(tmp_path):
+    """``resumable_twins`` reads the earlier runs of a config to name one to resume; a broken config.yaml
+    there raised a YAML error before the new run started (a review)."""
+    from klear_lab.resume import resumable_twins
+
+    cfg = compose(None, ["run.out_dir=" + str(tmp_path)])
+    twin = tmp_path / tracking.run_dir_name(cfg, "20260101-000000")
+    twin.mkdir()
+    (twin / "run.json").write_text(json.dumps({"status": "failed"}))
+    for text in ("run: [unclosed", "- a list\n"):
+        (twin / "config.yaml").write_text(text)
+        assert resumable_twins(cfg) == []
