@@ -14,24 +14,10 @@ with the speed ratio against the first precision listed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def train(experiment: str, name: str, overrides: list[str], out: Path) -> dict:
-    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / experiment), f"run.out_dir={out}",
-           f"run.name={name}", "trainer.checkpoint=false", "tracking.wandb.enabled=false", *overrides]
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**env, "HF_HUB_OFFLINE": "1"})
-    if done.returncode:
-        sys.exit(f"{name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    runs = sorted(out.glob(f"{name}-*/summary.json"), key=lambda p: p.stat().st_mtime)
-    return json.loads(runs[-1].read_text())
+from bench_train import ROOT
+from bench_train import train_summary as train
 
 
 def main() -> None:

@@ -15,29 +15,15 @@ cost or gain of splitting a step's generation and updates over processes, not of
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_train import ROOT, train_summary
 
 
 def run(devices: int, steps: int, out: Path, seed: int) -> dict:
-    cmd = [sys.executable, "-m", "klear_lab.cli", "train", str(ROOT / "experiments/quickstart/rl.yaml"),
-           f"run.out_dir={out}", f"run.name=rl_ddp_bench_{devices}", f"run.seed={seed}", f"rl.steps={steps}",
-           "rl.eval_every=0",
-           "trainer.accelerator=cpu", f"trainer.devices={devices}", "trainer.checkpoint=false",
-           "tracking.wandb.enabled=false"]
-    if devices > 1:
-        cmd.append("trainer.strategy=ddp")
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**env, "HF_HUB_OFFLINE": "1"})
-    if done.returncode:
-        sys.exit(f"devices={devices} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    runs = sorted(out.glob(f"rl_ddp_bench_{devices}*/summary.json"), key=lambda p: p.stat().st_mtime)
-    return json.loads(runs[-1].read_text())
+    overrides = [f"run.seed={seed}", f"rl.steps={steps}", "rl.eval_every=0", "trainer.accelerator=cpu",
+                 f"trainer.devices={devices}", *(["trainer.strategy=ddp"] if devices > 1 else [])]
+    return train_summary("experiments/quickstart/rl.yaml", f"rl_ddp_bench_{devices}", overrides, out)
 
 
 def main() -> None:
