@@ -124,7 +124,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
                      ("optimizer steps (est., mean length = max/2)", f"{steps:,}")]
         o = cfg["optim"]
         rows.append(("lr schedule", f"warmup {o['warmup_steps']} -> {o['lr']:g} cosine -> {o['min_lr']:g}"))
-        scheduled = s["max_steps"] if s["max_steps"] > 0 else 0  # an estimate is not enough to warn on
+        scheduled = s["max_steps"]  # 0 (by epochs): an estimate is not enough to warn on
     else:
         from klear_lab.stages.rl_plan import rl_plan_rows, schedule_steps
 

@@ -11,6 +11,7 @@ after the checkpoint (steps that will run again) are set aside in ``csv/metrics.
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import os
 import socket
@@ -35,7 +36,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
             machine, no checkpoint, a saved config that no longer composes to the same config, or an
             override of another key.
     """
-    from klear_lab.config.compose import compose
+    from klear_lab.config.compose import compose, override_key
 
     run_dir = Path(run_dir)
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
@@ -45,7 +46,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     if identity.get("status") == "completed":
         raise ConfigError(f"{record}: the run already completed; nothing to resume")
     for item in overrides or []:
-        key = item.split("=", 1)[0].strip().lstrip("+~")
+        key = override_key(item)
         if key not in RESUME_OVERRIDABLE:
             raise ConfigError(f"resume {run_dir}: {item!r}: a resumed run keeps its config; only "
                               f"{', '.join(RESUME_OVERRIDABLE)} may change (to change anything else, start a "
@@ -118,17 +119,13 @@ def resumable_twins(cfg: dict[str, Any]) -> list[Path]:
     from klear_lab.tracking import out_dir_of, run_dir_name
 
     twins = []
-    for run_dir in sorted(out_dir_of(cfg).glob(glob_escape(run_dir_name(cfg, "STAMP")).replace("STAMP", "*"))):
+    for run_dir in sorted(out_dir_of(cfg).glob(glob.escape(run_dir_name(cfg, "STAMP")).replace("STAMP", "*"))):
         try:
             check_resumable(run_dir, cfg)
         except Exception:  # noqa: BLE001 - a damaged directory is no twin, and a note must not stop the run
             continue
         twins.append(run_dir)
     return twins
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 class DataChangedError(ConfigError):

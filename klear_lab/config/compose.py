@@ -128,6 +128,11 @@ class Cleared(dict):
     eval.samples_per_source.lcb_v5=4``): it replaces what earlier layers set, where a mapping merges."""
 
 
+def override_key(item: str) -> str:
+    """The dotted key of a ``key=value`` override (a Hydra-style ``+``/``~`` prefix dropped)."""
+    return item.split("=", 1)[0].strip().lstrip("+~")
+
+
 def dotlist_layer(overrides: list[str], label: str = "command line", base_dir: Path | None = None) -> Layer:
     """Hydra-style ``key=value`` overrides (values parsed as YAML), merged in order by the layer merge
     (``rl.clip=cispo rl.clip.eps_high=5`` is one node; ``KEY=null`` then ``KEY.x=...`` is ``{x: ...}``

@@ -70,8 +70,10 @@ EVAL_KEYS = ("eval", "data.eval_sources", "data.world_seed", "run.name", "run.ou
 
 def check_eval_overrides(overrides: list[str]) -> None:
     """Raise ``ConfigError`` for an override an evaluation would not read."""
+    from klear_lab.config.compose import override_key
+
     for item in overrides:
-        key = item.split("=", 1)[0].strip().lstrip("+~")
+        key = override_key(item)
         if not any(key == k or key.startswith(f"{k}.") for k in EVAL_KEYS):
             raise ConfigError(f"{item!r}: {key} does not change an evaluation (it is not read when scoring); an "
                               f"evaluation takes {', '.join(f'{k}...' for k in EVAL_KEYS[:3])}, run naming and "

@@ -130,12 +130,13 @@ def computed_overrides(overrides: Any) -> Any:
     """The overrides that change what a trial computes. Those of keys the config hash leaves out
     (``tracking.IDENTITY_EXCLUDE``: torch threads, checkpoint spacing, log-prob chunks, run names) may
     change between runs of one study: adding ``trainer.num_threads=1`` to a rerun was refused."""
+    from klear_lab.config.compose import override_key
     from klear_lab.tracking import IDENTITY_EXCLUDE
 
     if not isinstance(overrides, list):
         return overrides
     free = {".".join(key) for key in IDENTITY_EXCLUDE}
-    return [o for o in overrides if str(o).split("=", 1)[0].strip().lstrip("+~") not in free]
+    return [o for o in overrides if override_key(str(o)) not in free]
 
 
 def _compared(key: str, value: Any) -> Any:
