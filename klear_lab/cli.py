@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from klear_lab.cli_args import parse_args
-from klear_lab.distributed import joined_run_dir
+from klear_lab.distributed import joined_run_dir, record_rank_failure
 from klear_lab.errors import ConfigError, KlearError, interrupted
 from klear_lab.resume import RESUME_OVERRIDABLE
 from klear_lab.run_list import STATUSES
@@ -26,6 +28,7 @@ def _train(args: argparse.Namespace) -> int:
     from klear_lab.run import run_experiment
 
     result = run_experiment(cfg)
+    _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
         _print_result(result)
     return 0
@@ -36,6 +39,7 @@ def _resume(args: argparse.Namespace) -> int:
     from klear_lab.run import run_experiment
 
     result = run_experiment(resume_config(args.run_dir, args.overrides), resume=args.run_dir)
+    _run_done()
     if joined_run_dir() is None:
         _print_result(result)
     return 0
@@ -48,8 +52,20 @@ def _eval(args: argparse.Namespace) -> int:
     cfg = eval_config(args.target, args.overrides)
     if args.dry_run:
         return _dry_run(cfg)
-    _print_result(run_experiment(cfg))
+    result = run_experiment(cfg)
+    _run_done()
+    _print_result(result)
     return 0
+
+
+def _run_done() -> None:
+    """The run's ``run.json`` says completed; the command only reports and exits from here. A SIGTERM now (a
+    scheduler's time limit in the last second, ``docker stop``) ended it with 143, which a scheduler reads as
+    preempted, and the requeued ``klear-lab resume`` was refused: "already completed". Ignore SIGTERM from
+    here: :func:`main` hands the handler back when it returns, and the ``klear-lab`` command (:func:`entry`)
+    keeps ignoring it while the interpreter exits."""
+    if threading.current_thread() is threading.main_thread():  # signal handlers belong to the main thread
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _dry_run(cfg: dict) -> int:
@@ -198,16 +214,30 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = parse_args(build_parser(), argv)
     before, warnings.formatwarning = warnings.formatwarning, format_warning
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         return _run_command(args)
     finally:
         warnings.formatwarning = before
+        if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)  # a caller's own (a notebook, a test): see _run_done
+
+
+def entry() -> None:
+    """The ``klear-lab`` command: :func:`main`, then exit with its code. The interpreter's exit (W&B's
+    teardown, torch's) can take seconds after the work is done; a SIGTERM during it no longer turns that
+    code into 143."""
+    code = main()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(code)
 
 
 def _run_command(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except KlearError as exc:
+        if (joined := joined_run_dir()) is not None:  # composing failed on a DDP rank > 0: rank 0 is told
+            record_rank_failure(joined, str(exc))
         print(f"klear-lab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -224,4 +254,4 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -73,6 +73,14 @@ def rank_failures(run_dir: Path) -> list[str]:
             for p in sorted(run_dir.glob("rank*.error"))]
 
 
+def recorded_error(run_dir: Path, identity: dict) -> str:
+    """Why the run in ``run_dir`` (``identity``: its ``run.json``) stopped: its recorded error, or else the
+    errors its ranks > 0 left. Lightning SIGKILLs rank 0 when another rank's process exits with an error
+    (``_ChildProcessObserver``); one that fails while rank 0 waits to connect leaves rank 0 no time to record
+    it, and the run reads as stopped."""
+    return identity.get("error") or "; ".join(rank_failures(run_dir))
+
+
 def clear_rank_failures(run_dir: Path) -> None:
     for path in run_dir.glob("rank*.error"):
         path.unlink()

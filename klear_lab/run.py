@@ -128,20 +128,21 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None) -> RunResult:
     from klear_lab.stages.common import without_upstream_noise
 
-    if resume is not None and joined_run_dir() is None:
-        warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
-    stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     ckpt = None if resume is None else checkpoint_path(Path(resume))
     extra = {} if ckpt is None else {"resume": ckpt}
     joined = joined_run_dir()
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
         try:
+            stage = prepare(cfg)
             with without_upstream_noise(), env_restored(*RUN_SET_ENV):
                 metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
-        except BaseException as exc:  # but its reason to fail: rank 0 only sees the broken connection
+        except BaseException as exc:  # but its reason to fail (building too): rank 0 only sees the connection drop
             record_rank_failure(joined, error_line(exc))
             raise
         return RunResult(joined, metrics, None)
+    if resume is not None:
+        warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
+    stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     if ckpt is None:
         for twin in resumable_twins(cfg):
             print(f"note: {twin} is an earlier run of this config and seed that stopped at a checkpoint; "

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from klear_lab.distributed import recorded_error
 from klear_lab.errors import KlearError
 from klear_lab.resume import checkpoint_path, still_running
 from klear_lab.tracking import csv_rows
@@ -117,7 +118,7 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
         return f"running on {identity['host']} (pid {identity.get('pid')}): not checked from here"
     if status not in ("stopped", "failed"):
         return ""
-    error = identity.get("error", "")
+    error = recorded_error(run_dir, identity)
     if kind not in ("sft", "rl"):
         how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"
     elif (sweep := _sweep_spec(run_dir)) is not None:

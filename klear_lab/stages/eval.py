@@ -22,6 +22,7 @@ import torch
 from klear_lab import builders
 from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.data.records import Record, data_digests
+from klear_lab.distributed import recorded_error
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
@@ -117,7 +118,7 @@ def unscorable(path: Path) -> str | None:
                 "experiment file")
     try:
         record = json.loads(status.read_text())
-        state, error = record.get("status"), record.get("error")
+        state, error = record.get("status"), recorded_error(path, record)
     except (ValueError, AttributeError):
         state, error = "unreadable", None
     if state != "completed":  # a stopped run has no final model: say so, and how to finish it

@@ -12,6 +12,9 @@ weights"). A second test compares a step of two updates on two ranks with the sa
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,7 @@ PLUGIN = """
 import zlib
 from dataclasses import dataclass
 import torch
-from klear_lab.registry import GROUP_FILTER, REWARD
+from klear_lab.registry import CLIP, GROUP_FILTER, REWARD
 from klear_lab.rewards.base import RewardOutput
 
 @REWARD.register("test_ddp_digits")
@@ -65,6 +68,28 @@ class FailsOnRank1:
         if os.environ.get("LOCAL_RANK") == "1" and calls == 2:
             raise RuntimeError("verifier crashed on rank 1")
         return [RewardOutput(score=float(len(c)), acc=False, format_ok=True) for c in completions]
+
+@REWARD.register("test_ddp_unbuildable_on_rank1")
+@dataclass(frozen=True)
+class UnbuildableOnRank1:
+    \"\"\"Test reward: rank 1 cannot build it (an input only rank 0's machine has, a plugin edited in between).\"\"\"
+    def __post_init__(self):
+        import os
+        from klear_lab.errors import ComponentError
+        if os.environ.get("LOCAL_RANK") == "1":
+            raise ComponentError("reward test_ddp_unbuildable_on_rank1: no verifier on rank 1")
+    def __call__(self, completions, records):
+        return [RewardOutput(score=float(len(c)), acc=False, format_ok=True) for c in completions]
+
+@CLIP.register("test_ddp_fails_on_rank1")
+@dataclass(frozen=True)
+class PpoButOnRank1:
+    \"\"\"Test clip: PPO's, but rank 1 raises (at the probe call that builds the run).\"\"\"
+    def __call__(self, logp, old_logp, adv, mask):
+        import os
+        if os.environ.get("LOCAL_RANK") == "1":
+            raise RuntimeError("no clip on rank 1")
+        return CLIP.build({"name": "ppo"})(logp, old_logp, adv, mask)
 
 @GROUP_FILTER.register("test_ddp_keep_first")
 @dataclass(frozen=True)
@@ -129,6 +154,47 @@ def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, k
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed"
     assert record["error"].startswith("rank 1: RuntimeError: verifier crashed on rank 1; rank 0: "), record["error"]
+
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ("rl.reward=test_ddp_unbuildable_on_rank1",  # the CLI's config check builds the reward
+     "command line: rl.reward: reward 'test_ddp_unbuildable_on_rank1': reward test_ddp_unbuildable_on_rank1: no "
+     "verifier on rank 1"),
+    ("rl.clip=test_ddp_fails_on_rank1",  # run_experiment's build probes the clip
+     "rl.clip: clip 'test_ddp_fails_on_rank1' failed on a probe batch of [2, 3] "
+     "tokens: RuntimeError: no clip on rank 1")])
+def test_a_rank_that_cannot_build_the_run_is_named_as_the_cause(tmp_path, plugin, klear_cli, capsys, override,
+                                                                 reason):
+    """Rank 1 builds the run again. When that fails, rank 0 is still waiting for it to connect, and Lightning
+    SIGKILLs rank 0 as rank 1 exits: the run read as stopped, with no reason anywhere but rank 1's output."""
+    out = tmp_path / "runs"
+    done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *overrides(out, plugin), override,
+                     "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false")
+    assert done.returncode != 0
+    (run_dir,) = out.iterdir()
+    reason = f"rank 1: {reason}"
+    assert main(["runs", str(out), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["status"] == "stopped" and row["note"].startswith(reason), row
+    assert main(["eval", str(run_dir)]) == 2
+    assert reason in capsys.readouterr().err
+
+
+def test_a_script_whose_rank_cannot_build_the_run_names_the_cause(tmp_path, plugin, capsys):
+    """The API under DDP: Lightning starts rank 1 by running the script again, and its run_experiment fails."""
+    out, script = tmp_path / "runs", tmp_path / "train.py"
+    args = [*overrides(out, plugin), "rl.clip=test_ddp_fails_on_rank1", "trainer.devices=2", "trainer.strategy=ddp",
+            "tracking.wandb.enabled=false"]
+    script.write_text("from klear_lab.config.compose import compose\nfrom klear_lab.run import run_experiment\n"
+                      f"run_experiment(compose({str(ROOT / 'experiments/quickstart/rl.yaml')!r}, {args!r}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR")}
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**env, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0
+    assert main(["runs", str(out), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["status"] == "stopped" and row["note"].startswith(
+        "rank 1: klear_lab.errors.ConfigError: rl.clip: clip 'test_ddp_fails_on_rank1' failed on a probe batch"), row
 
 
 def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_cli):

@@ -1,0 +1,56 @@
+"""A SIGTERM after a run completed (while the command reports and the interpreter exits) exited 143."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from klear_lab.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT = str(ROOT / "experiments" / "quickstart" / "sft.yaml")
+
+# the klear-lab command, with a SIGTERM once the run is done: while it prints the result, and again at exit
+SIGTERM_AFTER_THE_RUN = """
+import atexit, os, signal, sys
+from klear_lab import cli
+
+report = cli._print_result
+
+def report_after_a_sigterm(result):
+    os.kill(os.getpid(), signal.SIGTERM)
+    report(result)
+
+cli._print_result = report_after_a_sigterm
+atexit.register(os.kill, os.getpid(), signal.SIGTERM)
+sys.argv = ["klear-lab", *sys.argv[1:]]
+cli.entry()
+"""
+
+
+def test_a_sigterm_after_the_run_completed_exits_0(tmp_path, tiny_sft_overrides):
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
+    done = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_THE_RUN, "train", SFT, *tiny_sft_overrides,
+                           "tracking.wandb.enabled=false"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]  # was -15: the default handler, 143 from a shell
+    assert "run finished" in done.stdout  # the report went on after the signal
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_main_gives_the_sigterm_handler_back(tiny_sft_overrides):
+    """In a notebook or a test, ``main()`` leaves the process's SIGTERM handling as it found it."""
+    def own_handler(signum, frame):  # noqa: ANN001 - signal's hook
+        raise AssertionError("not called")
+
+    before = signal.signal(signal.SIGTERM, own_handler)
+    try:
+        assert main(["train", SFT, *tiny_sft_overrides, "tracking.wandb.enabled=false"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is own_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
