@@ -224,13 +224,25 @@ def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str]
         if arm is None or (label not in ref.arms and arm in claimed):  # an `arms:` entry beats a name match
             continue
         if arm in matched:
-            raise analysis.err(key, f"arms {matched[arm]!r} and {label!r} of {spec_path.name} both match "
-                                    f"paper arm {arm!r}; map one explicitly with `arms:`")
+            raise _double_match(analysis, key, spec_path, ref, (matched[arm], label), arm)
         matched[arm] = label
     if analysis.baseline not in matched:
         raise analysis.err(key, f"no arm of {spec_path.name} matches the baseline {analysis.baseline!r} "
                                 f"(arms: {', '.join(labels)}); map one with `arms:`")
     return ref
+
+
+def _double_match(analysis: Analysis, key: str, spec_path: Path, ref: SweepRef, labels: tuple[str, str],
+                  arm: str) -> ConfigError:
+    """Two sweep arms stand for one paper arm: by name (map one with ``arms:``), or both by ``arms:``
+    entries (the advice to map one explicitly would point at the mistake itself)."""
+    first, second = labels
+    if first in ref.arms and second in ref.arms:
+        return analysis.err(f"{key}.arms", f"entries {first!r} and {second!r} both map sweep arms of "
+                                           f"{spec_path.name} to paper arm {arm!r}; one sweep arm stands for each "
+                                           "paper arm: point one of them at another paper arm, or drop it")
+    return analysis.err(key, f"arms {first!r} and {second!r} of {spec_path.name} both match "
+                             f"paper arm {arm!r}; map one explicitly with `arms:`")
 
 
 def _load_sweep(analysis: Analysis, key: str, spec_path: Path) -> tuple[Any, list[str]]:

@@ -5,6 +5,7 @@ bootstrap that resamples each arm's seeds independently (numpy ``default_rng(see
 table is reproducible), and Welch's t interval (``klear_lab.stats``). With a handful of seeds the
 bootstrap interval is far too narrow (2 seeds: it excludes 0 for about 1 in 3 pairs of arms that do
 not differ); Welch's widens with few seeds, so read a difference as real only when it excludes 0.
+The best arm (★) is chosen among arms with a finite objective on every seed (:func:`star_best`).
 Outputs in ``SWEEP_DIR/compare/``: ``table.csv``, ``table.md`` and
 ``curves.png`` (each arm's metric over steps, mean across seeds with a ±std band, read from
 each trial's ``metrics.csv``).
@@ -24,6 +25,7 @@ import pandas as pd
 
 from klear_lab.errors import ConfigError
 from klear_lab.stats import negligible, welch_interval
+from klear_lab.sweep.best import best_notes, star_best
 from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import Axis, SweepSpec
 
@@ -141,11 +143,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(names))  # no arm yet (a tpe sweep before its first trial): empty
     _add_deltas(df, done, objective, baseline, seed)
-    means = df[f"{objective} mean"]
-    df["best"] = False  # no arm completed: no best (pandas refuses idxmax over all-NaN)
-    if means.notna().any():  # arms tied with the best (within float32 logging noise) are best too
-        best = means.max() if direction == "maximize" else means.min()
-        df["best"] = [negligible(m - best, best) for m in means]
+    star_best(df, objective, direction)
     df["baseline"] = df["arm"] == baseline
     return df
 
@@ -203,8 +201,8 @@ def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: 
         cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
                  str(row["pruned"]), str(row["failed"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
-    note = few_seeds_note(df, objective, baseline)
-    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
+    notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline)]
+    return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes if note)
 
 
 FEW_SEEDS = 10  # below this many seeds an arm's percentile-bootstrap interval covers well under 95 %
@@ -266,8 +264,36 @@ def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, cons
         raise ConfigError(f"{spec.sweep_dir}: no finished trial to compare ({states or 'no trials'}); run "
                           "the sweep's command again to finish them")
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
-    baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
+    baseline = table_baseline(spec, order or sorted({r.arm for r in records}))
     return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)
+
+
+def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
+    """The baseline arm's label (:func:`resolve_baseline`), also when a tpe/random sampler never drew it.
+
+    With every axis discrete, ``baseline:`` names an arm the sampler may draw, or may not: then the table
+    has no deltas and says so (:func:`missing_baseline_note`) rather than refusing the sweep's trials.
+    A baseline that names no arm the spec's axes allow is still a spec error.
+
+    Raises:
+        ConfigError: ``baseline:`` is malformed, or names no possible arm.
+    """
+    try:
+        return resolve_baseline(spec, labels)
+    except ConfigError:
+        if spec.sampler == "grid":
+            raise
+        label = resolve_baseline(spec, [])  # a malformed baseline (an unknown axis key, ...) still raises
+        if all(not a.is_range for a in spec.axes) and label not in {a.label for a in grid_arms(spec)}:
+            raise
+        return label
+
+
+def missing_baseline_note(df: pd.DataFrame, baseline: str | None) -> str:
+    """A line under the table when the baseline arm has no row (a tpe/random sampler never drew it)."""
+    if baseline is None or baseline in set(df["arm"]):
+        return ""
+    return f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in `baseline:`)"
 
 
 def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str | None,

@@ -12,12 +12,13 @@ from klear_lab.sweep.spec import SweepSpec
 
 def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir: Path,
                 png: Path | None, console: Any = None, title: str | None = None) -> None:
-    """One row per arm; best arm starred; where the CSV, markdown, PNG and W&B runs are."""
+    """One row per arm; best arm starred, notes under the table; where the CSV, markdown, PNG and W&B runs are."""
     from rich.markup import escape
     from rich.table import Table
 
     from klear_lab.console import make_console
-    from klear_lab.sweep.compare import cell, delta_cell, few_seeds_note, table_metrics, welch_cell
+    from klear_lab.sweep.best import best_notes
+    from klear_lab.sweep.compare import cell, delta_cell, few_seeds_note, missing_baseline_note, table_metrics, welch_cell
 
     console = console or make_console()
     names = table_metrics(spec.metric, spec.metrics)
@@ -36,8 +37,9 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
         table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row), counts,
                       style="green" if row["best"] else None)
     console.print(table)
-    if note := few_seeds_note(df, spec.metric, baseline):
-        console.print(escape(note), style="yellow")
+    for note in [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, spec.metric, baseline)]:
+        if note:
+            console.print(escape(note), style="yellow")
     console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")
     if png or not rescored:  # a rescoring has one number per run: no curves to speak of
         console.print(f"curves: {png}" if png else "curves: none (no metrics.csv with them in the run dirs)")

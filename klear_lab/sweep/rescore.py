@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, load_records, summarize, to_markdown
-from klear_lab.sweep.grid import grid_arms, resolve_baseline
+from klear_lab.sweep.compare import TrialRecord, load_records, summarize, table_baseline, to_markdown
+from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
 
 
@@ -96,7 +96,7 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     from klear_lab.tracking import atomic_write, write_json
 
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
-    baseline = resolve_baseline(spec, order or sorted({r.arm for r in records}))
+    baseline = table_baseline(spec, order or sorted({r.arm for r in records}))
     table_spec = dataclasses.replace(spec, metrics=held_out_metrics(spec, records))
     df = summarize(records, table_spec.metric, table_spec.metrics, spec.direction, baseline, order)
     out_dir = spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"

@@ -132,6 +132,17 @@ def test_an_explicit_arm_map_beats_a_match_by_name(tmp_path):
     assert ref.label_of == {"0.001": "lr=0.001", "0.002": "lr=0.003"}
 
 
+def test_two_explicit_entries_for_one_paper_arm_are_named_as_such(tmp_path):
+    """Both matches were already `arms:` entries, and the error still advised mapping one with `arms:`."""
+    path = write_analysis(tmp_path, sweeps=[{"spec": "toy.yaml", "arms": {"lr=0.002": "0.001", "lr=0.003": "0.001"}}])
+    with pytest.raises(ConfigError) as err:
+        load_analysis(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: sweeps[0].arms: entries 'lr=0.002' and 'lr=0.003' both map sweep arms of "
+                          "toy.yaml to paper arm '0.001'")
+    assert "point one of them at another paper arm, or drop it" in msg and "map one explicitly" not in msg
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"colour": 1}, "unknown key 'colour'"),
     ({"title": None}, "title: required"),
@@ -147,7 +158,7 @@ def test_an_explicit_arm_map_beats_a_match_by_name(tmp_path):
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=9": "0.001"}}]}, "sweeps[0].arms.lr=9: not an arm of toy.yaml"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.001": "zzz"}}]}, "sweeps[0].arms.lr=0.001: 'zzz' is not"),
     ({"sweeps": [{"spec": "toy.yaml", "arms": {"lr=0.001": "0.002", "lr=0.003": "0.002"}}]},
-     "both match paper arm '0.002'"),
+     "sweeps[0].arms: entries 'lr=0.001' and 'lr=0.003' both map sweep arms of toy.yaml to paper arm '0.002'"),
     ({"paper": {"0.001": [1.0, 1.0], "0.5": [1.0, 1.0]}, "claims": []}, "paper: arm '0.5' is matched by no sweep"),
     ({"paper": {"x": [1.0, 1.0]}, "baseline": "x", "claims": []}, "no arm of toy.yaml matches the baseline 'x'"),
     ({"sweeps": [{"spec": "toy.yaml", "metrics": {"C": "val/acc"}}]},

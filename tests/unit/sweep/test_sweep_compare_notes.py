@@ -1,0 +1,114 @@
+"""The notes under the comparison table: an unstarred arm whose seeds partly diverged, a baseline never sampled."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pandas as pd
+import pytest
+from rich.console import Console
+from sweep_fixtures import write_spec
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.compare import TrialRecord, compare_study, summarize, to_markdown, write_comparison
+from klear_lab.sweep.grid import arm_label, point_key
+from klear_lab.sweep.spec import load_spec
+
+
+def _arms(values: dict[str, list[float]], failed: dict[str, int] | None = None) -> list[TrialRecord]:
+    records = [TrialRecord(arm, s, "COMPLETE", {"m": v}) for arm, vs in values.items() for s, v in enumerate(vs)]
+    for arm, k in (failed or {}).items():
+        records += [TrialRecord(arm, 100 + s, "FAIL") for s in range(k)]
+    return records
+
+
+def test_an_arm_whose_seeds_partly_diverged_is_not_starred(tmp_path):
+    """b was starred on its 2 finite seeds while its third had diverged: a best arm crowned on its lucky seeds."""
+    records = _arms({"a": [0.50, 0.52, 0.51], "b": [0.70, 0.72, math.inf], "c": [0.40, 0.41, 0.42]})
+    df = summarize(records, "m", [], "maximize", "a", ["a", "b", "c"])
+    assert df.loc[df["best"], "arm"].tolist() == ["a"]
+    note = "arm b has a higher mean on 2 of 3 seeds; not starred: 1 seed diverged"
+    assert note in to_markdown(df, "m", [], "a")
+    spec = load_spec(write_spec(tmp_path))
+    spec.metric, spec.metrics = "m", []
+    console = Console(record=True, width=200)
+    write_comparison(records, spec, "a", ["a", "b", "c"], tmp_path / "cmp", console)
+    text = console.export_text()
+    assert "★ a" in text and "★ b" not in text and note in text
+    csv = pd.read_csv(tmp_path / "cmp" / "table.csv", keep_default_na=False).set_index("arm")
+    assert csv["best"].to_dict() == {"a": True, "b": False, "c": False}  # the CSV stars what the table stars
+    assert csv.loc["b", "best note"].startswith("has a higher mean") and csv.loc["a", "best note"] == ""
+    assert note in (tmp_path / "cmp" / "table.md").read_text()
+
+
+def test_a_failed_seed_also_keeps_the_star_off_and_a_worse_incomplete_arm_gets_no_note():
+    records = _arms({"a": [0.30, 0.31], "b": [0.10, 0.11], "c": [0.90, math.inf]}, failed={"b": 1})
+    df = summarize(records, "m", [], "minimize", "a", ["a", "b", "c"])
+    assert df.loc[df["best"], "arm"].tolist() == ["a"]
+    assert df["best note"].tolist() == ["", "has a lower mean on 2 of 3 seeds; not starred: 1 seed failed", ""]
+
+
+def test_without_a_complete_arm_the_best_mean_is_starred_and_the_note_says_so():
+    records = _arms({"a": [0.5, math.inf], "b": [0.7, 0.72]}, failed={"b": 2})
+    df = summarize(records, "m", [], "maximize", "a", ["a", "b"])
+    assert df.loc[df["best"], "arm"].tolist() == ["b"]
+    md = to_markdown(df, "m", [], "a")
+    assert "arm b starred on 2 of 4 seeds: no arm has a finite m on every seed (2 seeds failed)" in md
+    assert "arm a" not in md
+
+
+def _sampled_study(tmp_path, baseline, draws):
+    """An in-memory random-sampler study over discrete ``optim.lr`` choices, one COMPLETE trial per (lr, seed)."""
+    lrs = [0.001, 0.002, 0.003]
+    spec = load_spec(write_spec(tmp_path, sampler="random", n_trials=len(draws), baseline=baseline,
+                                axes={"optim.lr": lrs}))
+    study = optuna.create_study(direction="maximize")
+    dist = {"optim.lr": optuna.distributions.CategoricalDistribution(lrs)}
+    for lr, seed in draws:
+        attrs = {"arm": arm_label(spec.axes, {"optim.lr": lr}), "seed": seed,
+                 "point": point_key({"optim.lr": lr}, seed), "metrics": {"val/acc": 100 * lr + seed / 1000}}
+        study.add_trial(optuna.trial.create_trial(params={"optim.lr": lr}, distributions=dist,
+                                                  value=attrs["metrics"]["val/acc"], user_attrs=attrs))
+    return spec, study
+
+
+@pytest.mark.parametrize("baseline", ["lr=0.001", {"optim.lr": 0.001}])
+def test_a_baseline_the_sampler_never_drew_still_gets_the_table(tmp_path, baseline):
+    """All axes discrete, so the baseline was allowed, but no trial drew lr=0.001: compare refused the
+    whole sweep at its end ("no arm is labelled")."""
+    spec, study = _sampled_study(tmp_path, baseline, [(0.002, 0), (0.003, 0), (0.002, 1)])
+    console = Console(record=True, width=200)
+    df = compare_study(spec, study, console=console, require_finished=True)
+    assert df["arm"].tolist() == ["lr=0.002", "lr=0.003"] and df["delta"].isna().all()
+    assert not df["baseline"].any() and df.loc[df["best"], "arm"].tolist() == ["lr=0.003"]
+    note = "baseline arm lr=0.001 was never sampled: no deltas"
+    assert note in console.export_text()
+    assert note in (spec.sweep_dir / "compare" / "table.md").read_text()
+    assert (spec.sweep_dir / "compare" / "table.csv").is_file()
+
+
+def test_a_baseline_no_arm_of_the_axes_can_match_is_still_an_error(tmp_path):
+    spec, study = _sampled_study(tmp_path, "lr=0.005", [(0.002, 0)])
+    with pytest.raises(ConfigError, match="no arm is labelled 'lr=0.005'"):
+        compare_study(spec, study, console=Console(record=True))
+
+
+def test_a_sampled_baseline_gets_its_deltas_and_no_note(tmp_path):
+    spec, study = _sampled_study(tmp_path, "lr=0.002", [(0.002, 0), (0.003, 0)])
+    console = Console(record=True, width=200)
+    df = compare_study(spec, study, console=console).set_index("arm")
+    assert df.loc["lr=0.002", "baseline"] and abs(df.loc["lr=0.003", "delta"] - 0.1) < 1e-9
+    assert "never sampled" not in console.export_text()
+
+
+def test_a_rescore_of_such_a_sweep_also_gets_its_table(tmp_path):
+    """``compare --rescore`` builds its table the same way: it failed as the end-of-sweep compare did."""
+    from klear_lab.sweep.compare import load_records
+    from klear_lab.sweep.rescore import write_table
+
+    spec, study = _sampled_study(tmp_path, "lr=0.001", [(0.002, 0), (0.003, 0)])
+    console = Console(record=True, width=200)
+    df = write_table(spec, load_records(spec, study), ["eval.samples=2"], {}, console)
+    assert df["arm"].tolist() == ["lr=0.002", "lr=0.003"] and df["delta"].isna().all()
+    assert "baseline arm lr=0.001 was never sampled: no deltas" in console.export_text()
