@@ -254,9 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m klear_lab.sweep.trial JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text())
+    progress_bars_without_a_semaphore()
     sweep_pid = os.environ.get("KLEAR_SWEEP_PID", "")
     die_with(int(sweep_pid) if sweep_pid.isdigit() else None)
     return run_job(job)
+
+
+def progress_bars_without_a_semaphore() -> None:
+    """tqdm's default write lock (Lightning's progress bars) holds a multiprocessing semaphore, which the
+    sweep's resource tracker registers. A trial the sweep SIGKILLs (Ctrl-C) never unregisters it, and the
+    sweep's exit printed "resource_tracker: There appear to be 1 leaked semaphore objects to clean up at
+    shutdown" under the user's Ctrl-C. One process writes a trial's bars: a thread lock is enough."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> None:

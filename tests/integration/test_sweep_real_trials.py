@@ -84,10 +84,10 @@ def _sweep_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(spec_path), "--workers", "1"], env
 
 
-def _sweep_until_checkpoint(spec_path: Path) -> subprocess.Popen:
+def _sweep_until_checkpoint(spec_path: Path, stderr: int = subprocess.DEVNULL) -> subprocess.Popen:
     """``klear-lab sweep SPEC``, started and returned once its trial wrote its first checkpoint."""
     cmd, env = _sweep_command(spec_path)
-    sweep = subprocess.Popen(cmd, cwd=spec_path.parent, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = subprocess.Popen(cmd, cwd=spec_path.parent, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
     deadline = time.time() + 300
     while not list(load_spec(spec_path).runs_dir.glob("*/checkpoints/last.ckpt")):
         assert sweep.poll() is None and time.time() < deadline, "no checkpoint before the sweep ended"
@@ -128,9 +128,11 @@ def test_a_trial_killed_by_ctrl_c_of_its_sweep_is_recorded_as_interrupted(tmp_pa
     from klear_lab.run_list import list_runs
 
     spec_path = _long_trial_spec(tmp_path, "ctrl_c_trial")
-    sweep = _sweep_until_checkpoint(spec_path)
+    sweep = _sweep_until_checkpoint(spec_path, stderr=subprocess.PIPE)
     os.kill(sweep.pid, signal.SIGINT)  # to the sweep only: a terminal's would also reach the trial, which races
-    assert sweep.wait(timeout=60) == 130  # the kill (the worker records the run either way)
+    _, err = sweep.communicate(timeout=60)  # to the end of stderr: until the resource tracker, the last, exits
+    assert sweep.returncode == 130, err[-3000:]  # the kill (the worker records the run either way)
+    assert "leaked semaphore" not in err  # the killed trial's progress-bar lock
     (run_dir,) = load_spec(spec_path).runs_dir.iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record.get("error")) == ("failed", "interrupted (Ctrl-C)")
