@@ -278,7 +278,10 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     parent_hash = config_hash(parent)  # reads each plugin's code: once
     with open(out / f".init-{parent_hash}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        run_dir = find_completed_run(out, parent_hash, seed=parent["run"]["seed"])
+        run_dir, stale = completed_parent(parent, parent_hash)
+        if stale is not None:
+            print(f"model.init_from {m['init_from']}: {stale}; "
+                  + (f"using {run_dir}, trained on these" if run_dir else "training it again"), file=sys.stderr)
         if run_dir is None:
             run_dir = _train_parent(parent, parent_hash, m["init_from"], out)
     m["name_or_path"] = str(run_dir.resolve())
@@ -335,14 +338,51 @@ def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return parent
 
 
-def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, need_model: bool = True) -> Path | None:
+def completed_parent(parent: dict[str, Any], parent_hash: str) -> tuple[Path | None, str | None]:
+    """The newest completed run of the starting point ``parent`` trained on the records its data files hold
+    now, and a note on a newer one trained on other records (a data file edited since: the config, and so
+    the hash, names the file, not its contents), passed over. A dry run reads the same."""
+    from klear_lab.tracking import out_dir_of
+
+    out, seed = out_dir_of(parent), parent["run"]["seed"]
+    newest = find_completed_run(out, parent_hash, seed=seed)
+    if newest is None:
+        return None, None
+    try:
+        data = records_digests(parent)
+    except DataError as exc:  # a data file moved or deleted since: say why it is read at all
+        raise DataError(f"model.init_from {parent['run']['experiment']}: reading its data, to check that its "
+                        f"completed run {newest} trained on it: {exc}") from None
+    current = find_completed_run(out, parent_hash, seed=seed, data=data)
+    if current == newest:
+        return current, None
+    trained = json.loads((newest / "run.json").read_text()).get("data") or {}
+    changed = ", ".join(f"{k}: {trained.get(k)} then, {data[k]} now" for k in data if trained.get(k) != data[k])
+    return current, f"its completed run {newest} trained on other records than its data files hold now ({changed})"
+
+
+def records_digests(cfg: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` digests a run of ``cfg`` would keep in ``run.json``: its records as read now. Warnings
+    about the data are left to the run that trains on it."""
+    from klear_lab.data.records import data_digests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train = None if cfg["run"]["kind"] == "eval" else build_train_records(cfg)[0]
+        return data_digests(train, build_eval_records(cfg))
+
+
+def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, need_model: bool = True,
+                       data: dict[str, str] | None = None) -> Path | None:
     """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``
     (and, given ``seed``, whose saved config has that ``run.seed``: the hash leaves seeds out),
-    holding a final model unless ``need_model`` is False (eval runs have none)."""
+    holding a final model unless ``need_model`` is False (eval runs have none), and, given ``data``
+    (:func:`records_digests`), trained on those records (runs from before the digests pass)."""
     return _newest(run_dir for run_dir, info in _run_records(out_dir)
                    if info.get("status") == "completed" and info.get("config_hash") == cfg_hash
                    and (not need_model or (run_dir / "model" / "config.json").is_file())
-                   and (seed is None or saved_seed(run_dir) == seed))
+                   and (seed is None or saved_seed(run_dir) == seed)
+                   and (data is None or info.get("data") in (None, data)))
 
 
 def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:

@@ -171,17 +171,18 @@ def init_from_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     m = cfg["model"]
     if m["name_or_path"] or not m["init_from"]:
         return []
-    from klear_lab.builders import find_completed_run, find_resumable_run, parent_config
+    from klear_lab.builders import completed_parent, find_resumable_run, parent_config
     from klear_lab.distributed import several_devices
     from klear_lab.tracking import config_hash, out_dir_of
 
     parent = parent_config(cfg)
     out, seed, parent_hash = out_dir_of(parent), parent["run"]["seed"], config_hash(parent)
     name, key = parent["run"]["experiment"], "starting point (model.init_from)"
-    done = find_completed_run(out, parent_hash, seed=seed)
+    done, stale = completed_parent(parent, parent_hash)
     if done is not None:
-        return [(key, f"{name}: its completed run {done}")]
-    missing = f"{name}: no completed run of it (this config, seed {seed}) in {out}/"
+        return [(key, f"{name}: its completed run {done}" + (f" ({stale})" if stale else ""))]
+    missing = (f"{name}: {stale}" if stale else
+               f"{name}: no completed run of it (this config, seed {seed}) in {out}/")
     stopped = find_resumable_run(out, parent_hash, seed=seed)
     if several_devices(parent["trainer"]):  # resolve_init_from refuses to train or resume it from here
         how = f"klear-lab resume {stopped}" if stopped else f"klear-lab train {name} run.out_dir={out}"

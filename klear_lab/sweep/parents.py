@@ -52,6 +52,12 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     cfg = {**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}}
     with _start_lock(cfg, lambda: log(f"sweep {spec.name}: starting point: waiting for another sweep "
                                       "training the same one, to share it")):
+        done, stale = trained_start(cfg)
+        if stale is not None:
+            log(f"sweep {spec.name}: starting point: {stale}" + ("" if done else "; training it again"))
+        if done is not None:  # a rerun of the sweep: the parent's process would only find it
+            log(f"sweep {spec.name}: starting point: {done} (trained before)")
+            return
         shared = share_sibling_start(cfg)
         if shared is not None:
             log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
@@ -97,6 +103,16 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
     log(f"sweep {spec.name}: starting point ready in {time.time() - started:.1f}s")
 
 
+def trained_start(cfg: dict[str, Any]) -> tuple[Path | None, str | None]:
+    """This sweep's completed starting point trained on today's records, and a note on a newer one trained on
+    other records (``builders.completed_parent``)."""
+    from klear_lab import builders
+    from klear_lab.tracking import config_hash
+
+    parent = builders.parent_config(cfg)
+    return builders.completed_parent(parent, config_hash(parent))
+
+
 def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
     """Bring a completed starting point with the same config hash and seed from another sweep under
     the same ``out_dir`` (``sweep_runs/*/runs``) into this sweep's runs dir, so it is not trained again.
@@ -111,10 +127,13 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
     runs = out_dir_of(cfg)
     parent = builders.parent_config(cfg)
     wanted, seed = config_hash(parent), parent["run"]["seed"]
-    if builders.find_completed_run(runs, wanted, seed) is not None:
+    if builders.completed_parent(parent, wanted)[0] is not None:
         return None
-    found = [run for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
-             for run in [builders.find_completed_run(other, wanted, seed)] if run is not None]
+    siblings = [other for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
+                and builders.find_completed_run(other, wanted, seed) is not None]
+    data = builders.records_digests(parent) if siblings else None  # a run trained on other contents of a data
+    found = [run for other in siblings  # file is no match
+             for run in [builders.find_completed_run(other, wanted, seed, data=data)] if run is not None]
     if not found:
         return None
     source = max(found, key=lambda p: p.stat().st_mtime)

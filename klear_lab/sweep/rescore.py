@@ -74,12 +74,13 @@ def plan_trial(spec: SweepSpec, r: TrialRecord, overrides: list[str],
 
 def score(cfg: dict[str, Any], log: Any = print) -> tuple[dict[str, float], Path]:
     """The metrics of one eval config: from an earlier identical eval run, or a new one."""
-    from klear_lab.builders import find_completed_run
+    from klear_lab.builders import find_completed_run, records_digests
     from klear_lab.run import run_experiment
     from klear_lab.tracking import config_hash, out_dir_of
 
     name = Path(cfg["model"]["name_or_path"]).name
-    done = find_completed_run(out_dir_of(cfg), config_hash(cfg), seed=cfg["run"]["seed"], need_model=False)
+    done = find_completed_run(out_dir_of(cfg), config_hash(cfg), seed=cfg["run"]["seed"], need_model=False,
+                              data=records_digests(cfg))  # not one scored on an eval file's rows before an edit
     if done is not None and (done / "summary.json").is_file():
         log(f"rescore: {name}: scored before ({done.name})")
         summary = json.loads((done / "summary.json").read_text())

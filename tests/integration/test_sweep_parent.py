@@ -57,6 +57,9 @@ def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
     before = sorted(runs.iterdir())
     builders.resolve_init_from(trial)
     assert trial["model"]["name_or_path"] == str(found.resolve()) and sorted(runs.iterdir()) == before
+    again: list[str] = []  # the sweep's command run again: said "starting point ... ready" for a run it only found
+    train_parent(spec, _base(spec), threads=1, log=again.append)
+    assert again == [f"sweep parents: starting point: {found} (trained before)"]
 
 
 def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
@@ -194,3 +197,61 @@ def test_a_starting_point_that_cannot_resume_is_trained_again(tmp_path, monkeypa
     (new,) = set(_run_dirs(runs)) - {stopped}
     assert child["model"]["name_or_path"] == str(new.resolve())
     assert json.loads((new / "run.json").read_text())["status"] == "completed"
+
+
+def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_path, monkeypatch, capsys):
+    """The config names a data file, not its contents: after an edit, an RL run started from the model
+    trained on the file's old rows, its config hash unchanged. The run's ``data`` digests tell them apart."""
+    from klear_lab.dry_run import init_from_rows
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    rows = [{"prompt": f"What is {i}+{i + 1}?", "answer": str(2 * i + 1),
+             "response": f"<think>{i}+{i + 1}={2 * i + 1}</think> \\boxed{{{2 * i + 1}}}"} for i in range(40)]
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    file_source = {"sources": [{"name": "file", "path": "sft.jsonl"}],
+                   "eval_sources": [{"name": "file", "path": "sft.jsonl", "limit": 4}]}
+    _spec(tmp_path, {**TINY_PARENT, "data": file_source})
+    runs = tmp_path / "runs"
+    first = _child(tmp_path, runs)
+    builders.resolve_init_from(first)
+    (trained,) = _run_dirs(runs)
+    capsys.readouterr()
+
+    data.write_text("".join(json.dumps({**r, "response": r["response"].replace("<think>", "<think>so ")}) + "\n"
+                            for r in rows))
+    (row,) = init_from_rows(_child(tmp_path, runs))
+    assert f"its completed run {trained} trained on other records" in row[1] and "TRAINS IT" in row[1]
+    edited = _child(tmp_path, runs)
+    builders.resolve_init_from(edited)
+    assert "trained on other records than its data files hold now (train: " in capsys.readouterr().err
+    (retrained,) = set(_run_dirs(runs)) - {trained}
+    assert edited["model"]["name_or_path"] == str(retrained.resolve())
+
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))  # the old rows again: the first run fits them
+    restored = _child(tmp_path, runs)
+    builders.resolve_init_from(restored)
+    assert restored["model"]["name_or_path"] == str(trained.resolve())
+    assert f"using {trained}, trained on these" in capsys.readouterr().err
+    assert len(_run_dirs(runs)) == 2
+
+
+def test_a_sibling_start_trained_on_other_data_is_not_shared(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "sft.jsonl"
+    rows = [{"prompt": f"What is {i}+1?", "answer": str(i + 1), "response": f"\\boxed{{{i + 1}}}"} for i in range(30)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    parent = {**TINY_PARENT, "data": {"sources": [{"name": "file", "path": str(data)}],
+                                      "eval_sources": [{"name": "file", "path": str(data), "limit": 4}]}}
+    first = load_spec(_spec(tmp_path, parent))
+    train_parent(first, _base(first), threads=1, log=lambda line: None)
+    (found,) = _run_dirs(first.runs_dir)
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:20]))  # fewer rows now
+    second = load_spec(_spec(tmp_path, parent, axes={"rl.alpha": [0.0, 0.1]}), name="second")
+    lines: list[str] = []
+    train_parent(second, _base(second), threads=1, log=lines.append)
+    assert not any("reusing" in line for line in lines), lines
+    (own,) = _run_dirs(second.runs_dir)
+    assert own.name != found.name  # trained here, on the 20 rows

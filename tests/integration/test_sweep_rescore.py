@@ -111,3 +111,28 @@ def test_a_moved_sweep_scores_the_runs_in_its_own_directory(sweep, tmp_path, cap
     assert main(["compare", str(moved), "--rescore", *RESCORE]) == 0
     assert len(_eval_dirs(moved)) == 2  # written beside the copies, not into the original
     assert capsys.readouterr().out.count("rescore:") == 2
+
+
+def test_an_eval_file_edited_since_is_scored_again(tmp_path, monkeypatch, tiny_sft_overrides):
+    """An earlier identical eval run is reused by config hash: after an edit of its eval file, its numbers
+    were for the old rows. The run's ``data`` digests tell them apart."""
+    from klear_lab.config.compose import compose
+    from klear_lab.run import run_experiment
+    from klear_lab.stages.eval import eval_config
+    from klear_lab.sweep.rescore import score
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    trained = run_experiment(compose(REPO / "experiments/quickstart/sft.yaml",
+                                     [*tiny_sft_overrides, "tracking.wandb.enabled=false"])).run_dir
+    data = tmp_path / "eval.jsonl"
+    rows = [{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(6)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = [f"run.out_dir={tmp_path / 'evals'}", f"data.eval_sources=[{{name: file, path: {data}}}]",
+                 "eval.max_new_tokens=4", "tracking.wandb.enabled=false"]
+    lines: list[str] = []
+    _, first = score(eval_config(trained, overrides), lines.append)
+    _, again = score(eval_config(trained, overrides), lines.append)
+    assert again == first and "scored before" in lines[-1]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    metrics, edited = score(eval_config(trained, overrides), lines.append)
+    assert edited != first and lines[-1].endswith(": scoring") and metrics["val/n"] == 4
