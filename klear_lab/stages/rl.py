@@ -98,6 +98,7 @@ class RLStage:
                 trainer.fit(self.module, train_dataloaders=loader, val_dataloaders=val, ckpt_path=resume,
                             weights_only=True)
             train_s = time.perf_counter() - start
+            warn_if_never_updated(trainer.global_step, len(self.batches), rl)
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
                           if k.startswith(("train/", "perf/", "rl/", "reward/"))}
             save_model(self.module.policy, self.module.tokenizer, run_dir / "model")  # kept if evaluation fails
@@ -120,6 +121,16 @@ class RLStage:
             wb.log_table(key="rollout/samples", columns=["prompt", "response", "answer", "reward"],
                          data=self.module.last_samples[: cfg["tracking"]["wandb"]["log_samples"]])
         return metrics, finish_loggers(loggers, metrics)
+
+
+def warn_if_never_updated(updates: int, rollout_steps: int, rl: dict[str, Any]) -> None:
+    """A run whose every group was filtered out (all of a group's responses scored alike) completes with the
+    starting model and ``val/gain`` 0; an ablation would compare it as if it had trained."""
+    if updates == 0 and rollout_steps > 0:
+        warnings.warn(f"the policy was never updated: none of the {rollout_steps} rollout steps had a group to "
+                      f"train on (rl/trained_groups 0; rl.group_filter={rl['group_filter']['name']} drops groups whose "
+                      "responses all scored alike, and rl.reward scored every group so); its evaluations are of the "
+                      "starting model", UserWarning, stacklevel=2)
 
 
 def rl_callbacks() -> list:

@@ -307,3 +307,14 @@ def test_a_reward_breaking_its_contract_mid_run_is_one_error_line_and_a_bug_keep
     assert "reward 'short_reward'" in json.loads(record.read_text())["error"]
     with pytest.raises(RuntimeError, match="a bug in it"):  # not caught: Python prints its traceback
         main([*train, *tiny_rl_args(tmp_path, raising, "ppo", 4, "rl.reward=raising_reward")])
+
+
+def test_a_run_whose_every_group_was_filtered_says_the_policy_never_moved(tmp_path, reward_plugin):
+    """A random-init policy answers no problem: every group scores 0 alike and the zero-variance filter drops
+    it. The run completed with ``val/gain`` 0 and no sign that it never trained."""
+    cfg = tiny_rl(tmp_path, reward_plugin, "ppo", 4, "rl.reward=math_verify",
+                  "rl.group_filter={name: zero_variance, metric: acc}", "rl.steps=2")
+    with pytest.warns(UserWarning, match=r"the policy was never updated: none of the 2 rollout steps had a group to "
+                                         r"train on \(rl/trained_groups 0; rl.group_filter=zero_variance"):
+        result = run_experiment(cfg)
+    assert result.metrics["train/steps"] == 0
