@@ -35,9 +35,10 @@ def run_reproduction(analysis_path: str | Path, target: str | Path | None = None
     analysis = load_analysis(analysis_path)
     where = user_path(target) if target is not None else _first_with_results(analysis)
     spec, url = locate(where)
-    ref = _ref_for(analysis, spec, _source_spec(where))
+    source = _source_spec(where)
+    ref = _ref_for(analysis, spec, source)
     study = open_study(spec, url, create=False, heartbeat=False)
-    rep = reproduce(analysis, ref, spec, load_records(spec, study))
+    rep = reproduce(analysis, ref, spec, load_records(spec, study), source if source.is_file() else None)
     out = user_path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
     png = write_reproduction(rep, out, console)
     if wandb:

@@ -104,12 +104,23 @@ def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:
             f"{row['n better']}/{row['n than']}", row["verdict"]]
 
 
+def progress_line(rep: Reproduction, code: str = "") -> str:
+    """``4 of 6 trials complete (grid points x seeds); 2 not finished (clip=cispo seed=0, ...): run the
+    sweep again: klear-lab sweep SPEC``: a partial sweep's "4/4" or "4/7" read as complete, or counted a
+    retry as a trial of its own. ``code``: a markdown code quote around the command."""
+    line = f"{rep.n_complete} of {rep.n_trials} trials complete (grid points x seeds)"
+    if not rep.unfinished:
+        return line
+    points = ", ".join(rep.unfinished[:8]) + (" ..." if len(rep.unfinished) > 8 else "")
+    return f"{line}; {len(rep.unfinished)} not finished ({points}): run the sweep again: {code}{rep.rerun}{code}"
+
+
 def to_markdown(rep: Reproduction) -> str:
     """The report: provenance, the arms table, the claims table and the claims per benchmark."""
     a, s = rep.analysis, rep.sweep
     lines = [f"# {a.title}", "", f"- paper numbers: {a.source or '(no source given)'}",
-             f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {rep.n_complete} of "
-             f"{rep.n_trials} trials complete", f"- ours: `{s.metric}` ({s.direction}), mean ± std across seeds; "
+             f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {progress_line(rep, '`')}",
+             f"- ours: `{s.metric}` ({s.direction}), mean ± std across seeds; "
              "Δ vs the baseline arm with a Welch t 95 % interval over seeds"
              + ("; fractions shown in percent, as the paper prints them (the CSVs keep fractions)"
                 if ours_scale(rep, s.metric) == 100.0 else ""), ""]
@@ -148,6 +159,8 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     for _, row in rep.arms.iterrows():
         table.add_row(*[escape(c) for c in arm_cells(rep, row)], style=None if row["in paper"] else "dim")
     console.print(table)
+    if rep.unfinished:
+        console.print(escape(progress_line(rep)), style="yellow")
     if not rep.claims.empty:
         console.print(_verdict_table("the paper's claims on this sweep", claim_header(rep), 1,
                                      [claim_cells(rep, r) for _, r in rep.claims.iterrows()]))

@@ -10,7 +10,12 @@ interval over seeds (``klear_lab.stats``). A claim "A beats B" is
 - ``inconclusive`` otherwise, saying which way the means lean.
 
 Both arms need at least two completed seeds for an interval; with two, only a difference several
-times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom).
+times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom). A claim with no
+result says why: an arm the sweep does not have, or one whose seeds have not finished (with the
+command that runs them).
+
+A sweep's progress is counted in grid points x seeds, the trials it plans: an interrupted trial and
+its queued retry are one point, and the points not finished yet are listed (``unfinished``).
 
 A benchmark that the sweep entry maps to a metric the sweep logs (``metrics: {AIME 2024:
 val/aime24/acc}``) is compared on its own as well: per arm, our mean of that metric and its delta
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +37,7 @@ import pandas as pd
 from klear_lab.analysis.spec import Analysis, Claim, SweepRef
 from klear_lab.stats import welch_interval
 from klear_lab.sweep.compare import TrialRecord
+from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
 
 MIN_SEEDS_FOR_VERDICT = 2
@@ -44,10 +51,12 @@ class Reproduction:
     sweep: SweepSpec
     arms: pd.DataFrame
     claims: pd.DataFrame
-    n_complete: int
-    n_trials: int
+    n_complete: int  # grid points x seeds with a completed trial
+    n_trials: int  # grid points x seeds the sweep plans (not its trials: a retry is the same point)
     metrics: dict[str, str] = field(default_factory=dict)  # mapped paper benchmark -> our metric
     benchmarks: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per (claim, mapped benchmark)
+    unfinished: list[str] = field(default_factory=list)  # "ARM seed=S" points with no finished trial
+    rerun: str = ""  # the command that runs them: ``klear-lab sweep SPEC``
 
 
 def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
@@ -82,23 +91,44 @@ def mapped_metrics(analysis: Analysis, ref: SweepRef) -> dict[str, str]:
     return {bench: ref.metrics[bench] for bench in analysis.benchmarks if bench in ref.metrics}
 
 
-def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord]) -> Reproduction:
-    """The tables for ``records`` of the sweep ``spec`` (pure: no files, no study)."""
+def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord],
+              source: Path | None = None) -> Reproduction:
+    """The tables for ``records`` of the sweep ``spec`` (pure: no files, no study); ``source``: the spec
+    file the sweep was launched from (default ``spec.path``), named in the command that finishes it."""
     metrics = mapped_metrics(analysis, ref)
+    rerun = f"klear-lab sweep {source or spec.path}"
     values = _by_arm(records, ref.labels, spec.metric)
     per_bench = {bench: _by_arm(records, ref.labels, metric) for bench, metric in metrics.items()}
+    why = _why_empty(analysis, ref, spec, records, spec.metric, values, rerun)
+    bench_why = {bench: _why_empty(analysis, ref, spec, records, metric, per_bench[bench], rerun)
+                 for bench, metric in metrics.items()}
     base = ref.label_of[analysis.baseline]
     rows = [_arm_row(analysis, arm, ref.label_of.get(arm), values, per_bench, base) for arm in analysis.paper]
     matched = set(ref.label_of.values())
     rows += [_arm_row(analysis, None, label, values, per_bench, base) for label in ref.labels if label not in matched]
-    claims = [_claim_row(analysis, ref, claim, values, spec.direction) for claim in analysis.claims]
+    claims = [_claim_row(analysis, ref, claim, values, spec.direction, why) for claim in analysis.claims]
     # a metric mapped to a paper benchmark stands for its score (accuracy, pass rate): higher is better
     # whichever way the sweep's objective points (a sweep may minimize a loss)
-    benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], "maximize")
+    benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], "maximize", bench_why[bench])
                for claim in analysis.claims for bench, metric in metrics.items()]
-    return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims),
-                        n_complete=sum(r.state == "COMPLETE" for r in records), n_trials=len(records),
-                        metrics=metrics, benchmarks=pd.DataFrame(benches))
+    n_complete, planned, unfinished = progress(spec, records)
+    return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims), n_complete=n_complete,
+                        n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
+                        unfinished=unfinished, rerun=rerun)
+
+
+def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, list[str]]:
+    """(complete, planned, unfinished ``ARM seed=S``) over the grid's points x seeds.
+
+    Trials are not counted: a Ctrl-C'd trial and the retry queued for it are two trials of one point,
+    and counting them made a 6-point sweep read "4/7". A pruned point is finished (a rerun does not
+    run it again) but not complete (it has no result)."""
+    planned = ([(arm.label, seed) for arm in grid_arms(spec) for seed in spec.seeds] if spec.sampler == "grid"
+               else list(dict.fromkeys((r.arm, r.seed) for r in records)))
+    complete = {(r.arm, r.seed) for r in records if r.state == "COMPLETE"}
+    finished = complete | {(r.arm, r.seed) for r in records if r.state == "PRUNED"}
+    unfinished = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) not in finished]
+    return sum(point in complete for point in planned), len(planned), unfinished
 
 
 def _by_arm(records: list[TrialRecord], labels: list[str], metric: str) -> dict[str, np.ndarray]:
@@ -109,30 +139,58 @@ def _claim_name(claim: Claim) -> str:
     return claim.text or f"{claim.better} beats {claim.than}"
 
 
-def _compare(ref: SweepRef, claim: Claim, values: dict[str, np.ndarray], direction: str) -> dict[str, Any]:
-    """Our Δ of ``claim.better`` - ``claim.than`` with its interval, seed counts and verdict."""
+def _why_empty(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord], metric: str,
+               values: dict[str, np.ndarray], rerun: str) -> dict[str, str]:
+    """Paper arm -> why it has no value of ``metric``, for each arm without one: a claim on it said a bare
+    "no result" whether the sweep lacks the arm or has yet to finish it."""
+    return {arm: _why(arm, ref.label_of.get(arm), spec.seeds, records, metric, rerun)
+            for arm in analysis.paper if not len(values.get(ref.label_of.get(arm, ""), []))}
+
+
+def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecord], metric: str,
+         rerun: str) -> str:
+    """``cispo: not an arm of this sweep``, ``cispo: 0 of 2 seeds finished: run the sweep again: ...``, ..."""
+    if label is None:
+        return f"{arm}: not an arm of this sweep"
+    mine = [r for r in records if r.arm == label]
+    complete = {r.seed for r in mine if r.state == "COMPLETE"}
+    if complete:  # diverged (inf), or never logged the metric
+        return f"{arm}: no finite {metric} in its {len(complete)} finished seed(s)"
+    pruned = {r.seed for r in mine if r.state == "PRUNED"}
+    why = f"{arm}: 0 of {len(seeds)} seeds finished" + (f", {len(pruned)} pruned" if pruned else "")
+    return why + f": run the sweep again: {rerun}" if len(pruned) < len(seeds) else why
+
+
+def _compare(ref: SweepRef, claim: Claim, values: dict[str, np.ndarray], direction: str,
+             why: dict[str, str]) -> dict[str, Any]:
+    """Our Δ of ``claim.better`` - ``claim.than`` with its interval, seed counts and verdict; ``no result``
+    says why (``why``: paper arm -> reason it has no value)."""
     better = values.get(ref.label_of.get(claim.better, ""), np.array([]))
     than = values.get(ref.label_of.get(claim.than, ""), np.array([]))
     d, lo, hi = welch_interval(better, than)
+    said = verdict(d, lo, hi, direction, len(better), len(than))
+    reasons = [why[arm] for arm in (claim.better, claim.than) if arm in why]
+    if said == "no result" and reasons:
+        said += f" ({'; '.join(reasons)})"
     return {"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi, "n better": len(better), "n than": len(than),
-            "verdict": verdict(d, lo, hi, direction, len(better), len(than))}
+            "verdict": said}
 
 
 def _claim_row(analysis: Analysis, ref: SweepRef, claim: Claim, values: dict[str, np.ndarray],
-               direction: str) -> dict[str, Any]:
+               direction: str, why: dict[str, str]) -> dict[str, Any]:
     row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than}
     for i, bench in enumerate(analysis.benchmarks):
         row[f"paper Δ {bench}"] = analysis.paper[claim.better][i] - analysis.paper[claim.than][i]
-    return row | _compare(ref, claim, values, direction)
+    return row | _compare(ref, claim, values, direction, why)
 
 
 def _benchmark_row(analysis: Analysis, ref: SweepRef, claim: Claim, bench: str, metric: str,
-                   values: dict[str, np.ndarray], direction: str) -> dict[str, Any]:
+                   values: dict[str, np.ndarray], direction: str, why: dict[str, str]) -> dict[str, Any]:
     i = analysis.benchmarks.index(bench)
     row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than,
                            "benchmark": bench, "metric": metric,
                            "paper Δ": analysis.paper[claim.better][i] - analysis.paper[claim.than][i]}
-    return row | _compare(ref, claim, values, direction)
+    return row | _compare(ref, claim, values, direction, why)
 
 
 def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dict[str, np.ndarray],

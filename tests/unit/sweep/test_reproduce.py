@@ -108,8 +108,9 @@ def test_unmatched_sweep_arms_and_missing_results(tmp_path):
     assert list(rep.arms["arm"]) == ["0.001", "0.002", "lr=0.003"]       # ours-only arm last
     assert list(rep.arms["in paper"]) == [True, True, False]
     assert list(rep.arms["n"]) == [2, 0, 1]
-    assert rep.claims["verdict"].tolist() == ["no result"]
-    assert rep.n_complete == 3 and rep.n_trials == 4
+    assert rep.claims["verdict"].tolist() == [
+        f"no result (0.002: 0 of 2 seeds finished: run the sweep again: klear-lab sweep {spec.path})"]
+    assert rep.n_complete == 3 and rep.n_trials == 6                      # grid points x seeds, not trials
 
 
 def test_explicit_arm_map(tmp_path):
@@ -196,7 +197,8 @@ def test_a_sweep_not_listed_in_the_analysis_matches_by_label(tmp_path):
     ref = _ref_for(analysis, mine, Path(mine.path))
     assert ref.labels == ["lr=0.001", "lr=0.003"] and ref.spec_path == Path(mine.path)
     rep = reproduce(analysis, ref, mine, records({"lr=0.001": [0.1, 0.11], "lr=0.003": [0.3, 0.31]}))
-    assert rep.claims["verdict"].tolist() == ["no result", "contradicted", "no result"]
+    lacks = "no result (0.002: not an arm of this sweep)"
+    assert rep.claims["verdict"].tolist() == [lacks, "contradicted", lacks]
     with pytest.raises(ConfigError, match="matches the baseline '0.001'"):
         other = load_spec(write_spec(tmp_path, name="other", lrs=(0.002, 0.003)))
         _ref_for(analysis, other, Path(other.path))

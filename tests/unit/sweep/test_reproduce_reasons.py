@@ -1,0 +1,113 @@
+"""A reproduction says why a claim has no result, and counts a sweep's progress in grid points x seeds.
+
+A user's review: a claim on an arm the sweep lacks, or whose seeds had not run, read a bare
+``no result``; a Ctrl-C'd sweep's header said ``4/7 trials`` (an interrupted trial and its queued
+retry counted apart, against 6 points) with no word on how to finish it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import yaml
+from rich.console import Console
+from sweep_fixtures import write_spec
+
+from klear_lab.analysis.report import print_reproduction, to_markdown
+from klear_lab.analysis.reproduce import reproduce
+from klear_lab.analysis.spec import load_analysis
+from klear_lab.sweep.compare import TrialRecord
+from klear_lab.sweep.spec import load_spec
+
+CLAIMS = [{"better": "0.002", "than": "0.001", "text": "0.002 beats 0.001"},
+          {"better": "0.003", "than": "0.001", "text": "0.003 beats 0.001"}]
+
+
+def write_analysis(tmp: Path, sweeps: list[str]) -> Path:
+    body = {"title": "Toy table", "benchmarks": ["A"], "paper": {"0.001": [1.0], "0.002": [2.0], "0.003": [3.0]},
+            "baseline": "0.001", "claims": CLAIMS, "sweeps": sweeps}
+    path = tmp / "toy_analysis.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def printed(rep, tmp: Path) -> str:
+    console = Console(record=True, width=400)
+    print_reproduction(rep, tmp / "out", None, console)
+    return console.export_text()
+
+
+def test_a_claim_on_an_arm_the_sweep_lacks_says_so(tmp_path):
+    """The sweep has no lr=0.002 arm (another sweep of the analysis has): its claim said "no result" only."""
+    write_spec(tmp_path, seeds=(0, 1))
+    write_spec(tmp_path, name="mine", lrs=(0.001, 0.003), seeds=(0, 1))
+    analysis = load_analysis(write_analysis(tmp_path, ["toy.yaml", "mine.yaml"]))
+    ref = analysis.sweeps[1]
+    recs = [TrialRecord(arm, seed, "COMPLETE", {"val/acc": v + seed / 100})
+            for arm, v in (("lr=0.001", 0.1), ("lr=0.003", 0.3)) for seed in (0, 1)]
+    rep = reproduce(analysis, ref, load_spec(ref.spec_path), recs)
+    why = "no result (0.002: not an arm of this sweep)"
+    assert rep.claims["verdict"].tolist() == [why, "reproduced"]
+    assert f"| {why} |" in to_markdown(rep) and why in printed(rep, tmp_path)
+    assert (rep.n_complete, rep.n_trials, rep.unfinished) == (4, 4, [])  # the sweep itself is complete
+
+
+def add_trial(study: optuna.Study, lr: float, seed: int, state: str, value: float | None = None) -> None:
+    """A trial of point (lr, seed) as the sweep records it (arm label, seed, point key)."""
+    from klear_lab.sweep.grid import point_key
+
+    attrs = {"arm": f"lr={lr}", "seed": seed, "point": point_key({"optim.lr": lr}, seed),
+             "metrics": {"val/acc": value} if value is not None else {}}
+    study.add_trial(optuna.trial.create_trial(state=getattr(optuna.trial.TrialState, state), value=value,
+                                              user_attrs=attrs))
+
+
+def interrupted_sweep(tmp: Path) -> Path:
+    """The toy sweep (3 arms x 2 seeds) Ctrl-C'd during lr=0.002 seed=0: that trial failed and its retry
+    is queued beside lr=0.002 seed=1, not started: 7 trials, 6 points, 4 complete."""
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.storage import default_storage_url, open_study
+
+    spec = load_spec(write_spec(tmp, seeds=(0, 1)))
+    url = default_storage_url(spec)
+    freeze_spec(spec, url)
+    study = open_study(spec, url, create=True, heartbeat=False)
+    for lr in (0.001, 0.003):
+        for seed in (0, 1):
+            add_trial(study, lr, seed, "COMPLETE", 100 * lr + seed / 1000)
+    add_trial(study, 0.002, 0, "FAIL")
+    add_trial(study, 0.002, 1, "WAITING")
+    add_trial(study, 0.002, 0, "WAITING")
+    return spec.sweep_dir
+
+
+def test_an_interrupted_sweep_counts_points_and_says_how_to_finish(tmp_path):
+    """From the sweep's directory, as `klear-lab reproduce ANALYSIS SWEEP_DIR`: the header counted 7 trials,
+    the claim on lr=0.002 said a bare "no result", and nothing said to run the sweep again."""
+    from klear_lab.analysis import run_reproduction
+
+    sweep_dir = interrupted_sweep(tmp_path)
+    console = Console(record=True, width=400)
+    rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), sweep_dir, tmp_path / "r", console, wandb=False)
+    rerun = f"klear-lab sweep {tmp_path / 'toy.yaml'}"  # the spec it was launched from, not the frozen copy
+    assert (rep.n_complete, rep.n_trials) == (4, 6)
+    assert rep.unfinished == ["lr=0.002 seed=0", "lr=0.002 seed=1"]
+    assert rep.claims["verdict"].tolist() == [
+        f"no result (0.002: 0 of 2 seeds finished: run the sweep again: {rerun})", "reproduced"]
+    progress = ("4 of 6 trials complete (grid points x seeds); 2 not finished (lr=0.002 seed=0, lr=0.002 seed=1): "
+                "run the sweep again: ")
+    assert f"{progress}`{rerun}`" in (tmp_path / "r" / "report.md").read_text()
+    out = console.export_text()
+    assert "sweep toy (4/6 trials)" in out and f"{progress}{rerun}" in out
+
+
+def test_a_finished_sweep_needs_no_rerun(tmp_path):
+    analysis = load_analysis(write_analysis(tmp_path, [str(write_spec(tmp_path, seeds=(0, 1)))]))
+    recs = [TrialRecord(f"lr={lr}", seed, "COMPLETE", {"val/acc": 100 * lr + seed / 1000})
+            for lr in (0.001, 0.002, 0.003) for seed in (0, 1)]
+    recs.append(TrialRecord("lr=0.002", 1, "FAIL"))  # a failed attempt its retry made up for
+    rep = reproduce(analysis, analysis.sweeps[0], load_spec(analysis.sweeps[0].spec_path), recs)
+    assert (rep.n_complete, rep.n_trials) == (6, 6) and rep.unfinished == []  # 7 trials, 6 points
+    assert "6 of 6 trials complete (grid points x seeds)\n" in to_markdown(rep)
+    assert "run the sweep again" not in printed(rep, tmp_path)
