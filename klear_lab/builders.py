@@ -284,6 +284,7 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
                   + (f"using {run_dir}, trained on these" if run_dir else "training it again"), file=sys.stderr)
         if run_dir is None:
             run_dir = _train_parent(parent, parent_hash, m["init_from"], out)
+            print(f"model.init_from {m['init_from']}: starting point ready: {run_dir}", file=sys.stderr)
     m["name_or_path"] = str(run_dir.resolve())
 
 
@@ -325,6 +326,9 @@ def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out:
         except Exception as exc:  # noqa: BLE001 (not Ctrl-C: that stops this command too)
             print(f"model.init_from {init_from}: resuming {stopped} failed ({type(exc).__name__}: {exc}); "
                   "training it from the start in a new run", file=sys.stderr)
+    print(f"model.init_from {init_from}: no completed run of it (this config, seed {parent['run']['seed']}) in "
+          f"{out}: training it first, a whole {parent['run']['kind']} run (its plan: klear-lab train {init_from} "
+          "--dry-run)", file=sys.stderr)
     return run_experiment(parent).run_dir
 
 

@@ -217,7 +217,9 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     first = _child(tmp_path, runs)
     builders.resolve_init_from(first)
     (trained,) = _run_dirs(runs)
-    capsys.readouterr()
+    said = capsys.readouterr().err  # the RL command trained its SFT parent without a word of it
+    assert f"model.init_from {tmp_path / 'parent.yaml'}: no completed run of it (this config, seed 0) in " in said
+    assert "training it first, a whole sft run" in said and f"starting point ready: {trained}" in said
 
     data.write_text("".join(json.dumps({**r, "response": r["response"].replace("<think>", "<think>so ")}) + "\n"
                             for r in rows))
