@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import warnings
@@ -156,11 +157,13 @@ def unavailable(path: str) -> str | None:
 
 def _read_json(p: Path) -> list[tuple[int, Any]]:
     raw = p.read_bytes()
+    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # as Windows editors save UTF-8
     try:
-        text = raw.decode("utf-8")
+        text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{p}: row {line}: byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8 (JSON "
+        at = bom + exc.start
+        line = raw.count(b"\n", 0, at) + 1
+        raise DataError(f"{p}: row {line}: byte {raw[at]:#04x} at offset {at} is not UTF-8 (JSON "
                         "files are UTF-8: re-encode it, e.g. `iconv -f latin1 -t utf-8`)") from exc
     if p.suffix == ".json" and text.lstrip().startswith("["):
         try:
@@ -215,9 +218,9 @@ class _Row:
 
     def get(self, key: str, types: tuple[type, ...], default: Any = _MISSING) -> Any:
         value = _get(self.row, self.columns[key]) if key in self.columns else _MISSING
-        if value is _MISSING or (value is None and default is not _MISSING):
-            if default is _MISSING:
-                raise self.fail(key, "missing")
+        if value is _MISSING or value is None:
+            if default is _MISSING:  # a parquet row's absent field reads as None
+                raise self.fail(key, "missing" if value is _MISSING else "missing (null)")
             return default
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             names = "/".join(t.__name__ for t in types)

@@ -121,6 +121,19 @@ def test_text_is_split_at_newlines_only_and_bad_bytes_are_located(tmp_path):
     latin.write_bytes(b'{"prompt": "x", "answer": "1"}\n{"prompt": "caf\xe9", "answer": "2"}\n')
     with pytest.raises(DataError, match=r"latin.jsonl: row 2: byte 0xe9 at offset 46 is not UTF-8"):
         FileSource(path=str(latin)).records(0, "eval")
+    latin.write_bytes(b"\xef\xbb\xbf" + latin.read_bytes())  # offsets count the BOM
+    with pytest.raises(DataError, match=r"latin.jsonl: row 2: byte 0xe9 at offset 49 is not UTF-8"):
+        FileSource(path=str(latin)).records(0, "eval")
+
+
+@pytest.mark.parametrize("name", ["bom.jsonl", "bom.json"])
+def test_a_utf8_file_with_a_byte_order_mark_is_read(tmp_path, name):
+    """Windows editors save UTF-8 with a BOM: "row 1: invalid JSON (Unexpected UTF-8 BOM)" refused it."""
+    rows = [{"prompt": "p1", "answer": "1"}, {"prompt": "p2", "answer": "2"}]
+    path = tmp_path / name
+    body = json.dumps(rows) if name.endswith(".json") else "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert [r.prompt for r in FileSource(path=str(path)).records(0, "eval")] == ["p1", "p2"]
 
 
 def test_eval_path_limit_and_auto_detect(tmp_path):
@@ -220,8 +233,8 @@ def test_bad_json_line_and_non_object_row(tmp_path):
 def test_bad_parquet_row_is_numbered(tmp_path):
     rows = [{"prompt": "p", "answer": "a"}, {"prompt": None, "answer": "b"}]
     path = _write(tmp_path, rows, "parquet")
-    with pytest.raises(DataError, match=r"data\.parquet: row 2: field 'prompt'"):
-        FileSource(path=path).records(0, "train")
+    with pytest.raises(DataError, match=r"data\.parquet: row 2: field 'prompt': missing \(null\)"):
+        FileSource(path=path).records(0, "train")  # said "expected str, got NoneType"
 
 
 @pytest.mark.parametrize(("field", "value"), [("format", "csv"), ("task", "chem"), ("limit", 0),
