@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from klear_lab.builders import build
-from klear_lab.errors import ConfigError, load_error, network_cause
+from klear_lab.errors import ConfigError, hub_offline, load_error, network_cause
 from klear_lab.registry import MODEL
 
 
@@ -125,6 +125,24 @@ def _missing(path: str) -> bool:
 def _under_cwd(path: str) -> str:
     """Where a relative path was looked for, for messages."""
     return "" if Path(path).is_absolute() else f" under the working directory {Path.cwd()}"
+
+
+def unavailable_model(name_or_path: str) -> str | None:
+    """Why the checkpoint ``name_or_path`` cannot load on this machine (a hub id the local cache lacks, with
+    the hub off), or None: a local directory, or a hub id cached or downloadable. A dry run's plan says so."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    path = resolve_model_dir(name_or_path)
+    off = hub_offline()
+    if Path(path).expanduser().exists() or not off:
+        return None
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except ValueError:  # not a hub id at all (a mistyped local path): the run says so when it starts
+        return None
+    if isinstance(cached, str):
+        return None
+    return f"{off} is set and {path} is not in the hub cache ({constants.HF_HUB_CACHE})"
 
 
 def check_local_model(name: str, path: str) -> None:

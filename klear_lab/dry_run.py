@@ -97,9 +97,11 @@ def estimated_examples(cfg: dict[str, Any]) -> int | None:
 def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     t = cfg["trainer"]
     devices = device_count(t)
+    from klear_lab.build_model import unavailable_model
     from klear_lab.builders import unavailable_data
 
-    rows = [("model", model_name(cfg)),
+    missing = cfg["model"]["name_or_path"] and unavailable_model(cfg["model"]["name_or_path"])
+    rows = [("model", model_name(cfg) + (f" ({NOT_HERE}: {missing})" if missing else "")),
             ("parameters", f"{params / 1e6:,.1f} M"),
             *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg))]
     if cfg["run"]["kind"] == "eval":

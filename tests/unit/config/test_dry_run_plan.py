@@ -4,6 +4,7 @@ and exit 2 when a row says the config is NOT SUPPORTED (not when something is un
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,28 @@ def test_the_plan_warns_of_a_warmup_as_long_as_the_run():
     rl = dict(plan_rows(compose(QUICK_RL, ["rl.steps=1"]), 1))  # 4 updates a step: 4 scheduled, warmup 5
     assert rl["warning"].startswith("optim.warmup_steps=5 is not below the run's 4 scheduled steps")
     assert "warning" not in dict(plan_rows(compose(QUICK_RL), 1))
+
+
+def test_a_hub_model_missing_from_the_cache_offline_is_marked_not_available(tmp_path, monkeypatch):
+    """The paper plan marked its data and vLLM NOT AVAILABLE HERE, but not a checkpoint the run could not load."""
+    import huggingface_hub.constants
+
+    from klear_lab.errors import OFFLINE_VARS
+
+    for var in OFFLINE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    cfg = compose(MATH)
+    name = cfg["model"]["name_or_path"]
+    assert dict(plan_rows(cfg, PARAMS))["model"] == (
+        f"{name} (NOT AVAILABLE HERE: HF_HUB_OFFLINE is set and {name} is not in the hub cache ({tmp_path / 'hub'}))")
+    repo = tmp_path / "hub" / f"models--{name.replace('/', '--')}"  # the hub client's own cache layout
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+    assert dict(plan_rows(cfg, PARAMS))["model"] == name
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    shutil.rmtree(repo)
+    assert dict(plan_rows(cfg, PARAMS))["model"] == name  # online, the run downloads it
