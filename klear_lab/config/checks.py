@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,17 @@ def _require(ok: bool, key: str, message: str) -> None:
         error = ConfigError(f"{key} {message}")
         error.key = key  # compose names the file or command line that set it
         raise error
+
+
+def warn_unused_model_shape(cfg: dict[str, Any], provenance: dict[str, str]) -> None:
+    """An RL run with ``model.init_from`` trains the starting experiment's model: a ``model.tiny`` or
+    ``model.tokenizer_vocab`` set for it builds nothing, and ``model.tiny.size=10m`` still trained 2m.
+    Say which of them were set, and where (``provenance``: the layer that set each key)."""
+    m = cfg["model"]
+    if not m["init_from"] or m["name_or_path"]:
+        return
+    set_here = sorted({f"{key} ({label})" for key, label in provenance.items()
+                       if key == "model.tiny" or key.startswith("model.tiny.") or key == "model.tokenizer_vocab"})
+    if set_here:
+        warnings.warn(f"{', '.join(set_here)}: not used: the run starts from model.init_from {m['init_from']}'s "
+                      "model; its shape is set in that experiment", UserWarning, stacklevel=3)

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from klear_lab.config.checks import check
+from klear_lab.config.checks import check, warn_unused_model_shape
 from klear_lab.config.schema import ExperimentConfig
 from klear_lab.config.validate import expand_and_validate
 from klear_lab.errors import ConfigError
@@ -205,6 +205,7 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
         check(config)
     except ConfigError as exc:
         raise _located(exc, provenance) from None
+    warn_unused_model_shape(config, provenance)
     if isinstance(experiment, (str, Path)) and experiment and not config["run"].get("experiment"):
         config["run"]["experiment"] = _label(Path(experiment).resolve())
     return config

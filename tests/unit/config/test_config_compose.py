@@ -321,3 +321,19 @@ def test_a_notebook_composes_from_a_mapping_and_run_experiment_says_how(tmp_path
     for raw in (OmegaConf.create(body), {"run": {"kind": "sft"}}):
         with pytest.raises(ConfigError, match=r"run_experiment takes a composed config.*compose\("):
             run_experiment(raw)
+
+
+def test_a_model_shape_an_init_from_run_ignores_is_warned_about(tmp_path):
+    """``model.tiny.size=10m`` on an RL run that starts from ``model.init_from`` trained the 2m model it starts
+    from, without a word."""
+    import warnings
+
+    rl = ROOT / "experiments/quickstart/rl.yaml"
+    with pytest.warns(UserWarning, match=r"model.tiny.size \(command line\), model.tokenizer_vocab \(command line\): "
+                                         r"not used: the run starts from model.init_from .*sft.yaml's model"):
+        compose(rl, ["model.tiny.size=10m", "model.tokenizer_vocab=600"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compose(rl)  # its schema-default tiny block is nobody's setting
+        compose(rl, ["model.init_from=null", "model.tiny.size=10m"])  # builds that model
+        compose(rl, [f"model.name_or_path={tmp_path}", "model.tiny.size=10m"])  # a resumed run's saved config
