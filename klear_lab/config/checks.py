@@ -229,15 +229,22 @@ def _require(ok: bool, key: str, message: str) -> None:
         raise error
 
 
-def warn_unused_model_shape(cfg: dict[str, Any], provenance: dict[str, str]) -> None:
+def warn_unused_model_shape(cfg: dict[str, Any], provenance: dict[str, str], default: dict[str, Any]) -> None:
     """An RL run with ``model.init_from`` trains the starting experiment's model: a ``model.tiny`` or
-    ``model.tokenizer_vocab`` set for it builds nothing, and ``model.tiny.size=10m`` still trained 2m.
-    Say which of them were set, and where (``provenance``: the layer that set each key)."""
+    ``model.tokenizer_vocab`` set for it builds nothing, and ``model.tiny.size=10m`` still trained 2m. Say which
+    were set to other than the schema's ``default`` model section (a saved config writes out every default),
+    and where (``provenance``: the layer that set each key)."""
     m = cfg["model"]
     if not m["init_from"] or m["name_or_path"]:
         return
-    set_here = sorted({f"{key} ({label})" for key, label in provenance.items()
-                       if key == "model.tiny" or key.startswith("model.tiny.") or key == "model.tokenizer_vocab"})
-    if set_here:
-        warnings.warn(f"{', '.join(set_here)}: not used: the run starts from model.init_from {m['init_from']}'s "
+    ours = {"model.tiny": m["tiny"], "model.tokenizer_vocab": m["tokenizer_vocab"],
+            **{f"model.tiny.{k}": v for k, v in m["tiny"].items()}}
+    schema = {"model.tiny": default["tiny"], "model.tokenizer_vocab": default["tokenizer_vocab"],
+              **{f"model.tiny.{k}": v for k, v in default["tiny"].items()}}
+    changed = [key for key in ours if key in provenance and ours[key] != schema.get(key)]
+    if "model.tiny" in changed:  # the whole node set: not each of its keys as well
+        changed = [key for key in changed if not key.startswith("model.tiny.")]
+    changed = sorted(f"{key} ({provenance[key]})" for key in changed)
+    if changed:
+        warnings.warn(f"{', '.join(changed)}: not used: the run starts from model.init_from {m['init_from']}'s "
                       "model; its shape is set in that experiment", UserWarning, stacklevel=3)

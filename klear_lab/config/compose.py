@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -205,10 +206,18 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
         check(config)
     except ConfigError as exc:
         raise _located(exc, provenance) from None
-    warn_unused_model_shape(config, provenance)
+    warn_unused_model_shape(config, provenance, default_section("model"))
     if isinstance(experiment, (str, Path)) and experiment and not config["run"].get("experiment"):
         config["run"]["experiment"] = _label(Path(experiment).resolve())
     return config
+
+
+@functools.cache
+def default_section(name: str) -> dict[str, Any]:
+    """A config section as the schema's defaults alone compose it (components expanded)."""
+    config, provenance = merge_layers([])
+    expand_and_validate(config, provenance)
+    return config[name]
 
 
 def component_paths(schema: type = ExperimentConfig, prefix: str = "", many: bool = False) -> set[str]:

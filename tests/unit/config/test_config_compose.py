@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from klear_lab.config.compose import compose, dotlist_layer, file_layers, merge_layers
+from klear_lab.config.compose import compose, dotlist_layer, dump_yaml, file_layers, merge_layers
 from klear_lab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -332,8 +332,13 @@ def test_a_model_shape_an_init_from_run_ignores_is_warned_about(tmp_path):
     with pytest.warns(UserWarning, match=r"model.tiny.size \(command line\), model.tokenizer_vocab \(command line\): "
                                          r"not used: the run starts from model.init_from .*sft.yaml's model"):
         compose(rl, ["model.tiny.size=10m", "model.tokenizer_vocab=600"])
+    with pytest.warns(UserWarning, match=r"^model.tiny.size \(command line\): not used"):
+        compose(rl, ["model.tiny={name: qwen2, size: 10m}"])  # merged key by key: the key that changed
+    saved = tmp_path / "rl_full.yaml"  # `klear-lab config` output, every default written out, run as an experiment
+    saved.write_text(dump_yaml(compose(rl)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compose(rl)  # its schema-default tiny block is nobody's setting
+        compose(saved)
         compose(rl, ["model.init_from=null", "model.tiny.size=10m"])  # builds that model
         compose(rl, [f"model.name_or_path={tmp_path}", "model.tiny.size=10m"])  # a resumed run's saved config
