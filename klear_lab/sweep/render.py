@@ -18,7 +18,14 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
 
     from klear_lab.console import make_console
     from klear_lab.sweep.best import best_notes
-    from klear_lab.sweep.compare import cell, delta_cell, few_seeds_note, missing_baseline_note, table_metrics, welch_cell
+    from klear_lab.sweep.compare import (
+        cell,
+        delta_cell,
+        few_seeds_note,
+        missing_baseline_note,
+        table_metrics,
+        welch_cell,
+    )
 
     console = console or make_console()
     names = table_metrics(spec.metric, spec.metrics)
