@@ -108,7 +108,8 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, help="parallel trials here (default: spec workers)")
     p.add_argument("--join", action="store_true",
                    help="add workers to an existing study (any machine sharing its storage)")
-    p.add_argument("--validate-only", action="store_true", help="check the spec and every arm, run nothing")
+    p.add_argument("--validate-only", action="store_true",
+                   help="check the spec, every arm and the data they read; run nothing")
     p.add_argument("--wandb-export", action="store_true",
                    help="write the equivalent W&B sweep config (SWEEP_DIR/wandb_sweep.yaml) and stop")
     p.add_argument("--no-compare", action="store_true", help="skip the comparison table at the end")

@@ -1,10 +1,12 @@
-"""Checks that run before any trial: axis keys and values, objective name, storage URL.
+"""Checks that run before any trial: axis keys and values, objective name, storage URL, the data.
 
 Every axis value is composed onto the base experiment through ``compose()`` (the same path a
 trial takes; the other axes at their first value), then every grid arm is composed whole, so a
 misspelt key, an unknown component or an out-of-range parameter stops the sweep with the spec
 file and axis named. Each composed config also goes through the refusals ``klear-lab train``
 makes before it loads a model (``runnable_problem``): a config every trial would fail on.
+Last, the records each distinct data configuration would give are built (``check_trial_data``),
+so a bad row stops the sweep instead of failing every trial that reads it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import ast
 import importlib
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
-from klear_lab.errors import ConfigError
+from klear_lab.config.compose import override_key
+from klear_lab.errors import ConfigError, DataError
 from klear_lab.sweep.grid import (
     Arm,
     axis_distribution,
@@ -238,6 +242,73 @@ def unavailable_trial_data(spec: SweepSpec, arms: list[Arm]) -> list[str]:
     found = [f"{key}={why}" for values in points for key, why in unavailable_data(
         spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")] if values else []))]
     return sorted(set(found), key=found.index)
+
+
+def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
+    """Build the records the trials would build (``build_train_records``, for an eval run only
+    ``build_eval_records``) once per distinct data configuration: the composed ``data`` section and
+    ``run.kind`` of each arm (``tpe``/``random``: each axis value, the others at their first), so arms
+    that differ in other keys share one read. Only configurations with a source that reads a file (a
+    ``path``) are read: a generated world has no bad row, and generating the code world's tasks for each
+    ``top_k`` arm took ``--validate-only`` of ``sweeps/sft_code_sources.yaml`` 78 s. Data this machine
+    cannot read is left to :func:`unavailable_trial_data`. A warning raised while reading (repeated uids,
+    say) is shown once.
+
+    Raises:
+        DataError: the builder's message (file, row, key) with the arms that read the data and the
+            spec's overrides of ``data.`` keys.
+    """
+    from klear_lab.builders import build_eval_records, build_train_records, unavailable_data
+
+    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    points = _trial_points(spec, arms)
+    for label, values in points:
+        cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
+        key = json.dumps([cfg["data"], cfg["run"]["kind"]], sort_keys=True, default=str)
+        groups.setdefault(key, (cfg, []))[1].append(label)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for cfg, labels in groups.values():
+                if not reads_files(cfg) or unavailable_data(cfg):
+                    continue
+                try:
+                    if cfg["run"]["kind"] != "eval":
+                        build_train_records(cfg)
+                    build_eval_records(cfg)
+                except (ConfigError, DataError) as exc:  # data.mix refusing the pools is a ConfigError
+                    where = _data_origin(spec, labels, len(points), bool(arms))
+                    raise DataError(f"{spec.path}: data read by {where}: {exc}; no trial was started") from None
+    finally:  # once each, where they were raised
+        shown = {(w.category, str(w.message)): w for w in caught}
+        for w in shown.values():
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def reads_files(cfg: dict[str, Any]) -> bool:
+    """Whether a source of ``cfg`` reads a file or dataset (its node has a ``path``)."""
+    return any("path" in source for source in [*cfg["data"]["sources"], *cfg["data"]["eval_sources"]])
+
+
+def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, axis values) of each grid arm; ``tpe``/``random``: of each axis value, the others at their first."""
+    if arms:
+        return [(arm.label, arm.params) for arm in arms[:MAX_COMPOSED_ARMS]]
+    first = {a.key: _probe_values(a)[0] for a in spec.axes}
+    return [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in _probe_values(a)]
+
+
+def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool) -> str:
+    """Which trials read a data configuration, and the overrides of ``data.`` keys they share."""
+    if len(labels) == total:
+        who = "every arm" if grid else "every trial"
+    else:
+        who = f"{'arm' if grid else 'trials with'} {', '.join(labels[:4])}{' ...' if len(labels) > 4 else ''}"
+    own = len(spec.overrides) - len(spec.cli_overrides)
+    data = [f"{'command line' if i >= own else 'overrides'}: {item}" for i, item in enumerate(spec.overrides)
+            if override_key(item).split(".")[0] == "data" or override_key(item) == "run.kind"]
+    return f"{who} ({'; '.join(data)})" if data else who
 
 
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,

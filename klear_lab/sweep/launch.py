@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
-from klear_lab.sweep.checks import check_spec, unavailable_trial_data
+from klear_lab.sweep.checks import check_spec, check_trial_data, unavailable_trial_data
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
@@ -68,6 +68,9 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')}")
         return 0
     missing = unavailable_trial_data(spec, arms)
+    if missing and not validate_only:
+        raise ConfigError(f"{spec.path}: the trials would read data this machine cannot: {'; '.join(missing)}")
+    check_trial_data(spec, arms)  # a bad row fails here, not in every trial reading it
     if validate_only:
         existing = _existing_study(spec, url, log)
         if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
@@ -80,8 +83,6 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
                 "complete): running this spec continues it")
         return 0
-    if missing:
-        raise ConfigError(f"{spec.path}: the trials would read data this machine cannot: {'; '.join(missing)}")
     study = _wait_for_study(spec, url, arms) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = spec.compose()

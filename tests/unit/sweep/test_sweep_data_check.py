@@ -1,0 +1,83 @@
+"""The sweep's up-front data check: the records each distinct data configuration gives are built once,
+before any trial (``checks.check_trial_data``), for ``--validate-only`` and a real sweep alike."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+from sweep_fixtures import write_spec
+
+import klear_lab.builders
+from klear_lab.cli_sweep import main
+
+GOOD = {"prompt": "1+1=", "answer": "2", "response": "2"}
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _file_source(path) -> str:
+    return f"data.sources=[{{name: file, path: {path}, format: records}}]"
+
+
+def test_a_bad_row_in_the_overrides_data_stops_validation_and_the_sweep_before_any_trial(tmp_path, capsys):
+    """--validate-only said OK ("2 arm(s) x 2 seed(s) = 4 trials"), then each of the 4 trials failed on
+    ``DataError: ...: row 3: field 'answer': missing`` and the sweep exited 1 (a user review)."""
+    bad = _jsonl(tmp_path / "missing.jsonl", [GOOD, GOOD, {"prompt": "3+3=", "response": "6"}])
+    spec = write_spec(tmp_path, lrs=(0.001, 0.002), seeds=(0, 1), overrides=[_file_source(bad)])
+    for args in (["--validate-only"], []):
+        assert main(["sweep", str(spec), *args]) == 2
+        err = capsys.readouterr().err
+        assert f"{bad}: row 3: field 'answer': missing" in err, err
+        assert "data read by every arm (overrides: data.sources=" in err and "no trial was started" in err
+    assert not (tmp_path / "out" / "toy" / "study.db").exists()  # refused before the study
+
+
+def test_a_bad_file_on_a_data_axis_names_the_arm_that_reads_it(tmp_path, capsys):
+    good = _jsonl(tmp_path / "good.jsonl", [GOOD])
+    bad = _jsonl(tmp_path / "bad.jsonl", [GOOD, {"answer": "2"}])
+    spec = write_spec(tmp_path, overrides=[_file_source(good)], axes={"data.sources.0.path": [str(good), str(bad)]})
+    assert main(["sweep", str(spec), "--validate-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"data read by arm path={bad} (overrides: data.sources=" in err, err
+    assert f"{bad}: row 2:" in err and "every arm" not in err
+
+
+def test_tpe_reads_each_value_of_a_data_axis(tmp_path, capsys):
+    good = _jsonl(tmp_path / "good.jsonl", [GOOD])
+    bad = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"}])
+    spec = write_spec(tmp_path, overrides=[_file_source(good)], sampler="tpe", n_trials=4,
+                      axes={"optim.lr": {"low": 0.001, "high": 0.01}, "data.sources.0.path": [str(good), str(bad)]})
+    assert main(["sweep", str(spec), "--validate-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"data read by trials with data.sources.0.path={str(bad)!r} (overrides:" in err, err
+    assert f"{bad}: row 1: field 'answer': missing" in err
+
+
+def test_each_distinct_data_config_is_read_once_and_its_warnings_shown_once(tmp_path, monkeypatch, capsys):
+    """4 arms, 2 data configs (``data.max_length``; ``optim.lr`` shares the read); the file's repeated uid
+    warns once, not once per read."""
+    rows = [{**GOOD, "uid": "u1"}, {**GOOD, "uid": "u1"}, {**GOOD, "uid": "u2"}]
+    data = _jsonl(tmp_path / "dup.jsonl", rows)
+    reads = []
+    real = klear_lab.builders.build_train_records
+    monkeypatch.setattr(klear_lab.builders, "build_train_records", lambda cfg: reads.append(cfg) or real(cfg))
+    spec = write_spec(tmp_path, overrides=[_file_source(data)],
+                      axes={"optim.lr": [0.001, 0.002], "data.max_length": [64, 128]})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["sweep", str(spec), "--validate-only"]) == 0, capsys.readouterr().err
+    assert sorted(cfg["data"]["max_length"] for cfg in reads) == [64, 128]
+    repeated = [w for w in caught if "repeat an earlier row's uid" in str(w.message)]
+    assert len(repeated) == 1, [str(w.message) for w in caught]
+    assert "4 arm(s) x 1 seed(s) = 4 trials" in capsys.readouterr().out
+
+
+def test_data_this_machine_lacks_stays_a_note_of_validation(tmp_path, capsys):
+    """A file that is not here is not read (the spec may be meant for another machine): still a note."""
+    spec = write_spec(tmp_path, overrides=[_file_source(tmp_path / "elsewhere.jsonl")])
+    assert main(["sweep", str(spec), "--validate-only"]) == 0
+    assert "note: data this machine cannot read" in capsys.readouterr().out
