@@ -49,6 +49,7 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     """
     check_storage_url(spec.storage, spec)
     check_runner(spec)
+    check_owned_overrides(spec)
     base = _check_base(spec)
     clips = _configured_clips(spec, base) if base.get("plugins") and base["run"]["kind"] == "rl" else None
     check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")), clips=clips)
@@ -284,6 +285,18 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         shown = {(w.category, str(w.message)): w for w in caught}
         for w in shown.values():
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def check_owned_overrides(spec: SweepSpec) -> None:
+    """An override of a key the sweep sets for every trial (``run.seed``, ``run.out_dir``...) was dropped
+    without a word, as an axis on one is refused."""
+    own = len(spec.overrides) - len(spec.cli_overrides)
+    for i, item in enumerate(spec.overrides):
+        key = override_key(item)
+        if key in SWEEP_OWNED_KEYS:
+            where = "command line" if i >= own else f"{spec.path}: overrides"
+            raise ConfigError(f"{where}: {item!r}: {key} is set by the sweep for each trial (replicates go in "
+                              "seeds:, the output in out_dir:, the W&B group in wandb: group:)")
 
 
 def reads_files(cfg: dict[str, Any]) -> bool:

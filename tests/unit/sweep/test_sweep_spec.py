@@ -108,6 +108,13 @@ def test_a_baseline_no_sampled_arm_can_match_is_refused_up_front(tmp_path):
 
 def test_sweep_owned_keys_and_seeds(tmp_path):
     assert "seeds" in _error(_edit(write_spec(tmp_path), axes={"run.seed": [1, 2]}))
+    # in overrides they were dropped without a word: the trials ran with the sweep's seeds, names and output
+    spec = write_spec(tmp_path)
+    body = yaml.safe_load(spec.read_text())
+    assert f"{spec}: overrides: 'run.seed=7': run.seed is set by the sweep for each trial (replicates go in " \
+        "seeds:" in _error(_edit(spec, overrides=[*body.get("overrides", []), "run.seed=7"]))
+    with pytest.raises(ConfigError, match=r"^command line: 'run.out_dir=/tmp/elsewhere': run.out_dir is set by"):
+        check_spec(load_spec(write_spec(tmp_path), ["run.out_dir=/tmp/elsewhere"]))
     assert "distinct" in _error(_edit(write_spec(tmp_path), seeds=[1, 1]))
     assert "seeds: expected a non-empty list of integers in [0, 2**32)" in \
         _error(_edit(write_spec(tmp_path), seeds=[-1]))
