@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -276,14 +277,18 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     out = out_dir_of(parent)
     out.mkdir(parents=True, exist_ok=True)
     parent_hash = config_hash(parent)  # reads each plugin's code: once
+    data = None  # read before waiting on the lock, where parallel trials would read in turn
+    if find_completed_run(out, parent_hash, seed=parent["run"]["seed"]) is not None:
+        with contextlib.suppress(DataError):  # completed_parent says it
+            data = records_digests(parent)
     with open(out / f".init-{parent_hash}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        run_dir, stale = completed_parent(parent, parent_hash)
+        run_dir, stale = completed_parent(parent, parent_hash, data)
         if stale is not None:
-            print(f"model.init_from {m['init_from']}: {stale}; "
-                  + (f"using {run_dir}, trained on these" if run_dir else "training it again"), file=sys.stderr)
+            after = f"using {run_dir}, trained on these" if run_dir else "training it again"
+            print(f"model.init_from {m['init_from']}: {stale}; {after}", file=sys.stderr)
         if run_dir is None:
-            run_dir = _train_parent(parent, parent_hash, m["init_from"], out)
+            run_dir = _train_parent(parent, parent_hash, m["init_from"], out, quiet=stale is not None)
             print(f"model.init_from {m['init_from']}: starting point ready: {run_dir}", file=sys.stderr)
     m["name_or_path"] = str(run_dir.resolve())
 
@@ -306,9 +311,10 @@ def warn_init_from_unused(cfg: dict[str, Any]) -> None:
           "set and is not a run of its current config; set model.init_from=null to say so", file=sys.stderr)
 
 
-def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out: Path) -> Path:
+def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out: Path, quiet: bool = False) -> Path:
     """Continue the newest interrupted run of ``parent`` (Ctrl-C, kill, preemption) from its checkpoint,
-    or train it; a resume that fails (say, a checkpoint a newer torch cannot read) falls back to a new run."""
+    or train it; a resume that fails (say, a checkpoint a newer torch cannot read) falls back to a new run.
+    ``quiet``: the caller said why it trains (a completed run passed over), so not "no completed run"."""
     from klear_lab.distributed import several_devices
     from klear_lab.resume import resume_config
     from klear_lab.run import run_experiment
@@ -326,9 +332,10 @@ def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out:
         except Exception as exc:  # noqa: BLE001 (not Ctrl-C: that stops this command too)
             print(f"model.init_from {init_from}: resuming {stopped} failed ({type(exc).__name__}: {exc}); "
                   "training it from the start in a new run", file=sys.stderr)
-    print(f"model.init_from {init_from}: no completed run of it (this config, seed {parent['run']['seed']}) in "
-          f"{out}: training it first, a whole {parent['run']['kind']} run (its plan: klear-lab train {init_from} "
-          "--dry-run)", file=sys.stderr)
+    if not quiet:
+        print(f"model.init_from {init_from}: no completed run of it (this config, seed {parent['run']['seed']}) "
+              f"in {out}: training it first, a whole {parent['run']['kind']} run (its plan: klear-lab train "
+              f"{init_from} --dry-run)", file=sys.stderr)
     return run_experiment(parent).run_dir
 
 
@@ -342,10 +349,13 @@ def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return parent
 
 
-def completed_parent(parent: dict[str, Any], parent_hash: str) -> tuple[Path | None, str | None]:
+def completed_parent(parent: dict[str, Any], parent_hash: str,
+                     data: dict[str, str] | None = None) -> tuple[Path | None, str | None]:
     """The newest completed run of the starting point ``parent`` trained on the records its data files hold
-    now, and a note on a newer one trained on other records (a data file edited since: the config, and so
-    the hash, names the file, not its contents), passed over. A dry run reads the same."""
+    now (``data``: their digests, when already read), and a note on a newer one passed over because it
+    trained on other records (a data file edited since: the config, and so the hash, names the file, not
+    its contents). Data this machine cannot read (a corpus deleted after training) leaves the newest run,
+    with a warning that it was not checked. A dry run reads the same."""
     from klear_lab.tracking import out_dir_of
 
     out, seed = out_dir_of(parent), parent["run"]["seed"]
@@ -353,10 +363,11 @@ def completed_parent(parent: dict[str, Any], parent_hash: str) -> tuple[Path | N
     if newest is None:
         return None, None
     try:
-        data = records_digests(parent)
-    except DataError as exc:  # a data file moved or deleted since: say why it is read at all
-        raise DataError(f"model.init_from {parent['run']['experiment']}: reading its data, to check that its "
-                        f"completed run {newest} trained on it: {exc}") from None
+        data = data or records_digests(parent)
+    except DataError as exc:
+        warnings.warn(f"model.init_from {parent['run']['experiment']}: its data cannot be read here to check that "
+                      f"its completed run {newest} trained on it ({exc}); using that run", UserWarning, stacklevel=2)
+        return newest, None
     current = find_completed_run(out, parent_hash, seed=seed, data=data)
     if current == newest:
         return current, None
@@ -366,14 +377,34 @@ def completed_parent(parent: dict[str, Any], parent_hash: str) -> tuple[Path | N
 
 
 def records_digests(cfg: dict[str, Any]) -> dict[str, str]:
-    """The ``data`` digests a run of ``cfg`` would keep in ``run.json``: its records as read now. Warnings
-    about the data are left to the run that trains on it."""
+    """The ``data`` digests a run of ``cfg`` would keep in ``run.json``: its records as read now, under the
+    seed the run sets first (a plugin source may draw from the global RNGs), whose states are put back.
+    Warnings about the data are left to the run that trains on it."""
+    import random
+
+    import lightning as L
+    import numpy as np
+
     from klear_lab.data.records import data_digests
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        train = None if cfg["run"]["kind"] == "eval" else build_train_records(cfg)[0]
-        return data_digests(train, build_eval_records(cfg))
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    env = {k: os.environ.get(k) for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if cfg["run"]["kind"] == "eval":  # an eval run does not seed before it reads
+                return data_digests(None, build_eval_records(cfg))
+            L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+            return data_digests(build_train_records(cfg)[0], build_eval_records(cfg))
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, need_model: bool = True,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.config.compose import compose
-from klear_lab.errors import KlearError, TransientError
+from klear_lab.errors import DataError, KlearError, TransientError
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
 PARENT_KEYS = ("model.init_from", "model.name_or_path")
@@ -53,8 +53,8 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     with _start_lock(cfg, lambda: log(f"sweep {spec.name}: starting point: waiting for another sweep "
                                       "training the same one, to share it")):
         done, stale = trained_start(cfg)
-        if stale is not None:
-            log(f"sweep {spec.name}: starting point: {stale}" + ("" if done else "; training it again"))
+        if stale is not None:  # what it does instead follows: shares another sweep's, or trains one
+            log(f"sweep {spec.name}: starting point: {stale}")
         if done is not None:  # a rerun of the sweep: the parent's process would only find it
             log(f"sweep {spec.name}: starting point: {done} (trained before)")
             return
@@ -131,8 +131,11 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
         return None
     siblings = [other for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
                 and builders.find_completed_run(other, wanted, seed) is not None]
-    data = builders.records_digests(parent) if siblings else None  # a run trained on other contents of a data
-    found = [run for other in siblings  # file is no match
+    data = None  # a run trained on other contents of a data file is no match; unreadable data: not checked
+    if siblings:
+        with contextlib.suppress(DataError):
+            data = builders.records_digests(parent)
+    found = [run for other in siblings
              for run in [builders.find_completed_run(other, wanted, seed, data=data)] if run is not None]
     if not found:
         return None

@@ -227,7 +227,9 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     assert f"its completed run {trained} trained on other records" in row[1] and "TRAINS IT" in row[1]
     edited = _child(tmp_path, runs)
     builders.resolve_init_from(edited)
-    assert "trained on other records than its data files hold now (train: " in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "trained on other records than its data files hold now (train: " in said
+    assert "no completed run of it" not in said  # it said both
     (retrained,) = set(_run_dirs(runs)) - {trained}
     assert edited["model"]["name_or_path"] == str(retrained.resolve())
 
@@ -237,6 +239,32 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     assert restored["model"]["name_or_path"] == str(trained.resolve())
     assert f"using {trained}, trained on these" in capsys.readouterr().err
     assert len(_run_dirs(runs)) == 2
+
+    data.unlink()  # a corpus deleted after training: the run used its starting point, and still does
+    gone = _child(tmp_path, runs)
+    with pytest.warns(UserWarning, match="its data cannot be read here to check that its completed run"):
+        builders.resolve_init_from(gone)
+    assert gone["model"]["name_or_path"] == str(retrained.resolve())  # the newest, as before the check
+    with pytest.warns(UserWarning, match="its data cannot be read here"):
+        (row,) = init_from_rows(_child(tmp_path, runs))
+    assert row[1].endswith(f"its completed run {retrained}")
+
+
+def test_reading_a_starting_points_data_leaves_the_global_rngs_as_they_were(tmp_path):
+    """The digests are read under the seed the run sets first; the RL run's own seeded state is put back."""
+    import random
+
+    import numpy as np
+    import torch
+
+    parent = builders.parent_config(compose(REPO / "experiments/quickstart/rl.yaml", [f"run.out_dir={tmp_path}"]))
+    L.seed_everything(123, verbose=False)
+    expected = random.random(), float(np.random.rand()), float(torch.rand(()))
+    L.seed_everything(123, verbose=False)
+    digests = builders.records_digests(parent)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
+    L.seed_everything(7, verbose=False)  # whatever the caller's state, the same digests
+    assert builders.records_digests(parent) == digests
 
 
 def test_a_sibling_start_trained_on_other_data_is_not_shared(tmp_path, monkeypatch):
