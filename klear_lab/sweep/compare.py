@@ -143,7 +143,7 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(names))  # no arm yet (a tpe sweep before its first trial): empty
     _add_deltas(df, done, objective, baseline, seed)
-    star_best(df, objective, direction)
+    star_best(df, objective, direction, seeds=len({r.seed for r in records}))
     df["baseline"] = df["arm"] == baseline
     return df
 

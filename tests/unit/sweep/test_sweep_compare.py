@@ -139,7 +139,10 @@ def test_write_comparison_outputs(tmp_path):
     console = Console(record=True, width=200)
     df = write_comparison(_records(tmp_path, n_seeds=2), spec, "ppo", ["ppo", "gppo", "cispo"],
                           tmp_path / "cmp", console)
-    assert (tmp_path / "cmp" / "table.md").read_text().count("\n") == 7  # 5 table lines, a blank, the note
+    md = (tmp_path / "cmp" / "table.md").read_text()
+    assert md.count("\n") == 9  # 5 table lines, then two notes after a blank line each
+    # seed 9 failed (ppo), was pruned (cispo) and never ran (gppo): no arm has every seed
+    assert "arm gppo starred on 2 of 3 seeds: no arm has a finite val/acc on every seed (1 seed not finished)" in md
     assert pd.read_csv(tmp_path / "cmp" / "table.csv")["arm"].tolist() == ["ppo", "gppo", "cispo"]
     png = tmp_path / "cmp" / "curves.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"

@@ -18,8 +18,8 @@ from klear_lab.sweep.spec import load_spec
 
 def _arms(values: dict[str, list[float]], failed: dict[str, int] | None = None) -> list[TrialRecord]:
     records = [TrialRecord(arm, s, "COMPLETE", {"m": v}) for arm, vs in values.items() for s, v in enumerate(vs)]
-    for arm, k in (failed or {}).items():
-        records += [TrialRecord(arm, 100 + s, "FAIL") for s in range(k)]
+    for arm, k in (failed or {}).items():  # the arm's next seeds
+        records += [TrialRecord(arm, len(values[arm]) + s, "FAIL") for s in range(k)]
     return records
 
 
@@ -43,14 +43,24 @@ def test_an_arm_whose_seeds_partly_diverged_is_not_starred(tmp_path):
 
 
 def test_a_failed_seed_also_keeps_the_star_off_and_a_worse_incomplete_arm_gets_no_note():
-    records = _arms({"a": [0.30, 0.31], "b": [0.10, 0.11], "c": [0.90, math.inf]}, failed={"b": 1})
+    records = _arms({"a": [0.30, 0.31, 0.32], "b": [0.10, 0.11], "c": [0.90, math.inf, 0.91]}, failed={"b": 1})
     df = summarize(records, "m", [], "minimize", "a", ["a", "b", "c"])
     assert df.loc[df["best"], "arm"].tolist() == ["a"]
     assert df["best note"].tolist() == ["", "has a lower mean on 2 of 3 seeds; not starred: 1 seed failed", ""]
 
 
+def test_an_arm_with_pruned_or_unfinished_seeds_is_not_starred():
+    """b's one finished seed beat a's three; its other two were pruned (or, mid-sweep, not run yet)."""
+    records = _arms({"a": [0.50, 0.52, 0.51], "b": [0.90]})
+    for how in ("pruned", "not finished"):
+        extra = [TrialRecord("b", s, "PRUNED") for s in (1, 2)] if how == "pruned" else []
+        df = summarize(records + extra, "m", [], "maximize", "a", ["a", "b"])
+        assert df.loc[df["best"], "arm"].tolist() == ["a"]
+        assert df["best note"].tolist() == ["", f"has a higher mean on 1 of 3 seeds; not starred: 2 seeds {how}"]
+
+
 def test_without_a_complete_arm_the_best_mean_is_starred_and_the_note_says_so():
-    records = _arms({"a": [0.5, math.inf], "b": [0.7, 0.72]}, failed={"b": 2})
+    records = _arms({"a": [0.5, math.inf, 0.4, 0.45], "b": [0.7, 0.72]}, failed={"b": 2})
     df = summarize(records, "m", [], "maximize", "a", ["a", "b"])
     assert df.loc[df["best"], "arm"].tolist() == ["b"]
     md = to_markdown(df, "m", [], "a")
@@ -81,7 +91,7 @@ def test_a_baseline_the_sampler_never_drew_still_gets_the_table(tmp_path, baseli
     console = Console(record=True, width=200)
     df = compare_study(spec, study, console=console, require_finished=True)
     assert df["arm"].tolist() == ["lr=0.002", "lr=0.003"] and df["delta"].isna().all()
-    assert not df["baseline"].any() and df.loc[df["best"], "arm"].tolist() == ["lr=0.003"]
+    assert not df["baseline"].any() and df.loc[df["best"], "arm"].tolist() == ["lr=0.002"]  # 0.003: one seed
     note = "baseline arm lr=0.001 was never sampled: no deltas"
     assert note in console.export_text()
     assert note in (spec.sweep_dir / "compare" / "table.md").read_text()
