@@ -246,41 +246,44 @@ def unavailable_trial_data(spec: SweepSpec, arms: list[Arm]) -> list[str]:
 
 
 def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
-    """Build the records the trials would build (``build_train_records``, for an eval run only
-    ``build_eval_records``) once per distinct data configuration: the composed ``data`` section and
-    ``run.kind`` of each arm (``tpe``/``random``: each axis value, the others at their first), so arms
-    that differ in other keys share one read. Only configurations with a source that reads a file (a
-    ``path``) are read: a generated world has no bad row, and generating the code world's tasks for each
-    ``top_k`` arm took ``--validate-only`` of ``sweeps/sft_code_sources.yaml`` 78 s. Data this machine
-    cannot read is left to :func:`unavailable_trial_data`. A warning raised while reading (repeated uids,
-    say) is shown once.
+    """Read each data file the trials would read, once: every distinct source node with a ``path`` (its
+    split, its world seed) across the arms (``tpe``/``random``: each axis value, the others at their
+    first), so a bad row stops the sweep before any trial instead of failing each trial that reads it. The
+    mixes and filters are left to the trials: building every arm's mix read a multi-GB corpus once per
+    ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
+    :func:`unavailable_trial_data`. A warning raised while reading (repeated uids, say) is shown once.
 
     Raises:
-        DataError: the builder's message (file, row, key) with the arms that read the data and the
-            spec's overrides of ``data.`` keys.
+        DataError: the source's message (file, row, key), with the config key, the arms that read the file
+            and the spec's overrides of ``data.`` keys.
     """
-    from klear_lab.builders import build_eval_records, build_train_records, unavailable_data
+    from klear_lab.builders import build
+    from klear_lab.data.sources.file import unavailable
+    from klear_lab.registry import SOURCE
 
-    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}
     points = _trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
-        key = json.dumps([cfg["data"], cfg["run"]["kind"]], sort_keys=True, default=str)
-        groups.setdefault(key, (cfg, []))[1].append(label)
+        splits = [("sources", "train")] if cfg["run"]["kind"] != "eval" else []
+        for section, split in [*splits, ("eval_sources", "eval")]:
+            for i, node in enumerate(cfg["data"][section]):
+                path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")
+                if path is None or unavailable(str(path)):
+                    continue
+                key = json.dumps([node, split, cfg["data"]["world_seed"]], sort_keys=True, default=str)
+                read = reads.setdefault(key, (node, split, cfg["data"]["world_seed"], f"data.{section}.{i}", []))
+                read[4].append(label)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for cfg, labels in groups.values():
-                if not reads_files(cfg) or unavailable_data(cfg):
-                    continue
+            for node, split, seed, where, labels in reads.values():
                 try:
-                    if cfg["run"]["kind"] != "eval":
-                        build_train_records(cfg)
-                    build_eval_records(cfg)
-                except (ConfigError, DataError) as exc:  # data.mix refusing the pools is a ConfigError
-                    where = _data_origin(spec, labels, len(points), bool(arms))
-                    raise DataError(f"{spec.path}: data read by {where}: {exc}; no trial was started") from None
+                    build(SOURCE, node).records(seed, split)
+                except (ConfigError, DataError) as exc:
+                    who = _data_origin(spec, list(dict.fromkeys(labels)), len(arms) or len(points), bool(arms))
+                    raise DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started") from None
     finally:  # once each, where they were raised
         shown = {(w.category, str(w.message)): w for w in caught}
         for w in shown.values():
@@ -297,11 +300,6 @@ def check_owned_overrides(spec: SweepSpec) -> None:
             where = "command line" if i >= own else f"{spec.path}: overrides"
             raise ConfigError(f"{where}: {item!r}: {key} is set by the sweep for each trial (replicates go in "
                               "seeds:, the output in out_dir:, the W&B group in wandb: group:)")
-
-
-def reads_files(cfg: dict[str, Any]) -> bool:
-    """Whether a source of ``cfg`` reads a file or dataset (its node has a ``path``)."""
-    return any("path" in source for source in [*cfg["data"]["sources"], *cfg["data"]["eval_sources"]])
 
 
 def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:

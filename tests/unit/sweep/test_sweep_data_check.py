@@ -8,7 +8,6 @@ import warnings
 
 from sweep_fixtures import write_spec
 
-import klear_lab.builders
 from klear_lab.cli_sweep import main
 
 GOOD = {"prompt": "1+1=", "answer": "2", "response": "2"}
@@ -32,7 +31,7 @@ def test_a_bad_row_in_the_overrides_data_stops_validation_and_the_sweep_before_a
         assert main(["sweep", str(spec), *args]) == 2
         err = capsys.readouterr().err
         assert f"{bad}: row 3: field 'answer': missing" in err, err
-        assert "data read by every arm (overrides: data.sources=" in err and "no trial was started" in err
+        assert "data.sources.0, read by every arm (overrides: data.sources=" in err and "no trial was started" in err
     assert not (tmp_path / "out" / "toy" / "study.db").exists()  # refused before the study
 
 
@@ -42,7 +41,7 @@ def test_a_bad_file_on_a_data_axis_names_the_arm_that_reads_it(tmp_path, capsys)
     spec = write_spec(tmp_path, overrides=[_file_source(good)], axes={"data.sources.0.path": [str(good), str(bad)]})
     assert main(["sweep", str(spec), "--validate-only"]) == 2
     err = capsys.readouterr().err
-    assert f"data read by arm path={bad} (overrides: data.sources=" in err, err
+    assert f"data.sources.0, read by arm path={bad} (overrides: data.sources=" in err, err
     assert f"{bad}: row 2:" in err and "every arm" not in err
 
 
@@ -53,24 +52,27 @@ def test_tpe_reads_each_value_of_a_data_axis(tmp_path, capsys):
                       axes={"optim.lr": {"low": 0.001, "high": 0.01}, "data.sources.0.path": [str(good), str(bad)]})
     assert main(["sweep", str(spec), "--validate-only"]) == 2
     err = capsys.readouterr().err
-    assert f"data read by trials with data.sources.0.path={str(bad)!r} (overrides:" in err, err
+    assert f"data.sources.0, read by trials with data.sources.0.path={str(bad)!r} (overrides:" in err, err
     assert f"{bad}: row 1: field 'answer': missing" in err
 
 
-def test_each_distinct_data_config_is_read_once_and_its_warnings_shown_once(tmp_path, monkeypatch, capsys):
-    """4 arms, 2 data configs (``data.max_length``; ``optim.lr`` shares the read); the file's repeated uid
-    warns once, not once per read."""
+def test_each_data_file_is_read_once_and_its_warnings_shown_once(tmp_path, monkeypatch, capsys):
+    """4 arms over ``data.max_length`` and ``optim.lr``, one data file: read once (building each arm's mix
+    read a paper-scale corpus once per arm); its repeated uid warns once, not once per read."""
+    from klear_lab.data.sources.file import FileSource
+
     rows = [{**GOOD, "uid": "u1"}, {**GOOD, "uid": "u1"}, {**GOOD, "uid": "u2"}]
     data = _jsonl(tmp_path / "dup.jsonl", rows)
     reads = []
-    real = klear_lab.builders.build_train_records
-    monkeypatch.setattr(klear_lab.builders, "build_train_records", lambda cfg: reads.append(cfg) or real(cfg))
+    real = FileSource.records
+    monkeypatch.setattr(FileSource, "records", lambda self, seed, split: reads.append((self.path, split))
+                        or real(self, seed, split))
     spec = write_spec(tmp_path, overrides=[_file_source(data)],
                       axes={"optim.lr": [0.001, 0.002], "data.max_length": [64, 128]})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["sweep", str(spec), "--validate-only"]) == 0, capsys.readouterr().err
-    assert sorted(cfg["data"]["max_length"] for cfg in reads) == [64, 128]
+    assert reads == [(str(data), "train")]
     repeated = [w for w in caught if "repeat an earlier row's uid" in str(w.message)]
     assert len(repeated) == 1, [str(w.message) for w in caught]
     assert "4 arm(s) x 1 seed(s) = 4 trials" in capsys.readouterr().out
