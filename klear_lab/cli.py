@@ -237,7 +237,9 @@ def _run_command(args: argparse.Namespace) -> int:
         return args.func(args)
     except KlearError as exc:
         if (joined := joined_run_dir()) is not None:  # composing failed on a DDP rank > 0: rank 0 is told
-            record_rank_failure(joined, str(exc))
+            from klear_lab.run import error_line
+
+            record_rank_failure(joined, error_line(exc))
         print(f"klear-lab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

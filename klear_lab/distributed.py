@@ -63,8 +63,11 @@ def exported_run_dir(run_dir: Path) -> Iterator[None]:
 
 def record_rank_failure(run_dir: Path, error: str) -> None:
     """A rank > 0 that fails leaves why in ``run_dir/rank<N>.error`` (before its process exits, so before
-    rank 0 sees the connection drop); rank 0 puts it first in ``run.json``."""
-    (run_dir / f"rank{local_rank()}.error").write_text(error)
+    rank 0 sees the connection drop); rank 0 puts it first in ``run.json``. The first record stands: the
+    run's own, not the command's report of the same error on its way out."""
+    path = run_dir / f"rank{local_rank()}.error"
+    if not path.exists():
+        path.write_text(error)
 
 
 def rank_failures(run_dir: Path) -> list[str]:
