@@ -58,14 +58,19 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+_RUN_COMPLETED = False  # this process's command completed a run (see _run_done)
+
+
 def _run_done() -> None:
     """The run's ``run.json`` says completed; the command only reports and exits from here. A SIGTERM now (a
     scheduler's time limit in the last second, ``docker stop``) ended it with 143, which a scheduler reads as
     preempted, and the requeued ``klear-lab resume`` was refused: "already completed". Ignore SIGTERM from
     here: :func:`main` hands the handler back when it returns, and the ``klear-lab`` command (:func:`entry`)
     keeps ignoring it while the interpreter exits."""
-    if threading.current_thread() is threading.main_thread():  # signal handlers belong to the main thread
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    global _RUN_COMPLETED
+    _RUN_COMPLETED = True
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (main thread only; None: a handler main cannot put back)
 
 
 def _dry_run(cfg: dict) -> int:
@@ -224,11 +229,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The ``klear-lab`` command: :func:`main`, then exit with its code. The interpreter's exit (W&B's
-    teardown, torch's) can take seconds after the work is done; a SIGTERM during it no longer turns that
-    code into 143."""
+    """The ``klear-lab`` command: :func:`main`, then exit with its code. After a completed run the interpreter's
+    exit (W&B's teardown, torch's) can take seconds; a SIGTERM during it no longer turns that 0 into 143.
+    After anything else SIGTERM still ends the process (``timeout`` stops a hung exit so)."""
     code = main()
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _RUN_COMPLETED and code == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)
 
 

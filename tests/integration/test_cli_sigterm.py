@@ -54,3 +54,14 @@ def test_main_gives_the_sigterm_handler_back(tiny_sft_overrides):
         assert signal.getsignal(signal.SIGTERM) is own_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_after_a_failed_command_sigterm_still_ends_the_process(tmp_path):
+    """Only a completed run's exit ignores SIGTERM: ``timeout`` must still stop any other command's hung exit."""
+    script = ("import atexit, os, signal, sys\nfrom klear_lab import cli\n"
+              "atexit.register(os.kill, os.getpid(), signal.SIGTERM)\n"
+              "sys.argv = ['klear-lab', 'train', sys.argv[1]]\ncli.entry()\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "missing.yaml")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    assert "missing.yaml" in done.stderr  # the command's own error came first
