@@ -127,10 +127,12 @@ def warn_if_never_updated(updates: int, rollout_steps: int, rl: dict[str, Any]) 
     """A run whose every group was filtered out (all of a group's responses scored alike) completes with the
     starting model and ``val/gain`` 0; an ablation would compare it as if it had trained."""
     if updates == 0 and rollout_steps > 0:
+        name = rl["group_filter"]["name"]
+        why = " (it drops groups whose responses all scored alike: rl.reward scored every group so)" \
+            if name == "zero_variance" else ""
         warnings.warn(f"the policy was never updated: none of the {rollout_steps} rollout steps had a group to "
-                      f"train on (rl/trained_groups 0; rl.group_filter={rl['group_filter']['name']} drops groups whose "
-                      "responses all scored alike, and rl.reward scored every group so); its evaluations are of the "
-                      "starting model", UserWarning, stacklevel=2)
+                      f"train on (rl/trained_groups 0: rl.group_filter={name} kept none{why}); its evaluations are "
+                      "of the starting model", UserWarning, stacklevel=2)
 
 
 def rl_callbacks() -> list:

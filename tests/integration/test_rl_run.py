@@ -314,7 +314,8 @@ def test_a_run_whose_every_group_was_filtered_says_the_policy_never_moved(tmp_pa
     it. The run completed with ``val/gain`` 0 and no sign that it never trained."""
     cfg = tiny_rl(tmp_path, reward_plugin, "ppo", 4, "rl.reward=math_verify",
                   "rl.group_filter={name: zero_variance, metric: acc}", "rl.steps=2")
-    with pytest.warns(UserWarning, match=r"the policy was never updated: none of the 2 rollout steps had a group to "
-                                         r"train on \(rl/trained_groups 0; rl.group_filter=zero_variance"):
+    with pytest.warns(UserWarning, match=r"the policy was never updated: none of the 2 rollout steps had a group "
+                                         r"to train on \(rl/trained_groups 0: rl.group_filter=zero_variance kept "
+                                         r"none \(it drops"):
         result = run_experiment(cfg)
     assert result.metrics["train/steps"] == 0
