@@ -109,6 +109,8 @@ def progress_line(rep: Reproduction, code: str = "") -> str:
     sweep again: klear-lab sweep SPEC``: a partial sweep's "4/4" or "4/7" read as complete, or counted a
     retry as a trial of its own. ``code``: a markdown code quote around the command."""
     line = f"{rep.n_complete} of {rep.n_trials} trials complete (grid points x seeds)"
+    if pruned := rep.n_trials - rep.n_complete - len(rep.unfinished):  # finished without a result: not rerun
+        line += f"; {pruned} pruned"
     if not rep.unfinished:
         return line
     points = ", ".join(rep.unfinished[:8]) + (" ..." if len(rep.unfinished) > 8 else "")
@@ -159,7 +161,7 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     for _, row in rep.arms.iterrows():
         table.add_row(*[escape(c) for c in arm_cells(rep, row)], style=None if row["in paper"] else "dim")
     console.print(table)
-    if rep.unfinished:
+    if rep.n_complete < rep.n_trials:
         console.print(escape(progress_line(rep)), style="yellow")
     if not rep.claims.empty:
         console.print(_verdict_table("the paper's claims on this sweep", claim_header(rep), 1,

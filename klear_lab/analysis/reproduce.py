@@ -149,7 +149,7 @@ def _why_empty(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list
 
 def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecord], metric: str,
          rerun: str) -> str:
-    """``cispo: not an arm of this sweep``, ``cispo: 0 of 2 seeds finished: run the sweep again: ...``, ..."""
+    """``cispo: not an arm of this sweep``, ``cispo: 0 of 2 seeds completed: run the sweep again: ...``, ..."""
     if label is None:
         return f"{arm}: not an arm of this sweep"
     mine = [r for r in records if r.arm == label]
@@ -157,7 +157,7 @@ def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecor
     if complete:  # diverged (inf), or never logged the metric
         return f"{arm}: no finite {metric} in its {len(complete)} finished seed(s)"
     pruned = {r.seed for r in mine if r.state == "PRUNED"}
-    why = f"{arm}: 0 of {len(seeds)} seeds finished" + (f", {len(pruned)} pruned" if pruned else "")
+    why = f"{arm}: 0 of {len(seeds)} seeds completed" + (f" ({len(pruned)} pruned)" if pruned else "")
     return why + f": run the sweep again: {rerun}" if len(pruned) < len(seeds) else why
 
 

@@ -109,7 +109,7 @@ def test_unmatched_sweep_arms_and_missing_results(tmp_path):
     assert list(rep.arms["in paper"]) == [True, True, False]
     assert list(rep.arms["n"]) == [2, 0, 1]
     assert rep.claims["verdict"].tolist() == [
-        f"no result (0.002: 0 of 2 seeds finished: run the sweep again: klear-lab sweep {spec.path})"]
+        f"no result (0.002: 0 of 2 seeds completed: run the sweep again: klear-lab sweep {spec.path})"]
     assert rep.n_complete == 3 and rep.n_trials == 6                      # grid points x seeds, not trials
 
 

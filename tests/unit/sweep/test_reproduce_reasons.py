@@ -94,7 +94,7 @@ def test_an_interrupted_sweep_counts_points_and_says_how_to_finish(tmp_path):
     assert (rep.n_complete, rep.n_trials) == (4, 6)
     assert rep.unfinished == ["lr=0.002 seed=0", "lr=0.002 seed=1"]
     assert rep.claims["verdict"].tolist() == [
-        f"no result (0.002: 0 of 2 seeds finished: run the sweep again: {rerun})", "reproduced"]
+        f"no result (0.002: 0 of 2 seeds completed: run the sweep again: {rerun})", "reproduced"]
     progress = ("4 of 6 trials complete (grid points x seeds); 2 not finished (lr=0.002 seed=0, lr=0.002 seed=1): "
                 "run the sweep again: ")
     assert f"{progress}`{rerun}`" in (tmp_path / "r" / "report.md").read_text()
@@ -111,3 +111,19 @@ def test_a_finished_sweep_needs_no_rerun(tmp_path):
     assert (rep.n_complete, rep.n_trials) == (6, 6) and rep.unfinished == []  # 7 trials, 6 points
     assert "6 of 6 trials complete (grid points x seeds)\n" in to_markdown(rep)
     assert "run the sweep again" not in printed(rep, tmp_path)
+
+
+def test_pruned_points_are_counted_and_not_sent_to_a_rerun(tmp_path):
+    """A pruned point is finished without a result: "4 of 6 complete" gave no reason for the other 2, and the
+    claim said "0 of 2 seeds finished, 2 pruned: run the sweep again", which would run nothing."""
+    write_spec(tmp_path, seeds=(0, 1))
+    analysis = load_analysis(write_analysis(tmp_path, ["toy.yaml"]))
+    ref = analysis.sweeps[0]
+    recs = [TrialRecord(arm, seed, "COMPLETE", {"val/acc": v + seed / 100})
+            for arm, v in (("lr=0.001", 0.1), ("lr=0.003", 0.3)) for seed in (0, 1)]
+    recs += [TrialRecord("lr=0.002", seed, "PRUNED") for seed in (0, 1)]
+    rep = reproduce(analysis, ref, load_spec(ref.spec_path), recs)
+    assert rep.claims["verdict"].tolist()[0] == "no result (0.002: 0 of 2 seeds completed (2 pruned))"
+    line = "4 of 6 trials complete (grid points x seeds); 2 pruned"
+    assert f"{line}\n" in printed(rep, tmp_path) and f"{line}" in to_markdown(rep)
+    assert "run the sweep again" not in to_markdown(rep)
