@@ -322,8 +322,9 @@ def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out:
     stopped = find_resumable_run(out, parent_hash, seed=parent["run"]["seed"])
     if several_devices(parent["trainer"]):  # its DDP launcher would re-run this command, not the parent's
         how = f"klear-lab resume {stopped}" if stopped else f"klear-lab train {init_from} run.out_dir={out}"
+        which = "run trained on the records its data files hold now" if quiet else "run"
         raise ConfigError(f"model.init_from {init_from!r} trains on several devices and has no completed "
-                          f"run in {out}: {'finish' if stopped else 'train'} it first with `{how}`")
+                          f"{which} in {out}: {'finish' if stopped else 'train'} it first with `{how}`")
     if stopped is not None:
         print(f"model.init_from {init_from}: resuming its stopped run {stopped}", file=sys.stderr)
         threads = f"trainer.num_threads={parent['trainer']['num_threads']}"

@@ -13,6 +13,7 @@ import yaml
 
 from klear_lab import builders
 from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
 from klear_lab.run import run_experiment
 from klear_lab.sweep.parents import ParentRunError, needs_parent, share_sibling_start, train_parent
 from klear_lab.sweep.spec import load_spec
@@ -285,3 +286,15 @@ def test_a_sibling_start_trained_on_other_data_is_not_shared(tmp_path, monkeypat
     assert not any("reusing" in line for line in lines), lines
     (own,) = _run_dirs(second.runs_dir)
     assert own.name != found.name  # trained here, on the 20 rows
+
+
+@pytest.mark.parametrize(("passed_over", "which"), [
+    (False, "has no completed run in "),
+    (True, "has no completed run trained on the records its data files hold now in ")])
+def test_a_multi_device_starting_point_is_not_trained_from_here(tmp_path, passed_over, which):
+    """Its DDP launcher would run this command again, not the parent's; after a completed run was passed over
+    for edited data, "has no completed run" read as a contradiction."""
+    parent = compose(REPO / "experiments/quickstart/sft.yaml", [f"run.out_dir={tmp_path}", "trainer.devices=2",
+                                                                 "trainer.strategy=ddp", "trainer.accelerator=cpu"])
+    with pytest.raises(ConfigError, match=f"trains on several devices and {which}"):
+        builders._train_parent(parent, config_hash(parent), "sft.yaml", tmp_path, quiet=passed_over)
