@@ -185,6 +185,23 @@ def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def data_file_stats(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
+    """``{file: [size, mtime_ns]}`` of the data files ``cfg`` reads, when every source reads a file (None
+    otherwise: a generated world, a dataset directory or a hub id). A run keeps them in ``run.json``, so a
+    starting point's data is known unchanged without reading a paper-scale corpus again in every trial."""
+    sections = (("sources", "train"), ("eval_sources", "eval"))
+    out: dict[str, list[int]] = {}
+    for section, split in sections if cfg["run"]["kind"] != "eval" else sections[1:]:
+        for node in cfg["data"][section]:
+            path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")
+            file = Path(str(path)).expanduser() if path else None
+            if file is None or not file.is_file():
+                return None
+            stat = file.stat()
+            out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns]
+    return out or None
+
+
 def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[str]:
     """Text a tiny tokenizer is trained on: prompts and responses (eval prompts too, never answers)."""
     texts = [r.prompt + (r.response or "") for r in records[:5000]]
@@ -278,7 +295,8 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     parent_hash = config_hash(parent)  # reads each plugin's code: once
     data = None  # read before waiting on the lock, where parallel trials would read in turn
-    if find_completed_run(out, parent_hash, seed=parent["run"]["seed"]) is not None:
+    newest = find_completed_run(out, parent_hash, seed=parent["run"]["seed"])
+    if newest is not None and not files_unchanged(newest, parent):
         with contextlib.suppress(DataError):  # completed_parent says it
             data = records_digests(parent)
     with open(out / f".init-{parent_hash}.lock", "w") as lock:
@@ -361,8 +379,8 @@ def completed_parent(parent: dict[str, Any], parent_hash: str,
 
     out, seed = out_dir_of(parent), parent["run"]["seed"]
     newest = find_completed_run(out, parent_hash, seed=seed)
-    if newest is None:
-        return None, None
+    if newest is None or files_unchanged(newest, parent):
+        return newest, None
     try:
         data = data or records_digests(parent)
     except DataError as exc:
@@ -375,6 +393,13 @@ def completed_parent(parent: dict[str, Any], parent_hash: str,
     trained = json.loads((newest / "run.json").read_text()).get("data") or {}
     changed = ", ".join(f"{k}: {trained.get(k)} then, {data[k]} now" for k in data if trained.get(k) != data[k])
     return current, f"its completed run {newest} trained on other records than its data files hold now ({changed})"
+
+
+def files_unchanged(run_dir: Path, cfg: dict[str, Any]) -> bool:
+    """Whether ``cfg`` reads the very files ``run_dir`` read, unchanged since (size and mtime, as ``run.json``
+    keeps them); False when that cannot be told (runs from before, a generated world)."""
+    stats = data_file_stats(cfg)
+    return stats is not None and json.loads((run_dir / "run.json").read_text()).get("data_files") == stats
 
 
 def records_digests(cfg: dict[str, Any]) -> dict[str, str]:

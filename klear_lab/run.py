@@ -142,13 +142,17 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
         return RunResult(joined, metrics, None)
     if resume is not None:
         warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
+    from klear_lab.builders import data_file_stats
+
+    files = data_file_stats(cfg)  # before reading: a file edited meanwhile reads as changed later, not as same
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     if ckpt is None:
         for twin in resumable_twins(cfg):
             print(f"note: {twin} is an earlier run of this config and seed that stopped at a checkpoint; "
                   f"`klear-lab resume {twin}` continues it (this run starts over)", file=sys.stderr)
         run_dir = tracking.create_run_dir(cfg)
-        identity = {**tracking.identity_of(cfg, run_dir), "data": stage.data}
+        identity = {**tracking.identity_of(cfg, run_dir), "data": stage.data,
+                    **({"data_files": files} if files else {})}
         tracking.write_config(run_dir, cfg)
     else:
         run_dir = Path(resume)

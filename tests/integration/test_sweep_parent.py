@@ -221,6 +221,14 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     said = capsys.readouterr().err  # the RL command trained its SFT parent without a word of it
     assert f"model.init_from {tmp_path / 'parent.yaml'}: no completed run of it (this config, seed 0) in " in said
     assert "training it first, a whole sft run" in said and f"starting point ready: {trained}" in said
+    stat = data.stat()  # the files as the run read them: the next run need not read a corpus to know them
+    assert json.loads((trained / "run.json").read_text())["data_files"] == {
+        str(data.resolve()): [stat.st_size, stat.st_mtime_ns]}
+    with monkeypatch.context() as patch:
+        patch.setattr(builders, "records_digests", lambda cfg: pytest.fail("read the unchanged data again"))
+        unchanged = _child(tmp_path, runs)
+        builders.resolve_init_from(unchanged)
+    assert unchanged["model"]["name_or_path"] == str(trained.resolve())
 
     data.write_text("".join(json.dumps({**r, "response": r["response"].replace("<think>", "<think>so ")}) + "\n"
                             for r in rows))
