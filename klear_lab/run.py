@@ -144,7 +144,8 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
         warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
     from klear_lab.builders import data_file_stats
 
-    files = data_file_stats(cfg)  # before reading: a file edited meanwhile reads as changed later, not as same
+    # before reading: a file edited meanwhile reads as changed later, not as the same (a resume keeps its first)
+    files = data_file_stats(cfg) if resume is None else None
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
     if ckpt is None:
         for twin in resumable_twins(cfg):
