@@ -15,6 +15,10 @@ and LR scheduler, loop progress) plus what Lightning leaves out and an exact res
 Lightning's ``ModelCheckpoint`` is not used for this file: it counts optimizer steps (an RL rollout step
 makes a variable number of them) and writes in place, so a kill during the write would leave a
 truncated ``last.ckpt`` behind. Here the file is written beside and renamed over the old one.
+
+A checkpoint written at a step's end is renamed into place only after Lightning has written that step's
+metrics row (at the next batch's start, or when training stops): Lightning logs a step after its callbacks'
+``on_train_batch_end``, so a kill in between left a checkpoint whose resume never logged that step again.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ class ResumeCheckpoint(L.Callback):
         self._deferred_over_end = False  # it waited past an epoch's end for a step it can be resumed from
         self._previous_handler: Any = None
         self._written_at = -1  # the step of the last checkpoint written
+        self._unpublished = False  # written beside last.ckpt, renamed over it once its step's row is logged
+        self._written_batch = 0  # batches processed when it was written
         self._restored: dict[str, Any] | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -120,6 +126,10 @@ class ResumeCheckpoint(L.Callback):
         if self._due and not self._evaluation_follows(trainer):
             self._write(trainer)
 
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self._publish(trainer)  # the previous step's row is in metrics.csv now
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A checkpoint due at a step that an evaluation follows is written after it (with it).
 
@@ -134,19 +144,27 @@ class ResumeCheckpoint(L.Callback):
             return
         if self._due:
             self._write(trainer)
+        self._publish(trainer)  # the step's train row and this evaluation's rows are logged by now
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """SIGTERM (preemption, ``scancel``, ``docker stop``): Lightning stops after the batch; write the
         checkpoint there when it can be resumed from (a step's end, not an epoch's last batch), so the
-        grace period saves the steps since the last one."""
+        grace period saves the steps since the last one. A checkpoint written at the failing batch's end is
+        put in place only if Lightning logged that step before the exception (else the one before stays)."""
         self._release_sigterm()
         if (isinstance(exception, SIGTERMException) and self.every > 0 and self._stepped
                 and self._written_at != self._seen and trainer.state.fn == TrainerFn.FITTING):
             self._write(trainer)
+        if self._unpublished and not self._row_logged(trainer):  # raised before Lightning logged its step:
+            self._unpublished = False  # resumed from it, the run would never log that step's row
+            if trainer.is_global_zero:
+                pending_path(checkpoint_path(self.dirpath.parent)).unlink(missing_ok=True)
+        self._publish(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A SIGTERM still pending here came at the last steps: training is done, and the run goes on to save."""
         self._release_sigterm()
+        self._publish(trainer)
         if self._pending:
             print("klear-lab: SIGTERM during the last training step: training is done; evaluating and saving "
                   "the model before exiting", file=sys.stderr)
@@ -204,7 +222,22 @@ class ResumeCheckpoint(L.Callback):
         if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch or at_final_step(trainer):
             return
         self._due, self._written_at = False, self._seen
-        save_atomically(trainer, checkpoint_path(self.dirpath.parent))
+        save_beside(trainer, checkpoint_path(self.dirpath.parent))
+        self._unpublished, self._written_batch = True, batches_trained(trainer)
+
+    def _row_logged(self, trainer: L.Trainer) -> bool:
+        """Lightning has logged the step of the checkpoint written last: it counts a batch completed
+        right before it logs the batch's metrics, after every callback's ``on_train_batch_end``."""
+        return trainer.fit_loop.epoch_loop.batch_progress.total.completed >= self._written_batch
+
+    def _publish(self, trainer: L.Trainer) -> None:
+        """Rename the checkpoint written last over ``last.ckpt`` (rank 0): called where Lightning has logged
+        its step, so a resume from it never lacks that step's metrics row."""
+        if self._unpublished:
+            self._unpublished = False
+            if trainer.is_global_zero:
+                path = checkpoint_path(self.dirpath.parent)
+                replace_durably(pending_path(path), path)  # on disk before the rename: never an empty file
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         progress = trainer.fit_loop.epoch_loop.batch_progress.current
@@ -240,13 +273,13 @@ def at_final_step(trainer: L.Trainer) -> bool:
     return 0 < trainer.max_steps <= trainer.global_step
 
 
-def save_atomically(trainer: L.Trainer, path: Path) -> None:
-    """``trainer.save_checkpoint`` (every rank joins; rank 0 writes) to a temporary name, renamed over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    trainer.save_checkpoint(tmp, weights_only=False)  # everything: optimizer, loops, callbacks
-    if trainer.is_global_zero:
-        replace_durably(tmp, path)  # on disk before the rename: a host crash leaves the old file, not an empty one
-    trainer.strategy.barrier("klear_checkpoint_renamed")
+def save_beside(trainer: L.Trainer, path: Path) -> None:
+    """``trainer.save_checkpoint`` (every rank joins; rank 0 writes) to :func:`pending_path` beside ``path``."""
+    trainer.save_checkpoint(pending_path(path), weights_only=False)  # everything: optimizer, loops, callbacks
+
+
+def pending_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
 
 
 def resume_callback(cfg: dict[str, Any], run_dir: Path, counter: Callable[[L.Trainer], int],

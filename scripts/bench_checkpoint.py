@@ -5,10 +5,10 @@
 
 Trains the quickstart SFT and RL experiments for ``--steps`` steps with ``trainer.checkpoint_every``
 = ``--every`` (RL from a fresh tiny model: the timing does not depend on what it learned), times every
-checkpoint write (``klear_lab.checkpointing.save_atomically``: Lightning's ``save_checkpoint`` to a
-temporary file, then a rename) in the same process, and prints the file size, the mean write time,
-the mean step time, and the write time as a share of the ``trainer.checkpoint_every`` steps it covers
-at the default of 50.
+checkpoint write (``klear_lab.checkpointing.save_beside``: Lightning's ``save_checkpoint`` to a
+temporary file; then ``replace_durably``: its fsync and rename, at the next step) in the same process,
+and prints the file size, the mean write time, the mean step time, and the write time as a share of
+the ``trainer.checkpoint_every`` steps it covers at the default of 50.
 """
 
 from __future__ import annotations
@@ -27,16 +27,21 @@ DEFAULT_EVERY = 50
 
 
 def timed_writes() -> list[float]:
-    """Wrap ``save_atomically`` so every write's seconds are recorded."""
+    """Wrap ``save_beside`` and ``replace_durably`` so every write's seconds (both parts) are recorded."""
     seconds: list[float] = []
-    save = checkpointing.save_atomically
+    save, rename = checkpointing.save_beside, checkpointing.replace_durably
 
-    def timed(trainer, path):
+    def timed_save(trainer, path):
         start = time.perf_counter()
         save(trainer, path)
         seconds.append(time.perf_counter() - start)
 
-    checkpointing.save_atomically = timed
+    def timed_rename(tmp, path):
+        start = time.perf_counter()
+        rename(tmp, path)
+        seconds[-1] += time.perf_counter() - start
+
+    checkpointing.save_beside, checkpointing.replace_durably = timed_save, timed_rename
     return seconds
 
 
