@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.analysis.reproduce import Reproduction
+from klear_lab.analysis.reproduce import Reproduction, fix_config
 from klear_lab.tracking import atomic_write
 
 
@@ -107,10 +107,18 @@ def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:
 def progress_line(rep: Reproduction, code: str = "") -> str:
     """``4 of 6 trials complete (grid points x seeds); 2 not finished (clip=cispo seed=0, ...): run the
     sweep again: klear-lab sweep SPEC``: a partial sweep's "4/4" or "4/7" read as complete, or counted a
-    retry as a trial of its own. ``code``: a markdown code quote around the command."""
+    retry as a trial of its own. Points whose trials failed on a config or data error, or diverged, are
+    counted apart and not sent to a rerun (it would fail them again): ``...; 2 failed on a config or data
+    error, or diverged (clip=cispo seed=0, ...): fix the config first: ...``. ``code``: a markdown code
+    quote around the command and the trial logs' directory."""
     line = f"{rep.n_complete} of {rep.n_trials} trials complete (grid points x seeds)"
-    if pruned := rep.n_trials - rep.n_complete - len(rep.unfinished):  # finished without a result: not rerun
+    # finished without a result: not rerun
+    if pruned := rep.n_trials - rep.n_complete - len(rep.unfinished) - len(rep.failed):
         line += f"; {pruned} pruned"
+    if rep.failed:
+        points = ", ".join(rep.failed[:8]) + (" ..." if len(rep.failed) > 8 else "")
+        line += (f"; {len(rep.failed)} failed on a config or data error, or diverged ({points}): "
+                 f"{fix_config(rep.failure, rep.sweep.sweep_dir / 'trials', code)}")
     if not rep.unfinished:
         return line
     points = ", ".join(rep.unfinished[:8]) + (" ..." if len(rep.unfinished) > 8 else "")

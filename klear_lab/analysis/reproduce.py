@@ -11,11 +11,13 @@ interval over seeds (``klear_lab.stats``). A claim "A beats B" is
 
 Both arms need at least two completed seeds for an interval; with two, only a difference several
 times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom). A claim with no
-result says why: an arm the sweep does not have, or one whose seeds have not finished (with the
-command that runs them).
+result says why: an arm the sweep does not have, one whose seeds have not finished (with the
+command that runs them), or one whose seeds failed on a config or data error, or diverged, which a rerun
+would repeat (as ``klear-lab sweep`` says: fix the config first; the trial logs named).
 
 A sweep's progress is counted in grid points x seeds, the trials it plans: an interrupted trial and
-its queued retry are one point, and the points not finished yet are listed (``unfinished``).
+its queued retry are one point, and the points not finished yet are listed (``unfinished``), apart
+from those whose latest trial failed on a config or data error, or diverged (``failed``: not rerun).
 
 A benchmark that the sweep entry maps to a metric the sweep logs (``metrics: {AIME 2024:
 val/aime24/acc}``) is compared on its own as well: per arm, our mean of that metric and its delta
@@ -57,6 +59,8 @@ class Reproduction:
     benchmarks: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per (claim, mapped benchmark)
     unfinished: list[str] = field(default_factory=list)  # "ARM seed=S" points with no finished trial
     rerun: str = ""  # the command that runs them: ``klear-lab sweep SPEC``
+    failed: list[str] = field(default_factory=list)  # "ARM seed=S" points a rerun would fail again: not unfinished
+    failure: str = ""  # the first of those: ``trial 3: ConfigError: ...``
 
 
 def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
@@ -111,24 +115,51 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     # whichever way the sweep's objective points (a sweep may minimize a loss)
     benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], "maximize", bench_why[bench])
                for claim in analysis.claims for bench, metric in metrics.items()]
-    n_complete, planned, unfinished = progress(spec, records)
+    n_complete, planned, unfinished, failed = progress(spec, records)
+    failures = [r for (arm, seed), r in config_failed(records).items() if f"{arm} seed={seed}" in failed]
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims), n_complete=n_complete,
                         n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
-                        unfinished=unfinished, rerun=rerun)
+                        unfinished=unfinished, rerun=rerun, failed=failed,
+                        failure=_failure(failures[0]) if failures else "")
 
 
-def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, list[str]]:
-    """(complete, planned, unfinished ``ARM seed=S``) over the grid's points x seeds.
+def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, list[str], list[str]]:
+    """(complete, planned, unfinished ``ARM seed=S``, failed ``ARM seed=S``) over the grid's points x seeds.
 
     Trials are not counted: a Ctrl-C'd trial and the retry queued for it are two trials of one point,
     and counting them made a 6-point sweep read "4/7". A pruned point is finished (a rerun does not
-    run it again) but not complete (it has no result)."""
+    run it again) but not complete (it has no result); a failed one (:func:`config_failed`) is neither,
+    but a rerun would fail it again, so it is not listed as unfinished."""
     planned = ([(arm.label, seed) for arm in grid_arms(spec) for seed in spec.seeds] if spec.sampler == "grid"
                else list(dict.fromkeys((r.arm, r.seed) for r in records)))
     complete = {(r.arm, r.seed) for r in records if r.state == "COMPLETE"}
     finished = complete | {(r.arm, r.seed) for r in records if r.state == "PRUNED"}
-    unfinished = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) not in finished]
-    return sum(point in complete for point in planned), len(planned), unfinished
+    refused = config_failed(records)
+    unfinished = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) not in finished | refused.keys()]
+    failed = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) in refused]
+    return sum(point in complete for point in planned), len(planned), unfinished, failed
+
+
+def config_failed(records: list[TrialRecord]) -> dict[tuple[str, int], TrialRecord]:
+    """(arm, seed) -> its latest trial, for the points without a finished trial whose latest trial failed on a
+    config or data error, or diverged (``config_error``, as ``klear-lab sweep`` tells them apart): a rerun would
+    fail them the same way. ``records`` in trial order; a retry queued or running since makes the point unfinished."""
+    latest = {(r.arm, r.seed): r for r in records}
+    finished = {(r.arm, r.seed) for r in records if r.state in ("COMPLETE", "PRUNED")}
+    return {point: r for point, r in latest.items() if r.config_error and point not in finished}
+
+
+def fix_config(failure: str, logs: Path, code: str = "") -> str:
+    """``klear-lab sweep``'s advice for trials a rerun would fail again: ``fix the config first: a rerun would
+    likely repeat (trial 3: ConfigError: ...); see the trial logs in SWEEP_DIR/trials``."""
+    return (f"fix the config first: a rerun would likely repeat ({failure}); "
+            f"see the trial logs in {code}{logs}{code}")
+
+
+def _failure(record: TrialRecord) -> str:
+    """``trial 3: ConfigError: ...``: the first line of its error (it goes in a table cell)."""
+    error = record.error.strip().splitlines()[0] if record.error.strip() else ""
+    return f"trial {record.number}" + (f": {error}" if error else "")
 
 
 def _by_arm(records: list[TrialRecord], labels: list[str], metric: str) -> dict[str, np.ndarray]:
@@ -143,13 +174,15 @@ def _why_empty(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list
                values: dict[str, np.ndarray], rerun: str) -> dict[str, str]:
     """Paper arm -> why it has no value of ``metric``, for each arm without one: a claim on it said a bare
     "no result" whether the sweep lacks the arm or has yet to finish it."""
-    return {arm: _why(arm, ref.label_of.get(arm), spec.seeds, records, metric, rerun)
+    return {arm: _why(arm, ref.label_of.get(arm), spec.seeds, records, metric, rerun, spec.sweep_dir / "trials")
             for arm in analysis.paper if not len(values.get(ref.label_of.get(arm, ""), []))}
 
 
 def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecord], metric: str,
-         rerun: str) -> str:
-    """``cispo: not an arm of this sweep``, ``cispo: 0 of 2 seeds completed: run the sweep again: ...``, ..."""
+         rerun: str, logs: Path) -> str:
+    """``cispo: not an arm of this sweep``, ``cispo: 0 of 2 seeds completed: run the sweep again: ...``,
+    ``cispo: 0 of 2 seeds completed: 2 failed on a config or data error, or diverged (fix the config
+    first: ...)``, ... (``logs``: the sweep's trial logs)."""
     if label is None:
         return f"{arm}: not an arm of this sweep"
     mine = [r for r in records if r.arm == label]
@@ -157,8 +190,14 @@ def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecor
     if complete:  # diverged (inf), or never logged the metric
         return f"{arm}: no finite {metric} in its {len(complete)} finished seed(s)"
     pruned = {r.seed for r in mine if r.state == "PRUNED"}
+    refused = [r for r in config_failed(mine).values() if r.seed in seeds]
     why = f"{arm}: 0 of {len(seeds)} seeds completed" + (f" ({len(pruned)} pruned)" if pruned else "")
-    return why + f": run the sweep again: {rerun}" if len(pruned) < len(seeds) else why
+    if refused:  # a rerun fails them again: as `klear-lab sweep` ends, fix the config first
+        why += (f": {len(refused)} failed on a config or data error, or diverged "
+                f"({fix_config(_failure(refused[0]), logs)})")
+        if len(pruned) + len(refused) < len(seeds):
+            why += f"; {len(seeds) - len(pruned) - len(refused)} not finished"
+    return why + f": run the sweep again: {rerun}" if len(pruned) + len(refused) < len(seeds) else why
 
 
 def _compare(ref: SweepRef, claim: Claim, values: dict[str, np.ndarray], direction: str,

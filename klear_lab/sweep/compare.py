@@ -42,16 +42,24 @@ class TrialRecord:
     metrics: dict[str, float] = field(default_factory=dict)
     run_dir: str | None = None
     point: str | None = None
+    number: int | None = None  # the Optuna trial number
+    config_error: bool = False  # failed on a config or data error, or diverged: a rerun fails it the same way
+    error: str = ""  # why it failed
 
 
 def records_from_study(study: Any) -> list[TrialRecord]:
-    """One record per trial that got an arm label (every sweep trial)."""
+    """One record per trial that got an arm label (every sweep trial), in trial order; ``config_error``
+    marks the failed trials ``klear-lab sweep`` tells to fix the config first (``launch.config_failures``)."""
+    from klear_lab.sweep.launch import config_failures
+
+    refused = {t.number for t in config_failures(study, None)}
     out = []
     for t in study.get_trials(deepcopy=False):
         if "arm" in t.user_attrs:
             out.append(TrialRecord(t.user_attrs["arm"], t.user_attrs.get("seed", 0), t.state.name,
                                    dict(t.user_attrs.get("metrics") or {}), t.user_attrs.get("run_dir"),
-                                   canonical_point(t.user_attrs.get("point"))))
+                                   canonical_point(t.user_attrs.get("point")), t.number, t.number in refused,
+                                   str(t.user_attrs.get("error") or "")))
     return out
 
 

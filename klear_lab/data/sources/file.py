@@ -244,7 +244,7 @@ def _to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, l
     elif fmt == "messages":
         fields = _messages_fields(r)
     else:
-        fields = _records_fields(r)
+        fields = _records_fields(r, kind)
     if not fields["prompt"].strip():  # a cut column or a template that lost its question
         raise r.fail("messages" if fmt == "messages" else "prompt", "the prompt is empty")
     used = {c.split(".")[0] for c in columns.values()}
@@ -262,8 +262,12 @@ def _task_of(r: _Row, row_source: str) -> str:
     return "code" if has_tests or "code" in row_source.lower() else "math"
 
 
-def _answer(r: _Row) -> str:
-    return str(r.get("answer", (str, int, float)))
+def _answer(r: _Row, kind: str) -> str:
+    """A row's reference answer; a math row's must not be blank (a code row is graded by its tests)."""
+    answer = str(r.get("answer", (str, int, float)))
+    if kind != "code" and not answer.strip():  # else refused later by uid only, without the file and row
+        raise r.fail("answer", "empty (a gradeable record needs its reference answer)")
+    return answer
 
 
 def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
@@ -272,7 +276,7 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
         prompt = _last_turn(r, "prompt", prompt, "user")
     out: dict[str, Any] = {"prompt": prompt}
     if kind != "code":
-        return {**out, "answer": _answer(r)}
+        return {**out, "answer": _answer(r, kind)}
     spec = r.get("answer", (str, dict))
     if isinstance(spec, str):
         try:
@@ -321,7 +325,7 @@ def _last_turn(r: _Row, key: str, turns: list[Any], role: str) -> str:
     raise r.fail(key, f"no {role} turn with string content")
 
 
-def _records_fields(r: _Row) -> dict[str, Any]:
+def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
     tests = r.get("tests", (list,), [])
     for k, t in enumerate(tests):
         function_test = isinstance(t, dict) and isinstance(t.get("input"), list) and "output" in t
@@ -330,6 +334,6 @@ def _records_fields(r: _Row) -> dict[str, Any]:
             raise r.fail(f"tests.{k}", "a test is {\"input\": [arguments], \"output\": value} (a function "
                          "call) or {\"stdin\": text, \"stdout\": text} (a whole program), got "
                          f"{json.dumps(t)[:80]}")
-    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r), "tests": tuple(tests),
+    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind), "tests": tuple(tests),
             "response": r.get("response", (str,), None), "meta": dict(r.get("meta", (dict,), {})),
             "response_correct": r.get("response_correct", (bool,), None)}

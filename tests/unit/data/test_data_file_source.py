@@ -237,6 +237,39 @@ def test_bad_parquet_row_is_numbered(tmp_path):
         FileSource(path=path).records(0, "train")  # said "expected str, got NoneType"
 
 
+EMPTY_ANSWER = "empty (a gradeable record needs its reference answer)"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "hf_dir"])
+def test_an_empty_answer_names_file_row_and_field(tmp_path, kind):
+    """It loaded, and was refused later by uid and source only (require_gradeable), without file or row."""
+    rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "2+3?", "answer": "5"}, {"prompt": "2+2?", "answer": ""}]
+    path = _write(tmp_path, rows, kind)
+    with pytest.raises(DataError) as err:
+        FileSource(path=path).records(0, "train")
+    assert str(err.value) == f"{path}: row 3: field 'answer': {EMPTY_ANSWER}"
+
+
+@pytest.mark.parametrize(("rows", "fmt", "field"), [
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": " \n\t"}], "records", "'answer'"),
+    ([VERL[0], _bad(VERL[0], ("reward_model", "ground_truth", "  "))], "verl", "'reward_model.ground_truth'"),
+])
+def test_a_whitespace_only_answer_names_file_row_and_field(tmp_path, rows, fmt, field):
+    path = _jsonl(tmp_path / "blank.jsonl", rows)
+    with pytest.raises(DataError) as err:
+        FileSource(path=str(path), format=fmt).records(0, "train")
+    assert str(err.value) == f"{path}: row 2: field {field}: {EMPTY_ANSWER}"
+
+
+def test_rows_that_need_no_answer_may_have_an_empty_one(tmp_path):
+    """SFT messages (the answer is optional) and code records (graded by their tests) load with none."""
+    path = _jsonl(tmp_path / "sft.jsonl", [{**MESSAGES[0], "answer": ""}])
+    assert FileSource(path=str(path)).records(0, "train")[0].answer == ""
+    code = {"prompt": "Write f.", "answer": " ", "task": "code", "tests": [{"input": [1], "output": 2}]}
+    path = _jsonl(tmp_path / "code.jsonl", [code])
+    assert FileSource(path=str(path)).records(0, "train")[0].tests == ({"input": [1], "output": 2},)
+
+
 @pytest.mark.parametrize(("field", "value"), [("format", "csv"), ("task", "chem"), ("limit", 0),
                                               ("fields", {"question": "prompt"})])
 def test_validation_names_field(field, value):

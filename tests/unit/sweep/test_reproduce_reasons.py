@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from sweep_fixtures import write_spec
 
-from klear_lab.analysis.report import print_reproduction, to_markdown
+from klear_lab.analysis.report import print_reproduction, progress_line, to_markdown
 from klear_lab.analysis.reproduce import reproduce
 from klear_lab.analysis.spec import load_analysis
 from klear_lab.sweep.compare import TrialRecord
@@ -53,12 +53,13 @@ def test_a_claim_on_an_arm_the_sweep_lacks_says_so(tmp_path):
     assert (rep.n_complete, rep.n_trials, rep.unfinished) == (4, 4, [])  # the sweep itself is complete
 
 
-def add_trial(study: optuna.Study, lr: float, seed: int, state: str, value: float | None = None) -> None:
-    """A trial of point (lr, seed) as the sweep records it (arm label, seed, point key)."""
+def add_trial(study: optuna.Study, lr: float, seed: int, state: str, value: float | None = None,
+              **extra: object) -> None:
+    """A trial of point (lr, seed) as the sweep records it (arm label, seed, point key; ``extra`` attrs)."""
     from klear_lab.sweep.grid import point_key
 
     attrs = {"arm": f"lr={lr}", "seed": seed, "point": point_key({"optim.lr": lr}, seed),
-             "metrics": {"val/acc": value} if value is not None else {}}
+             "metrics": {"val/acc": value} if value is not None else {}, **extra}
     study.add_trial(optuna.trial.create_trial(state=getattr(optuna.trial.TrialState, state), value=value,
                                               user_attrs=attrs))
 
@@ -127,3 +128,81 @@ def test_pruned_points_are_counted_and_not_sent_to_a_rerun(tmp_path):
     line = "4 of 6 trials complete (grid points x seeds); 2 pruned"
     assert f"{line}\n" in printed(rep, tmp_path) and f"{line}" in to_markdown(rep)
     assert "run the sweep again" not in to_markdown(rep)
+
+
+REFUSED = "ConfigError: trainer.strategy='fsdp': not for RL"
+
+
+def refusing_sweep(tmp: Path, seed1: list[str]) -> tuple[Path, optuna.Study]:
+    """The toy sweep (3 arms x 2 seeds), lr=0.001 and lr=0.003 complete; lr=0.002 seed=0 failed on its config
+    as a trial's run marks it (``CONFIG_ERROR_ATTR``, the error), and seed=1's trials in the states ``seed1``
+    (``FAIL-config``: failed on its config too)."""
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.storage import default_storage_url, open_study
+    from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
+
+    spec = load_spec(write_spec(tmp, seeds=(0, 1)))
+    url = default_storage_url(spec)
+    freeze_spec(spec, url)
+    study = open_study(spec, url, create=True, heartbeat=False)
+    for lr in (0.001, 0.003):
+        for seed in (0, 1):
+            add_trial(study, lr, seed, "COMPLETE", 100 * lr + seed / 1000)
+    refused = {"error": f"{REFUSED}\n(the rest of its message)", CONFIG_ERROR_ATTR: True}
+    add_trial(study, 0.002, 0, "FAIL", **refused)
+    for state in seed1:
+        add_trial(study, 0.002, 1, state.removesuffix("-config"), **(refused if state.endswith("-config") else {}))
+    return spec.sweep_dir, study
+
+
+def test_seeds_failed_on_a_config_error_say_fix_the_config_not_run_again(tmp_path):
+    """Both seeds of lr=0.002 refused their config: the claim said "run the sweep again", which fails them the
+    same way (the sweep itself ends with "fix the config first"), and the progress line listed them to rerun."""
+    from klear_lab.analysis import run_reproduction
+    from klear_lab.sweep.launch import config_failures
+
+    sweep_dir, study = refusing_sweep(tmp_path, ["FAIL-config"])
+    assert [t.number for t in config_failures(study, None)] == [4, 5]  # as `klear-lab sweep` tells them apart
+    console = Console(record=True, width=600)
+    rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), sweep_dir, tmp_path / "r", console, wandb=False)
+    logs = sweep_dir / "trials"
+    fix = f"fix the config first: a rerun would likely repeat (trial 4: {REFUSED}); see the trial logs in "
+    assert rep.claims["verdict"].tolist() == [
+        f"no result (0.002: 0 of 2 seeds completed: 2 failed on a config or data error, or diverged ({fix}{logs}))",
+        "reproduced"]
+    assert (rep.n_complete, rep.n_trials, rep.unfinished) == (4, 6, [])  # nothing for a rerun to do
+    assert rep.failed == ["lr=0.002 seed=0", "lr=0.002 seed=1"]
+    line = ("4 of 6 trials complete (grid points x seeds); 2 failed on a config or data error, or diverged "
+            f"(lr=0.002 seed=0, lr=0.002 seed=1): {fix}")
+    report, out = (tmp_path / "r" / "report.md").read_text(), console.export_text()
+    assert f"{line}`{logs}`\n" in report and f"{line}{logs}\n" in out
+    for text in (report, out):
+        assert "run the sweep again" not in text and "pruned" not in text
+
+
+def test_a_seed_that_did_not_finish_beside_one_refused_is_still_rerun(tmp_path):
+    """lr=0.002 seed=0 refused its config, seed=1 was killed (a failure a rerun retries): only seed=1 is sent
+    to a rerun."""
+    from klear_lab.analysis import run_reproduction
+
+    sweep_dir, _ = refusing_sweep(tmp_path, ["FAIL"])
+    rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), sweep_dir, tmp_path / "r", Console(record=True),
+                           wandb=False)
+    rerun = f"klear-lab sweep {tmp_path / 'toy.yaml'}"
+    assert rep.claims["verdict"].tolist()[0] == (
+        "no result (0.002: 0 of 2 seeds completed: 1 failed on a config or data error, or diverged (fix the config "
+        f"first: a rerun would likely repeat (trial 4: {REFUSED}); see the trial logs in {sweep_dir / 'trials'}); "
+        f"1 not finished: run the sweep again: {rerun})")
+    assert (rep.unfinished, rep.failed) == (["lr=0.002 seed=1"], ["lr=0.002 seed=0"])
+    assert progress_line(rep).endswith(f"; 1 not finished (lr=0.002 seed=1): run the sweep again: {rerun}")
+
+
+def test_a_refused_seed_retried_since_is_unfinished(tmp_path):
+    """seed=1 refused its config, then the fixed sweep queued it again: its latest trial is the retry, not
+    the refusal."""
+    from klear_lab.analysis import run_reproduction
+
+    sweep_dir, _ = refusing_sweep(tmp_path, ["FAIL-config", "WAITING"])
+    rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), sweep_dir, tmp_path / "r", Console(record=True),
+                           wandb=False)
+    assert (rep.unfinished, rep.failed) == (["lr=0.002 seed=1"], ["lr=0.002 seed=0"])
