@@ -38,7 +38,7 @@ def model_config(cfg: dict[str, Any]):
 
     m = cfg["model"]
     if not m["name_or_path"] and m["init_from"]:
-        from klear_lab.builders import parent_config
+        from klear_lab.starting_point import parent_config
 
         return model_config(parent_config(cfg))
     if not m["name_or_path"]:
@@ -66,7 +66,7 @@ def model_name(cfg: dict[str, Any]) -> str:
     """The model as the plan names it; through ``model.init_from``, the starting experiment's, after it."""
     m = cfg["model"]
     if not m["name_or_path"] and m["init_from"]:
-        from klear_lab.builders import parent_config
+        from klear_lab.starting_point import parent_config
 
         parent = parent_config(cfg)
         return f"{model_name(parent)}, as {parent['run']['experiment']} leaves it (model.init_from)"
@@ -168,13 +168,13 @@ def training_memory_row(cfg: dict[str, Any], params: int) -> tuple[str, str]:
 
 def init_from_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """Where the ``model.init_from`` starting point comes from, as the run will find it
-    (``builders.resolve_init_from``): its completed run, else its stopped run resumed, else a whole
+    (``starting_point.resolve_init_from``): its completed run, else its stopped run resumed, else a whole
     training run of that experiment first. Only looked up: a dry run trains nothing."""
     m = cfg["model"]
     if m["name_or_path"] or not m["init_from"]:
         return []
-    from klear_lab.builders import completed_parent, find_resumable_run, parent_config
     from klear_lab.distributed import several_devices
+    from klear_lab.starting_point import completed_parent, find_resumable_run, parent_config
     from klear_lab.tracking import config_hash, out_dir_of
 
     parent = parent_config(cfg)

@@ -62,11 +62,11 @@ def synthetic(cfg: dict, callbacks: list | None = None) -> dict:
 
 def sft_model_for_rl() -> str:
     """The quickstart SFT model the RL trials start from (trained once under ./runs if missing)."""
-    from klear_lab import builders
+    from klear_lab import starting_point
     from klear_lab.config.compose import compose
 
     cfg = compose(REPO / "experiments" / "quickstart" / "rl.yaml")
-    builders.resolve_init_from(cfg)
+    starting_point.resolve_init_from(cfg)
     return str(Path(cfg["model"]["name_or_path"]).resolve())
 
 

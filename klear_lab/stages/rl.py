@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
-from klear_lab import builders
+from klear_lab import builders, starting_point
 from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.checkpointing import ResumableLoader, batches_trained, resume_callback
 from klear_lab.data.records import Record, data_digests, require_gradeable
@@ -192,7 +192,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     eval_records = builders.build_eval_records(cfg)
     digests = data_digests(records, eval_records)  # as built: the prompt-length cap depends on the tokenizer
     sampling = builders.eval_sampling(cfg, eval_records)
-    builders.resolve_init_from(cfg)
+    starting_point.resolve_init_from(cfg)
     tokenizer, policy = build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     if rl["logp_chunk_tokens"]:
         try:

@@ -257,7 +257,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         DataError: the source's message (file, row, key), with the config key, the arms that read the file
             and the spec's overrides of ``data.`` keys.
     """
-    from klear_lab.builders import build
+    from klear_lab.builders import build, source_nodes, source_path
     from klear_lab.data.sources.file import unavailable
     from klear_lab.registry import SOURCE
 
@@ -265,15 +265,13 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     points = _trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
-        splits = [("sources", "train")] if cfg["run"]["kind"] != "eval" else []
-        for section, split in [*splits, ("eval_sources", "eval")]:
-            for i, node in enumerate(cfg["data"][section]):
-                path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")
-                if path is None or unavailable(str(path)):
-                    continue
-                key = json.dumps([node, split, cfg["data"]["world_seed"]], sort_keys=True, default=str)
-                read = reads.setdefault(key, (node, split, cfg["data"]["world_seed"], f"data.{section}.{i}", []))
-                read[4].append(label)
+        for section, split, i, node in source_nodes(cfg):
+            path = source_path(node, split)
+            if path is None or unavailable(path):
+                continue
+            key = json.dumps([node, split, cfg["data"]["world_seed"]], sort_keys=True, default=str)
+            read = reads.setdefault(key, (node, split, cfg["data"]["world_seed"], f"data.{section}.{i}", []))
+            read[4].append(label)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:

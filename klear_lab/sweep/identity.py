@@ -15,7 +15,7 @@ def base_identity(spec: SweepSpec) -> tuple[str, dict[str, Any]]:
     """The hash of the spec's composed base and, for a ``model.init_from`` start, of that experiment too
     (the base holds its path only: an edited starting point trains the later trials on another model);
     with the configs hashed (:func:`~klear_lab.tracking.hashed_body`), by ``base`` and ``init_from``."""
-    from klear_lab.builders import parent_config
+    from klear_lab.starting_point import parent_config
     from klear_lab.tracking import body_hash, hashed_body
 
     base = spec.compose()

@@ -69,10 +69,10 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
 def _start_lock(cfg: dict[str, Any], on_wait: Any) -> Iterator[None]:
     """An exclusive lock on one starting point (config hash and seed) for every sweep under ``out_dir``:
     a sweep started while another trains it waits (``on_wait`` says so), then shares it."""
-    from klear_lab import builders
+    from klear_lab import starting_point
     from klear_lab.tracking import config_hash, out_dir_of
 
-    parent = builders.parent_config(cfg)
+    parent = starting_point.parent_config(cfg)
     out_dir = out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / f".start-{config_hash(parent)}-s{parent['run']['seed']}.lock", "w") as lock:
@@ -105,12 +105,12 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
 
 def trained_start(cfg: dict[str, Any]) -> tuple[Path | None, str | None]:
     """This sweep's completed starting point trained on today's records, and a note on a newer one trained on
-    other records (``builders.completed_parent``)."""
-    from klear_lab import builders
+    other records (``starting_point.completed_parent``)."""
+    from klear_lab import starting_point
     from klear_lab.tracking import config_hash
 
-    parent = builders.parent_config(cfg)
-    return builders.completed_parent(parent, config_hash(parent))
+    parent = starting_point.parent_config(cfg)
+    return starting_point.completed_parent(parent, config_hash(parent))
 
 
 def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
@@ -121,22 +121,22 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
     stays valid if the other sweep is deleted, and every trial of this sweep keeps the same
     starting point. Trials then find it by hash as usual. Returns the source, or None.
     """
-    from klear_lab import builders
+    from klear_lab import starting_point
     from klear_lab.tracking import config_hash, out_dir_of
 
     runs = out_dir_of(cfg)
-    parent = builders.parent_config(cfg)
+    parent = starting_point.parent_config(cfg)
     wanted, seed = config_hash(parent), parent["run"]["seed"]
-    if builders.completed_parent(parent, wanted)[0] is not None:
+    if starting_point.completed_parent(parent, wanted)[0] is not None:
         return None
     siblings = [other for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
-                and builders.find_completed_run(other, wanted, seed) is not None]
+                and starting_point.find_completed_run(other, wanted, seed) is not None]
     data = None  # a run trained on other contents of a data file is no match; unreadable data: not checked
     if siblings:
         with contextlib.suppress(DataError):
-            data = builders.records_digests(parent)
+            data = starting_point.records_digests(parent)
     found = [run for other in siblings
-             for run in [builders.find_completed_run(other, wanted, seed, data=data)] if run is not None]
+             for run in [starting_point.find_completed_run(other, wanted, seed, data=data)] if run is not None]
     if not found:
         return None
     source = max(found, key=lambda p: p.stat().st_mtime)
@@ -146,7 +146,7 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
         shutil.copytree(source, tmp, copy_function=_link_or_copy, symlinks=True)
         os.rename(tmp, runs / source.name)  # atomic: trials never see half a copy
     except OSError:
-        if builders.find_completed_run(runs, wanted, seed) is None:  # not a lost race with another sweep
+        if starting_point.find_completed_run(runs, wanted, seed) is None:  # not a lost race with another sweep
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -162,13 +162,13 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m klear_lab.sweep.parents EXPERIMENT RUNS_DIR THREADS [override ...]``."""
-    from klear_lab import builders
+    from klear_lab import starting_point
 
     experiment, runs, threads, *overrides = argv
     cfg = compose(experiment, overrides)
     cfg["run"]["out_dir"] = runs
     cfg["trainer"]["num_threads"] = int(threads)  # the parent run takes its threads from here
-    builders.resolve_init_from(cfg)
+    starting_point.resolve_init_from(cfg)
     print(f"starting point: {cfg['model']['name_or_path']}", flush=True)
     return 0
 

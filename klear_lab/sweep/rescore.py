@@ -74,8 +74,8 @@ def plan_trial(spec: SweepSpec, r: TrialRecord, overrides: list[str],
 
 def score(cfg: dict[str, Any], log: Any = print) -> tuple[dict[str, float], Path]:
     """The metrics of one eval config: from an earlier identical eval run, or a new one."""
-    from klear_lab.builders import find_completed_run, records_digests
     from klear_lab.run import run_experiment
+    from klear_lab.starting_point import find_completed_run, records_digests
     from klear_lab.tracking import config_hash, out_dir_of
 
     name = Path(cfg["model"]["name_or_path"]).name

@@ -11,7 +11,7 @@ import lightning as L
 import pytest
 import yaml
 
-from klear_lab import builders
+from klear_lab import starting_point
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
 from klear_lab.run import run_experiment
@@ -51,12 +51,12 @@ def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
     lines: list[str] = []
     train_parent(spec, _base(spec), threads=1, log=lines.append)
     runs = spec.runs_dir
-    found = builders.find_completed_run(runs, config_hash(compose(tmp_path / "parent.yaml")))
+    found = starting_point.find_completed_run(runs, config_hash(compose(tmp_path / "parent.yaml")))
     assert found is not None and any("ready" in line for line in lines)
     # what a trial does: same parent hash whatever its threads and output dir, so nothing is retrained
     trial = compose(tmp_path / "child.yaml", [f"run.out_dir={runs}", "trainer.num_threads=1"])
     before = sorted(runs.iterdir())
-    builders.resolve_init_from(trial)
+    starting_point.resolve_init_from(trial)
     assert trial["model"]["name_or_path"] == str(found.resolve()) and sorted(runs.iterdir()) == before
     again: list[str] = []  # the sweep's command run again: said "starting point ... ready" for a run it only found
     train_parent(spec, _base(spec), threads=1, log=again.append)
@@ -81,7 +81,7 @@ def test_another_sweep_reuses_the_starting_point(tmp_path, monkeypatch):
     first = load_spec(_spec(tmp_path, TINY_PARENT))
     parent_hash = config_hash(compose(tmp_path / "parent.yaml"))
     train_parent(first, _base(first), threads=1, log=lambda line: None)
-    found = builders.find_completed_run(first.runs_dir, parent_hash)
+    found = starting_point.find_completed_run(first.runs_dir, parent_hash)
     second = load_spec(_spec(tmp_path, TINY_PARENT, axes={"rl.alpha": [0.0, 0.1]}), name="second")
     lines: list[str] = []
     train_parent(second, _base(second), threads=1, log=lines.append)
@@ -91,20 +91,20 @@ def test_another_sweep_reuses_the_starting_point(tmp_path, monkeypatch):
     assert (copy / "model" / weights.name).stat().st_ino == weights.stat().st_ino  # hard links, no extra disk
     assert any(f"reusing {found}" in line for line in lines), lines
     trial = compose(tmp_path / "child.yaml", [f"run.out_dir={second.runs_dir}", "trainer.num_threads=1"])
-    builders.resolve_init_from(trial)
+    starting_point.resolve_init_from(trial)
     assert trial["model"]["name_or_path"] == str(copy.resolve())
     assert share_sibling_start(trial) is None  # already here: nothing more to share
 
     # the first sweep deleted: the second keeps its starting point, so its later trials start alike
     shutil.rmtree(first.sweep_dir)
-    assert builders.find_completed_run(second.runs_dir, parent_hash, seed=0) == copy
+    assert starting_point.find_completed_run(second.runs_dir, parent_hash, seed=0) == copy
 
     # a starting point with another seed is a different model: not shared, trained here
     seven = load_spec(_spec(tmp_path, {**TINY_PARENT, "run": {"seed": 7}}), name="seven")
     train_parent(seven, _base(seven), threads=1, log=lambda line: None)
-    own = builders.find_completed_run(seven.runs_dir, parent_hash, seed=7)
+    own = starting_point.find_completed_run(seven.runs_dir, parent_hash, seed=7)
     assert own is not None and own.name != copy.name
-    assert builders.find_completed_run(seven.runs_dir, parent_hash, seed=0) is None
+    assert starting_point.find_completed_run(seven.runs_dir, parent_hash, seed=0) is None
 
 
 def test_two_sweeps_started_together_train_the_starting_point_once(tmp_path, monkeypatch):
@@ -130,7 +130,7 @@ def test_two_sweeps_started_together_train_the_starting_point_once(tmp_path, mon
     train_parent(second, _base(second), threads=1, log=logs["second"].append)
     thread.join()
     parent_hash = config_hash(compose(tmp_path / "parent.yaml"))
-    trained = builders.find_completed_run(first.runs_dir, parent_hash, seed=0)
+    trained = starting_point.find_completed_run(first.runs_dir, parent_hash, seed=0)
     assert trained is not None and any("ready" in line for line in logs["first"])
     assert any("waiting for another sweep" in line for line in logs["second"]), logs["second"]
     assert any(f"reusing {trained}" in line for line in logs["second"]), logs["second"]
@@ -171,7 +171,7 @@ def test_a_stopped_starting_point_is_resumed_not_trained_again(tmp_path, monkeyp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     runs, stopped = _stopped_parent(tmp_path)
     child = _child(tmp_path, runs)
-    builders.resolve_init_from(child)
+    starting_point.resolve_init_from(child)
     assert child["model"]["name_or_path"] == str(stopped.resolve())
     assert _run_dirs(runs) == [stopped]  # no second parent run
     record = json.loads((stopped / "run.json").read_text())
@@ -186,14 +186,14 @@ def test_a_starting_point_that_cannot_resume_is_trained_again(tmp_path, monkeypa
     record_path = stopped / "run.json"
     record = json.loads(record_path.read_text())
     record_path.write_text(json.dumps({**record, "host": "another-machine"}))
-    parent_hash = config_hash(builders.parent_config(_child(tmp_path, runs)))
-    assert builders.find_resumable_run(runs, parent_hash, seed=0) is None
+    parent_hash = config_hash(starting_point.parent_config(_child(tmp_path, runs)))
+    assert starting_point.find_resumable_run(runs, parent_hash, seed=0) is None
     record_path.write_text(json.dumps(record))
-    assert builders.find_resumable_run(runs, parent_hash, seed=0) == stopped
+    assert starting_point.find_resumable_run(runs, parent_hash, seed=0) == stopped
 
     (stopped / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
     child = _child(tmp_path, runs)
-    builders.resolve_init_from(child)
+    starting_point.resolve_init_from(child)
     assert "training it from the start in a new run" in capsys.readouterr().err
     (new,) = set(_run_dirs(runs)) - {stopped}
     assert child["model"]["name_or_path"] == str(new.resolve())
@@ -216,7 +216,7 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     _spec(tmp_path, {**TINY_PARENT, "data": file_source})
     runs = tmp_path / "runs"
     first = _child(tmp_path, runs)
-    builders.resolve_init_from(first)
+    starting_point.resolve_init_from(first)
     (trained,) = _run_dirs(runs)
     said = capsys.readouterr().err  # the RL command trained its SFT parent without a word of it
     assert f"model.init_from {tmp_path / 'parent.yaml'}: no completed run of it (this config, seed 0) in " in said
@@ -225,9 +225,9 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     assert json.loads((trained / "run.json").read_text())["data_files"] == {
         str(data.resolve()): [stat.st_size, stat.st_mtime_ns]}
     with monkeypatch.context() as patch:
-        patch.setattr(builders, "records_digests", lambda cfg: pytest.fail("read the unchanged data again"))
+        patch.setattr(starting_point, "records_digests", lambda cfg: pytest.fail("read the unchanged data again"))
         unchanged = _child(tmp_path, runs)
-        builders.resolve_init_from(unchanged)
+        starting_point.resolve_init_from(unchanged)
     assert unchanged["model"]["name_or_path"] == str(trained.resolve())
 
     data.write_text("".join(json.dumps({**r, "response": r["response"].replace("<think>", "<think>so ")}) + "\n"
@@ -235,7 +235,7 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     (row,) = init_from_rows(_child(tmp_path, runs))
     assert f"its completed run {trained} trained on other records" in row[1] and "TRAINS IT" in row[1]
     edited = _child(tmp_path, runs)
-    builders.resolve_init_from(edited)
+    starting_point.resolve_init_from(edited)
     said = capsys.readouterr().err
     assert "trained on other records than its data files hold now (train: " in said
     assert "no completed run of it" not in said  # it said both
@@ -244,7 +244,7 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
 
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))  # the old rows again: the first run fits them
     restored = _child(tmp_path, runs)
-    builders.resolve_init_from(restored)
+    starting_point.resolve_init_from(restored)
     assert restored["model"]["name_or_path"] == str(trained.resolve())
     assert f"using {trained}, trained on these" in capsys.readouterr().err
     assert len(_run_dirs(runs)) == 2
@@ -252,7 +252,7 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     data.unlink()  # a corpus deleted after training: the run used its starting point, and still does
     gone = _child(tmp_path, runs)
     with pytest.warns(UserWarning, match="its data cannot be read here to check that its completed run"):
-        builders.resolve_init_from(gone)
+        starting_point.resolve_init_from(gone)
     assert gone["model"]["name_or_path"] == str(retrained.resolve())  # the newest, as before the check
     with pytest.warns(UserWarning, match="its data cannot be read here"):
         (row,) = init_from_rows(_child(tmp_path, runs))
@@ -266,14 +266,14 @@ def test_reading_a_starting_points_data_leaves_the_global_rngs_as_they_were(tmp_
     import numpy as np
     import torch
 
-    parent = builders.parent_config(compose(REPO / "experiments/quickstart/rl.yaml", [f"run.out_dir={tmp_path}"]))
+    parent = starting_point.parent_config(compose(REPO / "experiments/quickstart/rl.yaml", [f"run.out_dir={tmp_path}"]))
     L.seed_everything(123, verbose=False)
     expected = random.random(), float(np.random.rand()), float(torch.rand(()))
     L.seed_everything(123, verbose=False)
-    digests = builders.records_digests(parent)
+    digests = starting_point.records_digests(parent)
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
     L.seed_everything(7, verbose=False)  # whatever the caller's state, the same digests
-    assert builders.records_digests(parent) == digests
+    assert starting_point.records_digests(parent) == digests
 
 
 def test_a_sibling_start_trained_on_other_data_is_not_shared(tmp_path, monkeypatch):
@@ -305,4 +305,4 @@ def test_a_multi_device_starting_point_is_not_trained_from_here(tmp_path, passed
     parent = compose(REPO / "experiments/quickstart/sft.yaml", [f"run.out_dir={tmp_path}", "trainer.devices=2",
                                                                  "trainer.strategy=ddp", "trainer.accelerator=cpu"])
     with pytest.raises(ConfigError, match=f"trains on several devices and {which}"):
-        builders._train_parent(parent, config_hash(parent), "sft.yaml", tmp_path, quiet=passed_over)
+        starting_point._train_parent(parent, config_hash(parent), "sft.yaml", tmp_path, quiet=passed_over)

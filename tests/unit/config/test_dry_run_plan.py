@@ -40,7 +40,7 @@ def test_inference_weights_are_counted_in_model_dtype():
 
 
 def test_the_plan_says_init_from_trains_its_parent_first_and_trains_nothing(tmp_path):
-    from klear_lab.builders import parent_config
+    from klear_lab.starting_point import parent_config
     from klear_lab.tracking import config_hash
 
     runs = tmp_path / "runs"
@@ -107,7 +107,7 @@ def test_data_files_missing_here_are_named_in_the_plan(tmp_path, capsys, monkeyp
 
 def test_init_from_that_name_or_path_overrides_is_warned_about(tmp_path, capsys):
     """An RL run given model.name_or_path trained from it and said nothing of the model.init_from it ignored."""
-    from klear_lab.builders import parent_config, resolve_init_from
+    from klear_lab.starting_point import parent_config, resolve_init_from
     from klear_lab.tracking import config_hash
 
     other = tmp_path / "other"

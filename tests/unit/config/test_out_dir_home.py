@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from klear_lab.builders import find_completed_run
 from klear_lab.config.compose import compose
+from klear_lab.starting_point import find_completed_run
 from klear_lab.tracking import config_hash, create_run_dir, saved_config, write_config
 
 SFT = str(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml")

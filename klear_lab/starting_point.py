@@ -1,0 +1,236 @@
+"""The starting point of a run (``model.init_from``) and the run directories it is looked up in.
+
+``model.init_from: EXPERIMENT.yaml`` names the run to start from by its config: its newest completed run
+with that config hash and seed, trained on the records its data files hold now, else trained first (or
+its stopped run resumed). A builder: it reads the config, as :mod:`klear_lab.builders` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from klear_lab.builders import build_eval_records, build_train_records, data_file_stats
+from klear_lab.errors import ConfigError, DataError, KlearError
+
+
+def resolve_init_from(cfg: dict[str, Any]) -> None:
+    """``model.init_from: EXPERIMENT.yaml``: use its newest completed run with the same config hash,
+    training it first (under a file lock, so parallel sweep workers train it once)."""
+    m = cfg["model"]
+    if m["name_or_path"] and m["init_from"]:
+        warn_init_from_unused(cfg)
+    if m["name_or_path"] or not m["init_from"]:
+        return
+    import fcntl
+
+    from klear_lab.tracking import config_hash, out_dir_of
+
+    parent = parent_config(cfg)
+    out = out_dir_of(parent)
+    out.mkdir(parents=True, exist_ok=True)
+    parent_hash = config_hash(parent)  # reads each plugin's code: once
+    data = None  # read before waiting on the lock, where parallel trials would read in turn
+    newest = find_completed_run(out, parent_hash, seed=parent["run"]["seed"])
+    if newest is not None and not files_unchanged(newest, parent):
+        with contextlib.suppress(DataError):  # completed_parent says it
+            data = records_digests(parent)
+    with open(out / f".init-{parent_hash}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # looked up again under the lock: a parallel trial may have trained it while this one waited
+        run_dir, stale = completed_parent(parent, parent_hash, data)
+        if stale is not None:
+            after = f"using {run_dir}, trained on these" if run_dir else "training it again"
+            print(f"model.init_from {m['init_from']}: {stale}; {after}", file=sys.stderr)
+        if run_dir is None:
+            run_dir = _train_parent(parent, parent_hash, m["init_from"], out, quiet=stale is not None)
+            print(f"model.init_from {m['init_from']}: starting point ready: {run_dir}", file=sys.stderr)
+    m["name_or_path"] = str(run_dir.resolve())
+
+
+def warn_init_from_unused(cfg: dict[str, Any]) -> None:
+    """``model.name_or_path`` wins over ``model.init_from``: say so on stderr, unless it is a run of
+    ``init_from`` (what a run's saved config holds, ``init_from`` resolved)."""
+    from klear_lab.resume import read_record
+    from klear_lab.tracking import config_hash
+
+    m = cfg["model"]
+    model = Path(m["name_or_path"]).expanduser()
+    try:
+        record = next(p / "run.json" for p in (model, model.parent) if (p / "run.json").is_file())
+        if read_record(record).get("config_hash") == config_hash(parent_config(cfg)):
+            return
+    except (StopIteration, KlearError):  # no record, or a damaged one
+        pass
+    print(f"warning: model.init_from ({m['init_from']}) is not used: model.name_or_path ({m['name_or_path']}) is "
+          "set and is not a run of its current config; set model.init_from=null to say so", file=sys.stderr)
+
+
+def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out: Path, quiet: bool = False) -> Path:
+    """Continue the newest interrupted run of ``parent`` (Ctrl-C, kill, preemption) from its checkpoint,
+    or train it; a resume that fails (say, a checkpoint a newer torch cannot read) falls back to a new run.
+    ``quiet``: the caller said why it trains (a completed run passed over), so not "no completed run"."""
+    from klear_lab.distributed import several_devices
+    from klear_lab.resume import resume_config
+    from klear_lab.run import run_experiment
+
+    stopped = find_resumable_run(out, parent_hash, seed=parent["run"]["seed"])
+    if several_devices(parent["trainer"]):  # its DDP launcher would re-run this command, not the parent's
+        how = f"klear-lab resume {stopped}" if stopped else f"klear-lab train {init_from} run.out_dir={out}"
+        which = "run trained on the records its data files hold now" if quiet else "run"
+        raise ConfigError(f"model.init_from {init_from!r} trains on several devices and has no completed "
+                          f"{which} in {out}: {'finish' if stopped else 'train'} it first with `{how}`")
+    if stopped is not None:
+        print(f"model.init_from {init_from}: resuming its stopped run {stopped}", file=sys.stderr)
+        threads = f"trainer.num_threads={parent['trainer']['num_threads']}"
+        try:
+            return run_experiment(resume_config(stopped, [threads]), resume=stopped).run_dir
+        except Exception as exc:  # noqa: BLE001 (not Ctrl-C: that stops this command too)
+            print(f"model.init_from {init_from}: resuming {stopped} failed ({type(exc).__name__}: {exc}); "
+                  "training it from the start in a new run", file=sys.stderr)
+    if not quiet:
+        print(f"model.init_from {init_from}: no completed run of it (this config, seed {parent['run']['seed']}) "
+              f"in {out}: training it first, a whole {parent['run']['kind']} run (its plan: klear-lab train "
+              f"{init_from} --dry-run)", file=sys.stderr)
+    return run_experiment(parent).run_dir
+
+
+def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The composed ``model.init_from`` experiment, run in ``cfg``'s output dir with its threads."""
+    from klear_lab.config.compose import compose
+
+    parent = compose(cfg["model"]["init_from"])
+    parent["run"]["out_dir"] = cfg["run"]["out_dir"]
+    parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
+    return parent
+
+
+def completed_parent(parent: dict[str, Any], parent_hash: str,
+                     data: dict[str, str] | None = None) -> tuple[Path | None, str | None]:
+    """The newest completed run of the starting point ``parent`` trained on the records its data files hold
+    now (``data``: their digests, when already read), and a note on a newer one passed over because it
+    trained on other records (a data file edited since: the config, and so the hash, names the file, not
+    its contents). Data this machine cannot read (a corpus deleted after training) leaves the newest run,
+    with a warning that it was not checked. A dry run reads the same."""
+    from klear_lab.tracking import out_dir_of
+
+    out, seed = out_dir_of(parent), parent["run"]["seed"]
+    newest = find_completed_run(out, parent_hash, seed=seed)
+    if newest is None or files_unchanged(newest, parent):
+        return newest, None
+    try:
+        data = data or records_digests(parent)
+    except DataError as exc:
+        warnings.warn(f"model.init_from {parent['run']['experiment']}: its data cannot be read here to check that "
+                      f"its completed run {newest} trained on it ({exc}); using that run", UserWarning, stacklevel=2)
+        return newest, None
+    current = find_completed_run(out, parent_hash, seed=seed, data=data)
+    if current == newest:
+        return current, None
+    trained = json.loads((newest / "run.json").read_text()).get("data") or {}
+    changed = ", ".join(f"{k}: {trained.get(k)} then, {data[k]} now" for k in data if trained.get(k) != data[k])
+    return current, f"its completed run {newest} trained on other records than its data files hold now ({changed})"
+
+
+def files_unchanged(run_dir: Path, cfg: dict[str, Any]) -> bool:
+    """Whether ``cfg`` reads the very files ``run_dir`` read, unchanged since (size and mtime, as ``run.json``
+    keeps them); False when that cannot be told (runs from before, a generated world)."""
+    stats = data_file_stats(cfg)
+    return stats is not None and json.loads((run_dir / "run.json").read_text()).get("data_files") == stats
+
+
+def records_digests(cfg: dict[str, Any]) -> dict[str, str]:
+    """The ``data`` digests a run of ``cfg`` would keep in ``run.json``: its records as read now, under the
+    seed the run sets first (a plugin source may draw from the global RNGs), whose states are put back.
+    Warnings about the data are left to the run that trains on it."""
+    import random
+
+    import lightning as L
+    import numpy as np
+
+    from klear_lab.data.records import data_digests
+
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    env = {k: os.environ.get(k) for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if cfg["run"]["kind"] == "eval":  # an eval run does not seed before it reads
+                return data_digests(None, build_eval_records(cfg))
+            L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+            return data_digests(build_train_records(cfg)[0], build_eval_records(cfg))
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def find_completed_run(out_dir: Path, cfg_hash: str, seed: int | None = None, need_model: bool = True,
+                       data: dict[str, str] | None = None) -> Path | None:
+    """Newest run directory under ``out_dir`` whose run.json says completed with ``cfg_hash``
+    (and, given ``seed``, whose saved config has that ``run.seed``: the hash leaves seeds out),
+    holding a final model unless ``need_model`` is False (eval runs have none), and, given ``data``
+    (:func:`records_digests`), trained on those records (runs from before the digests pass)."""
+    return _newest(run_dir for run_dir, info in _run_records(out_dir)
+                   if info.get("status") == "completed" and info.get("config_hash") == cfg_hash
+                   and (not need_model or (run_dir / "model" / "config.json").is_file())
+                   and (seed is None or saved_seed(run_dir) == seed)
+                   and (data is None or info.get("data") in (None, data)))
+
+
+def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
+    """Newest run under ``out_dir`` with ``cfg_hash`` and ``seed`` that ``klear-lab resume`` accepts:
+    stopped or failed on this machine, with a checkpoint, its saved config still composing to its hash."""
+    from klear_lab.resume import resume_config
+
+    def resumable(run_dir: Path) -> bool:
+        try:
+            resume_config(run_dir)  # not running now, has a checkpoint, same config
+        except (ConfigError, OSError, ValueError):
+            return False
+        return True
+
+    return _newest(run_dir for run_dir, info in _run_records(out_dir)
+                   if info.get("status") in ("running", "failed") and info.get("config_hash") == cfg_hash
+                   and info.get("host") == socket.gethostname() and saved_seed(run_dir) == seed
+                   and resumable(run_dir))
+
+
+def _run_records(out_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(run directory, its run.json) for each readable one under ``out_dir``."""
+
+    for path in out_dir.expanduser().glob("*/run.json"):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict):  # a damaged record (a JSON list, say) is no run to reuse
+            yield path.parent, info
+
+
+def _newest(run_dirs: Iterable[Path]) -> Path | None:
+    return max(run_dirs, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def saved_seed(run_dir: Path) -> int | None:
+    """``run.seed`` of a run directory's saved ``config.yaml`` (None when unreadable)."""
+    import yaml
+
+    try:
+        return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("run", {}).get("seed")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
