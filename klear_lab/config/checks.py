@@ -229,19 +229,24 @@ def _require(ok: bool, key: str, message: str) -> None:
         raise error
 
 
-def warn_unused_model_shape(cfg: dict[str, Any], provenance: dict[str, str], default: dict[str, Any]) -> None:
+def warn_unused_model_shape(cfg: dict[str, Any], provenance: dict[str, str], default: dict[str, Any],
+                            starting: dict[str, Any] | None = None) -> None:
     """An RL run with ``model.init_from`` trains the starting experiment's model: a ``model.tiny`` or
     ``model.tokenizer_vocab`` set for it builds nothing, and ``model.tiny.size=10m`` still trained 2m. Say which
-    were set to other than the schema's ``default`` model section (a saved config writes out every default),
-    and where (``provenance``: the layer that set each key)."""
+    were set (``provenance``: the layer that set each key) to other than the schema's ``default`` model section
+    (a saved config writes out every default) and than the ``starting`` experiment's own (a shared ``base:``
+    that sets both alike is no mistake; None: it could not be composed here)."""
     m = cfg["model"]
     if not m["init_from"] or m["name_or_path"]:
         return
-    ours = {"model.tiny": m["tiny"], "model.tokenizer_vocab": m["tokenizer_vocab"],
-            **{f"model.tiny.{k}": v for k, v in m["tiny"].items()}}
-    schema = {"model.tiny": default["tiny"], "model.tokenizer_vocab": default["tokenizer_vocab"],
-              **{f"model.tiny.{k}": v for k, v in default["tiny"].items()}}
-    changed = [key for key in ours if key in provenance and ours[key] != schema.get(key)]
+
+    def flat(section: dict[str, Any]) -> dict[str, Any]:
+        return {"model.tiny": section["tiny"], "model.tokenizer_vocab": section["tokenizer_vocab"],
+                **{f"model.tiny.{k}": v for k, v in section["tiny"].items()}}
+
+    ours, schema, theirs = flat(m), flat(default), flat(starting) if starting else {}
+    changed = [key for key in ours if key in provenance and ours[key] != schema.get(key)
+               and (key not in theirs or ours[key] != theirs[key])]
     if "model.tiny" in changed:  # the whole node set: not each of its keys as well
         changed = [key for key in changed if not key.startswith("model.tiny.")]
     changed = sorted(f"{key} ({provenance[key]})" for key in changed)

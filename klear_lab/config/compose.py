@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import functools
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -206,10 +207,45 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
         check(config)
     except ConfigError as exc:
         raise _located(exc, provenance) from None
-    warn_unused_model_shape(config, provenance, default_section("model"))
+    warn_unused_model_shape(config, provenance, default_section("model"), starting_model(config))
     if isinstance(experiment, (str, Path)) and experiment and not config["run"].get("experiment"):
         config["run"]["experiment"] = _label(Path(experiment).resolve())
     return config
+
+
+_STARTING: list[str] = []  # the init_from experiments being composed, outermost first
+
+
+class _CircularStart(ConfigError):
+    """A ``model.init_from`` chain that comes back to an experiment in it (training it would never end)."""
+
+
+def starting_model(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The model section of the experiment an RL run starts from (``model.init_from``), composed quietly
+    (its own warnings are its runs'); None when there is none or it cannot be composed here (the run itself
+    says why when it trains it).
+
+    Raises:
+        ConfigError: the chain of ``init_from`` experiments comes back to one in it.
+    """
+    m = config["model"]
+    if not m["init_from"] or m["name_or_path"]:
+        return None
+    start = str(Path(m["init_from"]).resolve())
+    if start in _STARTING:
+        chain = " -> ".join([*_STARTING[_STARTING.index(start):], start])
+        raise _CircularStart(f"model.init_from: a circular chain of starting experiments: {chain}")
+    _STARTING.append(start)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compose(m["init_from"])["model"]
+    except _CircularStart:
+        raise
+    except Exception:  # noqa: BLE001 - a missing file, a bad key, a plugin that fails to import: said by the run
+        return None
+    finally:
+        _STARTING.pop()
 
 
 @functools.cache

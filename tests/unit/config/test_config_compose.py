@@ -342,3 +342,30 @@ def test_a_model_shape_an_init_from_run_ignores_is_warned_about(tmp_path):
         compose(saved)
         compose(rl, ["model.init_from=null", "model.tiny.size=10m"])  # builds that model
         compose(rl, [f"model.name_or_path={tmp_path}", "model.tiny.size=10m"])  # a resumed run's saved config
+
+
+def test_a_model_shape_equal_to_the_starting_experiments_is_not_warned_about(tmp_path):
+    """A shared ``base:`` that sets the RL run's ``model.tiny`` as its starting SFT experiment does builds the very
+    model it starts from: no mistake, and it warned on every run. Another shape still warns."""
+    import warnings
+
+    rl, sft = ROOT / "experiments/quickstart/rl.yaml", ROOT / "experiments/quickstart/sft.yaml"
+    same = tmp_path / "same.yaml"
+    same.write_text(f"base: {rl}\nmodel:\n  init_from: {sft}\n  tiny: {{name: qwen2, size: 2m, num_heads: 12, "
+                    "num_kv_heads: 12}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compose(same)
+    with pytest.warns(UserWarning, match=r"^model.tiny.num_kv_heads \(command line\): not used"):
+        compose(same, ["model.tiny.num_kv_heads=6"])
+    looped = tmp_path / "looped.yaml"  # starts from itself: training it never ended (it waited on its own lock)
+    looped.write_text(f"base: {rl}\nmodel:\n  init_from: {looped}\n")
+    with pytest.raises(ConfigError, match=r"model.init_from: a circular chain of starting experiments: "
+                                          r"\S*looped.yaml -> \S*looped.yaml"):
+        compose(looped)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(f"base: {rl}\nmodel:\n  init_from: {b}\n")
+    b.write_text(f"base: {rl}\nmodel:\n  init_from: {a}\n")
+    with pytest.raises(ConfigError, match=r"circular chain of starting experiments: "
+                                          r"\S*b.yaml -> \S*a.yaml -> \S*b.yaml"):
+        compose(a)
