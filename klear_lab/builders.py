@@ -196,17 +196,19 @@ def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def data_file_stats(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
-    """``{file: [size, mtime_ns]}`` of the data files ``cfg`` reads, when every source reads a file (None
-    otherwise: a generated world, a dataset directory or a hub id). A run keeps them in ``run.json``, so a
-    starting point's data is known unchanged without reading a paper-scale corpus again in every trial."""
+    """``{file: [size, mtime_ns]}`` of the data files ``cfg`` reads (each file of a dataset directory), when
+    every source reads a file or a directory (None otherwise: a generated world or a hub id). A run keeps
+    them in ``run.json``, so a starting point's data is known unchanged without reading a paper-scale
+    corpus again in every trial."""
     out: dict[str, list[int]] = {}
     for _, split, _, node in source_nodes(cfg):
         path = source_path(node, split)
-        file = Path(path).expanduser() if path else None
-        if file is None or not file.is_file():
+        found = Path(path).expanduser() if path else None
+        if found is None or not found.exists():
             return None
-        stat = file.stat()
-        out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns]
+        for file in sorted(f for f in found.rglob("*") if f.is_file()) if found.is_dir() else [found]:
+            stat = file.stat()
+            out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns]
     return out or None
 
 

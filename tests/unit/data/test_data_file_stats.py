@@ -1,0 +1,49 @@
+"""``run.json``'s ``data_files``: what tells a starting point's data unchanged without reading it again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+
+from klear_lab.builders import data_file_stats
+from klear_lab.config.compose import compose
+
+ROOT = Path(__file__).resolve().parents[3]
+ROWS = [{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(6)]
+
+
+def _cfg(tmp_path, path: str) -> dict:
+    return compose({"base": str(ROOT / "experiments/quickstart/sft.yaml"),
+                    "data": {"sources": [{"name": "file", "path": path}], "eval_sources": []}},
+                   [f"run.out_dir={tmp_path}"])
+
+
+def test_a_dataset_directory_is_known_by_its_files(tmp_path):
+    """A ``save_to_disk`` directory: every file in it, so an edited shard or a file added tells it changed
+    (it was read again in every trial of a sweep to compare its records' digests)."""
+    directory = tmp_path / "ds"
+    datasets.Dataset.from_list(ROWS).save_to_disk(str(directory))
+    stats = data_file_stats(_cfg(tmp_path, str(directory)))
+    assert stats is not None and len(stats) >= 2  # the arrow shard, and the dataset's own json files
+    assert all(key.startswith(str(directory.resolve())) for key in stats)
+    assert data_file_stats(_cfg(tmp_path, str(directory))) == stats
+
+    (directory / "notes.txt").write_text("a file added")
+    assert set(data_file_stats(_cfg(tmp_path, str(directory)))) - set(stats) == {str(directory / "notes.txt")}
+    datasets.Dataset.from_list(ROWS[:3]).save_to_disk(str(tmp_path / "other"))
+    shard = next(directory.glob("*.arrow"))
+    shard.write_bytes(next((tmp_path / "other").glob("*.arrow")).read_bytes())
+    assert data_file_stats(_cfg(tmp_path, str(directory)))[str(shard.resolve())] != stats[str(shard.resolve())]
+
+
+def test_a_file_and_what_cannot_be_known(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    stat = data.stat()
+    assert data_file_stats(_cfg(tmp_path, str(data))) == {str(data.resolve()): [stat.st_size, stat.st_mtime_ns]}
+    assert data_file_stats(compose(ROOT / "experiments/quickstart/sft.yaml")) is None  # the generated world
+    cfg = _cfg(tmp_path, str(data))
+    data.unlink()
+    assert data_file_stats(cfg) is None  # a file gone: nothing to compare
