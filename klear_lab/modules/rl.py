@@ -134,7 +134,7 @@ class RLModule(L.LightningModule):
         kept = keep.nonzero().flatten().tolist()
         plan = self._minibatch_plan(kept, rank, world)
         trained = [g for mb in plan for g in mb]  # kept, up to rl.max_kept_prompts over the ranks
-        metrics["rl/trained_groups"] = float(len(trained))
+        metrics["rl/trained_groups"], metrics["rl/updates_per_step"] = float(len(trained)), 0.0  # none: no update
         summed: list[str] = ["rl/trained_groups"]
         if plan:  # some rank kept a group: every rank joins every update
             rows = group_rows(trained, self.s.group_size)
@@ -158,6 +158,7 @@ class RLModule(L.LightningModule):
             slowest = [k for k in metrics if k.startswith("perf/time_") or k == "perf/step_s"]  # ranks wait for it
             metrics = self._merge_ranks(metrics, [*summed, "perf/generated_tokens_per_s"], slowest, world,
                                         responses=scores.numel())
+        forget_unlogged(self.trainer, metrics)
         self.log_dict(metrics, on_step=True, on_epoch=False)
         self.last_samples = [[r.prompt, txt, r.answer, float(s)] for r, txt, s in
                              zip(records[:: self.s.group_size], rollout.texts[:: self.s.group_size],
@@ -353,3 +354,15 @@ def rollout_metrics(groups, scores: torch.Tensor, keep: torch.Tensor, rollout) -
         "rl/truncated_frac": float((~rollout.finished).float().mean()),
         "rl/kept_group_frac": float(keep.float().mean()), "rl/dropped_group_frac": float(1 - keep.float().mean()),
     }
+
+
+def forget_unlogged(trainer: L.Trainer, logged: dict[str, float]) -> None:
+    """Leave out of this step's row the training-step metrics it does not log. Lightning sends an on-step
+    metric's last value again at every later step of the epoch (an RL run is one epoch), so a step that
+    dropped every group (the zero-variance filter) repeated the last update's ``rl/grad_norm``, loss,
+    entropy and timings as its own. Lightning has no public way to drop a logged key: its result
+    collection leaves out a metric marked reset, until it is logged again."""
+    results = getattr(trainer, "_results", None)
+    for key, item in (results or {}).items():
+        if key.startswith("training_step.") and item.meta.name not in logged and not item.has_reset:
+            item.reset()

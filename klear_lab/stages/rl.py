@@ -124,12 +124,15 @@ class RLStage:
 
 
 def warn_if_never_updated(updates: int, rollout_steps: int, rl: dict[str, Any]) -> None:
-    """A run whose every group was filtered out (all of a group's responses scored alike) completes with the
-    starting model and ``val/gain`` 0; an ablation would compare it as if it had trained."""
+    """A run whose every group was filtered out (the zero-variance filter: no group's responses differed in
+    its metric) completes with the starting model and ``val/gain`` 0; an ablation would compare it as if it
+    had trained."""
     if updates == 0 and rollout_steps > 0:
-        name = rl["group_filter"]["name"]
-        why = " (it drops groups whose responses all scored alike: rl.reward scored every group so)" \
-            if name == "zero_variance" else ""
+        name, why = rl["group_filter"]["name"], ""
+        if name == "zero_variance":
+            why = (" (it drops groups whose responses are all fully correct or all not, rl.group_filter.metric=acc: "
+                   "no group had both)" if rl["group_filter"].get("metric") == "acc" else
+                   " (it drops groups whose responses all scored alike: rl.reward scored every group so)")
         warnings.warn(f"the policy was never updated: none of the {rollout_steps} rollout steps had a group to "
                       f"train on (rl/trained_groups 0: rl.group_filter={name} kept none{why}); its evaluations are "
                       "of the starting model", UserWarning, stacklevel=2)

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.run import run_experiment
+from klear_lab.stages.rl import warn_if_never_updated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -316,6 +317,10 @@ def test_a_run_whose_every_group_was_filtered_says_the_policy_never_moved(tmp_pa
                   "rl.group_filter={name: zero_variance, metric: acc}", "rl.steps=2")
     with pytest.warns(UserWarning, match=r"the policy was never updated: none of the 2 rollout steps had a group "
                                          r"to train on \(rl/trained_groups 0: rl.group_filter=zero_variance kept "
-                                         r"none \(it drops"):
+                                         r"none \(it drops groups whose responses are all fully correct or all "
+                                         r"not, rl.group_filter.metric=acc: no group had both\)"):
         result = run_experiment(cfg)
     assert result.metrics["train/steps"] == 0
+    with pytest.warns(UserWarning, match=r"kept none \(it drops groups whose responses all scored alike: rl.reward "
+                                         r"scored every group so\)"):  # the soft scores may differ under acc
+        warn_if_never_updated(0, 2, {"group_filter": {"name": "zero_variance", "metric": "score"}})
