@@ -209,11 +209,23 @@ def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: 
         cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
                  str(row["pruned"]), str(row["failed"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
-    notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline)]
+    notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline),
+             one_batch_note(objective, metrics) if len(df) else ""]
     return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes if note)
 
 
 FEW_SEEDS = 10  # below this many seeds an arm's percentile-bootstrap interval covers well under 95 %
+
+
+def one_batch_note(objective: str, metrics: list[str]) -> str:
+    """Under a table that shows training metrics of one step's batch: each seed's value is its last step's."""
+    from klear_lab.sweep.metrics import one_batch
+
+    shown = [m for m in table_metrics(objective, metrics) if one_batch(m)]
+    if not shown:
+        return ""
+    return (f"{', '.join(shown)}: each seed's last training step (one batch), not a mean over the run; "
+            "the curves PNG draws them over the run.")
 
 
 def few_seeds_note(df: pd.DataFrame, objective: str, baseline: str | None) -> str:

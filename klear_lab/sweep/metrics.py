@@ -46,6 +46,17 @@ def rl_update_metrics() -> tuple[str, ...]:
     return tuple(f"train/{k}" if k in ("loss", "pg_loss") else f"rl/{k}" for k in (*LOSS_TERMS, *METRIC_KEYS))
 
 
+def one_batch(metric: str) -> bool:
+    """A training metric of one step's batch (``reward/acc``, ``rl/kept_group_frac``, ``train/loss``): a run's
+    final value of it is its last step's, not the run's; a comparison table says so. Clip statistics
+    (``rl/clip_frac`` and plugins' ``rl/...``) are too, except the run's totals."""
+    totals = {"rl/rollout_steps", "data/dropped_long_prompts"}
+    return metric not in totals and (metric.startswith(("reward/", "rl/")) or metric in (
+        "train/loss", "train/pg_loss", "train/grad_norm", "perf/tokens_per_s", "perf/step_s",
+        "perf/generated_tokens_per_s", *(f"perf/time_{phase}_s" for phase in ("generate", "score", "logprob",
+                                                                              "update"))))
+
+
 def clip_metric_names(nodes: list[dict] | None = None) -> set[str] | None:
     """``rl/<key>`` for the statistics the clip variants return (plugins' too), found by calling each
     registered one at its defaults, and each of ``nodes`` (``{name: ..., params}`` as trials configure

@@ -23,6 +23,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
         delta_cell,
         few_seeds_note,
         missing_baseline_note,
+        one_batch_note,
         table_metrics,
         welch_cell,
     )
@@ -44,7 +45,8 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
         table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row), counts,
                       style="green" if row["best"] else None)
     console.print(table)
-    for note in [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, spec.metric, baseline)]:
+    for note in [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, spec.metric, baseline),
+                 one_batch_note(spec.metric, spec.metrics) if len(df) else ""]:
         if note:
             console.print(escape(note), style="yellow")
     console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")

@@ -140,7 +140,8 @@ def test_write_comparison_outputs(tmp_path):
     df = write_comparison(_records(tmp_path, n_seeds=2), spec, "ppo", ["ppo", "gppo", "cispo"],
                           tmp_path / "cmp", console)
     md = (tmp_path / "cmp" / "table.md").read_text()
-    assert md.count("\n") == 9  # 5 table lines, then two notes after a blank line each
+    assert md.count("\n") == 11  # 5 table lines, then three notes after a blank line each
+    assert "train/loss: each seed's last training step (one batch)" in md
     # seed 9 failed (ppo), was pruned (cispo) and never ran (gppo): no arm has every seed
     assert "arm gppo starred on 2 of 3 seeds: no arm has a finite val/acc on every seed (1 seed not finished)" in md
     assert pd.read_csv(tmp_path / "cmp" / "table.csv")["arm"].tolist() == ["ppo", "gppo", "cispo"]
@@ -312,6 +313,21 @@ def test_the_few_seeds_note_follows_the_smallest_arm():
     few = many + [TrialRecord("c", s, "COMPLETE", {"m": 0.4 + s / 100}) for s in range(3)]
     md = to_markdown(summarize(few, "m", [], "maximize", "a", ["a", "b", "c"]), "m", [], "a")
     assert "Bootstrap intervals over 3 seed(s) per arm" in md
+
+
+def test_training_metrics_of_one_batch_are_noted_under_the_table():
+    """A sweep's table showed ``rl/kept_group_frac 0`` for an arm that kept 0.75 of its groups at earlier
+    steps: a training metric's final value is its last step's batch."""
+    records = [TrialRecord(arm, s, "COMPLETE", {"val/acc": 0.5 + s / 10, "rl/kept_group_frac": 0.0,
+                                                "reward/acc": 0.25, "val/gain": 0.1, "rl/rollout_steps": 3.0})
+               for arm in ("a", "b") for s in range(2)]
+    metrics = ["val/gain", "reward/acc", "rl/kept_group_frac", "rl/rollout_steps"]
+    md = to_markdown(summarize(records, "val/acc", metrics, "maximize", "a", ["a", "b"]), "val/acc", metrics, "a")
+    assert ("reward/acc, rl/kept_group_frac: each seed's last training step (one batch), not a mean over the run; "
+            "the curves PNG draws them over the run.") in md
+    plain = to_markdown(summarize(records, "val/acc", ["val/gain"], "maximize", "a", ["a", "b"]), "val/acc",
+                        ["val/gain"], "a")
+    assert "one batch" not in plain
 
 
 def test_seeds_logged_at_different_steps_are_averaged_in_step_order(tmp_path):
