@@ -109,52 +109,73 @@ def _print_result(result) -> None:
 def _config(args: argparse.Namespace) -> int:
     from klear_lab.config.compose import compose, dump_yaml
 
+    if args.keys is not None:
+        return _config_keys(args)
+    if not args.experiment:
+        raise KlearError("config: give an experiment YAML (e.g. experiments/quickstart/sft.yaml), or --keys "
+                         "[PREFIX] for what each key means")
     cfg = compose(args.experiment, args.overrides)
     sys.stdout.write(dump_yaml(cfg))
     return 0
 
 
-def _components(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-    from rich.table import Table
+def _config_keys(args: argparse.Namespace) -> int:
+    """``config --keys [PREFIX]``: each key under PREFIX, its value (the schema's default, or the experiment's
+    when one is given) and what it means (the schema's field docstrings; a component's own docstring)."""
+    from klear_lab.config.compose import compose
+    from klear_lab.config.show import print_key_table
 
+    if args.experiment and "=" in args.experiment and not os.path.exists(args.experiment):
+        args.overrides, args.experiment = [args.experiment, *args.overrides], None  # `--keys rl rl.alpha=0.3`
+    if args.keys.endswith((".yaml", ".yml")) and not args.experiment:
+        raise KlearError(f"--keys takes a key prefix, not {args.keys!r}: the experiment goes first, "
+                         "`klear-lab config EXPERIMENT --keys [PREFIX]`")
+    print_key_table(compose(args.experiment or None, args.overrides), args.keys, args.experiment, args.overrides)
+    return 0
+
+
+def _components(args: argparse.Namespace) -> int:
+    from klear_lab.config.describe import component_keys, resolve_axes
+    from klear_lab.config.show import component_table, describe_component
     from klear_lab.console import make_console
-    from klear_lab.plugins import load_entry_point_plugins, load_plugins, plugin_origin
+    from klear_lab.plugins import load_entry_point_plugins, load_plugins
     from klear_lab.registry import REGISTRIES
 
     load_entry_point_plugins()
     load_plugins(args.plugin or [], "--plugin")
-    axes = [args.axis] if args.axis else list(REGISTRIES)
-    unknown = [a for a in axes if a not in REGISTRIES]
-    if unknown:
-        raise KlearError(f"unknown axis {unknown[0]!r}; axes: {', '.join(REGISTRIES)}")
+    axes = resolve_axes(args.axis) if args.axis else list(REGISTRIES)
+    keys = component_keys()
     console = make_console()
+    if args.name is not None:
+        if len(axes) != 1:
+            key = f"{args.axis}.{args.name}"
+            did = f" (did you mean `klear-lab components {key}`?)" if key in keys else ""
+            raise KlearError(f"{args.axis!r} holds several axes ({', '.join(axes)}): give one to describe "
+                             f"{args.name!r}{did}")
+        describe_component(console, axes[0], args.name, [k for k, a in keys.items() if a == axes[0]])
+        return 0
     for axis in axes:
-        reg = REGISTRIES[axis]
-        table = Table(title=f"{axis} — {reg.doc}", show_lines=True)
-        for col in ("name", "parameters (defaults)", "description"):
-            table.add_column(col)
-        for name in reg.names():
-            doc, rows = reg.describe(name)
-            params = "\n".join(f"{f}: {t} = {d!r}" for f, t, d in rows)
-            origin = plugin_origin(reg.get(name))
-            label = name if origin is None else f"{name}\n(plugin: {origin})"
-            table.add_row(escape(label), escape(params), escape(doc.splitlines()[0]) if doc else "")
-        console.print(table)
+        component_table(console, axis, [k for k, a in keys.items() if a == axis])
     return 0
 
 
 def _runs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from klear_lab.run_list import list_runs, print_runs
+    from klear_lab.run_list import list_runs, missing_metric, print_runs
 
     paths = args.paths or [p for p in ("runs", "sweep_runs") if Path(p).is_dir()]
     if not paths:  # a fresh clone: nothing has run yet, which is an answer, not an error
         print(f"no runs yet under {Path.cwd()} (no runs/ or sweep_runs/ directory)",
               file=sys.stderr if args.json else sys.stdout)  # --json: stdout stays JSON lines
         return 0
-    print_runs(list_runs(paths, args.metric, args.status), args.metric, args.json)
+    rows = list_runs(paths, args.metric, args.status)
+    print_runs(rows, args.metric, args.json)
+    missing = missing_metric(rows, args.metric)  # a misspelt --metric printed an empty column and exit 0
+    if missing is not None:
+        message, error = missing
+        print(f"klear-lab: {'error' if error else 'note'}: {message}", file=sys.stderr)
+        return 2 if error else 0
     return 0
 
 
@@ -185,12 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="val/acc", help="the metric column (default: val/acc)")
     p.add_argument("--json", action="store_true", help="one JSON object per run instead of a table")
     p.set_defaults(func=_runs)
-    p = sub.add_parser("config", help="print the resolved config")
-    p.add_argument("experiment", help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")
+    p = sub.add_parser("config", help="print the resolved config, or (--keys) what each key means",
+                       description="Print the resolved config as YAML. `klear-lab config --keys [PREFIX]` lists "
+                       "the keys (e.g. --keys rl, --keys rl.alpha) with their defaults and descriptions; after an "
+                       "experiment, with its values.")
+    p.add_argument("experiment", nargs="?", help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")
     p.add_argument("overrides", nargs="*", help="key=value overrides (Hydra-style dotlist)")
+    p.add_argument("--keys", nargs="?", const="", metavar="PREFIX",
+                   help="list the config keys at or under PREFIX (all when omitted), each with its value and "
+                   "description, instead of the YAML")
     p.set_defaults(func=_config)
     p = sub.add_parser("components", help="list registered components and their parameters")
-    p.add_argument("axis", nargs="?", help="one axis (clip, reward, data_mix, ...)")
+    p.add_argument("axis", nargs="?", help="one axis (clip, reward, data_mix, difficulty_filter, ...), or the config "
+                   "key naming one (rl.clip, data.filter, data.mix) or its last part (filter, mix, group_filter)")
+    p.add_argument("name", nargs="?", help="one component of the axis: its whole description and parameters")
     p.add_argument("--plugin", action="append", help="import a plugin module or .py file first")
     p.set_defaults(func=_components)
     try:

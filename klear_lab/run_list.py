@@ -15,6 +15,8 @@ resume RUN_DIR``, or for a sweep's trial the sweep command again (the sweep retr
 from __future__ import annotations
 
 import contextlib
+import csv
+import difflib
 import json
 import socket
 import time
@@ -145,6 +147,47 @@ def list_runs(paths: list[str | Path], metric: str = "val/acc", statuses: list[s
     """The rows of :func:`find_runs`' run directories, only those with one of ``statuses`` if given."""
     rows = [run_row(d, metric) for d in find_runs(paths)]
     return [r for r in rows if not statuses or r.status in statuses]
+
+
+def missing_metric(rows: list[RunRow], metric: str) -> tuple[str, bool] | None:
+    """When no run of ``rows`` has ``metric``: (what to say, whether it is an error). An error (exit 2) when the
+    runs log other metrics and not this one, nor is it a name their kinds log (a typo: ``val/acx``), with a
+    did-you-mean from the metrics they have; a name their kinds log but none has logged yet (an SFT run's
+    ``val/acc`` before its evaluation) is a note. None when some run has it, or there are no runs."""
+    if not rows or any(r.metric is not None for r in rows):
+        return None
+    have = sorted(set().union(*(metric_names(Path(r.run_dir)) for r in rows)))
+    if metric in have:  # a column without a value yet
+        return None
+    if _is_logged(metric, {r.kind for r in rows}):
+        return f"no listed run has logged {metric!r} yet", False
+    hint = difflib.get_close_matches(metric, have, n=1)
+    did = f" (did you mean {hint[0]!r}?)" if hint else ""
+    prefix = metric.split("/", 1)[0] + "/"
+    same = [m for m in have if m.startswith(prefix)] if "/" in metric else []
+    listed = f"; they have{f' under {prefix}' if same else ''}: {', '.join(same or have)}" if have else \
+        "; they have logged no metrics yet"
+    return f"no listed run has the metric {metric!r}{did}{listed}", True
+
+
+def metric_names(run_dir: Path) -> set[str]:
+    """The metrics ``run_dir`` has: its ``csv/metrics.csv`` columns and its ``summary.json`` keys."""
+    names: set[str] = set()
+    with contextlib.suppress(OSError, ValueError, StopIteration), (run_dir / "csv" / "metrics.csv").open() as f:
+        names |= set(next(csv.reader(f))) - {"step", "epoch"}
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        names |= {k for k in json.loads((run_dir / "summary.json").read_text()) if not k.startswith("_")}  # _identity
+    return names
+
+
+def _is_logged(metric: str, kinds: set[str]) -> bool:
+    """Whether ``metric`` is a name runs of one of ``kinds`` log (False where the sweep subsystem that lists
+    them is not installed)."""
+    try:
+        from klear_lab.sweep.metrics import KINDS, is_logged
+    except ImportError:
+        return False
+    return any(is_logged(metric, kind) for kind in kinds & set(KINDS))
 
 
 def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:

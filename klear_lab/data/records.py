@@ -156,7 +156,20 @@ def require_gradeable(records: list[Record], what: str) -> None:
     bad = [r for r in records if (r.task == "code" and not r.tests) or (r.task == "math" and not r.answer.strip())]
     if bad:
         first = bad[0]
-        why = ("no tests (a verl spec needs 'inputs'/'outputs' stdin tests; 'functional'/'pytest' specs are not "
-               "supported)" if first.task == "code" else "an empty reference answer")
+        why = _no_tests_hint(first) if first.task == "code" else "an empty reference answer"
         raise DataError(f"{what}: {len(bad)} of {len(records)} records cannot be graded; the first, "
                         f"{first.uid!r} of source {first.source!r} ({first.task}), has {why}")
+
+
+def _no_tests_hint(record: Record) -> str:
+    """Why a code record has no tests, in its file's layout: a verl row's ground truth is a JSON spec
+    (kept in ``answer``), a plain record lists its tests itself."""
+    try:
+        spec = json.loads(record.answer)
+    except ValueError:
+        spec = None
+    if isinstance(spec, dict):
+        return ("no tests (a verl spec needs 'inputs'/'outputs' stdin tests; 'functional'/'pytest' specs are not "
+                "supported)")
+    return ("no tests (a code record needs a non-empty 'tests' list: {\"input\": [arguments], \"output\": value} "
+            "function calls or {\"stdin\": text, \"stdout\": text} whole programs)")

@@ -11,20 +11,29 @@ from klear_lab.registry import DIFFICULTY_FILTER
 @DIFFICULTY_FILTER.register("band")
 @dataclass(frozen=True)
 class BandFilter:
-    """Keep records with ``min_level <= difficulty <= max_level`` (paper Table 2, correctness × difficulty).
+    """Keep records by difficulty level, pass rate (``min_pass_rate``: test-case filtering), correctness
+    and, for code, number of tests (``min_tests``).
 
-    Each Table 2 arm is one config, e.g. with the embedded levels 1-3:
+    Paper Table 2 (correctness × difficulty): each arm is one config, e.g. with the embedded levels 1-3:
     easy/True ``{name: band, max_level: 1, correct_only: true}``, easy/Mixed ``{max_level: 1}``,
-    hard/True ``{min_level: 3, correct_only: true}``, hard/Mixed ``{min_level: 3}``.
+    hard/True ``{min_level: 3, correct_only: true}``, hard/Mixed ``{min_level: 3}``. Paper Figure 4's
+    test-case filtering keeps code prompts whose tests a strong model passes often enough:
+    ``{name: band, min_pass_rate: 0.5}``; its RL code data also drops problems with fewer than 16 tests:
+    ``{name: band, min_tests: 16}``. A record is kept when ``min_level <= difficulty <= max_level`` and
+    every other bound set holds.
 
-    ``min_pass_rate``/``max_pass_rate`` (inclusive) additionally bound ``meta["pass_rate"]``, a
-    model-annotated difficulty like the paper's; when either is set, records without a pass
-    rate are dropped, and a source where no record has one is refused (the arm would train on nothing,
-    or, as with the paper's released, already-filtered code set, on other data than its twin).
-    ``correct_only`` drops records whose ``response_correct`` is False (None = unknown is kept; a
-    source where none is known is refused). ``max_level`` None = no upper bound. ``min_tests`` drops
-    code records with fewer hidden tests (the paper's RL code data drops problems with fewer than
-    16); math records are kept. A source whose code records all fall short is refused.
+    Attributes:
+        min_level: The lowest difficulty level kept (levels start at 1, the easiest).
+        max_level: The highest difficulty level kept; None = no upper bound.
+        min_pass_rate: Lowest ``meta["pass_rate"]`` kept (inclusive), a model-annotated difficulty like the
+            paper's; when it or ``max_pass_rate`` is set, records without a pass rate are dropped, and a
+            source where no record has one is refused (the arm would train on nothing, or, as with the
+            paper's released, already-filtered code set, on other data than its twin). None = no bound.
+        max_pass_rate: Highest ``meta["pass_rate"]`` kept (inclusive); None = no bound.
+        correct_only: Drop records whose ``response_correct`` is False (None = unknown is kept; a source
+            where none is known is refused).
+        min_tests: Drop code records with fewer hidden tests (the paper's RL code data drops problems with
+            fewer than 16); math records are kept. A source whose code records all fall short is refused.
     """
 
     min_level: int = 1

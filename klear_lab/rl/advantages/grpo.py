@@ -20,6 +20,9 @@ class GRPOAdvantage:
     unbiased (G - 1) estimate and ``eps = 1e-6``, as verl ``compute_grpo_outcome_advantage``;
     a group with equal rewards gets all-zero advantages (exactly: ``centered``).
     ``min_group_size = 2``: the unbiased std of one sample is undefined.
+
+    Attributes:
+        eps: Added to the group's std before dividing, > 0 (verl: 1e-6).
     """
 
     eps: float = 1e-6

@@ -23,6 +23,10 @@ class SeqMeanTokenSumNorm:
     that is num_seqs times larger and depends on padding, a constant factor that only rescales
     the learning rate when the batch size is fixed. ``num_rows`` counts responses whose tokens are
     all masked (``rl.overlong: mask``) too, as TRL's B does, so the divisor does not shrink with them.
+
+    Attributes:
+        norm_len: The length L of the divisor, >= 1; None = ``ctx.max_len``, which RL runs set to the
+            generation budget ``rl.max_new_tokens``.
     """
 
     norm_len: int | None = None

@@ -30,6 +30,9 @@ class CISPOUpperClip:
 
     Metrics: ``clipfrac_high`` = share of r > cap; ``clipfrac_low`` is always 0.
     Checked against docs/paper.md Sec. 7 (TRL ``clamp(coef_1, max=epsilon_high).detach()``).
+
+    Attributes:
+        cap: Absolute upper bound on the importance weight r (not a distance from 1), > 0 (TRL: 5.0).
     """
 
     cap: float = 5.0

@@ -32,6 +32,11 @@ class ClipHigherClip:
 
     Checked against verl ``compute_policy_loss_vanilla`` with ``clip_ratio_low=0.2``,
     ``clip_ratio_high=0.28``.
+
+    Attributes:
+        eps_low: Lower clip distance from 1 (r >= 1 - eps_low); in (0, 1).
+        eps_high: Upper clip distance from 1 (r <= 1 + eps_high), > 0; DAPO raises it to 0.28.
+        dual_clip_c: Dual-clip constant c > 1 for A < 0; None = off.
     """
 
     eps_low: float = 0.2

@@ -43,6 +43,14 @@ class GPPOClip:
     Checked against the mask-based reference sketch in docs/paper.md Sec. 1.5 (itself matched to
     the official ``compute_gppo_loss`` / ``compute_gppo_loss_general_beta``) and the case table of
     paper Eq. 12 (r 0.5, A -1 -> F 0.8; r 1.5, A +1 -> F 1.28).
+
+    Attributes:
+        eps_low: Lower bound's distance from 1 (r < 1 - eps_low with A < 0 is clipped); in (0, 1).
+        eps_high: Upper bound's distance from 1 (r > 1 + eps_high with A > 0 is clipped), > 0.
+        beta1: Gradient scale of low-clipped tokens (paper Eq. 17), > 0; 1 = the paper's setting.
+        beta2: Gradient scale of high-clipped tokens (paper Eq. 17), > 0; 1 = the paper's setting.
+        only_high: Preserve gradients on the high side only; the low side is a hard clip (beta1 stays 1).
+        dual_clip_c: Code-only dual clip constant c > 1 for A < 0 (official scripts: 10.0); None = off.
     """
 
     eps_low: float = 0.2

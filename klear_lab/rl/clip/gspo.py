@@ -30,6 +30,10 @@ class GSPOClip:
     Metrics refer to SEQUENCES with at least one valid token: ``clipfrac_*`` = share of
     clipped sequences, ``ratio_*`` = statistics of s_i; ``approx_kl`` stays per token.
     Checked against verl ``compute_policy_loss_gspo``.
+
+    Attributes:
+        eps_low: Lower clip distance from 1 of the SEQUENCE ratio s_i; in (0, 1) (paper: 3e-4).
+        eps_high: Upper clip distance from 1 of the sequence ratio, > 0 (paper: 4e-4).
     """
 
     eps_low: float = 3e-4

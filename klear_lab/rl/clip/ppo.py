@@ -32,6 +32,11 @@ class PPOClip:
     loss ``-c A`` and zero gradient; verl's default c is 3.0, Klear-Reasoner's scripts use 10.0.
 
     Checked against verl ``compute_policy_loss_vanilla`` (``clip_ratio=0.2``, ``clip_ratio_c``).
+
+    Attributes:
+        eps: Clip distance from 1 on both sides: r is clipped to [1 - eps, 1 + eps]; in (0, 1).
+        dual_clip_c: Dual-clip constant c > 1 for A < 0 (verl's default 3.0, Klear-Reasoner's 10.0);
+            None = off.
     """
 
     eps: float = 0.2

@@ -92,6 +92,28 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
     assert "run.json: not a directory" in capsys.readouterr().err
 
 
+def test_a_metric_no_listed_run_has_is_said_with_a_did_you_mean(tmp_path, capsys):
+    """``--metric val/acx`` printed an empty column and exited 0."""
+    runs = tmp_path / "runs"
+    make_run(runs, "a", "completed", kind="sft")
+    (runs / "a" / "summary.json").write_text(json.dumps({"val/acc": 0.5, "perf/train_seconds": 3.0, "_identity": {}}))
+    make_run(runs, "b", "failed", kind="rl", error="ValueError: bad batch")
+    assert main(["runs", str(runs), "--metric", "val/acx"]) == 2
+    out, err = capsys.readouterr()
+    assert "1 failed, 1 completed" in out  # the table still prints
+    assert err.strip() == ("klear-lab: error: no listed run has the metric 'val/acx' (did you mean 'val/acc'?); "
+                           "they have under val/: val/acc")
+    assert main(["runs", str(runs), "--metric", "trian/loss", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["metric"] for line in out.splitlines()] == [None, None]  # stdout stays JSON lines
+    assert "(did you mean 'train/loss'?)" in err and "perf/train_seconds" in err and "_identity" not in err
+    assert main(["runs", str(runs), "--metric", "perf/train_seconds"]) == 0  # one run has it: no message
+    assert capsys.readouterr().err == ""
+    (runs / "b" / "csv" / "metrics.csv").write_text("step,train/loss\n0,1.5\n")
+    assert main(["runs", str(runs / "b"), "--metric", "val/acc"]) == 0  # logged by RL runs, not yet by this one
+    assert capsys.readouterr().err.strip() == "klear-lab: note: no listed run has logged 'val/acc' yet"
+
+
 def test_a_run_id_keeps_the_runs_time_hash_and_seed():
     """The id was the directory name's last 40 characters: "quickstart-sft-eval-..." became "start-sft-eval-..."."""
     from klear_lab.tracking import RUN_ID_CHARS, run_id_of

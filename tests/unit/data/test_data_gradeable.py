@@ -61,3 +61,22 @@ def test_a_file_eval_source_reads_its_path_and_an_empty_one_is_refused(tmp_path)
                   [f"data.eval_sources=[{{name: file, path: {path}}}, {{name: file, path: {empty}}}]"])
     with pytest.raises(DataError, match=r"data.eval_sources.1 \(.*empty.jsonl\): no eval records"):
         build_eval_records(cfg)
+
+
+def test_a_plain_records_row_without_tests_gets_the_records_layout_hint(tmp_path):
+    """A JSONL records-layout code row with ``"tests": []`` was told what a verl spec needs, though the file
+    has no verl spec; a verl row keeps the verl hint."""
+    from klear_lab.data.sources.file import FileSource
+
+    path = tmp_path / "code.jsonl"
+    path.write_text(json.dumps({"uid": "c1", "task": "code", "prompt": "Write f.", "answer": "", "tests": []}) + "\n")
+    records = FileSource(path=str(path)).records(0, "train")
+    with pytest.raises(DataError, match=r"'c1' of source 'code' \(code\), has no tests \(a code record needs a "
+                                        r"non-empty 'tests' list: .*\"input\".*\"stdin\"") as caught:
+        require_gradeable(records, "data.sources")
+    assert "verl" not in str(caught.value)
+    verl = tmp_path / "verl.jsonl"
+    verl.write_text(json.dumps({"data_source": "lcb", "ability": "code", "prompt": "Write f.",
+                                "reward_model": {"ground_truth": json.dumps({"functional": "assert f(1)"})}}) + "\n")
+    with pytest.raises(DataError, match="a verl spec needs 'inputs'/'outputs' stdin tests"):
+        require_gradeable(FileSource(path=str(verl)).records(0, "train"), "data.sources")
