@@ -64,9 +64,8 @@ def add_trial(study: optuna.Study, lr: float, seed: int, state: str, value: floa
                                               user_attrs=attrs))
 
 
-def interrupted_sweep(tmp: Path) -> Path:
-    """The toy sweep (3 arms x 2 seeds) Ctrl-C'd during lr=0.002 seed=0: that trial failed and its retry
-    is queued beside lr=0.002 seed=1, not started: 7 trials, 6 points, 4 complete."""
+def half_done_sweep(tmp: Path):
+    """The toy sweep (3 arms x 2 seeds) with lr=0.001 and lr=0.003 complete on both seeds: (spec, study)."""
     from klear_lab.sweep.launch import freeze_spec
     from klear_lab.sweep.storage import default_storage_url, open_study
 
@@ -77,6 +76,13 @@ def interrupted_sweep(tmp: Path) -> Path:
     for lr in (0.001, 0.003):
         for seed in (0, 1):
             add_trial(study, lr, seed, "COMPLETE", 100 * lr + seed / 1000)
+    return spec, study
+
+
+def interrupted_sweep(tmp: Path) -> Path:
+    """The toy sweep (3 arms x 2 seeds) Ctrl-C'd during lr=0.002 seed=0: that trial failed and its retry
+    is queued beside lr=0.002 seed=1, not started: 7 trials, 6 points, 4 complete."""
+    spec, study = half_done_sweep(tmp)
     add_trial(study, 0.002, 0, "FAIL")
     add_trial(study, 0.002, 1, "WAITING")
     add_trial(study, 0.002, 0, "WAITING")
@@ -137,17 +143,9 @@ def refusing_sweep(tmp: Path, seed1: list[str]) -> tuple[Path, optuna.Study]:
     """The toy sweep (3 arms x 2 seeds), lr=0.001 and lr=0.003 complete; lr=0.002 seed=0 failed on its config
     as a trial's run marks it (``CONFIG_ERROR_ATTR``, the error), and seed=1's trials in the states ``seed1``
     (``FAIL-config``: failed on its config too)."""
-    from klear_lab.sweep.launch import freeze_spec
-    from klear_lab.sweep.storage import default_storage_url, open_study
     from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
 
-    spec = load_spec(write_spec(tmp, seeds=(0, 1)))
-    url = default_storage_url(spec)
-    freeze_spec(spec, url)
-    study = open_study(spec, url, create=True, heartbeat=False)
-    for lr in (0.001, 0.003):
-        for seed in (0, 1):
-            add_trial(study, lr, seed, "COMPLETE", 100 * lr + seed / 1000)
+    spec, study = half_done_sweep(tmp)
     refused = {"error": f"{REFUSED}\n(the rest of its message)", CONFIG_ERROR_ATTR: True}
     add_trial(study, 0.002, 0, "FAIL", **refused)
     for state in seed1:
