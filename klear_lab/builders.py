@@ -178,9 +178,13 @@ def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
     return records
 
 
+EVAL_GRADERS = (("math", "reward"), ("code", "code_reward"))
+"""(``Record.task``, key under ``eval``) of each held-out verifier: a record is graded by its task's."""
+
+
 def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:
     """Verifier per task family: ``math`` and ``code``."""
-    return {"math": build(REWARD, cfg["eval"]["reward"]), "code": build(REWARD, cfg["eval"]["code_reward"])}
+    return {task: build(REWARD, cfg["eval"][key]) for task, key in EVAL_GRADERS}
 
 
 def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:

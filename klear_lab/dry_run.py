@@ -4,7 +4,8 @@ No weights are allocated and no data is read or downloaded, so a paper-scale con
 32K context, 8 GPUs) is checked on a laptop. Data sizes come from the config: embedded sources
 declare ``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that says NOT
 SUPPORTED is a config problem (the run would stop with a ConfigError): the command exits 2 after the
-plan; NOT AVAILABLE HERE (a package or device this machine lacks) leaves it at 0.
+plan; NOT AVAILABLE HERE (a package, device, data file or sandbox this machine lacks: a ``code`` reward the run
+would call without bubblewrap) leaves it at 0.
 """
 
 from __future__ import annotations
@@ -99,11 +100,13 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     devices = device_count(t)
     from klear_lab.build_model import unavailable_model
     from klear_lab.builders import unavailable_data
+    from klear_lab.reward_checks import unavailable_rewards
 
     missing = cfg["model"]["name_or_path"] and unavailable_model(cfg["model"]["name_or_path"])
     rows = [("model", model_name(cfg) + (f" ({NOT_HERE}: {missing})" if missing else "")),
             ("parameters", f"{params / 1e6:,.1f} M"),
-            *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg))]
+            *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg)),
+            *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_rewards(cfg, read=False))]
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"

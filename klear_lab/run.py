@@ -143,7 +143,9 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
     if resume is not None:
         warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
     from klear_lab.builders import data_file_stats
+    from klear_lab.reward_checks import check_rewards_available
 
+    check_rewards_available(cfg)  # no sandbox for a reward it calls: before any data, model or parent run is built
     # before reading: a file edited meanwhile reads as changed later, not as the same (a resume keeps its first)
     files = data_file_stats(cfg) if resume is None else None
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet

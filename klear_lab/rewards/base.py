@@ -36,7 +36,13 @@ class RewardOutput:
 
 
 class RewardFn(Protocol):
-    """A reward: completions and their records in, one ``RewardOutput`` per completion out."""
+    """A reward: completions and their records in, one ``RewardOutput`` per completion out.
+
+    A reward that needs something of the machine (``code``: bubblewrap) may also define ``unavailable() ->
+    str | None``: why it cannot run here, with how to get what is missing, or None. A run that would call it
+    then refuses to start (exit 2, no run directory), ``--dry-run`` marks it NOT AVAILABLE HERE and a sweep
+    refuses to start (``reward_checks.unavailable_rewards``).
+    """
 
     def __call__(self, completions: list[str], records: list[Record]) -> list[RewardOutput]:
         """Return one output per completion; ``records[i]`` holds the reference of ``completions[i]``."""

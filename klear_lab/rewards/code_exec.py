@@ -16,7 +16,7 @@ from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
 from klear_lab.rewards.function_tests import TestRun, run_function_tests
 from klear_lab.rewards.harness import total_limit_s
-from klear_lab.rewards.sandbox import require_bwrap
+from klear_lab.rewards.sandbox import require_bwrap, sandbox_unavailable
 from klear_lab.rewards.stdio_tests import run_stdio_tests
 
 MODES = ("soft", "hard", "affine")
@@ -117,6 +117,12 @@ class CodeExecReward:
             raise ValueError(f"total_timeout_s must be > 0 or None, got {self.total_timeout_s}")
         if not self.func_name.isidentifier():
             raise ValueError(f"func_name must be a Python identifier, got {self.func_name!r}")
+
+    def unavailable(self) -> str | None:
+        """Why this reward cannot run on this machine (no ``bwrap``, or host root without CAP_SYS_ADMIN: it runs
+        model-written code in the sandbox, with no unisolated fallback), or None. A run that would call it
+        refuses to start (``reward_checks.unavailable_rewards``) instead of failing at its first score."""
+        return sandbox_unavailable()
 
     def __call__(self, completions: list[str], records: list[Record]) -> list[RewardOutput]:
         """Score each completion against its record's hidden tests (``record.tests``)."""

@@ -132,15 +132,37 @@ class SandboxResult:
     ready_s: float | None = None  # when the sandbox was up and had the whole program (``idle_s``'s clock starts)
 
 
+MISSING_BWRAP = ("bubblewrap (bwrap) is required to run untrusted code and was not found on PATH; "
+                 f"install it with `{INSTALL_HINT}` (scripts/bootstrap.sh does). Refusing to run unisolated.")
+
+
+def find_bwrap() -> str | None:
+    """Path of ``bwrap`` on ``PATH`` (then ``/usr/bin``, ``/bin``), or None: the one lookup every sandbox makes."""
+    return shutil.which("bwrap", path=_search_path())
+
+
 def require_bwrap() -> str:
     """Path of ``bwrap``; RuntimeError (with the install command) if it is missing."""
-    path = shutil.which("bwrap", path=_search_path())
+    path = find_bwrap()
     if path is None:
-        raise RuntimeError(
-            "bubblewrap (bwrap) is required to run untrusted code and was not found on PATH; "
-            f"install it with `{INSTALL_HINT}` (scripts/bootstrap.sh does). Refusing to run unisolated."
-        )
+        raise RuntimeError(MISSING_BWRAP)
     return path
+
+
+def sandbox_unavailable() -> str | None:
+    """Why no sandbox can run on this machine, as :func:`run_python` would refuse at its first call: ``bwrap`` is
+    not found (:func:`require_bwrap`'s lookup), or this process is host root without CAP_SYS_ADMIN
+    (``current_isolation``); None when neither. Cheap (a path lookup, three ``/proc`` reads): nothing is started,
+    so a ``bwrap`` that is found but cannot make namespaces here still fails only at the first call."""
+    if find_bwrap() is None:
+        return MISSING_BWRAP
+    try:
+        current_isolation()
+    except RuntimeError as exc:
+        return str(exc)
+    except OSError as exc:  # no /proc/self/uid_map (a kernel without user namespaces): the first call fails so too
+        return f"cannot tell how to isolate the sandbox on this machine: {exc}"
+    return None
 
 
 def _search_path() -> str:

@@ -232,17 +232,35 @@ def unavailable_trial_data(spec: SweepSpec, arms: list[Arm]) -> list[str]:
     arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
     from klear_lab.builders import unavailable_data
 
-    data_axes = [axis for axis in spec.axes if axis.key.startswith("data")]
-    if not data_axes:
+    found = [f"{key}={why}" for cfg in _configs_varied_by(spec, arms, ("data",))
+             for key, why in unavailable_data(cfg)]
+    return sorted(set(found), key=found.index)
+
+
+def unavailable_trial_rewards(spec: SweepSpec, arms: list[Arm]) -> list[str]:
+    """``key what: why`` for the rewards trials would call and this machine cannot run
+    (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap), as :func:`unavailable_trial_data`
+    (each arm's where an axis sets what decides them: the rewards, the eval data, the run kind)."""
+    from klear_lab.reward_checks import unavailable_rewards
+
+    found = [f"{key} {why}" for cfg in _configs_varied_by(spec, arms, ("rl.reward", "eval", "data", "run.kind"))
+             for key, why in unavailable_rewards(cfg)]
+    return sorted(set(found), key=found.index)
+
+
+def _configs_varied_by(spec: SweepSpec, arms: list[Arm], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The base experiment's config, or where an axis sets keys under ``prefixes``, each arm's (``tpe``/
+    ``random``: each value of such an axis, the others at their first)."""
+    axes = [axis for axis in spec.axes if axis.key.startswith(prefixes)]
+    if not axes:
         points: list[dict[str, Any]] = [{}]
     elif arms:
         points = [arm.params for arm in arms[:MAX_COMPOSED_ARMS]]
     else:
         first = {a.key: _probe_values(a)[0] for a in spec.axes}
-        points = [{**first, axis.key: value} for axis in data_axes for value in _probe_values(axis)]
-    found = [f"{key}={why}" for values in points for key, why in unavailable_data(
-        spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")] if values else []))]
-    return sorted(set(found), key=found.index)
+        points = [{**first, axis.key: value} for axis in axes for value in _probe_values(axis)]
+    return [spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")] if values else [])
+            for values in points]
 
 
 def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:

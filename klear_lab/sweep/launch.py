@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
-from klear_lab.sweep.checks import check_spec, check_trial_data, unavailable_trial_data
+from klear_lab.sweep.checks import check_spec, check_trial_data, unavailable_trial_data, unavailable_trial_rewards
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
@@ -67,9 +67,11 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
 
         log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')}")
         return 0
-    missing = unavailable_trial_data(spec, arms)
+    missing, lacking = unavailable_trial_data(spec, arms), unavailable_trial_rewards(spec, arms)
     if missing and not validate_only:
         raise ConfigError(f"{spec.path}: the trials would read data this machine cannot: {'; '.join(missing)}")
+    if lacking and not validate_only:
+        raise ConfigError(f"{spec.path}: the trials would call rewards this machine cannot run: {'; '.join(lacking)}")
     check_trial_data(spec, arms)  # a bad row fails here, not in every trial reading it
     if validate_only:
         existing = _existing_study(spec, url, log)
@@ -79,6 +81,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
         if missing:
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
+        if lacking:
+            log(f"note: rewards this machine cannot run, so trials here would fail: {'; '.join(lacking)}")
         if existing is not None:
             log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
                 "complete): running this spec continues it")

@@ -112,7 +112,7 @@ def test_the_other_directory_warning_comes_before_the_data_is_read(tmp_path, cap
         raise ConfigError("data.sources.0.path: no such file under the working directory")
 
     with pytest.raises(ConfigError, match="no such file"):
-        _run({}, prepare, None, run_dir)
+        _run(compose(None), prepare, None, run_dir)
     assert f"the run started in {tmp_path / 'proj'}" in capsys.readouterr().err
 
 
