@@ -210,10 +210,22 @@ def data_file_stats(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
         found = Path(path).expanduser() if path else None
         if found is None or not found.exists():
             return None
-        for file in sorted(f for f in found.rglob("*") if f.is_file()) if found.is_dir() else [found]:
+        files = _files_under(found) if found.is_dir() else [found]
+        if files is None:
+            return None
+        for file in files:
             stat = file.stat()
             out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns]
     return out or None
+
+
+def _files_under(directory: Path) -> list[Path] | None:
+    """Every file under ``directory``, through symlinked folders as a dataset loader follows them (None when a
+    folder cannot be listed: then its files cannot be known unchanged)."""
+    failed: list[OSError] = []
+    found = [Path(root) / name for root, _, names in os.walk(directory, onerror=failed.append, followlinks=True)
+             for name in names]
+    return None if failed else sorted(f for f in found if f.is_file())
 
 
 def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[str]:

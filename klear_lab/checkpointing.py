@@ -110,7 +110,7 @@ class ResumeCheckpoint(L.Callback):
         self._previous_handler: Any = None
         self._written_at = -1  # the step of the last checkpoint written
         self._unpublished = False  # written beside last.ckpt, renamed over it once its step's row is logged
-        self._written_batch = 0  # batches processed when it was written
+        self._written_log_step = 0  # Lightning's logging step when it was written
         self._restored: dict[str, Any] | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -152,14 +152,17 @@ class ResumeCheckpoint(L.Callback):
         grace period saves the steps since the last one. A checkpoint written at the failing batch's end is
         put in place only if Lightning logged that step before the exception (else the one before stays)."""
         self._release_sigterm()
-        if (isinstance(exception, SIGTERMException) and self.every > 0 and self._stepped
-                and self._written_at != self._seen and trainer.state.fn == TrainerFn.FITTING):
+        wrote = (isinstance(exception, SIGTERMException) and self.every > 0 and self._stepped
+                 and self._written_at != self._seen and trainer.state.fn == TrainerFn.FITTING)
+        if wrote:  # Lightning raises it after the step's row and its end (on_advance_end)
             self._write(trainer)
-        if self._unpublished and not self._row_logged(trainer):  # raised before Lightning logged its step:
+        elif self._unpublished and not self._row_logged(trainer):  # raised before Lightning logged its step:
             self._unpublished = False  # resumed from it, the run would never log that step's row
             if trainer.is_global_zero:
                 pending_path(checkpoint_path(self.dirpath.parent)).unlink(missing_ok=True)
         self._publish(trainer)
+        if wrote:  # every rank waits for the rename: a rank that exits first may have rank 0 killed before it
+            trainer.strategy.barrier("klear_checkpoint_renamed")
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A SIGTERM still pending here came at the last steps: training is done, and the run goes on to save."""
@@ -223,12 +226,13 @@ class ResumeCheckpoint(L.Callback):
             return
         self._due, self._written_at = False, self._seen
         save_beside(trainer, checkpoint_path(self.dirpath.parent))
-        self._unpublished, self._written_batch = True, batches_trained(trainer)
+        self._unpublished, self._written_log_step = True, trainer.fit_loop.epoch_loop._batches_that_stepped
 
     def _row_logged(self, trainer: L.Trainer) -> bool:
-        """Lightning has logged the step of the checkpoint written last: it counts a batch completed
-        right before it logs the batch's metrics, after every callback's ``on_train_batch_end``."""
-        return trainer.fit_loop.epoch_loop.batch_progress.total.completed >= self._written_batch
+        """Lightning has logged the step of the checkpoint written last (at its end): it counts the logging
+        step on (``_batches_that_stepped``, the checkpoint's resume point) only after it wrote the step's row.
+        Its count of completed batches moves before the row is written, so it cannot tell."""
+        return trainer.fit_loop.epoch_loop._batches_that_stepped > self._written_log_step
 
     def _publish(self, trainer: L.Trainer) -> None:
         """Rename the checkpoint written last over ``last.ckpt`` (rank 0): called where Lightning has logged
@@ -260,6 +264,8 @@ class ResumeCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._catch_sigterm(trainer)
+        if trainer.is_global_zero:  # a checkpoint a kill left unpublished: its step's row was never logged
+            pending_path(checkpoint_path(self.dirpath.parent)).unlink(missing_ok=True)
         self._seen = self.counter(trainer)  # a fresh run's first micro-batch ends no step; a restored step is written
         if self._restored is not None:  # after the loader has been set up, before the next step
             torch.set_rng_state(self._restored["torch_rng"])

@@ -13,8 +13,9 @@ import warnings
 from typing import Any
 
 from klear_lab.builders import EVAL_GRADERS, build, source_nodes, source_path
-from klear_lab.errors import ConfigError, KlearError
+from klear_lab.errors import ConfigError
 from klear_lab.registry import REWARD, SOURCE
+from klear_lab.rl.rollout.base import preserve_rng
 
 
 def reward_unavailable(node: dict[str, Any]) -> str | None:
@@ -43,11 +44,11 @@ def eval_tasks(cfg: dict[str, Any], read: bool = True) -> tuple[set[str], list[s
         if missing or (source_path(node, split) is not None and not read):
             unknown.append(f"data.{section}.{i}")
             continue
-        try:
-            with warnings.catch_warnings():  # a repeated uid, say: the run's own read warns of it
+        try:  # the global RNGs as they were: an eval run reads its data unseeded, after this
+            with warnings.catch_warnings(), preserve_rng():  # a repeated uid, say: the run's own read warns
                 warnings.simplefilter("ignore")
                 tasks.update(r.task for r in source.records(cfg["data"]["world_seed"], split))
-        except (KlearError, ValueError):  # a bad row: the data checks and the run's own build say so
+        except Exception:  # noqa: BLE001 - a bad row, an unreadable file: the data checks and the run say so
             unknown.append(f"data.{section}.{i}")
     return tasks, unknown
 

@@ -159,7 +159,10 @@ def missing_metric(rows: list[RunRow], metric: str) -> tuple[str, bool] | None:
     have = sorted(set().union(*(metric_names(Path(r.run_dir)) for r in rows)))
     if metric in have:  # a column without a value yet
         return None
-    if _is_logged(metric, {r.kind for r in rows}):
+    logged = _is_logged(metric, {r.kind for r in rows})
+    if logged is None:  # runs of no kind known here (unreadable records): nothing to tell a typo by
+        return f"no listed run has the metric {metric!r}", False
+    if logged:
         return f"no listed run has logged {metric!r} yet", False
     hint = difflib.get_close_matches(metric, have, n=1)
     did = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -180,14 +183,15 @@ def metric_names(run_dir: Path) -> set[str]:
     return names
 
 
-def _is_logged(metric: str, kinds: set[str]) -> bool:
-    """Whether ``metric`` is a name runs of one of ``kinds`` log (False where the sweep subsystem that lists
-    them is not installed)."""
+def _is_logged(metric: str, kinds: set[str]) -> bool | None:
+    """Whether ``metric`` is a name runs of one of ``kinds`` log; None when none of ``kinds`` is a run kind
+    (unreadable records) or the sweep subsystem that lists the names is not installed."""
     try:
         from klear_lab.sweep.metrics import KINDS, is_logged
     except ImportError:
-        return False
-    return any(is_logged(metric, kind) for kind in kinds & set(KINDS))
+        return None
+    known = kinds & set(KINDS)
+    return any(is_logged(metric, kind) for kind in known) if known else None
 
 
 def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:

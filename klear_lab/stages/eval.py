@@ -126,25 +126,27 @@ def unscorable(path: Path) -> str | None:
         return (f"{status}: status is {state!r}{f' ({error})' if error else ''}: only a completed run has a "
                 f"final model to score{how}")
     if not (path / "model" / "config.json").is_file():
-        scored = _scored_model(path)
-        if scored is not None:  # an eval run keeps no model: it scored another run's
-            return (f"{path}: an eval run, with no model of its own: it scored {scored}; score that again with "
-                    f"`klear-lab eval {scored}`")
+        saved = _saved_run(path)
+        if saved.get("kind") == "eval":  # an eval run keeps no model: it scored another run's, or a hub model
+            scored = saved.get("model")
+            a_run = scored and (Path(scored) / "run.json").is_file()
+            again = (f"score that again with `klear-lab eval {scored}`" if a_run
+                     else "score it again with the experiment file that names it (`klear-lab eval EXPERIMENT.yaml`)")
+            return f"{path}: an eval run, with no model of its own: it scored {scored or 'a model'}; {again}"
         return f"{path}: the run completed but its final model (model/) is missing"
     return None
 
 
-def _scored_model(path: Path) -> str | None:
-    """The model an eval run in ``path`` scored (its saved ``model.name_or_path``), or None for other runs."""
+def _saved_run(path: Path) -> dict[str, str | None]:
+    """``kind`` and ``model`` (``run.kind``, ``model.name_or_path``) of the saved config in ``path`` ({} when
+    unreadable)."""
     import yaml
 
     try:
         saved = yaml.safe_load((path / "config.yaml").read_text()) or {}
-        if saved.get("run", {}).get("kind") == "eval":
-            return saved.get("model", {}).get("name_or_path")
+        return {"kind": saved.get("run", {}).get("kind"), "model": saved.get("model", {}).get("name_or_path")}
     except (OSError, yaml.YAMLError, AttributeError):
-        pass
-    return None
+        return {}
 
 
 def _resumable(path: Path) -> bool:

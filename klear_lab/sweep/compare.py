@@ -218,13 +218,14 @@ FEW_SEEDS = 10  # below this many seeds an arm's percentile-bootstrap interval c
 
 
 def one_batch_note(objective: str, metrics: list[str]) -> str:
-    """Under a table that shows training metrics of one step's batch: each seed's value is its last step's."""
+    """Under a table that shows training metrics of one step's batch: each seed's value is its last logged one
+    (its last step's; an update's metrics, the last step that updated)."""
     from klear_lab.sweep.metrics import one_batch
 
     shown = [m for m in table_metrics(objective, metrics) if one_batch(m)]
     if not shown:
         return ""
-    return (f"{', '.join(shown)}: each seed's last training step (one batch), not a mean over the run; "
+    return (f"{', '.join(shown)}: each seed's last logged value, from one training batch, not a mean over the run; "
             "the curves PNG draws them over the run.")
 
 

@@ -82,12 +82,30 @@ class CrashAtStep(L.Callback):
             raise RuntimeError("simulated crash")
 
 
-def test_a_crash_between_a_checkpoint_and_its_row_resumes_from_the_one_before(tmp_path):
+def _failing_row(monkeypatch, step: int) -> None:
+    """Make the CSV logger raise on the row of ``step`` (Lightning's 0-based logging index): a full disk, say,
+    after Lightning counted the batch completed and before the row was written."""
+    from klear_lab.csv_log import KeepingCSVLogger
+
+    log = KeepingCSVLogger.log_metrics
+
+    def failing(self, metrics, step=None, _at=step):  # Lightning passes both by keyword
+        if step == _at and "train/loss" in metrics:
+            raise RuntimeError("simulated crash")
+        return log(self, metrics=metrics, step=step)
+
+    monkeypatch.setattr(KeepingCSVLogger, "log_metrics", failing)
+
+
+@pytest.mark.parametrize("where", ["callback", "logger"])
+def test_a_crash_between_a_checkpoint_and_its_row_resumes_from_the_one_before(tmp_path, monkeypatch, where):
     cfg = compose(SFT, [f"run.out_dir={tmp_path / 'whole'}", *SFT_OVERRIDES])
     whole = run_experiment(cfg)
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="simulated crash"):
+        if where == "logger":
+            _failing_row(patch, 3)  # step 4's row
         run_experiment(compose(SFT, [f"run.out_dir={tmp_path / 'crashed'}", *SFT_OVERRIDES]),
-                       callbacks=[CrashAtStep(4)])
+                       callbacks=[CrashAtStep(4)] if where == "callback" else [])
     (run_dir,) = (tmp_path / "crashed").iterdir()
     assert checkpoint_log_step(checkpoint_path(run_dir)) == 1  # step 2's (logged at index 1), not step 4's
     assert not list((run_dir / "checkpoints").glob(".*.tmp"))

@@ -102,10 +102,11 @@ def test_eval_run_is_labelled_and_written_beside_the_run_it_scores(trained, tmp_
     assert [p.name for p in moved.parent.iterdir()] == [moved.name]  # a dry run writes nothing
 
 
-def _run_dir(tmp: Path, status: str | None, model: bool = True, error: str | None = None, kind: str = "sft") -> Path:
+def _run_dir(tmp: Path, status: str | None, model: bool = True, error: str | None = None, kind: str = "sft",
+             scored: Path | str = "/runs/sft-1") -> Path:
     run = tmp / "run"
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(f"run: {{name: x, kind: {kind}}}\nmodel: {{name_or_path: /runs/sft-1}}\n")
+    (run / "config.yaml").write_text(f"run: {{name: x, kind: {kind}}}\nmodel: {{name_or_path: {scored}}}\n")
     if model:
         (run / "model").mkdir()
         (run / "model" / "config.json").write_text("{}")
@@ -119,9 +120,12 @@ def _run_dir(tmp: Path, status: str | None, model: bool = True, error: str | Non
     (lambda tmp: _run_dir(tmp, "completed", model=False), "the run completed but its final model"),
     (lambda tmp: _run_dir(tmp, None), "not a run directory"),
     # an eval run keeps no model: it said "the run completed but its final model (model/) is missing"
-    (lambda tmp: _run_dir(tmp, "completed", model=False, kind="eval"),
-     r"an eval run, with no model of its own: it scored /runs/sft-1; score that again with "
-     r"`klear-lab eval /runs/sft-1`"),
+    (lambda tmp: _run_dir(tmp, "completed", model=False, kind="eval"),  # /runs/sft-1 is no run directory here
+     r"an eval run, with no model of its own: it scored /runs/sft-1; score it again with the experiment file "
+     r"that names it"),
+    (lambda tmp: _run_dir(tmp, "completed", model=False, kind="eval", scored=_run_dir(tmp / "sft", "completed")),
+     r"an eval run, with no model of its own: it scored \S*/sft/run; score that again with `klear-lab eval "
+     r"\S*/sft/run`"),
     (lambda tmp: _run_dir(tmp, "failed"), r"run.json: status is 'failed': only a completed run"),
     # a stopped run lacks model/ too: it said "not a run directory with a final model" (a new-user walkthrough)
     (lambda tmp: _run_dir(tmp, "failed", model=False, error="interrupted (Ctrl-C)"),

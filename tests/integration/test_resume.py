@@ -238,10 +238,11 @@ def test_a_killed_cli_run_resumes_from_the_command_line(tmp_path, capsys):
 def test_a_killed_two_rank_rl_run_resumes_on_two_ranks(tmp_path, klear_cli):
     """Under DDP, rank 1 (Lightning runs ``klear-lab resume RUN_DIR`` again for it) loads the same checkpoint.
 
-    The kill waits for a row past the first checkpoint's step and lands well before the next checkpoint: a
-    kill in the milliseconds between a checkpoint and its step's CSV row loses that row (a known race; the
-    checkpoint is written in ``on_train_batch_end``, before Lightning logs the step), which is not what this
-    test is about. With ``checkpoint_every=2`` and a kill 0.5 s after the first one it failed so in CI."""
+    The kill waits for a row past the first checkpoint's step and lands well before the next checkpoint. A
+    kill between a checkpoint and its step's CSV row lost that row (the checkpoint was put in place in
+    ``on_train_batch_end``, before Lightning logs the step; with ``checkpoint_every=2`` and a kill 0.5 s after
+    the first one this test failed so in CI); it is now renamed into place after the row
+    (``test_checkpoint_rows.py``)."""
     out = tmp_path / "runs"
     run_dir = kill_after_first_checkpoint(
         ["train", RL, f"run.out_dir={out}", "model.init_from=null", "model.tiny.size=2m", "rl.steps=10",
@@ -384,6 +385,34 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys, evals):
     assert [s for s, _ in rows(run_dir, "train/loss")] == list(range(40))  # each step once, and the same steps:
     resumed, reference = ([v for _, v in rows(d, "train/loss")] for d in (run_dir, whole.run_dir))
     assert resumed == pytest.approx(reference, rel=1e-5)
+
+
+def test_sigterm_on_two_ranks_checkpoints_the_last_step_and_resumes(tmp_path, klear_cli):
+    """Under DDP Lightning's handler takes the SIGTERM (rank 0 hands it to rank 1); every rank writes the
+    checkpoint on Lightning's exception and waits until rank 0 has renamed it into place."""
+    out = tmp_path / "runs"
+    args = ["train", SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=400", "sft.max_steps=30",
+            "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8",
+            "trainer.checkpoint_every=1000", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu",
+            "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
+    proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while len(list(out.glob("*/csv/metrics.csv"))) == 0 or len(
+            [r for r in csv_rows(next(out.glob("*/csv/metrics.csv"))) if r.get("train/loss")]) < 4:
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # rank 0, as a scheduler's first signal reaches the job's main process
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 143, err.decode()[-3000:]
+    (run_dir,) = out.iterdir()
+    logged = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
+    assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") >= logged[-1] >= 3  # at the last step
+    assert not list((run_dir / "checkpoints").glob(".*.tmp"))
+    done = klear_cli("resume", str(run_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [s for s, _ in rows(run_dir, "train/loss")] == list(range(30))  # each step once
 
 
 def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(tmp_path, tiny_sft_overrides):

@@ -262,10 +262,11 @@ def _task_of(r: _Row, row_source: str) -> str:
     return "code" if has_tests or "code" in row_source.lower() else "math"
 
 
-def _answer(r: _Row, kind: str) -> str:
-    """A row's reference answer; a math row's must not be blank (a code row is graded by its tests)."""
+def _answer(r: _Row, kind: str, response: str | None = None) -> str:
+    """A row's reference answer; a math row without a ``response`` is only graded, so its answer must not be
+    blank (a code row is graded by its tests; an SFT row with a response trains without one)."""
     answer = str(r.get("answer", (str, int, float)))
-    if kind != "code" and not answer.strip():  # else refused later by uid only, without the file and row
+    if kind != "code" and not answer.strip() and not response:  # else refused later by uid only
         raise r.fail("answer", "empty (a gradeable record needs its reference answer)")
     return answer
 
@@ -334,6 +335,7 @@ def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
             raise r.fail(f"tests.{k}", "a test is {\"input\": [arguments], \"output\": value} (a function "
                          "call) or {\"stdin\": text, \"stdout\": text} (a whole program), got "
                          f"{json.dumps(t)[:80]}")
-    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind), "tests": tuple(tests),
-            "response": r.get("response", (str,), None), "meta": dict(r.get("meta", (dict,), {})),
+    response = r.get("response", (str,), None)
+    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind, response), "tests": tuple(tests),
+            "response": response, "meta": dict(r.get("meta", (dict,), {})),
             "response_correct": r.get("response_correct", (bool,), None)}

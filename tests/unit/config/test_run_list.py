@@ -112,6 +112,10 @@ def test_a_metric_no_listed_run_has_is_said_with_a_did_you_mean(tmp_path, capsys
     (runs / "b" / "csv" / "metrics.csv").write_text("step,train/loss\n0,1.5\n")
     assert main(["runs", str(runs / "b"), "--metric", "val/acc"]) == 0  # logged by RL runs, not yet by this one
     assert capsys.readouterr().err.strip() == "klear-lab: note: no listed run has logged 'val/acc' yet"
+    odd = make_run(tmp_path / "odd", "c", "failed", kind="?")  # no run kind known: a plain listing stays exit 0
+    (odd / "csv" / "metrics.csv").write_text("step,train/loss\n0,1.5\n")
+    assert main(["runs", str(odd.parent)]) == 0
+    assert capsys.readouterr().err.strip() == "klear-lab: note: no listed run has the metric 'val/acc'"
 
 
 def test_a_run_id_keeps_the_runs_time_hash_and_seed():

@@ -262,12 +262,16 @@ def test_a_whitespace_only_answer_names_file_row_and_field(tmp_path, rows, fmt, 
 
 
 def test_rows_that_need_no_answer_may_have_an_empty_one(tmp_path):
-    """SFT messages (the answer is optional) and code records (graded by their tests) load with none."""
+    """SFT rows (messages, or records with a response: the answer is optional) and code records (graded by
+    their tests) load with none."""
     path = _jsonl(tmp_path / "sft.jsonl", [{**MESSAGES[0], "answer": ""}])
     assert FileSource(path=str(path)).records(0, "train")[0].answer == ""
     code = {"prompt": "Write f.", "answer": " ", "task": "code", "tests": [{"input": [1], "output": 2}]}
     path = _jsonl(tmp_path / "code.jsonl", [code])
     assert FileSource(path=str(path)).records(0, "train")[0].tests == ({"input": [1], "output": 2},)
+    sft = {"prompt": "What is 2+2?", "response": "<think>2+2=4</think> \\boxed{4}", "answer": ""}
+    path = _jsonl(tmp_path / "records_sft.jsonl", [sft])  # an SFT row trains on its response (a review)
+    assert FileSource(path=str(path)).records(0, "train")[0].response == sft["response"]
 
 
 @pytest.mark.parametrize(("field", "value"), [("format", "csv"), ("task", "chem"), ("limit", 0),

@@ -33,6 +33,11 @@ def test_a_dataset_directory_is_known_by_its_files(tmp_path):
     (directory / "notes.txt").write_text("a file added")
     assert set(data_file_stats(_cfg(tmp_path, str(directory)))) - set(stats) == {str(directory / "notes.txt")}
     datasets.Dataset.from_list(ROWS[:3]).save_to_disk(str(tmp_path / "other"))
+    linked = tmp_path / "split"  # a split folder linked in, as load_from_disk follows it
+    linked.mkdir()
+    (linked / "part.arrow").write_bytes(b"x")
+    (directory / "test").symlink_to(linked)
+    assert str((linked / "part.arrow").resolve()) in data_file_stats(_cfg(tmp_path, str(directory)))
     shard = next(directory.glob("*.arrow"))
     shard.write_bytes(next((tmp_path / "other").glob("*.arrow")).read_bytes())
     assert data_file_stats(_cfg(tmp_path, str(directory)))[str(shard.resolve())] != stats[str(shard.resolve())]

@@ -141,7 +141,7 @@ def test_write_comparison_outputs(tmp_path):
                           tmp_path / "cmp", console)
     md = (tmp_path / "cmp" / "table.md").read_text()
     assert md.count("\n") == 11  # 5 table lines, then three notes after a blank line each
-    assert "train/loss: each seed's last training step (one batch)" in md
+    assert "train/loss: each seed's last logged value, from one training batch" in md
     # seed 9 failed (ppo), was pruned (cispo) and never ran (gppo): no arm has every seed
     assert "arm gppo starred on 2 of 3 seeds: no arm has a finite val/acc on every seed (1 seed not finished)" in md
     assert pd.read_csv(tmp_path / "cmp" / "table.csv")["arm"].tolist() == ["ppo", "gppo", "cispo"]
@@ -323,8 +323,8 @@ def test_training_metrics_of_one_batch_are_noted_under_the_table():
                for arm in ("a", "b") for s in range(2)]
     metrics = ["val/gain", "reward/acc", "rl/kept_group_frac", "rl/rollout_steps"]
     md = to_markdown(summarize(records, "val/acc", metrics, "maximize", "a", ["a", "b"]), "val/acc", metrics, "a")
-    assert ("reward/acc, rl/kept_group_frac: each seed's last training step (one batch), not a mean over the run; "
-            "the curves PNG draws them over the run.") in md
+    assert ("reward/acc, rl/kept_group_frac: each seed's last logged value, from one training batch, not a mean "
+            "over the run; the curves PNG draws them over the run.") in md
     plain = to_markdown(summarize(records, "val/acc", ["val/gain"], "maximize", "a", ["a", "b"]), "val/acc",
                         ["val/gain"], "a")
     assert "one batch" not in plain
