@@ -108,6 +108,7 @@ class ResumeCheckpoint(L.Callback):
         self._pending = False  # a SIGTERM came, Lightning not yet told (one process: see _catch_sigterm)
         self._deferred_over_end = False  # it waited past an epoch's end for a step it can be resumed from
         self._previous_handler: Any = None
+        self._noting = False  # SIGTERM is noted by this callback's handler (see _catch_sigterm)
         self._written_at = -1  # the step of the last checkpoint written
         self._unpublished = False  # written beside last.ckpt, renamed over it once its step's row is logged
         self._written_log_step = 0  # Lightning's logging step when it was written
@@ -120,7 +121,7 @@ class ResumeCheckpoint(L.Callback):
         if not self._stepped:  # mid gradient accumulation: no new optimizer step
             return
         self._seen = step
-        if self._pending and self._stop_on_sigterm(trainer):
+        if self._sigterm_agreed(trainer) and self._stop_on_sigterm(trainer):
             return  # written now, not after an evaluation due here (minutes at scale: past a grace period)
         self._due |= self.every > 0 and step > 0 and step % self.every == 0
         if self._due and not self._evaluation_follows(trainer):
@@ -140,7 +141,7 @@ class ResumeCheckpoint(L.Callback):
         """
         if trainer.state.fn != TrainerFn.FITTING:
             return
-        if self._pending and self._stop_on_sigterm(trainer):
+        if self._sigterm_agreed(trainer) and self._stop_on_sigterm(trainer):
             return
         if self._due:
             self._write(trainer)
@@ -151,7 +152,7 @@ class ResumeCheckpoint(L.Callback):
         checkpoint there when it can be resumed from (a step's end, not an epoch's last batch), so the
         grace period saves the steps since the last one. A checkpoint written at the failing batch's end is
         put in place only if Lightning logged that step before the exception (else the one before stays)."""
-        self._release_sigterm()
+        self._release_sigterm(trainer)
         wrote = (isinstance(exception, SIGTERMException) and self.every > 0 and self._stepped
                  and self._written_at != self._seen and trainer.state.fn == TrainerFn.FITTING)
         if wrote:  # Lightning raises it after the step's row and its end (on_advance_end)
@@ -161,38 +162,55 @@ class ResumeCheckpoint(L.Callback):
             if trainer.is_global_zero:
                 pending_path(checkpoint_path(self.dirpath.parent)).unlink(missing_ok=True)
         self._publish(trainer)
-        if wrote:  # every rank waits for the rename: a rank that exits first may have rank 0 killed before it
-            trainer.strategy.barrier("klear_checkpoint_renamed")
+        if isinstance(exception, SIGTERMException) and self._noting and trainer.world_size > 1:
+            # every rank stops here (see _catch_sigterm) and waits for the rename: a rank that exits first
+            trainer.strategy.barrier("klear_checkpoint_renamed")  # may have rank 0 killed before it
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A SIGTERM still pending here came at the last steps: training is done, and the run goes on to save."""
-        self._release_sigterm()
+        self._release_sigterm(trainer)
         self._publish(trainer)
-        if self._pending:
+        if self._pending and trainer.is_global_zero:
             print("klear-lab: SIGTERM during the last training step: training is done; evaluating and saving "
                   "the model before exiting", file=sys.stderr)
 
     def _catch_sigterm(self, trainer: L.Trainer) -> None:
-        """A single process takes SIGTERM from Lightning: Lightning stops after whichever batch the signal
-        came in, and no checkpoint can be resumed from mid gradient accumulation or at an epoch's last
-        batch (then nothing was written, and the steps since the last checkpoint were lost). The signal is
-        only noted; Lightning is told at the next step end that can be checkpointed (:meth:`_stop_on_sigterm`).
-        Under DDP Lightning's own handler and broadcast decide, and the checkpoint is written on its exception."""
-        if (self.every <= 0 or trainer.world_size != 1 or self._previous_handler is not None
+        """Take SIGTERM from Lightning and only note it; Lightning is told at the next step's end that can be
+        checkpointed (:meth:`_stop_on_sigterm`). One process: Lightning stopped after whichever batch the
+        signal came in, and no checkpoint can be resumed from mid gradient accumulation or at an epoch's
+        last batch (nothing was written; the steps since the last checkpoint were lost).
+
+        Several ranks (DDP, FSDP), also without checkpoints: Lightning's handler broadcasts from inside the
+        signal handler, at whatever point each rank is. Rank 1 gets the signal later (rank 0 forwards it),
+        so the two broadcasts can pair with different collectives, and the run hung (1 in 4 tries with
+        Lightning 2.6.6). Here the ranks agree once per step, at the same point (:meth:`_sigterm_agreed`),
+        and every rank stops after the same batch."""
+        several = trainer.world_size > 1
+        if ((self.every <= 0 and not several) or self._noting
                 or threading.current_thread() is not threading.main_thread()):
             return
-        self._previous_handler = signal.getsignal(signal.SIGTERM)
+        self._previous_handler, self._noting = signal.getsignal(signal.SIGTERM), True
 
         def note(signum: int, frame: Any) -> None:
             self._pending = True
 
         signal.signal(signal.SIGTERM, note)
 
-    def _release_sigterm(self) -> None:
-        """Give SIGTERM back to the handler before training (Lightning's; it restores its own at teardown)."""
-        previous, self._previous_handler = self._previous_handler, None
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    def _release_sigterm(self, trainer: L.Trainer) -> None:
+        """Give SIGTERM back to the handler before training (Lightning's; it restores its own at teardown).
+        Not with several ranks: Lightning's would broadcast from a signal handler after training (see
+        :meth:`_catch_sigterm`); a SIGTERM is only noted until Lightning's teardown puts back the one before."""
+        if self._noting and trainer.world_size == 1:
+            self._noting = False
+            signal.signal(signal.SIGTERM, self._previous_handler)
+
+    def _sigterm_agreed(self, trainer: L.Trainer) -> bool:
+        """Whether a SIGTERM is pending on any rank. Called at a step's end on every rank: with several
+        ranks, one collective there (an all-reduce of one number) makes every rank take the same decision."""
+        if self._noting and trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(
+                self._pending, all=False):
+            self._pending = True  # (not assigned the result: a signal during the all-reduce would be lost)
+        return self._pending
 
     def _stop_on_sigterm(self, trainer: L.Trainer) -> bool:
         """At a step's end after a SIGTERM: write the checkpoint and let Lightning stop (it raises after
@@ -203,12 +221,13 @@ class ResumeCheckpoint(L.Callback):
         Returns whether Lightning was told to stop."""
         if at_final_step(trainer):
             return False
-        at_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-        if at_end and not self._deferred_over_end:
-            self._deferred_over_end = True
-            return False
-        if not at_end and self._written_at != self._seen:
-            self._write(trainer)
+        if self.every > 0:  # (several ranks without checkpoints: stop now)
+            at_end = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+            if at_end and not self._deferred_over_end:
+                self._deferred_over_end = True
+                return False
+            if not at_end and self._written_at != self._seen:
+                self._write(trainer)
         self._pending = False
         trainer._signal_connector.received_sigterm = True  # Lightning's flag, read by its loops after each batch
         return True
