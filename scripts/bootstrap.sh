@@ -24,10 +24,15 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 spec="."
 [ "$extra" = dev ] && spec=".[dev]"
-stamp=".venv/.klear-installed-$(cat pyproject.toml | sha1sum | cut -c1-12)-${extra:-rt}"
+# constraints.txt: the versions the tests and the README's figures were measured with (KLEAR_CONSTRAINTS=
+# empty: resolve the newest that pyproject.toml allows; a path: another lock)
+constraints="${KLEAR_CONSTRAINTS-constraints.txt}"
+cflag=()
+[ -n "$constraints" ] && cflag=(-c "$constraints")
+stamp=".venv/.klear-installed-$(cat pyproject.toml ${constraints:+"$constraints"} | sha1sum | cut -c1-12)-${extra:-rt}"
 if [ ! -f "$stamp" ]; then
-  echo "[bootstrap] installing klear-lab $spec"
-  .venv/bin/pip install -q -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
+  echo "[bootstrap] installing klear-lab $spec${constraints:+ (versions: $constraints)}"
+  .venv/bin/pip install -q "${cflag[@]}" -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import klear_lab, lightning, transformers, optuna, wandb" 
   touch "$stamp"
 fi

@@ -226,26 +226,19 @@ def _probe_values(axis: Any) -> list[Any]:
     return [int(axis.low), int(axis.high)] if integer else [float(axis.low), float(axis.high)]
 
 
-def unavailable_trial_data(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """``key=path: why`` for the data files trials would read and this machine cannot
-    (``builders.unavailable_data``): the base experiment's, or where an axis sets ``data.`` keys, each
-    arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
+def unavailable_trial_inputs(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], list[str]]:
+    """``(data, rewards)``: ``key=path: why`` for the data files trials would read and this machine cannot
+    (``builders.unavailable_data``), and ``key what: why`` for the rewards they would call and it cannot
+    run (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap). From the base experiment's
+    config, or where an axis sets what decides them (the data, the rewards, the eval set, the run kind),
+    each arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
     from klear_lab.builders import unavailable_data
-
-    found = [f"{key}={why}" for cfg in _configs_varied_by(spec, arms, ("data",))
-             for key, why in unavailable_data(cfg)]
-    return sorted(set(found), key=found.index)
-
-
-def unavailable_trial_rewards(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """``key what: why`` for the rewards trials would call and this machine cannot run
-    (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap), as :func:`unavailable_trial_data`
-    (each arm's where an axis sets what decides them: the rewards, the eval data, the run kind)."""
     from klear_lab.reward_checks import unavailable_rewards
 
-    found = [f"{key} {why}" for cfg in _configs_varied_by(spec, arms, ("rl.reward", "eval", "data", "run.kind"))
-             for key, why in unavailable_rewards(cfg)]
-    return sorted(set(found), key=found.index)
+    cfgs = _configs_varied_by(spec, arms, ("data", "rl.reward", "eval", "run.kind"))
+    data = [f"{key}={why}" for cfg in cfgs for key, why in unavailable_data(cfg)]
+    rewards = [f"{key} {why}" for cfg in cfgs for key, why in unavailable_rewards(cfg)]
+    return sorted(set(data), key=data.index), sorted(set(rewards), key=rewards.index)
 
 
 def _configs_varied_by(spec: SweepSpec, arms: list[Arm], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -269,7 +262,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     first), so a bad row stops the sweep before any trial instead of failing each trial that reads it. The
     mixes and filters are left to the trials: building every arm's mix read a multi-GB corpus once per
     ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
-    :func:`unavailable_trial_data`. A warning raised while reading (repeated uids, say) is shown once.
+    :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is shown once.
 
     Raises:
         DataError: the source's message (file, row, key), with the config key, the arms that read the file

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
-from klear_lab.sweep.checks import check_spec, check_trial_data, unavailable_trial_data, unavailable_trial_rewards
+from klear_lab.sweep.checks import check_spec, check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress
@@ -67,7 +67,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
 
         log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')}")
         return 0
-    missing, lacking = unavailable_trial_data(spec, arms), unavailable_trial_rewards(spec, arms)
+    missing, lacking = unavailable_trial_inputs(spec, arms)
     if missing and not validate_only:
         raise ConfigError(f"{spec.path}: the trials would read data this machine cannot: {'; '.join(missing)}")
     if lacking and not validate_only:

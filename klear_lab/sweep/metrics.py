@@ -27,11 +27,12 @@ GAIN = ("val/acc_start", "val/acc_final", "val/gain", "val/gain_ci95_low", "val/
         "val/acc_last5", "val/acc_drawdown", "val/<source>/acc_best", "val/<source>/acc_last5",
         "val/<source>/acc_drawdown")
 """``stages/gain.py:gain_summary`` (RL runs)."""
+PHASES = ("generate", "score", "logprob", "update")  # an RL step's ``perf/time_<phase>_s``
 RL_STEP = ("reward/mean", "reward/std", "reward/acc", "reward/format_rate", "rl/response_len_mean",
            "rl/response_len_max", "rl/truncated_frac", "rl/kept_group_frac", "rl/dropped_group_frac",
            "rl/trained_groups", "rl/updates_per_step", "rl/grad_norm", "rl/rollout_steps",
            "perf/generated_tokens_per_s", "perf/step_s", "data/dropped_long_prompts",
-           *(f"perf/time_{phase}_s" for phase in ("generate", "score", "logprob", "update")))
+           *(f"perf/time_{phase}_s" for phase in PHASES))
 """``modules/rl.py`` (``rollout_metrics``, ``training_step``) and ``stages/rl.py``."""
 PLACEHOLDER = re.compile(r"<[a-z]+>")
 KINDS = ("sft", "rl", "eval")  # ``run.kind``
@@ -53,8 +54,7 @@ def one_batch(metric: str) -> bool:
     totals = {"rl/rollout_steps", "data/dropped_long_prompts"}
     return metric not in totals and (metric.startswith(("reward/", "rl/")) or metric in (
         "train/loss", "train/pg_loss", "train/grad_norm", "perf/tokens_per_s", "perf/step_s",
-        "perf/generated_tokens_per_s", *(f"perf/time_{phase}_s" for phase in ("generate", "score", "logprob",
-                                                                              "update"))))
+        "perf/generated_tokens_per_s", *(f"perf/time_{phase}_s" for phase in PHASES)))
 
 
 def clip_metric_names(nodes: list[dict] | None = None) -> set[str] | None:
