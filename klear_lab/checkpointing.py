@@ -189,7 +189,10 @@ class ResumeCheckpoint(L.Callback):
         if ((self.every <= 0 and not several) or self._noting
                 or threading.current_thread() is not threading.main_thread()):
             return
-        self._previous_handler, self._noting = signal.getsignal(signal.SIGTERM), True
+        self._previous_handler = signal.getsignal(signal.SIGTERM)
+        if self._previous_handler is None:  # set outside Python: it could not be put back
+            return
+        self._noting = True
 
         def note(signum: int, frame: Any) -> None:
             self._pending = True
