@@ -286,7 +286,9 @@ def _run_command(args: argparse.Namespace) -> int:
             return 130
         if type(exc).__name__ != "SIGTERMException":  # Lightning's: no exit code, Python would exit 0
             raise
-        print("klear-lab: terminated (SIGTERM) after a step: `klear-lab runs` says how to continue", file=sys.stderr)
+        if joined_run_dir() is None:  # once, not once per DDP rank
+            print("klear-lab: terminated (SIGTERM) after a step: `klear-lab runs` says how to continue",
+                  file=sys.stderr)
         return 143
 
 

@@ -419,7 +419,8 @@ def test_sigterm_on_two_ranks_checkpoints_the_last_step_and_resumes(tmp_path, kl
             "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8",
             "trainer.checkpoint_every=1000", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu",
             "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false"]
-    sigterm_after_rows(args, out, 4, timeout=180, to_rank=to_rank)
+    err = sigterm_after_rows(args, out, 4, timeout=180, to_rank=to_rank)
+    assert err.count("klear-lab: terminated (SIGTERM)") == 1  # said once, not once per rank
     (run_dir,) = out.iterdir()
     logged = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
     assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") >= logged[-1] >= 3  # at the last step
