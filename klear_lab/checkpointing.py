@@ -107,8 +107,7 @@ class ResumeCheckpoint(L.Callback):
         self._stepped = False  # the last batch ended a step (not mid gradient accumulation)
         self._pending = False  # a SIGTERM came, Lightning not yet told (one process: see _catch_sigterm)
         self._deferred_over_end = False  # it waited past an epoch's end for a step it can be resumed from
-        self._previous_handler: Any = None
-        self._noting = False  # SIGTERM is noted by this callback's handler (see _catch_sigterm)
+        self._previous_handler: Any = None  # the SIGTERM handler before this callback's (see _catch_sigterm)
         self._written_at = -1  # the step of the last checkpoint written
         self._unpublished = False  # written beside last.ckpt, renamed over it once its step's row is logged
         self._written_log_step = 0  # Lightning's logging step when it was written
@@ -189,10 +188,10 @@ class ResumeCheckpoint(L.Callback):
         if ((self.every <= 0 and not several) or self._noting
                 or threading.current_thread() is not threading.main_thread()):
             return
-        self._previous_handler = signal.getsignal(signal.SIGTERM)
-        if self._previous_handler is None:  # set outside Python: it could not be put back
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is None:  # set outside Python: it could not be put back
             return
-        self._noting = True
+        self._previous_handler = previous
 
         def note(signum: int, frame: Any) -> None:
             self._pending = True
@@ -204,8 +203,13 @@ class ResumeCheckpoint(L.Callback):
         Not with several ranks: Lightning's would broadcast from a signal handler after training (see
         :meth:`_catch_sigterm`); a SIGTERM is only noted until Lightning's teardown puts back the one before."""
         if self._noting and trainer.world_size == 1:
-            self._noting = False
             signal.signal(signal.SIGTERM, self._previous_handler)
+            self._previous_handler = None
+
+    @property
+    def _noting(self) -> bool:
+        """SIGTERM is noted by this callback's handler."""
+        return self._previous_handler is not None
 
     def _sigterm_agreed(self, trainer: L.Trainer) -> bool:
         """Whether a SIGTERM is pending on any rank. Called at a step's end on every rank: with several
