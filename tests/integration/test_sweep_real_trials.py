@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from klear_lab import wandb_file
+from klear_lab.hardware import auto_threads
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import default_storage_url, open_study
 
@@ -47,7 +48,7 @@ def test_real_trials_run_like_standalone_runs(tmp_path, trial_start):
     spec = load_spec(spec_path)
     trials = open_study(spec, default_storage_url(spec), create=False, heartbeat=False).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
-    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    threads = auto_threads(2)  # cores // workers, under the OMP_NUM_THREADS the sweep inherits
     wandb_runs = set()
     for t in trials:
         metrics, run_dir = t.user_attrs["metrics"], Path(t.user_attrs["run_dir"])
