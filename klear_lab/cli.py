@@ -107,7 +107,8 @@ def _print_result(result) -> None:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from klear_lab.config.compose import compose, dump_yaml
+    from klear_lab.config.compose import compose
+    from klear_lab.config.yaml_io import dump_yaml
 
     if args.keys is not None:
         return _config_keys(args)

@@ -36,7 +36,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
             machine, no checkpoint, a saved config that no longer composes to the same config, or an
             override of another key.
     """
-    from klear_lab.config.compose import compose, override_key
+    from klear_lab.config.compose import compose
+    from klear_lab.config.layers import override_key
 
     run_dir = Path(run_dir)
     saved, record = run_dir / "config.yaml", run_dir / "run.json"

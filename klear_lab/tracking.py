@@ -148,7 +148,7 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
                     atomic_write(copy, lambda tmp, src=source: shutil.copyfile(src, tmp))
                 except OSError as exc:  # a record of the code, not needed to run: say so and go on
                     warnings.warn(f"could not keep a copy of plugin code {source}: {exc}", stacklevel=2)
-    from klear_lab.config.compose import dump_yaml
+    from klear_lab.config.yaml_io import dump_yaml
 
     text = dump_yaml(cfg)
     atomic_write(run_dir / "config.yaml", lambda tmp: tmp.write_text(text))

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from klear_lab.config.compose import load_yaml
+from klear_lab.config.yaml_io import load_yaml
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.spec import user_path
 

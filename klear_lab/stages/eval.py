@@ -71,7 +71,7 @@ EVAL_KEYS = ("eval", "data.eval_sources", "data.world_seed", "run.name", "run.ou
 
 def check_eval_overrides(overrides: list[str]) -> None:
     """Raise ``ConfigError`` for an override an evaluation would not read."""
-    from klear_lab.config.compose import override_key
+    from klear_lab.config.layers import override_key
 
     for item in overrides:
         key = override_key(item)
@@ -94,7 +94,8 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
         ConfigError: ``TARGET`` is neither, the run directory has no final model, or an override
             names a key an evaluation does not read.
     """
-    from klear_lab.config.compose import compose, dotlist_layer
+    from klear_lab.config.compose import compose
+    from klear_lab.config.layers import dotlist_layer
 
     check_eval_overrides(overrides or [])
     path = Path(target)
@@ -181,7 +182,7 @@ def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:
 def _eval_run(config_file: Path, fallback_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the file's ``run`` section, the ``run`` layer of its evaluation: kind, ``<name>-eval``, job type, and
     the scored run's W&B group: that run's, else its name, as ``identity_of`` gives it)."""
-    from klear_lab.config.compose import load_yaml
+    from klear_lab.config.yaml_io import load_yaml
 
     run = load_yaml(config_file).get("run") or {}
     name = run.get("name") or fallback_name

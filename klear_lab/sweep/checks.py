@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from klear_lab.config.compose import override_key
+from klear_lab.config.layers import override_key
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.sweep.grid import (
     Arm,

@@ -164,7 +164,7 @@ def _next_step(failures: list[Any], retry: str) -> str:
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:
     """Write ``spec.yaml`` (absolute paths, merged overrides, storage) and ``sweep.json``."""
-    from klear_lab.config.compose import dump_yaml, load_yaml
+    from klear_lab.config.yaml_io import dump_yaml, load_yaml
     from klear_lab.tracking import atomic_write
 
     raw = load_yaml(spec.path)  # the config loader: 1e-5 is a number, as load_spec read it

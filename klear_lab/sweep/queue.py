@@ -130,7 +130,7 @@ def computed_overrides(overrides: Any) -> Any:
     """The overrides that change what a trial computes. Those of keys the config hash leaves out
     (``tracking.IDENTITY_EXCLUDE``: torch threads, checkpoint spacing, log-prob chunks, run names) may
     change between runs of one study: adding ``trainer.num_threads=1`` to a rerun was refused."""
-    from klear_lab.config.compose import override_key
+    from klear_lab.config.layers import override_key
     from klear_lab.tracking import IDENTITY_EXCLUDE
 
     if not isinstance(overrides, list):

@@ -121,7 +121,7 @@ def held_out_metrics(spec: SweepSpec, records: list[TrialRecord]) -> list[str]:
 
 def overrides_tag(overrides: list[str]) -> str:
     """A short name for what the overrides set (the last value of a repeated key wins; order-free)."""
-    from klear_lab.config.compose import dotlist_layer
+    from klear_lab.config.layers import dotlist_layer
 
     _, layer = dotlist_layer(overrides)
     return hashlib.sha256(json.dumps(layer, sort_keys=True, default=str).encode()).hexdigest()[:8]

@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from klear_lab.config.compose import Layer, compose, dotlist_layer, load_yaml
+from klear_lab.config.compose import compose
+from klear_lab.config.layers import Layer, dotlist_layer
+from klear_lab.config.yaml_io import load_yaml
 from klear_lab.errors import ConfigError
 
 SAMPLERS = ("grid", "tpe", "random")

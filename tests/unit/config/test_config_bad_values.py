@@ -94,7 +94,7 @@ def test_a_key_given_twice_and_an_empty_file_are_refused(tmp_path):
 def test_yaml_merge_keys_still_load(tmp_path):
     exp = tmp_path / "merge.yaml"
     exp.write_text(f"base: {SFT}\n_shared: &opt {{lr: 0.01}}\noptim:\n  <<: *opt\n  warmup_steps: 3\n")
-    from klear_lab.config.compose import load_yaml
+    from klear_lab.config.yaml_io import load_yaml
 
     assert load_yaml(exp)["optim"] == {"lr": 0.01, "warmup_steps": 3}
 

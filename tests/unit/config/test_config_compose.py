@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from klear_lab.config.compose import compose, dotlist_layer, dump_yaml, file_layers, merge_layers
+from klear_lab.config.compose import compose
+from klear_lab.config.layers import dotlist_layer, file_layers
+from klear_lab.config.merge import merge_layers
+from klear_lab.config.yaml_io import dump_yaml
 from klear_lab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,7 +108,7 @@ def test_missing_experiment_file(tmp_path):
 
 def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     """A saved config must work from any directory: typed plugin / init_from paths are the shell's."""
-    from klear_lab.config.compose import dotlist_layer
+    from klear_lab.config.layers import dotlist_layer
 
     monkeypatch.chdir(tmp_path)
     _, body = dotlist_layer(["plugins=[my_reward.py,some.module]", "model.init_from=exp/sft.yaml"])
