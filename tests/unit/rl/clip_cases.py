@@ -1,4 +1,4 @@
-"""Shared helpers of the clip-variant tests: tokens with exact ratios, and exact comparisons."""
+"""Shared helpers of the RL component tests: tokens with exact ratios, exact comparisons, built-in names."""
 
 from __future__ import annotations
 
@@ -18,3 +18,9 @@ def run(clip, ratios, adv, mask=None):
 
 def close(actual, expected):
     torch.testing.assert_close(actual, torch.tensor(expected, dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+def shipped(registry) -> list[str]:
+    """The registry's built-in names: not components a test registered in this process (pytest-xdist
+    runs test files in any order in one worker)."""
+    return [n for n in registry.names() if registry.get(n).__module__.startswith("klear_lab.")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from clip_cases import shipped  # sibling helper module
 
 from klear_lab.registry import ADVANTAGE
 from klear_lab.rl.advantages.dr_grpo import DrGRPOAdvantage
@@ -48,7 +49,7 @@ def test_equal_rewards_give_exactly_zero(dtype):
     """float32 as the rewards arrive: a group of eight 0.7s has a mean a few 1e-8 off and a std of that size,
     so GRPO's normalisation gave each response an advantage of +0.056 (0.4: -0.029) unless zeroed."""
     flat = torch.tensor([[0.7] * 8, [0.4] * 8, [0.1] * 8, [1.4] * 8, [0.3] * 8], dtype=dtype)
-    for name in ADVANTAGE.names():
+    for name in shipped(ADVANTAGE):
         adv = ADVANTAGE.build({"name": name})(flat)
         assert adv.dtype == dtype and torch.equal(adv, torch.zeros_like(flat)), name
     mixed = torch.tensor([[0.7] * 7 + [0.1]], dtype=dtype)  # one differs: not a flat group

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from clip_cases import shipped  # sibling helper module
 
 from klear_lab.registry import AGGREGATION
 from klear_lab.rl.aggregation.seq_mean_token_mean import SeqMeanTokenMean
@@ -94,7 +95,7 @@ def test_micro_batch_accumulation_is_exact(name):
 def test_empty_batch_gives_zero():
     loss = torch.ones(1, 2, requires_grad=True)
     mask = torch.zeros(1, 2)
-    for name in AGGREGATION.names():
+    for name in shipped(AGGREGATION):
         value = AGGREGATION.build({"name": name})(loss, mask, AggContext.from_mask(mask))
         assert value.item() == 0.0
         assert value.requires_grad

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from clip_cases import shipped  # sibling helper module
 
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER
 from klear_lab.rl.clip.base import METRIC_KEYS, ClipOutput
@@ -29,8 +30,7 @@ def test_clip_contract_for_every_variant():
     adv = torch.tensor([1.0, -1.0, 0.5, 0.0])
     mask = torch.ones(4, 5)
     mask[1, 3:] = 0.0
-    builtin = [n for n in CLIP.names() if CLIP.get(n).__module__.startswith("klear_lab.")]  # not test plugins
-    for name in builtin:
+    for name in shipped(CLIP):
         clip = CLIP.build({"name": name})
         assert isinstance(clip.seq_level, bool)
         out = clip(logp, old, adv, mask)
@@ -46,14 +46,14 @@ def test_clip_contract_for_every_variant():
 
 def test_other_axes_build_from_defaults():
     rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0]])
-    for name in ADVANTAGE.names():
+    for name in shipped(ADVANTAGE):
         assert ADVANTAGE.build({"name": name})(rewards).shape == (1, 4)
-    for name in GROUP_FILTER.names():
+    for name in shipped(GROUP_FILTER):
         keep = GROUP_FILTER.build({"name": name})(rewards, rewards == 1.0)
         assert keep.shape == (1,)
         assert keep.dtype == torch.bool
     mask = torch.ones(2, 3)
-    for name in AGGREGATION.names():
+    for name in shipped(AGGREGATION):
         assert (
             AGGREGATION.build({"name": name})(torch.ones(2, 3), mask, AggContext.from_mask(mask)).dim() == 0
         )
@@ -87,6 +87,6 @@ def test_a_clip_that_cannot_run_is_refused_before_anything_loads():
         probe_clip(ReturnsTensor(), "rl.clip")
     with pytest.raises(ConfigError, match=r"returned a loss of \(2,\); expected finite per-token losses"):
         probe_clip(PerSequence(), "rl.clip")
-    for name in CLIP.names():  # every shipped variant passes, with the statistics the sweeps check against
+    for name in shipped(CLIP):  # every shipped variant passes, with the statistics the sweeps check against
         assert "clipfrac" in probe_clip(CLIP.build({"name": name}), "rl.clip"), name
     assert torch.is_grad_enabled()
