@@ -25,7 +25,7 @@ def _test_threads() -> int:
 TEST_THREADS = _test_threads()
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", str(TEST_THREADS))  # runs a test starts stay under the share too
-    if (os.environ.get("COLUMNS"), os.environ.get("LINES")) == ("80", "24"):  # execnet's worker terminal size:
+    if (os.environ.get("COLUMNS"), os.environ.get("LINES")) == ("80", "24"):  # what xdist workers start with:
         del os.environ["COLUMNS"], os.environ["LINES"]  # tables print as in a plain pytest process (no tty)
 
 import pytest  # noqa: E402
