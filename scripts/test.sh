@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE=1 WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLEL
 if [ $# -eq 0 ]; then
   # the default set on every core (pytest-xdist; a test file stays on one worker, where its module fixtures are
   # built once); each worker takes cores // workers torch threads (tests/conftest.py)
-  workers="${KLEAR_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(len(os.sched_getaffinity(0)), 4))')}"
+  workers="${KLEAR_TEST_WORKERS:-$(.venv/bin/python -c 'from klear_lab.hardware import cpu_cores; print(min(cpu_cores(), 4))')}"
   .venv/bin/python -m pytest -n "$workers" --dist loadfile
 else
   .venv/bin/python -m pytest "$@"

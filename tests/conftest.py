@@ -11,6 +11,8 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from klear_lab.hardware import cpu_cores  # noqa: E402 - no heavy imports (torch is set up below)
+
 
 def _test_threads() -> int:
     """Torch threads of each test process: ``KLEAR_TEST_THREADS``, else the cores divided among the
@@ -19,7 +21,7 @@ def _test_threads() -> int:
     if os.environ.get("KLEAR_TEST_THREADS", "").isdigit():
         return max(int(os.environ["KLEAR_TEST_THREADS"]), 1)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    return max(len(os.sched_getaffinity(0)) // workers, 1)
+    return max(cpu_cores() // workers, 1)
 
 
 TEST_THREADS = _test_threads()
