@@ -288,7 +288,7 @@ def _run_command(args: argparse.Namespace) -> int:
         if type(exc).__name__ != "SIGTERMException":  # Lightning's: no exit code, Python would exit 0
             raise
         if joined_run_dir() is None:  # once, not once per DDP rank
-            print("klear-lab: terminated (SIGTERM) after a step: `klear-lab runs` says how to continue",
+            print("klear-lab: terminated (SIGTERM): `klear-lab runs` says how to continue",
                   file=sys.stderr)
         return 143
 

@@ -126,6 +126,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 
 def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None) -> RunResult:
+    from klear_lab.sigterm import sigterm_restored
     from klear_lab.stages.common import without_upstream_noise
 
     ckpt = None if resume is None else checkpoint_path(Path(resume))
@@ -134,7 +135,7 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
         try:
             stage = prepare(cfg)
-            with without_upstream_noise(), env_restored(*RUN_SET_ENV):
+            with without_upstream_noise(), env_restored(*RUN_SET_ENV), sigterm_restored():
                 metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
         except BaseException as exc:  # but its reason to fail (building too): rank 0 only sees the connection drop
             record_rank_failure(joined, error_line(exc))
@@ -166,24 +167,26 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
             tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
     clear_rank_failures(run_dir)
-    try:
-        with without_upstream_noise(), exported_run_dir(run_dir), env_restored(*RUN_SET_ENV):
-            metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
-    except BaseException as exc:
-        if pruned(exc):  # a sweep's pruner stopped it on purpose: not a crash in run.json or W&B
-            tracking.write_json(run_dir / "run.json", {**identity, "status": "pruned", "error": error_line(exc)})
-            tracking.finish_wandb_run(exit_code=0)
+    with sigterm_restored():  # a SIGTERM held back after training (hold_sigterm) waits for run.json's status
+        try:
+            with without_upstream_noise(), exported_run_dir(run_dir), env_restored(*RUN_SET_ENV):
+                metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
+        except BaseException as exc:
+            if pruned(exc):  # a sweep's pruner stopped it on purpose: not a crash in run.json or W&B
+                tracking.write_json(run_dir / "run.json",
+                                    {**identity, "status": "pruned", "error": error_line(exc)})
+                tracking.finish_wandb_run(exit_code=0)
+                raise
+            causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason
+            error = "; ".join([*causes, f"rank 0: {error_line(exc)}"]) if causes else error_line(exc)
+            # host: a model.init_from parent that failed resumes only on the machine that ran it
+            tracking.write_json(run_dir / "run.json", {**identity, "status": "failed", "error": error,
+                                                       "host": socket.gethostname()})
+            tracking.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
             raise
-        causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason
-        error = "; ".join([*causes, f"rank 0: {error_line(exc)}"]) if causes else error_line(exc)
-        # host: a model.init_from parent that failed resumes only on the machine that ran it
-        tracking.write_json(run_dir / "run.json", {**identity, "status": "failed", "error": error,
-                                                   "host": socket.gethostname()})
-        tracking.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
-        raise
-    tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
-    tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})
-    return RunResult(run_dir, metrics, wandb_dir)
+        tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
+        tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})
+        return RunResult(run_dir, metrics, wandb_dir)
 
 
 def pruned(exc: BaseException) -> bool:

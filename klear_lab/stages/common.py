@@ -62,9 +62,12 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
     """
     from lightning.pytorch.callbacks import LearningRateMonitor
 
+    from klear_lab.sigterm import SigtermOutsideSteps
+
     t = cfg["trainer"]
     if not loggers:  # tracking.csv=false and no W&B: the monitor has nowhere to log and would fail the run
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    callbacks = [*callbacks, SigtermOutsideSteps()]  # SIGTERM in trainer.validate, after training
     return L.Trainer(
         accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
         max_steps=max_steps, max_epochs=max_epochs, logger=loggers or False, callbacks=callbacks,
