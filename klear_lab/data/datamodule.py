@@ -7,8 +7,8 @@ import random
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
-from klear_lab.checkpointing import ResumableLoader
 from klear_lab.data.sft import Example, collate_rows, packed_rows, packing_efficiency
+from klear_lab.resumable_loader import ResumableLoader
 
 
 class _Rows(Dataset):

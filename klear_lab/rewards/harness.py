@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from klear_lab.rewards.sandbox import LINE_HEAD, SandboxLimits, run_python
+from klear_lab.rewards.sandbox import SandboxLimits, run_python
+from klear_lab.rewards.sandbox_io import LINE_HEAD
 
 PRELUDE = """import io, json, os, signal, sys
 _P = json.loads(@PAYLOAD@)

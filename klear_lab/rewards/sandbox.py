@@ -24,13 +24,9 @@ There is no unisolated fallback: without ``bwrap`` every call raises RuntimeErro
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import select
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation, run_uid
+from klear_lab.rewards.sandbox_io import exchange, pipe_with, wait_eof
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
@@ -257,7 +254,7 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
          idle_s: float | None = None, progress: Callable[[bytes], bool | None] | None = None) -> SandboxResult:
     """One sandboxed run of the program ``data`` as host ``uid`` (:func:`run_python`)."""
     bpf = no_fork_filter()
-    read_fd = _pipe_with(bpf) if bpf is not None else None
+    read_fd = pipe_with(bpf) if bpf is not None else None
     alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone
     fds = (alive_w,) if read_fd is None else (alive_w, read_fd)
     start = time.monotonic()
@@ -273,8 +270,9 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
         for fd in fds:
             os.close(fd)
     cap = limits.fsize_mb << 20
-    out, err, timed_out, stalled, line_at, ended, ready = _exchange(proc, data, timeout_s, cap, idle_s, progress)
-    _wait_eof(alive_r, deadline_s=5.0)
+    out, err, timed_out, stalled, line_at, ended, ready = exchange(proc, data, timeout_s, START_LIMIT_S, cap,
+                                                                   idle_s, progress)
+    wait_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
     if ready is None and timed_out:
@@ -286,121 +284,3 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     return SandboxResult(proc.returncode, stdout.removeprefix(_BOOT_TAG), stderr, timed_out,
                          time.monotonic() - start, stalled, tuple(t - start for t in line_at), cap, ended == "cap",
                          ended == "foul", None if ready is None else ready - start)
-
-
-def _pipe_with(data: bytes) -> int:
-    """Return a pipe whose read end yields ``data`` then EOF (the filter is far below the pipe buffer)."""
-    r, w = os.pipe()
-    os.write(w, data)
-    os.close(w)
-    return r
-
-
-def _exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, cap: int,
-              idle_s: float | None = None, progress: Callable[[bytes], bool | None] | None = None,
-              ) -> tuple[bytes, bytes, bool, bool, list[float], str | None, float | None]:
-    """Feed ``data`` on stdin and read stdout and stderr, each kept up to ``cap`` bytes (the rest of stderr is
-    read and dropped), until the process exits, ``timeout_s`` passes from when it is up with the whole
-    program (:data:`START_LIMIT_S` from the start while it is not), stdout reaches ``cap`` (the program
-    is ended there: what it writes next would be dropped, and reading it costs the host a core), a line
-    ``progress`` refuses (None) comes, or stdout stays silent for ``idle_s`` (only lines ``progress``
-    accepts count, once the program has started); then kill its process group.
-
-    Returns:
-        (stdout, stderr, whether it timed out, whether that was for silence, when each line ``progress``
-        accepted came: ``time.monotonic()`` values, what ended it early: ``cap``, ``foul`` or None, when it
-        was up with the whole program: the silence clock's start, or None).
-    """
-    deadline = time.monotonic() + START_LIMIT_S  # until it is up with the whole program; then ready + timeout_s
-    heard: float | None = None  # stdout's last output, once the sandbox is up and has the whole program
-    booted = stalled = False
-    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    sel = selectors.DefaultSelector()
-    for f in kept:
-        sel.register(f, selectors.EVENT_READ)
-    sel.register(proc.stdin, selectors.EVENT_WRITE)
-    sent, partial, line_at, ended, ready = 0, bytearray(), [], None, None
-    try:
-        while sel.get_map() and not ended and (left := deadline - time.monotonic()) > 0:
-            quiet = left if idle_s is None or heard is None else heard + idle_s - time.monotonic()
-            if quiet <= 0:
-                stalled = True
-                break
-            for key, _ in sel.select(min(left, quiet)):
-                f = key.fileobj
-                if f is proc.stdin:  # PIPE_BUF at a time: a write POLLOUT allows never blocks
-                    try:
-                        sent += os.write(f.fileno(), data[sent:sent + select.PIPE_BUF])
-                    except BrokenPipeError:
-                        sent = len(data)
-                    if sent >= len(data):
-                        sel.unregister(f)
-                        f.close()
-                        heard = ready = time.monotonic() if booted else None  # a large program: idle from here
-                        deadline = deadline if ready is None else ready + timeout_s
-                elif chunk := os.read(f.fileno(), 1 << 16):
-                    room = chunk[:max(cap - len(kept[f]), 0)]
-                    kept[f] += room
-                    if f is proc.stdout:
-                        ended = "cap" if len(kept[f]) >= cap else None  # nothing more is kept: reading on
-                        now = time.monotonic()
-                        moved, foul = _progressed(partial, chunk, progress) if progress is not None else (0, False)
-                        ended = "foul" if foul else ended  # would cost host CPU for nothing
-                        line_at += [now] * moved
-                        alive = progress is None or moved > 0 or not booted
-                        booted = True
-                        if alive:
-                            heard = now if sent >= len(data) else None
-                            if ready is None and heard is not None:
-                                ready, deadline = heard, heard + timeout_s
-                else:
-                    sel.unregister(f)
-        timed_out = bool(sel.get_map()) and not ended  # the deadline came first
-        if not timed_out and not ended:  # both pipes closed: the program is exiting
-            proc.wait(max(deadline - time.monotonic(), 0.01))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        sel.close()
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for f in (proc.stdin, proc.stdout, proc.stderr):
-            f.close()
-    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at, ended, ready
-
-
-LINE_HEAD = 256
-"""Bytes of each stdout line that ``progress`` sees: its head (a result line's index comes first)."""
-
-
-def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bool | None]) -> tuple[int, bool]:
-    """How many whole lines that ``chunk`` completes pass ``progress`` (on the line's first
-    :data:`LINE_HEAD` bytes), and whether one was refused (``progress`` returned None; the lines after it
-    are not offered). ``partial`` keeps the unfinished line's head. Only lines that start like a JSON
-    object are offered (in order: ``progress`` may keep count), so a flood of blank lines costs no Python
-    call per line."""
-    *lines, rest = (bytes(partial) + chunk).split(b"\n")
-    partial[:] = rest[:LINE_HEAD]
-    moved = 0
-    for line in lines:
-        if line.startswith(b'{"'):
-            verdict = progress(line[:LINE_HEAD])
-            if verdict is None:
-                return moved, True
-            moved += bool(verdict)
-    return moved, False
-
-
-def _wait_eof(fd: int, deadline_s: float) -> None:
-    """Drain ``fd`` until EOF (all holders exited) or ``deadline_s``; then close it."""
-    end = time.monotonic() + deadline_s
-    poller = select.poll()  # not select.select: fds above 1023 are fine
-    poller.register(fd, select.POLLIN)
-    try:
-        while (left := end - time.monotonic()) > 0 and poller.poll(left * 1000):
-            if not os.read(fd, 4096):
-                break
-    finally:
-        os.close(fd)

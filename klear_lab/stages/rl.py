@@ -17,13 +17,14 @@ from torch.utils.data import DataLoader
 
 from klear_lab import builders, starting_point
 from klear_lab.build_model import build_tokenizer_and_model
-from klear_lab.checkpointing import ResumableLoader, batches_trained, resume_callback
+from klear_lab.checkpointing import batches_trained, resume_callback
 from klear_lab.data.records import Record, data_digests, require_gradeable
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.modules.rl import RLModule, RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
+from klear_lab.resumable_loader import ResumableLoader
 from klear_lab.rl.clip.base import probe_clip
 from klear_lab.rl.objective import ObjectiveWeights
 from klear_lab.rl.token_stats import check_chunkable

@@ -1,12 +1,10 @@
-"""Checks that run before any trial: axis keys and values, objective name, storage URL, the data.
+"""Checks that run before any trial: axis keys and values, objective name, storage URL (the data: ``data_checks.py``).
 
 Every axis value is composed onto the base experiment through ``compose()`` (the same path a
 trial takes; the other axes at their first value), then every grid arm is composed whole, so a
 misspelt key, an unknown component or an out-of-range parameter stops the sweep with the spec
 file and axis named. Each composed config also goes through the refusals ``klear-lab train``
 makes before it loads a model (``runnable_problem``): a config every trial would fail on.
-Last, the records each distinct data configuration would give are built (``check_trial_data``),
-so a bad row stops the sweep instead of failing every trial that reads it.
 """
 
 from __future__ import annotations
@@ -15,12 +13,11 @@ import ast
 import importlib
 import importlib.util
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 from klear_lab.config.layers import override_key
-from klear_lab.errors import ConfigError, DataError
+from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import (
     Arm,
     axis_distribution,
@@ -64,8 +61,8 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
                 raise spec.err(f"axes.{axis.key}", str(exc)) from None
         else:
             _check_distinct(spec, axis)
-        others = {a.key: _probe_values(a)[0] for a in spec.axes if a is not axis}
-        for value in _probe_values(axis):
+        others = {a.key: probe_values(a)[0] for a in spec.axes if a is not axis}
+        for value in probe_values(axis):
             context = f" (other axes at {others})" if others else ""
             _compose_or_raise(spec, {**others, axis.key: value}, f"axes.{axis.key}",
                               f"value {value!r}{context}", inherited)
@@ -136,7 +133,7 @@ def _configured_clips(spec: SweepSpec, base: dict[str, Any]) -> list[dict[str, A
     nodes = [base["rl"]["clip"]]
     for axis in spec.axes:
         if axis.key == "rl.clip" or axis.key.startswith("rl.clip."):
-            for value in _probe_values(axis):
+            for value in probe_values(axis):
                 try:
                     layer = trial_layer(spec, {axis.key: value}, spec.seeds[0], None, None, "check")
                     nodes.append(spec.compose([layer])["rl"]["clip"])
@@ -219,84 +216,11 @@ def _check_base(spec: SweepSpec) -> dict[str, Any]:
     return cfg
 
 
-def _probe_values(axis: Any) -> list[Any]:
+def probe_values(axis: Any) -> list[Any]:
     if not axis.is_range:
         return list(axis.values)
     integer = isinstance(axis.step, int) or (isinstance(axis.low, int) and isinstance(axis.high, int))
     return [int(axis.low), int(axis.high)] if integer else [float(axis.low), float(axis.high)]
-
-
-def unavailable_trial_inputs(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], list[str]]:
-    """``(data, rewards)``: ``key=path: why`` for the data files trials would read and this machine cannot
-    (``builders.unavailable_data``), and ``key what: why`` for the rewards they would call and it cannot
-    run (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap). From the base experiment's
-    config, or where an axis sets what decides them (the data, the rewards, the eval set, the run kind),
-    each arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
-    from klear_lab.builders import unavailable_data
-    from klear_lab.reward_checks import unavailable_rewards
-
-    cfgs = _configs_varied_by(spec, arms, ("data", "rl.reward", "eval", "run.kind"))
-    data = [f"{key}={why}" for cfg in cfgs for key, why in unavailable_data(cfg)]
-    rewards = [f"{key} {why}" for cfg in cfgs for key, why in unavailable_rewards(cfg)]
-    return sorted(set(data), key=data.index), sorted(set(rewards), key=rewards.index)
-
-
-def _configs_varied_by(spec: SweepSpec, arms: list[Arm], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The base experiment's config, or where an axis sets keys under ``prefixes``, each arm's (``tpe``/
-    ``random``: each value of such an axis, the others at their first)."""
-    axes = [axis for axis in spec.axes if axis.key.startswith(prefixes)]
-    if not axes:
-        points: list[dict[str, Any]] = [{}]
-    elif arms:
-        points = [arm.params for arm in arms[:MAX_COMPOSED_ARMS]]
-    else:
-        first = {a.key: _probe_values(a)[0] for a in spec.axes}
-        points = [{**first, axis.key: value} for axis in axes for value in _probe_values(axis)]
-    return [spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")] if values else [])
-            for values in points]
-
-
-def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
-    """Read each data file the trials would read, once: every distinct source node with a ``path`` (its
-    split, its world seed) across the arms (``tpe``/``random``: each axis value, the others at their
-    first), so a bad row stops the sweep before any trial instead of failing each trial that reads it. The
-    mixes and filters are left to the trials: building every arm's mix read a multi-GB corpus once per
-    ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
-    :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is shown once.
-
-    Raises:
-        DataError: the source's message (file, row, key), with the config key, the arms that read the file
-            and the spec's overrides of ``data.`` keys.
-    """
-    from klear_lab.builders import build, source_nodes, source_path
-    from klear_lab.data.sources.file import unavailable
-    from klear_lab.registry import SOURCE
-
-    reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}
-    points = _trial_points(spec, arms)
-    for label, values in points:
-        cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
-        for section, split, i, node in source_nodes(cfg):
-            path = source_path(node, split)
-            if path is None or unavailable(path):
-                continue
-            key = json.dumps([node, split, cfg["data"]["world_seed"]], sort_keys=True, default=str)
-            read = reads.setdefault(key, (node, split, cfg["data"]["world_seed"], f"data.{section}.{i}", []))
-            read[4].append(label)
-    caught: list[warnings.WarningMessage] = []
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for node, split, seed, where, labels in reads.values():
-                try:
-                    build(SOURCE, node).records(seed, split)
-                except (ConfigError, DataError) as exc:
-                    who = _data_origin(spec, list(dict.fromkeys(labels)), len(arms) or len(points), bool(arms))
-                    raise DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started") from None
-    finally:  # once each, where they were raised
-        shown = {(w.category, str(w.message)): w for w in caught}
-        for w in shown.values():
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def check_owned_overrides(spec: SweepSpec) -> None:
@@ -309,26 +233,6 @@ def check_owned_overrides(spec: SweepSpec) -> None:
             where = "command line" if i >= own else f"{spec.path}: overrides"
             raise ConfigError(f"{where}: {item!r}: {key} is set by the sweep for each trial (replicates go in "
                               "seeds:, the output in out_dir:, the W&B group in wandb: group:)")
-
-
-def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, axis values) of each grid arm; ``tpe``/``random``: of each axis value, the others at their first."""
-    if arms:
-        return [(arm.label, arm.params) for arm in arms[:MAX_COMPOSED_ARMS]]
-    first = {a.key: _probe_values(a)[0] for a in spec.axes}
-    return [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in _probe_values(a)]
-
-
-def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool) -> str:
-    """Which trials read a data configuration, and the overrides of ``data.`` keys they share."""
-    if len(labels) == total:
-        who = "every arm" if grid else "every trial"
-    else:
-        who = f"{'arm' if grid else 'trials with'} {', '.join(labels[:4])}{' ...' if len(labels) > 4 else ''}"
-    own = len(spec.overrides) - len(spec.cli_overrides)
-    data = [f"{'command line' if i >= own else 'overrides'}: {item}" for i, item in enumerate(spec.overrides)
-            if override_key(item).split(".")[0] == "data" or override_key(item) == "run.kind"]
-    return f"{who} ({'; '.join(data)})" if data else who
 
 
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,

@@ -8,7 +8,7 @@ not differ); Welch's widens with few seeds, so read a difference as real only wh
 The best arm (★) is chosen among arms with a finite objective on every seed (:func:`star_best`).
 Outputs in ``SWEEP_DIR/compare/``: ``table.csv``, ``table.md`` and
 ``curves.png`` (each arm's metric over steps, mean across seeds with a ±std band, read from
-each trial's ``metrics.csv``).
+each trial's ``metrics.csv``). The table's text (markdown, cells, notes) is ``compare_text.py``'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import pandas as pd
 
 from klear_lab.errors import ConfigError
 from klear_lab.stats import negligible, welch_interval
-from klear_lab.sweep.best import best_notes, star_best
+from klear_lab.sweep.best import star_best
+from klear_lab.sweep.compare_text import table_metrics, to_markdown
 from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import Axis, SweepSpec
 
@@ -165,11 +166,6 @@ def failed_seeds(records: list[TrialRecord]) -> int:
     return sum("FAIL" in s and not s & {"COMPLETE", "PRUNED"} for s in states.values())
 
 
-def table_metrics(objective: str, metrics: list[str]) -> list[str]:
-    """The table's metric columns: the objective first; a metric listed twice is one column."""
-    return list(dict.fromkeys([objective, *metrics]))
-
-
 def _columns(names: list[str]) -> list[str]:
     return ["arm", "n", "pruned", "failed", *[f"{m} {part}" for m in names for part in ("mean", "std", "n")]]
 
@@ -199,79 +195,6 @@ def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, basel
         df[k] = v
 
 
-def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
-    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals."""
-    names = table_metrics(objective, metrics)
-    head = ["arm", *names, f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI", "pruned", "failed"]
-    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
-    for _, row in df.iterrows():
-        arm = f"**{row['arm']}** ★" if row["best"] else row["arm"]
-        cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
-                 str(row["pruned"]), str(row["failed"])]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
-    notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline),
-             one_batch_note(objective, metrics) if len(df) else ""]
-    return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes if note)
-
-
-FEW_SEEDS = 10  # below this many seeds an arm's percentile-bootstrap interval covers well under 95 %
-
-
-def one_batch_note(objective: str, metrics: list[str]) -> str:
-    """Under a table that shows training metrics of one step's batch: each seed's value is its last logged one
-    (its last step's; an update's metrics, the last step that updated)."""
-    from klear_lab.sweep.metrics import one_batch
-
-    shown = [m for m in table_metrics(objective, metrics) if one_batch(m)]
-    if not shown:
-        return ""
-    return (f"{', '.join(shown)}: each seed's last logged value, from one training batch, not a mean over the run; "
-            "the curves PNG draws them over the run.")
-
-
-def few_seeds_note(df: pd.DataFrame, objective: str, baseline: str | None) -> str:
-    """A warning under the table when a bootstrap interval shown rests on fewer than ``FEW_SEEDS`` seeds."""
-    shown = df[df["delta ci low"].notna()]
-    if shown.empty:
-        return ""
-    n = int(min([*shown[f"{objective} n"], *df.loc[df["arm"] == baseline, f"{objective} n"]]))
-    if n >= FEW_SEEDS:
-        return ""
-    return (f"Bootstrap intervals over {n} seed(s) per arm cover well under 95 % (two arms that do not differ "
-            "are called apart in about 1 comparison of 3 at 2 seeds): call a difference only where the Welch "
-            "interval excludes 0.")
-
-
-def cell(row: Any, metric: str) -> str:
-    """``0.512 ± 0.013 (n=2)``; ``(n=2 of 3)`` when a completed seed has no finite value (diverged)."""
-    mean, std, n = row[f"{metric} mean"], row[f"{metric} std"], row[f"{metric} n"]
-    if math.isnan(mean):
-        return "–"
-    count = f"n={n}" if n == row["n"] else f"n={n} of {row['n']}"
-    return f"{mean:.4g} ± {std:.2g} ({count})" if not math.isnan(std) else f"{mean:.4g} ({count})"
-
-
-def delta_cell(row: Any) -> str:
-    """``+0.031 [+0.012, +0.050]``, ``baseline`` for the baseline arm."""
-    if row["baseline"]:
-        return "baseline"
-    if math.isnan(row["delta"]):
-        return "–"
-    d, lo, hi = row["delta"], row["delta ci low"], row["delta ci high"]
-    if math.isnan(lo):
-        return f"{d:+.4g} (under 2 seeds or no spread: no interval)"
-    if abs(d) <= 1e-6 * max(abs(lo), abs(hi)):  # float32-logged metrics: equal means differ by ~1e-8
-        d = 0.0
-    return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
-
-
-def welch_cell(row: Any) -> str:
-    """``[-0.21, +0.27]``; ``–`` for the baseline, or when an arm has under 2 seeds or no spread."""
-    if row["baseline"] or math.isnan(row["welch ci low"]):
-        return "–"
-    return f"[{row['welch ci low']:+.3g}, {row['welch ci high']:+.3g}]"
-
-
 def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,
                   require_finished: bool = False) -> pd.DataFrame:
     """Build, print (Rich) and save the table and curves of a sweep's study.
@@ -293,7 +216,7 @@ def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
     """The baseline arm's label (:func:`resolve_baseline`), also when a tpe/random sampler never drew it.
 
     With every axis discrete, ``baseline:`` names an arm the sampler may draw, or may not: then the table
-    has no deltas and says so (:func:`missing_baseline_note`) rather than refusing the sweep's trials.
+    has no deltas and says so (``compare_text.missing_baseline_note``) rather than refusing the sweep's trials.
     A baseline that names no arm the spec's axes allow is still a spec error.
 
     Raises:
@@ -308,13 +231,6 @@ def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
         if all(not a.is_range for a in spec.axes) and label not in {a.label for a in grid_arms(spec)}:
             raise
         return label
-
-
-def missing_baseline_note(df: pd.DataFrame, baseline: str | None) -> str:
-    """A line under the table when the baseline arm has no row (a tpe/random sampler never drew it)."""
-    if baseline is None or baseline in set(df["arm"]):
-        return ""
-    return f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in `baseline:`)"
 
 
 def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str | None,

@@ -12,7 +12,8 @@ from optuna.trial import TrialState
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
-from klear_lab.sweep.checks import check_spec, check_trial_data, unavailable_trial_inputs
+from klear_lab.sweep.checks import check_spec
+from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.progress import Progress

@@ -18,7 +18,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
 
     from klear_lab.console import make_console
     from klear_lab.sweep.best import best_notes
-    from klear_lab.sweep.compare import (
+    from klear_lab.sweep.compare_text import (
         cell,
         delta_cell,
         few_seeds_note,

@@ -22,7 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, load_records, summarize, table_baseline, to_markdown
+from klear_lab.sweep.compare import TrialRecord, load_records, summarize, table_baseline
+from klear_lab.sweep.compare_text import to_markdown
 from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
 

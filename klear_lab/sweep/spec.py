@@ -50,10 +50,10 @@ from klear_lab.config.compose import compose
 from klear_lab.config.layers import Layer, dotlist_layer
 from klear_lab.config.yaml_io import load_yaml
 from klear_lab.errors import ConfigError
+from klear_lab.sweep.spec_parse import Getter, check_sampler, parse_objective, parse_wandb
 
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
-DIRECTIONS = ("maximize", "minimize")
 TRIAL_STARTS = ("preloaded", "fresh")
 DEFAULT_RUNNER = "klear_lab.run:run_experiment"
 TOP_KEYS = {
@@ -177,7 +177,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
-    get = _Getter(path, raw)
+    get = Getter(path, raw)
     name = name or get.text("name", path.stem)
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
         raise ConfigError(f"{path}: name: {name!r} must use letters, digits, '_', '-', '.' only")
@@ -206,55 +206,10 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         trial_start=get.choice("trial_start", TRIAL_STARTS, "preloaded"),
         description=get.text("description", ""),
     )
-    spec.metric, spec.direction = _parse_objective(path, raw.get("objective"))
-    spec.wandb_project, spec.wandb_group = _parse_wandb(path, raw.get("wandb"))
-    _check_sampler(spec)
+    spec.metric, spec.direction = parse_objective(path, raw.get("objective"))
+    spec.wandb_project, spec.wandb_group = parse_wandb(path, raw.get("wandb"))
+    check_sampler(spec)
     return spec
-
-
-class _Getter:
-    """Typed access to top-level spec keys; errors name the file and key."""
-
-    def __init__(self, path: Path, raw: dict[str, Any]) -> None:
-        self.path, self.raw = path, raw
-
-    def _fail(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{self.path}: {key}: expected {expected}, got {self.raw[key]!r}")
-
-    def text(self, key: str, default: str) -> str:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def integer(self, key: str, default: int, minimum: int | None = None) -> int:
-        value = self.raw.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
-            raise self._fail(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""))
-        return value
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self.raw.get(key, default)
-        if value not in choices:
-            raise self._fail(key, f"one of {', '.join(choices)}")
-        return value
-
-    def strings(self, key: str, default: list[str]) -> list[str]:
-        value = self.raw.get(key, default)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._fail(key, "a list of strings")
-        return list(value)
-
-    def integers(self, key: str, default: list[int]) -> list[int]:
-        value = self.raw.get(key, default)
-        if not isinstance(value, list) or not value or not all(
-                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32 for v in value):
-            raise self._fail(key, "a non-empty list of integers in [0, 2**32)")
-        if len(set(value)) != len(value):
-            raise self._fail(key, "distinct integers")
-        return list(value)
 
 
 def user_path(value: str | Path) -> Path:
@@ -328,46 +283,3 @@ def _value_label(value: Any) -> str:
     if isinstance(value, dict) and "name" in value:
         return str(value["name"])
     return str(value)
-
-
-def _parse_objective(path: Path, raw: Any) -> tuple[str, str]:
-    if isinstance(raw, str):
-        raw = {"metric": raw}
-    if not isinstance(raw, dict) or not isinstance(raw.get("metric"), str):
-        raise ConfigError(f"{path}: objective: expected {{metric: NAME, direction: maximize|minimize}}, "
-                          f"got {raw!r}")
-    extra = set(raw) - {"metric", "direction"}
-    if extra:
-        raise ConfigError(f"{path}: objective: unknown key {sorted(extra)[0]!r} (allowed: metric, direction)")
-    direction = raw.get("direction", "maximize")
-    if direction not in DIRECTIONS:
-        raise ConfigError(f"{path}: objective.direction: expected maximize or minimize, got {direction!r}")
-    return raw["metric"], direction
-
-
-def _parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:
-    if raw is None:
-        return None, None
-    if not isinstance(raw, dict) or set(raw) - {"project", "group"}:
-        raise ConfigError(f"{path}: wandb: expected {{project, group}}, got {raw!r}")
-    for key in ("project", "group"):
-        if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise ConfigError(f"{path}: wandb.{key}: expected a name (a string), got {raw[key]!r}")
-    return raw.get("project"), raw.get("group")
-
-
-def _check_sampler(spec: SweepSpec) -> None:
-    if spec.sampler == "grid":
-        for axis in spec.axes:
-            if axis.is_range:
-                raise spec.err(f"axes.{axis.key}", "a low/high range needs sampler tpe or random, not grid")
-        if spec.n_trials is not None:
-            raise spec.err("n_trials", "the grid sampler runs every point x seed; drop n_trials")
-        return
-    if not isinstance(spec.n_trials, int) or isinstance(spec.n_trials, bool) or spec.n_trials < 1:
-        raise spec.err("n_trials", f"sampler {spec.sampler} needs n_trials >= 1, got {spec.n_trials!r}")
-    continuous = [a.key for a in spec.axes if a.is_continuous]
-    if spec.baseline is not None and continuous:
-        raise spec.err("baseline", f"no arm can be named in advance: sampler {spec.sampler} draws {continuous[0]} "
-                                   "from a continuous range, so every arm's value is new; drop `baseline:` (the table "
-                                   "then compares against the arm whose label sorts first) or give the range a step")

@@ -11,12 +11,11 @@ from sweep_fixtures import write_spec
 from klear_lab.sweep.compare import (
     TrialRecord,
     bootstrap_diff,
-    delta_cell,
     load_records,
     summarize,
-    to_markdown,
     write_comparison,
 )
+from klear_lab.sweep.compare_text import delta_cell, to_markdown
 from klear_lab.sweep.curves import arm_curves, read_curve
 from klear_lab.sweep.grid import arm_label, point_key
 from klear_lab.sweep.spec import load_spec

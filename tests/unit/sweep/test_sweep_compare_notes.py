@@ -11,7 +11,8 @@ from rich.console import Console
 from sweep_fixtures import write_spec
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.compare import TrialRecord, compare_study, summarize, to_markdown, write_comparison
+from klear_lab.sweep.compare import TrialRecord, compare_study, summarize, write_comparison
+from klear_lab.sweep.compare_text import to_markdown
 from klear_lab.sweep.grid import arm_label, point_key
 from klear_lab.sweep.spec import load_spec
 

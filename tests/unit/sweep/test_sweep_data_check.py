@@ -1,5 +1,5 @@
 """The sweep's up-front data check: the records each distinct data configuration gives are built once,
-before any trial (``checks.check_trial_data``), for ``--validate-only`` and a real sweep alike."""
+before any trial (``data_checks.check_trial_data``), for ``--validate-only`` and a real sweep alike."""
 
 from __future__ import annotations
 

@@ -1,0 +1,160 @@
+"""Rows of a data file mapped onto ``Record`` for :class:`klear_lab.data.sources.file.FileSource` (registers nothing).
+
+One row at a time, by layout (``verl``, ``messages``, ``records``): typed field access that names file, row
+and column in its errors, the row's task, its reference answer, and a code row's tests and limits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code_limits_problem
+from klear_lab.errors import DataError
+
+_MISSING = object()
+
+
+def _get(row: dict[str, Any], column: str) -> Any:
+    value: Any = row
+    for key in column.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
+class _Row:
+    """Typed field access to one row, raising DataError naming file, row and column."""
+
+    def __init__(self, row: Any, n: int, columns: dict[str, str], path: str) -> None:
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: row {n}: expected an object, got {type(row).__name__}")
+        self.row, self.n, self.columns, self.path = row, n, columns, path
+
+    def fail(self, key: str, why: str) -> DataError:
+        return DataError(f"{self.path}: row {self.n}: field {self.columns.get(key, key)!r}: {why}")
+
+    def get(self, key: str, types: tuple[type, ...], default: Any = _MISSING) -> Any:
+        value = _get(self.row, self.columns[key]) if key in self.columns else _MISSING
+        if value is _MISSING or value is None:
+            if default is _MISSING:  # a parquet row's absent field reads as None
+                raise self.fail(key, "missing" if value is _MISSING else "missing (null)")
+            return default
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = "/".join(t.__name__ for t in types)
+            raise self.fail(key, f"expected {names}, got {type(value).__name__}")
+        return value
+
+
+def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, label: str,
+               task: str) -> Record:
+    r = _Row(row, n, columns, path)
+    own = r.get("source", (str,), None)  # the row's data_source / source
+    source = label if own is None else own
+    kind = task if task != "auto" else _task_of(r, own or "")  # not from the file's name: decoded_eval.jsonl
+    difficulty = r.get("difficulty", (int,), 1)
+    if difficulty < 1:  # a 0-based file's easiest level would fall out of every band (min_level >= 1)
+        raise r.fail("difficulty", f"levels start at 1 (the easiest), got {difficulty}; shift the column by 1")
+    base = {"uid": str(r.get("uid", (str, int), f"{label}/{n}")), "source": source, "task": kind,
+            "difficulty": difficulty}
+    if fmt == "verl":
+        fields = _verl_fields(r, kind)
+    elif fmt == "messages":
+        fields = _messages_fields(r)
+    else:
+        fields = _records_fields(r, kind)
+    if not fields["prompt"].strip():  # a cut column or a template that lost its question
+        raise r.fail("messages" if fmt == "messages" else "prompt", "the prompt is empty")
+    used = {c.split(".")[0] for c in columns.values()}
+    meta = {k: v for k, v in row.items() if k not in used} | fields.pop("meta", {})
+    return Record(**base, **fields, meta=meta)
+
+
+def _task_of(r: _Row, row_source: str) -> str:
+    """The row's task column (verl ``ability``), else ``code`` if the row has hidden tests or its own source
+    names code (verl ``coder1_longcot``, ``LiveCodeBench``), else ``math``."""
+    ability = r.get("task", (str,), "")
+    if ability in ("math", "code"):
+        return ability
+    has_tests = "tests" in r.columns and _get(r.row, r.columns["tests"]) not in (_MISSING, None, [])
+    return "code" if has_tests or "code" in row_source.lower() else "math"
+
+
+def _answer(r: _Row, kind: str, response: str | None = None) -> str:
+    """A row's reference answer; a math row without a ``response`` is only graded, so its answer must not be
+    blank (a code row is graded by its tests; an SFT row with a response trains without one)."""
+    answer = str(r.get("answer", (str, int, float)))
+    if kind != "code" and not answer.strip() and not response:  # else refused later by uid only
+        raise r.fail("answer", "empty (a gradeable record needs its reference answer)")
+    return answer
+
+
+def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
+    prompt = r.get("prompt", (str, list))
+    if not isinstance(prompt, str):
+        prompt = _last_turn(r, "prompt", prompt, "user")
+    out: dict[str, Any] = {"prompt": prompt}
+    if kind != "code":
+        return {**out, "answer": _answer(r, kind)}
+    spec = r.get("answer", (str, dict))
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise r.fail("answer", f"code ground truth is not JSON ({exc.msg})") from exc
+    if not isinstance(spec, dict):
+        raise r.fail("answer", f"code ground truth must be a JSON object, got {type(spec).__name__}")
+    ins, outs = spec.get("inputs"), spec.get("outputs")  # stdin/stdout specs; others stay in answer
+    tests: tuple = ()
+    if ins is not None or outs is not None:
+        if not (isinstance(ins, list) and isinstance(outs, list)):
+            raise r.fail("answer", "code ground truth needs 'inputs' and 'outputs' as lists, got "
+                         f"{type(ins).__name__} and {type(outs).__name__}")
+        if len(ins) != len(outs):
+            raise r.fail("answer", f"code ground truth has {len(ins)} 'inputs' but {len(outs)} 'outputs'")
+        if not all(isinstance(x, str) for x in (*ins, *outs)):
+            raise r.fail("answer", "code ground truth 'inputs'/'outputs' must be strings (a program's stdin "
+                         "and expected stdout)")
+        tests = tuple({"stdin": i, "stdout": o} for i, o in zip(ins, outs, strict=True))
+    timeout, cap = spec.get("timeout"), spec.get("max_test_cases")  # the official reward's per-record settings
+    problem = code_limits_problem(timeout, cap, "code ground truth", ("timeout", "max_test_cases"))
+    if problem:
+        raise r.fail("answer", problem)
+    limits = {k: v for k, v in ((TEST_TIMEOUT_KEY, timeout), (MAX_TESTS_KEY, cap and int(cap))) if v is not None}
+    return {**out, "answer": json.dumps(spec), "tests": tests, "meta": limits}
+
+
+def _messages_fields(r: _Row) -> dict[str, Any]:
+    messages = r.get("messages", (list,))
+    turns = [m for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    if len(turns) != len(messages):
+        raise r.fail("messages", "every turn must be an object with a string 'content'")
+    last_bot = max((i for i, m in enumerate(turns) if m.get("role") == "assistant"), default=len(turns))
+    prompt = _last_turn(r, "messages", turns[:last_bot], "user")
+    response = turns[last_bot]["content"] if last_bot < len(turns) else None
+    answer = str(r.get("answer", (str, int, float), ""))
+    return {"prompt": prompt, "answer": answer, "response": response,
+            "response_correct": r.get("response_correct", (bool,), None)}
+
+
+def _last_turn(r: _Row, key: str, turns: list[Any], role: str) -> str:
+    for m in reversed(turns):
+        if isinstance(m, dict) and m.get("role") == role and isinstance(m.get("content"), str):
+            return m["content"]
+    raise r.fail(key, f"no {role} turn with string content")
+
+
+def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
+    tests = r.get("tests", (list,), [])
+    for k, t in enumerate(tests):
+        function_test = isinstance(t, dict) and isinstance(t.get("input"), list) and "output" in t
+        program_test = isinstance(t, dict) and isinstance(t.get("stdin"), str) and isinstance(t.get("stdout"), str)
+        if not (function_test or program_test):
+            raise r.fail(f"tests.{k}", "a test is {\"input\": [arguments], \"output\": value} (a function "
+                         "call) or {\"stdin\": text, \"stdout\": text} (a whole program), got "
+                         f"{json.dumps(t)[:80]}")
+    response = r.get("response", (str,), None)
+    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind, response), "tests": tuple(tests),
+            "response": response, "meta": dict(r.get("meta", (dict,), {})),
+            "response_correct": r.get("response_correct", (bool,), None)}

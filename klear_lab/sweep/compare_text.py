@@ -1,0 +1,99 @@
+"""The comparison table as text: its metric columns, the markdown table (``table.md``), each cell, and the
+notes under the table (a baseline never sampled, too few seeds, one-batch training metrics).
+
+``render.py`` prints the same cells and notes with Rich.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from klear_lab.sweep.best import best_notes
+
+
+def table_metrics(objective: str, metrics: list[str]) -> list[str]:
+    """The table's metric columns: the objective first; a metric listed twice is one column."""
+    return list(dict.fromkeys([objective, *metrics]))
+
+
+def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
+    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals."""
+    names = table_metrics(objective, metrics)
+    head = ["arm", *names, f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI", "pruned", "failed"]
+    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
+    for _, row in df.iterrows():
+        arm = f"**{row['arm']}** ★" if row["best"] else row["arm"]
+        cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
+                 str(row["pruned"]), str(row["failed"])]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
+    notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline),
+             one_batch_note(objective, metrics) if len(df) else ""]
+    return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes if note)
+
+
+FEW_SEEDS = 10  # below this many seeds an arm's percentile-bootstrap interval covers well under 95 %
+
+
+def one_batch_note(objective: str, metrics: list[str]) -> str:
+    """Under a table that shows training metrics of one step's batch: each seed's value is its last logged one
+    (its last step's; an update's metrics, the last step that updated)."""
+    from klear_lab.sweep.metrics import one_batch
+
+    shown = [m for m in table_metrics(objective, metrics) if one_batch(m)]
+    if not shown:
+        return ""
+    return (f"{', '.join(shown)}: each seed's last logged value, from one training batch, not a mean over the run; "
+            "the curves PNG draws them over the run.")
+
+
+def few_seeds_note(df: pd.DataFrame, objective: str, baseline: str | None) -> str:
+    """A warning under the table when a bootstrap interval shown rests on fewer than ``FEW_SEEDS`` seeds."""
+    shown = df[df["delta ci low"].notna()]
+    if shown.empty:
+        return ""
+    n = int(min([*shown[f"{objective} n"], *df.loc[df["arm"] == baseline, f"{objective} n"]]))
+    if n >= FEW_SEEDS:
+        return ""
+    return (f"Bootstrap intervals over {n} seed(s) per arm cover well under 95 % (two arms that do not differ "
+            "are called apart in about 1 comparison of 3 at 2 seeds): call a difference only where the Welch "
+            "interval excludes 0.")
+
+
+def cell(row: Any, metric: str) -> str:
+    """``0.512 ± 0.013 (n=2)``; ``(n=2 of 3)`` when a completed seed has no finite value (diverged)."""
+    mean, std, n = row[f"{metric} mean"], row[f"{metric} std"], row[f"{metric} n"]
+    if math.isnan(mean):
+        return "–"
+    count = f"n={n}" if n == row["n"] else f"n={n} of {row['n']}"
+    return f"{mean:.4g} ± {std:.2g} ({count})" if not math.isnan(std) else f"{mean:.4g} ({count})"
+
+
+def delta_cell(row: Any) -> str:
+    """``+0.031 [+0.012, +0.050]``, ``baseline`` for the baseline arm."""
+    if row["baseline"]:
+        return "baseline"
+    if math.isnan(row["delta"]):
+        return "–"
+    d, lo, hi = row["delta"], row["delta ci low"], row["delta ci high"]
+    if math.isnan(lo):
+        return f"{d:+.4g} (under 2 seeds or no spread: no interval)"
+    if abs(d) <= 1e-6 * max(abs(lo), abs(hi)):  # float32-logged metrics: equal means differ by ~1e-8
+        d = 0.0
+    return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
+
+
+def welch_cell(row: Any) -> str:
+    """``[-0.21, +0.27]``; ``–`` for the baseline, or when an arm has under 2 seeds or no spread."""
+    if row["baseline"] or math.isnan(row["welch ci low"]):
+        return "–"
+    return f"[{row['welch ci low']:+.3g}, {row['welch ci high']:+.3g}]"
+
+
+def missing_baseline_note(df: pd.DataFrame, baseline: str | None) -> str:
+    """A line under the table when the baseline arm has no row (a tpe/random sampler never drew it)."""
+    if baseline is None or baseline in set(df["arm"]):
+        return ""
+    return f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in `baseline:`)"

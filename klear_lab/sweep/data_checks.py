@@ -1,0 +1,109 @@
+"""The up-front checks of what trials would read: data files and rewards this machine cannot use
+(``unavailable_trial_inputs``), and the records of each distinct data configuration, built once
+(``check_trial_data``), so a bad row stops the sweep instead of failing every trial that reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+from klear_lab.config.layers import override_key
+from klear_lab.errors import ConfigError, DataError
+from klear_lab.sweep.checks import MAX_COMPOSED_ARMS, probe_values
+from klear_lab.sweep.grid import Arm, trial_layer
+from klear_lab.sweep.spec import SweepSpec
+
+
+def unavailable_trial_inputs(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], list[str]]:
+    """``(data, rewards)``: ``key=path: why`` for the data files trials would read and this machine cannot
+    (``builders.unavailable_data``), and ``key what: why`` for the rewards they would call and it cannot
+    run (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap). From the base experiment's
+    config, or where an axis sets what decides them (the data, the rewards, the eval set, the run kind),
+    each arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
+    from klear_lab.builders import unavailable_data
+    from klear_lab.reward_checks import unavailable_rewards
+
+    cfgs = _configs_varied_by(spec, arms, ("data", "rl.reward", "eval", "run.kind"))
+    data = [f"{key}={why}" for cfg in cfgs for key, why in unavailable_data(cfg)]
+    rewards = [f"{key} {why}" for cfg in cfgs for key, why in unavailable_rewards(cfg)]
+    return sorted(set(data), key=data.index), sorted(set(rewards), key=rewards.index)
+
+
+def _configs_varied_by(spec: SweepSpec, arms: list[Arm], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The base experiment's config, or where an axis sets keys under ``prefixes``, each arm's (``tpe``/
+    ``random``: each value of such an axis, the others at their first)."""
+    axes = [axis for axis in spec.axes if axis.key.startswith(prefixes)]
+    if not axes:
+        points: list[dict[str, Any]] = [{}]
+    elif arms:
+        points = [arm.params for arm in arms[:MAX_COMPOSED_ARMS]]
+    else:
+        first = {a.key: probe_values(a)[0] for a in spec.axes}
+        points = [{**first, axis.key: value} for axis in axes for value in probe_values(axis)]
+    return [spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")] if values else [])
+            for values in points]
+
+
+def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
+    """Read each data file the trials would read, once: every distinct source node with a ``path`` (its
+    split, its world seed) across the arms (``tpe``/``random``: each axis value, the others at their
+    first), so a bad row stops the sweep before any trial instead of failing each trial that reads it. The
+    mixes and filters are left to the trials: building every arm's mix read a multi-GB corpus once per
+    ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
+    :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is shown once.
+
+    Raises:
+        DataError: the source's message (file, row, key), with the config key, the arms that read the file
+            and the spec's overrides of ``data.`` keys.
+    """
+    from klear_lab.builders import build, source_nodes, source_path
+    from klear_lab.data.sources.file import unavailable
+    from klear_lab.registry import SOURCE
+
+    reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}
+    points = _trial_points(spec, arms)
+    for label, values in points:
+        cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
+        for section, split, i, node in source_nodes(cfg):
+            path = source_path(node, split)
+            if path is None or unavailable(path):
+                continue
+            key = json.dumps([node, split, cfg["data"]["world_seed"]], sort_keys=True, default=str)
+            read = reads.setdefault(key, (node, split, cfg["data"]["world_seed"], f"data.{section}.{i}", []))
+            read[4].append(label)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for node, split, seed, where, labels in reads.values():
+                try:
+                    build(SOURCE, node).records(seed, split)
+                except (ConfigError, DataError) as exc:
+                    who = _data_origin(spec, list(dict.fromkeys(labels)), len(arms) or len(points), bool(arms))
+                    raise DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started") from None
+    finally:  # once each, where they were raised
+        shown = {(w.category, str(w.message)): w for w in caught}
+        for w in shown.values():
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, axis values) of each grid arm; ``tpe``/``random``: of each axis value, the others at their first."""
+    if arms:
+        return [(arm.label, arm.params) for arm in arms[:MAX_COMPOSED_ARMS]]
+    first = {a.key: probe_values(a)[0] for a in spec.axes}
+    return [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in probe_values(a)]
+
+
+def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool) -> str:
+    """Which trials read a data configuration, and the overrides of ``data.`` keys they share."""
+    if len(labels) == total:
+        who = "every arm" if grid else "every trial"
+    else:
+        who = f"{'arm' if grid else 'trials with'} {', '.join(labels[:4])}{' ...' if len(labels) > 4 else ''}"
+    own = len(spec.overrides) - len(spec.cli_overrides)
+    data = [f"{'command line' if i >= own else 'overrides'}: {item}" for i, item in enumerate(spec.overrides)
+            if override_key(item).split(".")[0] == "data" or override_key(item) == "run.kind"]
+    return f"{who} ({'; '.join(data)})" if data else who

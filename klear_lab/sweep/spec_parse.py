@@ -1,0 +1,105 @@
+"""Helpers of ``spec.load_spec``: typed readers of a sweep spec's top-level keys, the parsers of its
+``objective:`` and ``wandb:`` blocks, and the sampler's rules (``check_sampler``).
+
+Every error names the spec file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from klear_lab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from klear_lab.sweep.spec import SweepSpec
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+class Getter:
+    """Typed access to top-level spec keys; errors name the file and key."""
+
+    def __init__(self, path: Path, raw: dict[str, Any]) -> None:
+        self.path, self.raw = path, raw
+
+    def _fail(self, key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: expected {expected}, got {self.raw[key]!r}")
+
+    def text(self, key: str, default: str) -> str:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._fail(key, "a string")
+        return value
+
+    def integer(self, key: str, default: int, minimum: int | None = None) -> int:
+        value = self.raw.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+            raise self._fail(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""))
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.raw.get(key, default)
+        if value not in choices:
+            raise self._fail(key, f"one of {', '.join(choices)}")
+        return value
+
+    def strings(self, key: str, default: list[str]) -> list[str]:
+        value = self.raw.get(key, default)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(key, "a list of strings")
+        return list(value)
+
+    def integers(self, key: str, default: list[int]) -> list[int]:
+        value = self.raw.get(key, default)
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32 for v in value):
+            raise self._fail(key, "a non-empty list of integers in [0, 2**32)")
+        if len(set(value)) != len(value):
+            raise self._fail(key, "distinct integers")
+        return list(value)
+
+
+def parse_objective(path: Path, raw: Any) -> tuple[str, str]:
+    if isinstance(raw, str):
+        raw = {"metric": raw}
+    if not isinstance(raw, dict) or not isinstance(raw.get("metric"), str):
+        raise ConfigError(f"{path}: objective: expected {{metric: NAME, direction: maximize|minimize}}, "
+                          f"got {raw!r}")
+    extra = set(raw) - {"metric", "direction"}
+    if extra:
+        raise ConfigError(f"{path}: objective: unknown key {sorted(extra)[0]!r} (allowed: metric, direction)")
+    direction = raw.get("direction", "maximize")
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"{path}: objective.direction: expected maximize or minimize, got {direction!r}")
+    return raw["metric"], direction
+
+
+def parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict) or set(raw) - {"project", "group"}:
+        raise ConfigError(f"{path}: wandb: expected {{project, group}}, got {raw!r}")
+    for key in ("project", "group"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ConfigError(f"{path}: wandb.{key}: expected a name (a string), got {raw[key]!r}")
+    return raw.get("project"), raw.get("group")
+
+
+def check_sampler(spec: SweepSpec) -> None:
+    if spec.sampler == "grid":
+        for axis in spec.axes:
+            if axis.is_range:
+                raise spec.err(f"axes.{axis.key}", "a low/high range needs sampler tpe or random, not grid")
+        if spec.n_trials is not None:
+            raise spec.err("n_trials", "the grid sampler runs every point x seed; drop n_trials")
+        return
+    if not isinstance(spec.n_trials, int) or isinstance(spec.n_trials, bool) or spec.n_trials < 1:
+        raise spec.err("n_trials", f"sampler {spec.sampler} needs n_trials >= 1, got {spec.n_trials!r}")
+    continuous = [a.key for a in spec.axes if a.is_continuous]
+    if spec.baseline is not None and continuous:
+        raise spec.err("baseline", f"no arm can be named in advance: sampler {spec.sampler} draws {continuous[0]} "
+                                   "from a continuous range, so every arm's value is new; drop `baseline:` (the table "
+                                   "then compares against the arm whose label sorts first) or give the range a step")
