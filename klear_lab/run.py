@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from klear_lab import tracking
+from klear_lab import loggers, tracking
 from klear_lab.distributed import (
     clear_rank_failures,
     env_restored,
@@ -175,14 +175,14 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
             if pruned(exc):  # a sweep's pruner stopped it on purpose: not a crash in run.json or W&B
                 tracking.write_json(run_dir / "run.json",
                                     {**identity, "status": "pruned", "error": error_line(exc)})
-                tracking.finish_wandb_run(exit_code=0)
+                loggers.finish_wandb_run(exit_code=0)
                 raise
             causes = rank_failures(run_dir)  # another DDP rank failed first: its error is the reason
             error = "; ".join([*causes, f"rank 0: {error_line(exc)}"]) if causes else error_line(exc)
             # host: a model.init_from parent that failed resumes only on the machine that ran it
             tracking.write_json(run_dir / "run.json", {**identity, "status": "failed", "error": error,
                                                        "host": socket.gethostname()})
-            tracking.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
+            loggers.finish_wandb_run(exit_code=1)  # else the next run in this process would log into it
             raise
         tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
         tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from dataclasses import dataclass
 
 import lightning as L
 import torch
@@ -23,7 +22,7 @@ from klear_lab.data.records import Record
 from klear_lab.distributed import rank_and_world
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
-from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
+from klear_lab.eval.heldout import EvalResult, evaluate_sharded
 from klear_lab.modules.optim import (
     OptimSettings,
     check_grad_norm,
@@ -33,6 +32,7 @@ from klear_lab.modules.optim import (
     noise_stream,
     parameter_ndims,
 )
+from klear_lab.modules.rl_parts import RLSettings, disable_dropout, forget_unlogged, rollout_metrics, shape_rewards
 from klear_lab.rl.data_parallel import (
     first_survivors,
     merge_rank_metrics,
@@ -43,48 +43,11 @@ from klear_lab.rl.data_parallel import (
     zero_loss,
 )
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
-from klear_lab.rl.overlong import overlong_penalty
 from klear_lab.rl.rollout.base import preserve_rng, prompt_seeds
 from klear_lab.rl.step_metrics import accumulate, is_extreme, step_values, weight_micro_metrics
 from klear_lab.rl.steps import group_rows, response_logp, score_groups, split_rows
 from klear_lab.rl.token_stats import check_head_composes
 from klear_lab.rl.types import AggContext, PolicyBatch
-
-
-@dataclass(frozen=True)
-class RLSettings:
-    group_size: int
-    minibatch_prompts: int
-    micro_batch_seqs: int
-    ppo_epochs: int
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    grad_clip: float
-    overlong: str
-    overlong_buffer: int
-    overlong_penalty: float
-    seed: int
-    max_eval_new_tokens: int
-    eval_batch_size: int
-    eval_sampling: Sampling = GREEDY
-    max_kept_prompts: int = 0  # train on at most this many kept groups (0: all)
-    schedule_per_update: bool = False  # rl.lr_schedule_unit=update: the LR schedule steps at each update
-    logp_chunk_tokens: int = 0  # LM head over this many response tokens at a time (0: all)
-
-
-def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
-    """Zero every dropout rate, keeping train mode (gradient checkpointing needs it).
-
-    Ratios compare log-probs of the same weights: with dropout, old (rollout-time) and new
-    log-probs differ by noise and an on-policy ratio is not 1. TRL's ``disable_dropout`` does the same.
-    """
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), (int, float)):  # HF attention
-            module.attention_dropout = 0.0
-    return model
 
 
 class RLModule(L.LightningModule):
@@ -126,7 +89,7 @@ class RLModule(L.LightningModule):
         times["generate"], t = time.perf_counter() - t, time.perf_counter()
         records = [r for r in batch for _ in range(self.s.group_size)]
         groups = score_groups(self.reward, rollout.texts, records, self.s.group_size)
-        scores, mask = self._shape_rewards(groups.scores, rollout)
+        scores, mask = shape_rewards(groups.scores, rollout, self.s)
         keep = self.group_filter(scores, groups.acc)  # [B]
         adv = self.advantage(scores).reshape(-1)  # [N]
         times["score"], t = time.perf_counter() - t, time.perf_counter()
@@ -220,17 +183,6 @@ class RLModule(L.LightningModule):
             if not torch.allclose(prints, prints[:1].expand_as(prints), rtol=1e-9, atol=0.0):
                 raise RuntimeError(f"DDP ranks hold different policy weights after training (sum, sum of "
                                    f"squares per rank: {prints.tolist()}): a gradient all-reduce was missed")
-
-    def _shape_rewards(self, scores: torch.Tensor, rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """Overlong handling: a soft penalty on the scores, or truncated responses leave the loss."""
-        mask = rollout.response_mask.float()  # [N, T]
-        if self.s.overlong == "penalty":
-            lengths = mask.sum(-1)
-            pen = overlong_penalty(lengths, self.s.max_new_tokens, self.s.overlong_buffer, self.s.overlong_penalty)
-            scores = scores + pen.view_as(scores)
-        elif self.s.overlong == "mask":
-            mask = mask * rollout.finished.float()[:, None]
-        return scores, mask
 
     @torch.no_grad()
     def _behaviour_logp(self, rollout, rows, mask, minibatch_rows: int):
@@ -342,27 +294,3 @@ class RLModule(L.LightningModule):
 
     def configure_optimizers(self):
         return configure_adamw(self.policy, self.optim, self._ndims, noise_stream(self.trainer))
-
-
-def rollout_metrics(groups, scores: torch.Tensor, keep: torch.Tensor, rollout) -> dict[str, float]:
-    """Reward, accuracy, length and filter statistics of one rollout batch."""
-    lengths = rollout.response_mask.float().sum(-1)
-    return {
-        "reward/mean": float(scores.mean()), "reward/std": float(scores.std()) if scores.numel() > 1 else 0.0,
-        "reward/acc": float(groups.acc.float().mean()), "reward/format_rate": float(groups.format_ok.float().mean()),
-        "rl/response_len_mean": float(lengths.mean()), "rl/response_len_max": float(lengths.max()),
-        "rl/truncated_frac": float((~rollout.finished).float().mean()),
-        "rl/kept_group_frac": float(keep.float().mean()), "rl/dropped_group_frac": float(1 - keep.float().mean()),
-    }
-
-
-def forget_unlogged(trainer: L.Trainer, logged: dict[str, float]) -> None:
-    """Leave out of this step's row the training-step metrics it does not log. Lightning sends an on-step
-    metric's last value again at every later step of the epoch (an RL run is one epoch), so a step that
-    dropped every group (the zero-variance filter) repeated the last update's ``rl/grad_norm``, loss,
-    entropy and timings as its own. Lightning has no public way to drop a logged key: its result
-    collection leaves out a metric marked reset, until it is logged again."""
-    results = getattr(trainer, "_results", None)
-    for key, item in (results or {}).items():
-        if key.startswith("training_step.") and item.meta.name not in logged and not item.has_reset:
-            item.reset()

@@ -94,7 +94,7 @@ def check_wandb_login(cfg: dict[str, Any]) -> None:
         ConfigError: no credentials, with the two ways on.
     """
     from klear_lab.errors import ConfigError
-    from klear_lab.tracking import wandb_mode
+    from klear_lab.loggers import wandb_mode
 
     if wandb_mode(cfg) != "online":
         return

@@ -26,8 +26,9 @@ from klear_lab.distributed import recorded_error
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
+from klear_lab.loggers import make_loggers
 from klear_lab.stages.common import check_wandb_login, finish_loggers, log_samples_table, write_samples
-from klear_lab.tracking import make_loggers, run_id_of
+from klear_lab.tracking import run_id_of
 
 
 @dataclass

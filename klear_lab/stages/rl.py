@@ -22,7 +22,9 @@ from klear_lab.data.records import Record, data_digests, require_gradeable
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.distributed import multi_device_rl_problem
 from klear_lab.errors import ConfigError, DataError
-from klear_lab.modules.rl import RLModule, RLSettings
+from klear_lab.loggers import make_loggers
+from klear_lab.modules.rl import RLModule
+from klear_lab.modules.rl_parts import RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.resumable_loader import ResumableLoader
 from klear_lab.rl.clip.base import probe_clip
@@ -39,7 +41,6 @@ from klear_lab.stages.common import (
 )
 from klear_lab.stages.gain import gain_summary
 from klear_lab.stages.rl_plan import schedule_steps
-from klear_lab.tracking import make_loggers
 
 
 def prompt_batches(records: list[Record], batch: int, steps: int, seed: int) -> list[list[Record]]:

@@ -20,6 +20,7 @@ from klear_lab.data.datamodule import SFTDataModule
 from klear_lab.data.records import data_digests
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
+from klear_lab.loggers import make_loggers
 from klear_lab.modules.sft import SFTModule
 from klear_lab.stages.common import (
     check_trainer,
@@ -30,7 +31,6 @@ from klear_lab.stages.common import (
     save_model,
     write_samples,
 )
-from klear_lab.tracking import make_loggers
 
 
 @dataclass

@@ -33,7 +33,7 @@ RL_STEP = ("reward/mean", "reward/std", "reward/acc", "reward/format_rate", "rl/
            "rl/trained_groups", "rl/updates_per_step", "rl/grad_norm", "rl/rollout_steps",
            "perf/generated_tokens_per_s", "perf/step_s", "data/dropped_long_prompts",
            *(f"perf/time_{phase}_s" for phase in PHASES))
-"""``modules/rl.py`` (``rollout_metrics``, ``training_step``) and ``stages/rl.py``."""
+"""``modules/rl_parts.py`` (``rollout_metrics``), ``modules/rl.py`` (``training_step``) and ``stages/rl.py``."""
 PLACEHOLDER = re.compile(r"<[a-z]+>")
 KINDS = ("sft", "rl", "eval")  # ``run.kind``
 

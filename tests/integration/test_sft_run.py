@@ -120,15 +120,15 @@ def test_a_pruned_run_is_recorded_as_pruned_not_failed(tiny_sft_overrides, capsy
     import lightning as L
     import optuna
 
-    from klear_lab import tracking
+    from klear_lab import loggers
 
     class Prune(L.Callback):
         def on_train_batch_end(self, trainer, *args) -> None:
             raise optuna.TrialPruned("trial was pruned at step 1")
 
     finished = []
-    real_finish = tracking.finish_wandb_run
-    monkeypatch.setattr(tracking, "finish_wandb_run", lambda exit_code: (finished.append(exit_code),
+    real_finish = loggers.finish_wandb_run
+    monkeypatch.setattr(loggers, "finish_wandb_run", lambda exit_code: (finished.append(exit_code),
                                                                          real_finish(exit_code)))
     cfg = compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml", tiny_sft_overrides)
     with pytest.raises(optuna.TrialPruned):

@@ -7,8 +7,9 @@ import csv
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
+from klear_lab.loggers import csv_logger
 from klear_lab.resume import set_aside_later_rows
-from klear_lab.tracking import csv_logger, csv_rows
+from klear_lab.tracking import csv_rows
 
 
 @pytest.mark.filterwarnings("ignore:Experiment logs directory")  # the rows are logged again

@@ -64,7 +64,8 @@ def test_a_run_says_its_mode_to_wandb_init(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
 
     from klear_lab.config.compose import compose
-    from klear_lab.tracking import identity_of, make_loggers
+    from klear_lab.loggers import make_loggers
+    from klear_lab.tracking import identity_of
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     for mode, env, said in [("online", None, "online"), ("offline", None, "offline"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 from lightning.pytorch.loggers import WandbLogger
 
 from klear_lab.config.compose import compose
-from klear_lab.tracking import identity_of, make_loggers, wandb_tags
+from klear_lab.loggers import make_loggers, wandb_tags
+from klear_lab.tracking import identity_of
 
 
 def test_wandb_tags_fit_its_limit():
