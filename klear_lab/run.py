@@ -49,11 +49,14 @@ class RunResult:
         run_dir: the run directory (config.yaml, csv/metrics.csv, summary.json, checkpoints, wandb/).
         metrics: final metrics (``val/acc``, ``train/loss``, ``perf/tokens_per_s``...), also in summary.json.
         wandb_dir: the W&B run directory (offline runs: ``wandb sync`` it later), or None if disabled.
+        sigterm_held: a SIGTERM came after training and was held back until the run was recorded
+            (:mod:`klear_lab.sigterm`): a caller running more should stop, as for a preemption.
     """
 
     run_dir: Path
     metrics: dict[str, float] = field(default_factory=dict)
     wandb_dir: Path | None = None
+    sigterm_held: bool = False
 
 
 def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
@@ -135,12 +138,12 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
     if joined is not None:  # a DDP rank > 0 relaunched by Lightning: train in rank 0's run, write nothing
         try:
             stage = prepare(cfg)
-            with without_upstream_noise(), env_restored(*RUN_SET_ENV), sigterm_restored():
+            with without_upstream_noise(), env_restored(*RUN_SET_ENV), sigterm_restored(say=False) as held:
                 metrics, _ = stage.execute(joined, tracking.identity_of(cfg, joined), callbacks or [], **extra)
         except BaseException as exc:  # but its reason to fail (building too): rank 0 only sees the connection drop
             record_rank_failure(joined, error_line(exc))
             raise
-        return RunResult(joined, metrics, None)
+        return RunResult(joined, metrics, None, held.signals > 0)
     if resume is not None:
         warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
     from klear_lab.builders import data_file_stats
@@ -167,7 +170,7 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
             tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
     clear_rank_failures(run_dir)
-    with sigterm_restored():  # a SIGTERM held back after training (hold_sigterm) waits for run.json's status
+    with sigterm_restored() as held:  # a SIGTERM held back after training (hold_sigterm) waits for run.json
         try:
             with without_upstream_noise(), exported_run_dir(run_dir), env_restored(*RUN_SET_ENV):
                 metrics, wandb_dir = stage.execute(run_dir, identity, callbacks or [], **extra)
@@ -186,7 +189,7 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
             raise
         tracking.write_json(run_dir / "summary.json", {**metrics, "_identity": identity})
         tracking.write_json(run_dir / "run.json", {**identity, "status": "completed"})
-        return RunResult(run_dir, metrics, wandb_dir)
+    return RunResult(run_dir, metrics, wandb_dir, held.signals > 0)
 
 
 def pruned(exc: BaseException) -> bool:

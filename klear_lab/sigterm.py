@@ -12,7 +12,12 @@ that can be checkpointed. Around it:
 - **After training** the model is saved and evaluated before the run ends, as when the signal comes in
   the final step: :func:`hold_sigterm` holds a SIGTERM back from the end of fit to the run's end
   (:func:`sigterm_restored`, around the run in :mod:`klear_lab.run`), so it does not kill the process
-  while it writes the model.
+  while it writes the model. A signal held back is handed on once the run is recorded: to the handler
+  before the run when that is a Python one; else ``RunResult.sigterm_held`` says so (the CLI exits 0 for a
+  completed run; a ``model.init_from`` parent trained inside another run's command stops that command).
+
+Left alone: between Lightning's registration of its handler and ``on_validation_start`` (milliseconds:
+the stage's barrier, the loader's setup) Lightning's handler is still the one a SIGTERM meets.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -33,13 +39,23 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()  # (only it may set signal handlers)
 
 
+@dataclass
+class HeldSigterm:
+    """The SIGTERMs a run held back after training (see :func:`sigterm_restored`)."""
+
+    signals: int = 0
+
+
+_held: HeldSigterm | None = None  # the open sigterm_restored block's count (None: outside a run)
+
+
 class SigtermOutsideSteps(L.Callback):
     """Note a SIGTERM during ``trainer.validate`` in place of Lightning's handler and decide at its end;
     hold one back from the end of fit (:func:`hold_sigterm`)."""
 
     def __init__(self) -> None:
         self._catching = False  # this callback's handler is set for the running evaluation
-        self._noted = False  # a SIGTERM came during it
+        self._noted = False  # a SIGTERM came during it (or after its agreement, before fit: on_train_start)
         self._fitted = False  # this trainer's fit has ended: training is done
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -60,54 +76,71 @@ class SigtermOutsideSteps(L.Callback):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Every rank is here: agree on whether any rank got a SIGTERM (one collective)."""
-        if not self._catching:
+        if not self._catching or trainer.state.fn != TrainerFn.VALIDATING:
             return
         self._catching = False
         noted = self._noted
         if trainer.world_size > 1:
             noted = trainer.strategy.reduce_boolean_decision(noted, all=False)
         if not noted:
-            return
+            return  # (a signal from here to Lightning's teardown is noted still: on_train_start hands it on)
+        self._noted = False
         if not self._fitted:  # the starting point's evaluation: stop before the first step
             raise SIGTERMException
+        if _held is not None:
+            _held.signals += 1
         if trainer.is_global_zero:
-            print("klear-lab: SIGTERM during the final evaluation: finishing the run before exiting",
-                  file=sys.stderr)
+            print("klear-lab: SIGTERM during the final evaluation: finishing the run first", file=sys.stderr)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A SIGTERM noted after the starting evaluation's agreement goes to fit's handler (after
+        ResumeCheckpoint's on_train_start: this callback is the Trainer's last), which stops at a step's end."""
+        if self._noted:
+            self._noted = False
+            signal.raise_signal(signal.SIGTERM)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._catching = False
 
 
 class _Held:
     """The SIGTERM handler after training: counts the signals it holds back."""
 
-    def __init__(self) -> None:
-        self.count = 0
-
     def __call__(self, signum: int, frame: Any) -> None:
-        self.count += 1
+        if _held is not None:
+            _held.signals += 1
 
 
 def hold_sigterm() -> None:
-    """At the end of training: hold a SIGTERM back (noted, not acted on) until the run ends.
+    """At the end of training: hold a SIGTERM back (counted, not acted on) until the run ends.
 
-    Training is done: stopping in the model's save left a half-written model and a run recorded as
-    running, and stopping in the final evaluation recorded a finished run as failed. A ``trainer.validate``
-    keeps this handler among Lightning's, and :class:`SigtermOutsideSteps` sets its own for the evaluation.
-    :func:`sigterm_restored` around the run puts the handler before back.
+    Training is done: stopping in the model's save left no model and a run recorded as running, and
+    stopping in the final evaluation recorded a finished run as failed. A ``trainer.validate`` keeps this
+    handler among Lightning's, and :class:`SigtermOutsideSteps` sets its own for the evaluation. Only
+    inside :func:`sigterm_restored`, which puts the handler before back.
     """
-    if _main_thread() and signal.getsignal(signal.SIGTERM) is not None:
+    if _held is not None and _main_thread() and signal.getsignal(signal.SIGTERM) is not None:
         signal.signal(signal.SIGTERM, _Held())
 
 
 @contextmanager
-def sigterm_restored() -> Iterator[None]:
-    """Put back the SIGTERM handler from before the block (a run's, around its stage and completion); say
-    so when :func:`hold_sigterm`'s handler held a signal back in a run that then completed."""
+def sigterm_restored(say: bool = True) -> Iterator[HeldSigterm]:
+    """Around a run (its stage and its completion): put back the SIGTERM handler from before it, and count
+    the signals held back after training. When the run ends normally with some, ``say`` so and hand one
+    on to that handler if it is a Python function (a caller's own); SIG_DFL would end the process with a
+    completed run read as preempted, so the caller reads the count instead (``RunResult.sigterm_held``)."""
+    global _held
+    outer, held = _held, HeldSigterm()
     previous = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+    _held = held
     try:
-        yield
+        yield held
     finally:
-        held = signal.getsignal(signal.SIGTERM) if previous is not None else None
+        _held = outer
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    if isinstance(held, _Held) and held.count:
-        print("klear-lab: SIGTERM after training: the run saved its model, evaluated it and completed before "
-              "exiting", file=sys.stderr)
+    if held.signals and say:
+        print("klear-lab: SIGTERM after training: the run saved its model, evaluated it and completed first",
+              file=sys.stderr)
+    if held.signals and callable(previous):
+        signal.raise_signal(signal.SIGTERM)

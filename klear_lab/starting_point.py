@@ -93,7 +93,7 @@ def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out:
         print(f"model.init_from {init_from}: resuming its stopped run {stopped}", file=sys.stderr)
         threads = f"trainer.num_threads={parent['trainer']['num_threads']}"
         try:
-            return run_experiment(resume_config(stopped, [threads]), resume=stopped).run_dir
+            return _parent_dir(run_experiment(resume_config(stopped, [threads]), resume=stopped))
         except Exception as exc:  # noqa: BLE001 (not Ctrl-C: that stops this command too)
             print(f"model.init_from {init_from}: resuming {stopped} failed ({type(exc).__name__}: {exc}); "
                   "training it from the start in a new run", file=sys.stderr)
@@ -101,7 +101,17 @@ def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out:
         print(f"model.init_from {init_from}: no completed run of it (this config, seed {parent['run']['seed']}) "
               f"in {out}: training it first, a whole {parent['run']['kind']} run (its plan: klear-lab train "
               f"{init_from} --dry-run)", file=sys.stderr)
-    return run_experiment(parent).run_dir
+    return _parent_dir(run_experiment(parent))
+
+
+def _parent_dir(result: Any) -> Path:
+    """The parent's run directory; a SIGTERM its run held back after training (recorded now: a requeued
+    command finds the parent completed) stops this command before its own run starts, as a preemption."""
+    if result.sigterm_held:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        raise SIGTERMException
+    return result.run_dir
 
 
 def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:

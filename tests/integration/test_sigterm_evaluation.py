@@ -7,7 +7,8 @@
   (143, recorded as terminated, nothing trained). It was lost before: fit reset Lightning's flag, and the
   run trained to the end (one process), or hung (DDP, rank 1).
 - Between the end of fit and the run's end (the model's save) the signal is held back: it killed the
-  process there (the handler before fit is back), leaving a half-written model and a run read as running.
+  process there (the handler before fit is back), with no model and a run read as running. Once the run is
+  recorded, the caller learns of it; a parent trained inside an RL command stops that command.
 
 The signal comes from a test reward (a plugin) at its first call on the chosen rank: in SFT that is the
 final evaluation, in RL the starting point's.
@@ -42,6 +43,8 @@ class SigtermAtFirstCall:
             os.kill(os.getpid(), signal.SIGTERM)
         return [RewardOutput(score=0.0, acc=len(c) % 2 == 0, format_ok=True) for c in completions]
 """
+TINY_SFT = ["data.sources.0.n_prompts=200", "sft.max_steps=4", "sft.tokens_per_micro_batch=400",
+            "trainer.checkpoint_every=2"]
 DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false",
        "eval.reward=test_sigterm_first_call", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8"]
 
@@ -64,8 +67,7 @@ def klear(args: list[str], rank: int) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_sigterm_in_the_final_evaluation_of_two_ranks_lets_the_run_finish(tmp_path, plugin, rank):
     out = tmp_path / "runs"
-    done = klear(["train", SFT, f"run.out_dir={out}", f"plugins=[{plugin}]", "data.sources.0.n_prompts=200",
-                  "sft.max_steps=4", "sft.tokens_per_micro_batch=400", "trainer.checkpoint_every=2", *DDP], rank)
+    done = klear(["train", SFT, f"run.out_dir={out}", f"plugins=[{plugin}]", *TINY_SFT, *DDP], rank)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("SIGTERM during the final evaluation") == 1, done.stderr[-3000:]  # rank 0, once
     (run_dir,) = out.iterdir()
@@ -104,23 +106,60 @@ class SigtermAfterFit(L.Callback):
         if stage == "fit":
             signal.raise_signal(signal.SIGTERM)
 
-experiment, *overrides = sys.argv[1:]
-run_experiment(compose(experiment, overrides), callbacks=[SigtermAfterFit()])
-print("handler after the run:", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+own, experiment, *overrides = sys.argv[1:]
+got = []
+if own == "own":  # the caller's own handler: it is handed the signal once the run is recorded
+    signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+before = signal.getsignal(signal.SIGTERM)
+result = run_experiment(compose(experiment, overrides), callbacks=[SigtermAfterFit()])
+print("held:", result.sigterm_held, "handed on:", len(got), "handler back:", signal.getsignal(signal.SIGTERM) == before)
 """
 
 
-def test_a_sigterm_after_training_waits_for_the_saved_model_and_the_completed_run(tmp_path):
+@pytest.mark.parametrize("own", ["default", "own"])
+def test_a_sigterm_after_training_waits_for_the_saved_model_and_the_completed_run(tmp_path, own):
+    """Before, the signal killed the process (-15) with the handler from before fit, before the model was
+    saved. Now the run completes; the caller learns of the signal (``sigterm_held``; its own handler is
+    handed it), and the handler from before the run is back."""
     out, script = tmp_path / "runs", tmp_path / "train.py"
     script.write_text(HELD)
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
-    done = subprocess.run([sys.executable, str(script), SFT, f"run.out_dir={out}", "data.sources.0.n_prompts=200",
-                           "sft.max_steps=4", "sft.tokens_per_micro_batch=400", "data.eval_sources.0.n_prompts=8",
-                           "eval.max_new_tokens=8", "trainer.checkpoint_every=2", "tracking.wandb.enabled=false"],
+    done = subprocess.run([sys.executable, str(script), own, SFT, f"run.out_dir={out}", *TINY_SFT,
+                           "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8", "tracking.wandb.enabled=false"],
                           cwd=ROOT, capture_output=True, text=True, timeout=240, env={**env, "HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]  # before: killed by the signal (-15), the model half-written
+    assert done.returncode == 0, done.stderr[-3000:]
     assert "SIGTERM after training: the run saved its model" in done.stderr, done.stderr[-3000:]
-    assert "handler after the run: True" in done.stdout  # the handler from before the run is back
+    assert f"held: True handed on: {int(own == 'own')} handler back: True" in done.stdout, done.stdout[-2000:]
     (run_dir,) = out.iterdir()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     assert (run_dir / "model" / "model.safetensors").is_file() and (run_dir / "summary.json").is_file()
+
+
+PARENT = """
+run: {{name: sigterm-parent, kind: sft, seed: 0}}
+model: {{tiny: {{name: qwen2, size: 2m}}}}
+plugins: [{plugin}]
+data:
+  sources: [{{name: arith_r1, n_prompts: 200, levels: [1], level_weights: [1.0]}}]
+  eval_sources: [{{name: arith, levels: [1], level_weights: [1.0], n_prompts: 8}}]
+  max_length: 100
+sft: {{max_steps: 4, tokens_per_micro_batch: 400}}
+eval: {{max_new_tokens: 8, reward: {{name: test_sigterm_first_call}}}}
+trainer: {{checkpoint_every: 2}}
+tracking: {{wandb: {{enabled: false}}}}
+"""
+
+
+def test_a_sigterm_in_the_final_evaluation_of_a_parent_trained_first_stops_the_command_after_it(tmp_path, plugin):
+    """``model.init_from`` trains its parent inside the RL command: the parent completes (a requeued command
+    reuses it), then the command stops (143) before the RL run starts. Before, it trained the RL run on."""
+    out, parent = tmp_path / "runs", tmp_path / "parent.yaml"
+    parent.write_text(PARENT.format(plugin=plugin))
+    done = klear(["train", RL, f"run.out_dir={out}", f"model.init_from={parent}", "rl.steps=2",
+                  "rl.prompts_per_step=4", "rl.group_size=4", "rl.max_new_tokens=8", "data.sources.0.n_prompts=20",
+                  "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8", "tracking.wandb.enabled=false"], 0)
+    assert done.returncode == 143, done.stderr[-3000:]
+    assert "SIGTERM during the final evaluation" in done.stderr and "klear-lab: terminated (SIGTERM)" in done.stderr
+    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]  # the parent only (beside the lock of its training)
+    assert run_dir.name.startswith("sigterm-parent")
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
