@@ -23,6 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from klear_lab.resume import checkpoint_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT, RL = str(ROOT / "experiments/quickstart/sft.yaml"), str(ROOT / "experiments/quickstart/rl.yaml")
@@ -45,6 +48,9 @@ class SigtermAtFirstCall:
 """
 TINY_SFT = ["data.sources.0.n_prompts=200", "sft.max_steps=4", "sft.tokens_per_micro_batch=400",
             "trainer.checkpoint_every=2"]
+TINY_RL = ["model.init_from=null", "model.tiny.size=2m", "rl.steps=4", "rl.prompts_per_step=4", "rl.group_size=4",
+           "rl.minibatch_prompts=2", "rl.max_new_tokens=8", "rl.eval_every=0", "data.sources.0.n_prompts=20",
+           "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8", "trainer.checkpoint_every=1"]
 DDP = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false",
        "eval.reward=test_sigterm_first_call", "data.eval_sources.0.n_prompts=8", "eval.max_new_tokens=8"]
 
@@ -80,17 +86,52 @@ def test_a_sigterm_in_the_final_evaluation_of_two_ranks_lets_the_run_finish(tmp_
 def test_a_sigterm_in_the_starting_evaluation_stops_before_training(tmp_path, plugin, devices, rank):
     """One process too: Lightning's flag was reset by fit, and the run trained on to the end (exit 0)."""
     out = tmp_path / "runs"
-    done = klear(["train", RL, f"run.out_dir={out}", f"plugins=[{plugin}]", "model.init_from=null",
-                  "model.tiny.size=2m", "rl.steps=4", "rl.prompts_per_step=4", "rl.group_size=4",
-                  "rl.minibatch_prompts=2", "rl.max_new_tokens=8", "rl.eval_every=0", "data.sources.0.n_prompts=20",
-                  "trainer.checkpoint_every=1", *DDP, f"trainer.devices={devices}",
-                  f"trainer.strategy={'ddp' if devices > 1 else 'auto'}"], rank)
+    done = klear(["train", RL, f"run.out_dir={out}", f"plugins=[{plugin}]", *TINY_RL, *DDP,
+                  f"trainer.devices={devices}", f"trainer.strategy={'ddp' if devices > 1 else 'auto'}"], rank)
     assert done.returncode == 143, done.stderr[-3000:]
     assert done.stderr.count("klear-lab: terminated (SIGTERM)") == 1, done.stderr[-3000:]
     (run_dir,) = out.iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed" and "terminated (SIGTERM)" in record["error"], record
     assert not (run_dir / "checkpoints" / "last.ckpt").exists()  # no step was trained
+    assert not (run_dir / "model").exists()
+
+
+LATE = """
+import signal, sys
+from klear_lab import sigterm
+from klear_lab.config.compose import compose
+from klear_lab.run import run_experiment
+
+agree = sigterm.SigtermOutsideSteps.on_validation_end
+
+def then_sigterm(self, trainer, pl_module):  # the signal right after the starting evaluation's agreement
+    agree(self, trainer, pl_module)
+    if not self._fitted:
+        signal.raise_signal(signal.SIGTERM)
+
+sigterm.SigtermOutsideSteps.on_validation_end = then_sigterm
+experiment, *overrides = sys.argv[1:]
+try:
+    run_experiment(compose(experiment, overrides))
+except SystemExit as exc:
+    print("stopped:", type(exc).__name__)
+"""
+
+
+def test_a_sigterm_after_the_starting_evaluation_agreed_stops_at_the_first_step(tmp_path):
+    """Between the agreement and Lightning's teardown of the evaluation (at scale: moving the models off the
+    GPU) the signal is only noted: it was lost, and the run trained to the end."""
+    out, script = tmp_path / "runs", tmp_path / "train.py"
+    script.write_text(LATE)
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "KLEAR_RUN_DIR", "WANDB_SERVICE")}
+    done = subprocess.run([sys.executable, str(script), RL, f"run.out_dir={out}", *TINY_RL,
+                           "tracking.wandb.enabled=false"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**env, "HF_HUB_OFFLINE": "1"})
+    assert "stopped: SIGTERMException" in done.stdout, done.stderr[-3000:]
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["error"] == "terminated (SIGTERM)"
+    assert torch.load(checkpoint_path(run_dir), weights_only=True)["klear_resume"]["batches"] == 1  # of 4 steps
     assert not (run_dir / "model").exists()
 
 
