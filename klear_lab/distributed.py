@@ -72,7 +72,7 @@ def record_rank_failure(run_dir: Path, error: str) -> None:
 
 def rank_failures(run_dir: Path) -> list[str]:
     """``rank N: error`` of every rank > 0 that failed in this attempt."""
-    return [f"{p.stem}: {p.read_text().strip()}".replace("rank", "rank ", 1)
+    return [f"{p.stem}: {p.read_text(errors='replace').strip()}".replace("rank", "rank ", 1)
             for p in sorted(run_dir.glob("rank*.error"))]
 
 

@@ -33,8 +33,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
 
     Raises:
         ConfigError: not a run directory, an eval run, a completed run, a run still running on this
-            machine, no checkpoint, a saved config that no longer composes to the same config, or an
-            override of another key.
+            machine, no checkpoint or one that cannot be loaded, a saved config that no longer composes to
+            the same config, or an override of another key.
     """
     from klear_lab.config.compose import compose
     from klear_lab.config.layers import override_key
@@ -80,7 +80,7 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
 
     Raises:
         ConfigError: an eval run, a completed run, one still running on this machine, another config,
-            no checkpoint.
+            no checkpoint or one that cannot be loaded, a ``csv/metrics.csv`` that cannot be read.
     """
     import yaml
 
@@ -112,6 +112,14 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
         raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "
                           "trainer.checkpoint was false)")
+    checkpoint_log_step(checkpoint_path(run_dir))  # one that cannot load: refused here, not after the run is built
+    metrics = run_dir / "csv" / "metrics.csv"  # the resume keeps its rows up to the checkpoint (set_aside_later_rows)
+    try:
+        if metrics.is_file():
+            csv_rows(metrics)
+    except (OSError, ValueError, csv.Error) as exc:  # ValueError: bytes that are not UTF-8
+        raise ConfigError(f"{metrics}: cannot read the run's logged metrics ({exc}); move the file aside to resume "
+                          f"without its rows, or start a new run: klear-lab train {saved}") from None
 
 
 def resumable_twins(cfg: dict[str, Any]) -> list[Path]:
@@ -257,11 +265,45 @@ def attempt_commits(run_dir: Path, identity: dict[str, Any]) -> list[str]:
 
 def checkpoint_log_step(ckpt: Path) -> int:
     """The logging step (Lightning's ``_batches_that_stepped``) of the batch that wrote ``ckpt``: rows up to
-    it belong to the resumed run, later ones will be logged again."""
+    it belong to the resumed run, later ones will be logged again.
+
+    Raises:
+        ConfigError: ``ckpt`` cannot be read, or is not a checkpoint Lightning wrote (empty, cut short by a
+            full disk or a copy, overwritten), naming it and what to do instead of a torch traceback.
+    """
+    import pickle
+
     import torch
 
-    state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
-    return int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
+    advice = (f"the run cannot continue from it: put back an intact copy of the file, or start a new run: "
+              f"klear-lab train {ckpt.parent.parent / 'config.yaml'}")
+    try:
+        state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
+        return int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
+    except (PermissionError, FileNotFoundError, IsADirectoryError) as exc:  # the file itself may be fine
+        raise ConfigError(f"{ckpt}: cannot read the checkpoint ({exc.strerror or exc}); {advice}") from None
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, KeyError, IndexError,
+            TypeError) as exc:  # OSError: a zip reader's EINVAL on a file cut short; EIO, the disk
+        raise ConfigError(f"{ckpt}: cannot load the checkpoint (corrupt or truncated: {_load_failure(ckpt, exc)}); "
+                          f"{advice}") from None
+
+
+def _load_failure(ckpt: Path, exc: BaseException) -> str:
+    """What is wrong with ``ckpt`` in a few words (torch's messages run to several sentences of advice)."""
+    if ckpt.stat().st_size == 0:
+        return "the file is empty"
+    if isinstance(exc, (KeyError, IndexError, TypeError)):
+        return f"no Lightning loop state in it ({type(exc).__name__}: {exc})"
+    if isinstance(exc, OSError):
+        return f"it does not read as a zip archive ({exc.strerror or exc})"
+    text = str(exc).strip()
+    if text.startswith("mmap can only be used with files saved with"):  # not a zip archive at all
+        return "not a zip archive as torch.save writes"
+    if "WeightsUnpickler error: " in text:  # objects other than tensors and plain values: not what Lightning wrote
+        text = "not a checkpoint Lightning wrote: " + text.partition("WeightsUnpickler error: ")[2]
+    text = text.partition("\n")[0]
+    text = text.partition(". ")[0].rstrip(".") or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def set_aside_later_rows(run_dir: Path, step: int, attempt: int) -> Path | None:

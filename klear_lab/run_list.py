@@ -18,6 +18,7 @@ import contextlib
 import csv
 import difflib
 import json
+import math
 import socket
 import time
 from dataclasses import asdict, dataclass
@@ -77,20 +78,33 @@ def _mtime(path: Path) -> float:
 
 
 def run_row(run_dir: Path, metric: str) -> RunRow:
-    """What ``run_dir`` holds; an unreadable ``run.json`` becomes a row that names it, not an error."""
+    """What ``run_dir`` holds; an unreadable ``run.json`` becomes a row that names it, not an error, and a
+    damaged ``csv/metrics.csv`` or ``summary.json`` a note that names it beside what the rest says."""
     record = run_dir / "run.json"
     try:
         identity = json.loads(record.read_text())
     except (OSError, ValueError) as exc:
         return RunRow(str(run_dir), "?", "unknown", 0, None, None, False, f"unreadable {record}: {exc}")
-    kind = next((t.split(":", 1)[1] for t in identity.get("tags", []) if str(t).startswith("kind:")), "?")
+    if not isinstance(identity, dict):
+        return RunRow(str(run_dir), "?", "unknown", 0, None, None, False,
+                      f"unreadable {record}: a JSON {type(identity).__name__}, not an object")
+    tags = identity.get("tags")
+    kind = next((t.split(":", 1)[1] for t in tags if str(t).startswith("kind:")), "?") \
+        if isinstance(tags, list) else "?"
     status = _status(identity)
-    step, value = _progress(run_dir, metric)
+    step, value, damaged = _progress(run_dir, metric)
     has_ckpt = checkpoint_path(run_dir).is_file()
     changed = max(_mtime(record), _mtime(run_dir / "csv" / "metrics.csv"))
-    return RunRow(str(run_dir), kind, status, int(identity.get("attempts", 1)), step, value, has_ckpt,
-                  _note(run_dir, identity, status, kind, has_ckpt),
+    note = "; ".join(n for n in (*damaged, _note(run_dir, identity, status, kind, has_ckpt)) if n)
+    return RunRow(str(run_dir), kind, status, _attempts(identity), step, value, has_ckpt, note,
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "")
+
+
+def _attempts(identity: dict[str, Any]) -> int:
+    try:
+        return int(identity.get("attempts", 1))
+    except (TypeError, ValueError):  # edited by hand: the table still lists the run
+        return 1
 
 
 def _status(identity: dict[str, Any]) -> str:
@@ -102,17 +116,34 @@ def _status(identity: dict[str, Any]) -> str:
     return "running" if still_running(identity) else "stopped"
 
 
-def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None]:
-    """The last logged step, and ``metric`` from ``summary.json`` or else its last logged value."""
-    rows = csv_rows(run_dir / "csv" / "metrics.csv") if (run_dir / "csv" / "metrics.csv").is_file() else []
-    steps = [int(float(r["step"])) for r in rows if r.get("step")]
+def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None, list[str]]:
+    """The last logged step, ``metric`` from ``summary.json`` or else its last logged value, and what is wrong
+    with either file (each is left out of the row, not the run out of the table)."""
+    damaged: list[str] = []
+    metrics_csv, rows = run_dir / "csv" / "metrics.csv", []
+    if metrics_csv.is_file():
+        try:
+            rows = csv_rows(metrics_csv)
+        except (OSError, ValueError, csv.Error) as exc:  # ValueError: bytes that are not UTF-8
+            damaged.append(f"unreadable {metrics_csv}: {exc}")
+    steps = [float(r["step"]) for r in rows if r.get("step")]
+    steps = [int(s) for s in steps if math.isfinite(s)]
     logged = [float(r[metric]) for r in rows if r.get(metric)]
     value = logged[-1] if logged else None
     summary = run_dir / "summary.json"
-    if summary.is_file():
-        with contextlib.suppress(ValueError):  # written atomically; a damaged one leaves the CSV's value
-            value = json.loads(summary.read_text()).get(metric, value)
-    return (max(steps) if steps else None), value
+    if summary.is_file():  # written atomically: damaged by hand or by the disk, it leaves the CSV's value
+        try:
+            saved = json.loads(summary.read_text())
+        except (OSError, ValueError) as exc:
+            damaged.append(f"unreadable {summary}: {exc}")
+        else:
+            if not isinstance(saved, dict):
+                damaged.append(f"unreadable {summary}: a JSON {type(saved).__name__}, not an object")
+            elif isinstance(saved.get(metric), (int, float)) and not isinstance(saved[metric], bool):
+                value = float(saved[metric])
+            elif saved.get(metric) is not None:
+                damaged.append(f"{summary}: {metric} is {saved[metric]!r}, not a number")
+    return (max(steps) if steps else None), value, damaged
 
 
 def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_ckpt: bool) -> str:
@@ -138,9 +169,11 @@ def _sweep_spec(run_dir: Path) -> str | None:
     if run_dir.parent.name != "runs" or not sweep_json.is_file():
         return None
     try:
-        return json.loads(sweep_json.read_text()).get("spec") or str(sweep_json.parent / "spec.yaml")
-    except ValueError:
-        return str(sweep_json.parent / "spec.yaml")
+        spec = json.loads(sweep_json.read_text())
+    except (OSError, ValueError):
+        spec = None
+    spec = spec.get("spec") if isinstance(spec, dict) else None  # a damaged sweep.json: the spec beside it
+    return str(spec) if spec else str(sweep_json.parent / "spec.yaml")
 
 
 def list_runs(paths: list[str | Path], metric: str = "val/acc", statuses: list[str] | None = None) -> list[RunRow]:
@@ -176,10 +209,12 @@ def missing_metric(rows: list[RunRow], metric: str) -> tuple[str, bool] | None:
 def metric_names(run_dir: Path) -> set[str]:
     """The metrics ``run_dir`` has: its ``csv/metrics.csv`` columns and its ``summary.json`` keys."""
     names: set[str] = set()
-    with contextlib.suppress(OSError, ValueError, StopIteration), (run_dir / "csv" / "metrics.csv").open() as f:
+    with contextlib.suppress(OSError, ValueError, StopIteration, csv.Error), \
+            (run_dir / "csv" / "metrics.csv").open() as f:
         names |= set(next(csv.reader(f))) - {"step", "epoch"}
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        names |= {k for k in json.loads((run_dir / "summary.json").read_text()) if not k.startswith("_")}  # _identity
+    with contextlib.suppress(OSError, ValueError):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        names |= {k for k in summary if not k.startswith("_")} if isinstance(summary, dict) else set()  # _identity
     return names
 
 

@@ -13,7 +13,13 @@ from klear_lab import tracking
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
-from klear_lab.resume import check_resumable, saved_identity, warn_if_elsewhere
+from klear_lab.resume import (
+    check_resumable,
+    checkpoint_path,
+    resumable_twins,
+    saved_identity,
+    warn_if_elsewhere,
+)
 from klear_lab.tracking import create_run_dir, write_config
 
 SFT = str(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml")
@@ -31,6 +37,69 @@ def test_a_damaged_run_json_is_a_config_error_naming_it(tmp_path, capsys, text):
     for read in (lambda: check_resumable(run_dir, cfg), lambda: saved_identity(run_dir)):  # the API's path
         with pytest.raises(ConfigError, match="run.json"):
             read()
+
+
+def stopped_run(tmp_path: Path) -> tuple[dict, Path]:
+    """A stopped SFT run as ``klear-lab resume`` finds it, with a small checkpoint that loads (no training)."""
+    import torch
+
+    cfg = compose(SFT, [f"run.out_dir={tmp_path}"])
+    run_dir = create_run_dir(cfg)
+    write_config(run_dir, cfg)
+    (run_dir / "run.json").write_text(json.dumps({**tracking.identity_of(cfg, run_dir), "status": "failed"}))
+    checkpoint_path(run_dir).parent.mkdir()
+    loops = {"loops": {"fit_loop": {"epoch_loop.state_dict": {"_batches_that_stepped": 4}}}}
+    torch.save({**loops, "state_dict": {"w": torch.zeros(20_000)}}, checkpoint_path(run_dir))
+    check_resumable(run_dir, cfg)  # a whole checkpoint: the run directory built here resumes
+    return cfg, run_dir
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "not lightning"])
+def test_a_checkpoint_that_cannot_load_is_a_config_error_naming_it(tmp_path, capsys, damage):
+    """A corrupt, cut short or empty ``last.ckpt`` ended ``klear-lab resume`` with torch's traceback (exit 1) once
+    the run's data and model were built, and left ``.lock`` in the run directory."""
+    import torch
+
+    cfg, run_dir = stopped_run(tmp_path)
+    ckpt = checkpoint_path(run_dir)
+    assert resumable_twins(cfg) == [run_dir]
+    if damage == "garbage":
+        ckpt.write_text("garbage\n")
+    elif damage == "truncated":
+        with ckpt.open("r+b") as f:
+            f.truncate(ckpt.stat().st_size // 2)
+    elif damage == "empty":
+        ckpt.write_bytes(b"")
+    else:
+        torch.save({"state_dict": {"w": torch.zeros(2)}}, ckpt)
+    record = (run_dir / "run.json").read_text()
+    capsys.readouterr()
+    assert main(["resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"klear-lab: error: {ckpt}: cannot load the checkpoint (corrupt or truncated: "), err
+    assert f"start a new run: klear-lab train {run_dir / 'config.yaml'}" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and "torch.save your checkpoint" not in err  # torch's advice, cut
+    assert not (run_dir / ".lock").exists() and (run_dir / "run.json").read_text() == record
+    with pytest.raises(ConfigError, match="last.ckpt: cannot load the checkpoint"):  # the API's and sweeps' path
+        check_resumable(run_dir, cfg)
+    assert resumable_twins(cfg) == []  # a new run of the config no longer points at it
+
+
+def test_a_metrics_csv_that_cannot_be_read_is_a_config_error_naming_it(tmp_path, capsys):
+    """Bytes that are not UTF-8 in ``csv/metrics.csv`` ended ``klear-lab resume`` with a UnicodeDecodeError
+    traceback once the run's data and model were built (where the rows after the checkpoint are set aside)."""
+    cfg, run_dir = stopped_run(tmp_path)
+    metrics = run_dir / "csv" / "metrics.csv"
+    metrics.parent.mkdir()
+    metrics.write_text("step,train/loss\n0,1.5\n")
+    check_resumable(run_dir, cfg)
+    metrics.write_bytes(b"step,train/loss\n0,1.5\n\xff\n")
+    capsys.readouterr()
+    assert main(["resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"klear-lab: error: {metrics}: cannot read the run's logged metrics ('utf-8' codec"), err
+    assert f"start a new run: klear-lab train {run_dir / 'config.yaml'}" in err and "Traceback" not in err
+    assert not (run_dir / ".lock").exists() and metrics.read_bytes().endswith(b"\xff\n")
 
 
 def test_each_attempt_records_its_code_commit_and_a_new_one_warns(tmp_path, capsys, monkeypatch):

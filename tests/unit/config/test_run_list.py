@@ -64,6 +64,42 @@ def test_statuses_from_the_record_and_the_processes(tmp_path, live_klear_process
         str(stopped), str(runs / "d-crashed"), str(runs / "h-pid-reused")]
 
 
+def test_a_damaged_run_is_listed_with_a_note_naming_the_file(tmp_path, capsys):
+    """A run.json that is JSON but no object, a metrics.csv that is not UTF-8, a summary.json that is a list or
+    holds a metric that is no number ended ``klear-lab runs`` with a traceback (exit 1), listing no run at all."""
+    runs = tmp_path / "runs"
+    record = make_run(runs, "a-record-list", "failed")
+    (record / "run.json").write_text("[1, 2]")
+    binary = make_run(runs, "b-binary-csv", "failed", error="ValueError: bad batch")
+    (binary / "csv" / "metrics.csv").write_bytes(b"step\n\xff\n")
+    summary = make_run(runs, "c-summary-list", "completed", kind="sft")
+    (summary / "summary.json").write_text("[1, 2]")
+    odd = make_run(runs, "d-odd-values", "completed", tags="kind:sft", attempts="two")
+    (odd / "summary.json").write_text(json.dumps({"val/acc": "high"}))
+    make_run(runs, "e-whole", "completed", kind="sft")
+    rank = make_run(runs, "f-rank-error", "failed")  # a DDP rank's error, cut inside a character
+    (rank / "rank1.error").write_bytes("RuntimeError: é".encode()[:-1])
+    assert main(["runs", str(runs), "--json"]) == 0
+    out, err = capsys.readouterr()
+    rows = {Path(r["run_dir"]).name: r for r in map(json.loads, out.splitlines())}
+    assert {name: (r["status"], r["step"], r["metric"]) for name, r in rows.items()} == {
+        "a-record-list": ("unknown", None, None), "b-binary-csv": ("failed", None, None),
+        "c-summary-list": ("completed", 3, 0.25), "d-odd-values": ("completed", 3, 0.25),
+        "e-whole": ("completed", 3, 0.25), "f-rank-error": ("failed", 3, 0.25)}  # the CSV's value for a bad summary
+    assert rows["a-record-list"]["note"] == f"unreadable {record / 'run.json'}: a JSON list, not an object"
+    assert rows["b-binary-csv"]["note"].startswith(f"unreadable {binary / 'csv' / 'metrics.csv'}: 'utf-8' codec")
+    assert rows["b-binary-csv"]["note"].endswith(f"ValueError: bad batch -> no checkpoint: klear-lab train "
+                                                 f"{binary / 'config.yaml'}")
+    assert rows["c-summary-list"]["note"] == f"unreadable {summary / 'summary.json'}: a JSON list, not an object"
+    assert rows["d-odd-values"]["note"] == f"{odd / 'summary.json'}: val/acc is 'high', not a number"
+    assert (rows["d-odd-values"]["kind"], rows["d-odd-values"]["attempts"]) == ("?", 1)
+    assert rows["e-whole"]["note"] == "" and "Traceback" not in err
+    assert rows["f-rank-error"]["note"].startswith("rank 1: RuntimeError: \ufffd -> no checkpoint: klear-lab train")
+    assert main(["runs", str(runs), "--metric", "val/acx"]) == 2  # the table, then the did-you-mean
+    out, err = capsys.readouterr()
+    assert "2 failed, 3 completed, 1 unknown" in out and "(did you mean 'val/acc'?)" in err
+
+
 def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
     sweep = tmp_path / "sweep_runs" / "quick"
     make_run(sweep / "runs", "quick-clip-ppo-s0", "failed", error="KeyboardInterrupt")
@@ -72,6 +108,8 @@ def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
     assert row.note == "KeyboardInterrupt -> sweep trial: run the sweep again: klear-lab sweep sweeps/quickstart.yaml"
     assert [r.run_dir for r in list_runs([sweep / "runs" / "quick-clip-ppo-s0", sweep])] == [row.run_dir]
     assert [Path(r.run_dir).name for r in list_runs([tmp_path])] == ["quick-clip-ppo-s0"]  # `klear-lab runs .`
+    (sweep / "sweep.json").write_text("[1, 2]")  # damaged: the spec beside it
+    assert list_runs([sweep])[0].note.endswith(f"run the sweep again: klear-lab sweep {sweep / 'spec.yaml'}")
 
 
 def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypatch):
