@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,16 @@ def set_threads(cfg: dict[str, Any]) -> int:
     return n
 
 
-def source_nodes(cfg: dict[str, Any]) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
-    """``(section, split, index, node)`` of each data source a run of ``cfg`` reads (``data.sources`` for
+def source_sections(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(section, split)`` of each list of data sources a run of ``cfg`` reads (``data.sources`` for
     ``train``, ``data.eval_sources`` for ``eval``); an eval run reads its eval sources only."""
     sections = [("sources", "train"), ("eval_sources", "eval")]
-    for section, split in sections if cfg["run"]["kind"] != "eval" else sections[1:]:
+    return sections if cfg["run"]["kind"] != "eval" else sections[1:]
+
+
+def source_nodes(cfg: dict[str, Any]) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
+    """``(section, split, index, node)`` of each data source a run of ``cfg`` reads (:func:`source_sections`)."""
+    for section, split in source_sections(cfg):
         for i, node in enumerate(cfg["data"][section]):
             yield section, split, i, node
 
@@ -57,13 +62,19 @@ def source_path(node: dict[str, Any], split: str) -> str | None:
     return None if path is None else str(path)
 
 
-def build_pools(cfg: dict[str, Any], split: str,
-                nodes: list[dict[str, Any]]) -> tuple[dict[str, list[Record]], dict[str, int]]:
+def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
+                read: Callable[[dict[str, Any]], list[Record] | None] | None = None,
+                ) -> tuple[dict[str, list[Record]], dict[str, int]]:
     """Records per source (``split`` of each), keyed by a unique source label, with quality ranks.
 
+    ``read`` gives a source node's records in place of reading them (the sweep's up-front check, which
+    has read each file once): None where it has not read them (a generated world, a file this machine
+    lacks), taken as some records, so the refusals below are those a run of ``cfg`` makes.
+
     Raises:
-        DataError: a source gave no records while others did not (its key and file named), or two
-            held-out sources name their records alike and one of them has no label (two ``test.jsonl``).
+        DataError: no source gave records (``data.sources``; ``data.eval_sources`` when it lists any), a
+            source gave none while others did not (its key and file named), or two held-out sources
+            name their records alike and one of them has no label (two ``test.jsonl``).
     """
     pools: dict[str, list[Record]] = {}
     ranks: dict[str, int] = {}
@@ -78,15 +89,23 @@ def build_pools(cfg: dict[str, Any], split: str,
         if label in pools:  # a hand-written "math#2" label, say: the earlier pool would be replaced silently
             raise DataError(f"{section}.{i}: source label {label!r} is already taken by {where[label]}; "
                             "give the sources distinct labels")
-        pools[label] = source.records(seed, split)
+        pools[label] = source.records(seed, split) if read is None else read(node)
         ranks[label] = source.quality_rank
         path = source_path(node, split)
         where[label] = f"{section}.{i}" + (f" ({path})" if path else "")
         if hasattr(source, "label") and not source.label:
             unlabelled.add(label)
-    if any(pools.values()) and (empty := [where[label] for label, recs in pools.items() if not recs]):
-        raise DataError(f"{', '.join(empty)}: no {split} records (an empty file?) while the "
-                        "other sources have some; remove the source or fill it")
+    gave_none = [label for label, recs in pools.items() if recs is not None and not recs]  # None: not read
+    if len(gave_none) == len(pools) and (pools or split == "train"):
+        files = [f for n in nodes if (f := source_path(n, split))]
+        read_files = f"; read {', '.join(files)}" if files else ""
+        if split == "train":
+            raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})"
+                            + read_files)
+        raise DataError("data.eval_sources gave no eval records" + read_files)
+    if gave_none:
+        raise DataError(f"{', '.join(where[label] for label in gave_none)}: no {split} records (an empty "
+                        "file?) while the other sources have some; remove the source or fill it")
     if split == "eval":  # training records of one name merge harmlessly (a share metric, a rollout seed)
         check_distinct_sources(pools, where, unlabelled)
     return pools, ranks
@@ -100,7 +119,7 @@ def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str]
     (no label) may repeat, as before (two ``arith`` sources of other levels: one ``val/arith/acc``)."""
     owner: dict[str, str] = {}  # record source -> the first pool naming its records so
     for label, recs in pools.items():
-        for name in dict.fromkeys(r.source for r in recs):
+        for name in dict.fromkeys(r.source for r in recs or ()):
             first = owner.setdefault(name, label)
             if first != label and (first in unlabelled or label in unlabelled):
                 raise DataError(f"{where[first]} and {where[label]} both name their records {name!r}: one "
@@ -110,11 +129,7 @@ def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str]
 
 def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
     """Sources -> difficulty filter (per source) -> data mix. Returns records and data stats."""
-    pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])
-    if not any(pools.values()):
-        files = [n.get("path") for n in cfg["data"]["sources"] if n.get("path")]
-        raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})"
-                        + (f"; read {', '.join(files)}" if files else ""))
+    pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])  # refuses sources that gave no records
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():
@@ -169,10 +184,7 @@ def record_stats(records: list[Record]) -> dict[str, float]:
 
 
 def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
-    pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"])
-    if pools and not any(pools.values()):
-        files = [f for n in cfg["data"]["eval_sources"] if (f := source_path(n, "eval"))]
-        raise DataError("data.eval_sources gave no eval records" + (f"; read {', '.join(files)}" if files else ""))
+    pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"])  # refuses sources that gave no records
     records = [r for recs in pools.values() for r in recs]
     require_gradeable(records, "data.eval_sources")
     return records

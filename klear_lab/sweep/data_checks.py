@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from klear_lab.config.layers import override_key
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.sweep.checks import MAX_COMPOSED_ARMS, probe_values
 from klear_lab.sweep.grid import Arm, trial_layer
 from klear_lab.sweep.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from klear_lab.data.records import Record
 
 
 def unavailable_trial_inputs(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], list[str]]:
@@ -53,40 +56,65 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     mixes and filters are left to the trials: building every arm's mix read a multi-GB corpus once per
     ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
     :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is shown once.
+    Then each distinct list of sources goes through the refusals a run makes of the records its sources
+    gave (``builders.build_pools``: no records at all, an empty file beside others), from those reads.
 
     Raises:
-        DataError: the source's message (file, row, key), with the config key, the arms that read the file
-            and the spec's overrides of ``data.`` keys.
+        DataError: the source's message (file, row, key), or the run's refusal of a list of sources that
+            gave no records, with the config key, the arms that read it and the spec's overrides of
+            ``data.`` keys.
     """
-    from klear_lab.builders import build, source_nodes, source_path
+    from klear_lab.builders import build, build_pools, source_nodes, source_path, source_sections
     from klear_lab.data.sources.file import unavailable
     from klear_lab.registry import SOURCE
 
     reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}
+    lists: dict[str, tuple[dict[str, Any], str, str, list[str]]] = {}  # (cfg, section, split, labels)
     points = _trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
+        seed = cfg["data"]["world_seed"]
+        for section, split in source_sections(cfg):
+            key = json.dumps([cfg["data"][section], split, seed], sort_keys=True, default=str)
+            lists.setdefault(key, (cfg, section, split, []))[3].append(label)
         for section, split, i, node in source_nodes(cfg):
             path = source_path(node, split)
             if path is None or unavailable(path):
                 continue
-            key = json.dumps([node, split, cfg["data"]["world_seed"]], sort_keys=True, default=str)
-            read = reads.setdefault(key, (node, split, cfg["data"]["world_seed"], f"data.{section}.{i}", []))
+            read = reads.setdefault(_read_key(node, split, seed), (node, split, seed, f"data.{section}.{i}", []))
             read[4].append(label)
+
+    def refused(where: str, labels: list[str], exc: Exception) -> DataError:
+        who = _data_origin(spec, list(dict.fromkeys(labels)), len(arms) or len(points), bool(arms))
+        return DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started")
+
+    gave: dict[str, list[Record]] = {}  # read key -> a record of each source name in the file's (none: empty)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for node, split, seed, where, labels in reads.values():
                 try:
-                    build(SOURCE, node).records(seed, split)
+                    records = build(SOURCE, node).records(seed, split)
                 except (ConfigError, DataError) as exc:
-                    who = _data_origin(spec, list(dict.fromkeys(labels)), len(arms) or len(points), bool(arms))
-                    raise DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started") from None
+                    raise refused(where, labels, exc) from None
+                gave[_read_key(node, split, seed)] = list({r.source: r for r in records}.values())
+            for cfg, section, split, labels in lists.values():
+                seed = cfg["data"]["world_seed"]
+                try:  # a source not read (a generated world, a file not here) is taken as giving records
+                    build_pools(cfg, split, cfg["data"][section],
+                                read=lambda node, split=split, seed=seed: gave.get(_read_key(node, split, seed)))
+                except (ConfigError, DataError) as exc:
+                    raise refused(f"data.{section}", labels, exc) from None
     finally:  # once each, where they were raised
         shown = {(w.category, str(w.message)): w for w in caught}
         for w in shown.values():
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _read_key(node: dict[str, Any], split: str, seed: int) -> str:
+    """What decides the records a source node gives: the node, the split, ``data.world_seed``."""
+    return json.dumps([node, split, seed], sort_keys=True, default=str)
 
 
 def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:
@@ -104,6 +132,9 @@ def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool) -> 
     else:
         who = f"{'arm' if grid else 'trials with'} {', '.join(labels[:4])}{' ...' if len(labels) > 4 else ''}"
     own = len(spec.overrides) - len(spec.cli_overrides)
-    data = [f"{'command line' if i >= own else 'overrides'}: {item}" for i, item in enumerate(spec.overrides)
-            if override_key(item).split(".")[0] == "data" or override_key(item) == "run.kind"]
-    return f"{who} ({'; '.join(data)})" if data else who
+    data: dict[str, list[str]] = {"overrides": [], "command line": []}  # each named once: "overrides: a; b"
+    for i, item in enumerate(spec.overrides):
+        if override_key(item).split(".")[0] == "data" or override_key(item) == "run.kind":
+            data["command line" if i >= own else "overrides"].append(item)
+    said = [f"{where}: {'; '.join(items)}" for where, items in data.items() if items]
+    return f"{who} ({'; '.join(said)})" if said else who

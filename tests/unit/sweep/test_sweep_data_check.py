@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import warnings
 
+import pytest
 from sweep_fixtures import write_spec
 
 from klear_lab.cli_sweep import main
@@ -83,3 +84,60 @@ def test_data_this_machine_lacks_stays_a_note_of_validation(tmp_path, capsys):
     spec = write_spec(tmp_path, overrides=[_file_source(tmp_path / "elsewhere.jsonl")])
     assert main(["sweep", str(spec), "--validate-only"]) == 0
     assert "note: data this machine cannot read" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("name", "text"), [("empty.jsonl", ""), ("empty.json", "[]"), ("blank.jsonl", "\n \n"),
+                                            ("empty.parquet", None)])
+def test_a_data_source_with_no_records_stops_validation_and_the_sweep_before_any_trial(tmp_path, capsys, name, text):
+    """--validate-only said OK, then every trial failed on ``DataError: data.sources produced no training records
+    (file: 0)`` (exit 1), the refusal ``klear-lab train`` makes at its start (a user review)."""
+    empty = tmp_path / "data" / name
+    empty.parent.mkdir()
+    if text is None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"prompt": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), empty)
+    else:
+        empty.write_text(text)
+    spec = write_spec(tmp_path, overrides=[_file_source(empty), "data.eval_sources.0.n_prompts=4"])
+    for args in (["--validate-only"], []):
+        assert main(["sweep", str(spec), *args]) == 2
+        err = capsys.readouterr().err
+        assert f"{spec}: data.sources, read by every arm (overrides: {_file_source(empty)}; " \
+               "data.eval_sources.0.n_prompts=4): data.sources produced no training records (file: 0); " \
+               f"read {empty}; no trial was started" in err, err
+        assert err.count("overrides:") == 1, err
+        assert not (tmp_path / "out").exists()  # no study, sweep directory or trial log
+
+
+def test_an_empty_file_beside_other_sources_is_refused_as_a_run_refuses_it(tmp_path, capsys):
+    """The generated world is not read by the check: taken as giving records, as it does."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    spec = write_spec(tmp_path, overrides=[f"data.sources=[{{name: arith}}, {{name: file, path: {empty}}}]"])
+    assert main(["sweep", str(spec), "--validate-only"]) == 2
+    err = capsys.readouterr().err
+    assert f"data.sources.1 ({empty}): no train records (an empty file?) while the other sources have some" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_eval_file_on_an_axis_names_the_arm_that_reads_it(tmp_path, capsys):
+    good = _jsonl(tmp_path / "good.jsonl", [GOOD])
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    spec = write_spec(tmp_path, overrides=[f"data.eval_sources=[{{name: file, path: {good}}}]"],
+                      axes={"data.eval_sources.0.path": [str(good), str(empty)]})
+    for args in (["--validate-only"], []):
+        assert main(["sweep", str(spec), *args]) == 2
+        err = capsys.readouterr().err
+        assert f"{spec}: data.eval_sources, read by arm path={empty} (overrides: data.eval_sources=" in err, err
+        assert f"data.eval_sources gave no eval records; read {empty}; no trial was started" in err, err
+        assert not (tmp_path / "out").exists()
+
+
+def test_an_eval_run_is_not_refused_for_training_sources_it_does_not_read(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    spec = write_spec(tmp_path, overrides=["run.kind=eval", _file_source(empty)])
+    assert main(["sweep", str(spec), "--validate-only"]) == 0, capsys.readouterr().err
