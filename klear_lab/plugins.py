@@ -56,7 +56,9 @@ def _refused_as_config_error(what: str, plugin: str) -> Iterator[None]:
             REGISTRIES[axis].restore(entries)
         for name in set(sys.modules) - modules:
             del sys.modules[name]
-        if isinstance(exc, ConfigError) or not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+        if type(exc) is SystemExit:  # its exit code, and no word of which plugin or why
+            raise ConfigError(f"{what}: it called sys.exit({exc.code!r}) while being imported") from None
+        if isinstance(exc, ConfigError) or not isinstance(exc, Exception):  # KeyboardInterrupt
             raise
         raise ConfigError(f"{what}: {_reason(exc, plugin)}") from None
 

@@ -59,7 +59,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        data = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+                          ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

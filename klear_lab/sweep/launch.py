@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,7 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
     that is widening the grid would otherwise find the old study finished, stop at once and report the
     new points as missing.
     """
-    deadline, unqueued = time.time() + JOIN_WAIT_S, []
+    deadline, unqueued, said = time.time() + JOIN_WAIT_S, [], False
     while True:
         try:
             study = current_study(open_study(spec, url, create=False))
@@ -199,6 +200,10 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
                 return study
         except ConfigError:
             pass  # not created yet
+        if not said:  # (it said nothing for up to 10 minutes)
+            said = True
+            print(f"--join: waiting up to {JOIN_WAIT_S}s for study {spec.name!r} to be created and filled by "
+                  f"`klear-lab sweep {spec.path}` (without --join)", file=sys.stderr, flush=True)
         if time.time() > deadline:
             waiting = (f"{len(unqueued)} grid point(s) of the spec have no trial yet ({', '.join(unqueued[:4])})"
                        if unqueued else "not ready")

@@ -39,5 +39,23 @@ def serve_dashboard(target: str | Path, host: str = "127.0.0.1", port: int = 808
 
     spec, url = locate(target)
     current = open_study(spec, url, create=False, heartbeat=False).study_name  # NAME@v2 once widened
+    check_listen(host, port)
     print(f"optuna-dashboard for study {current!r} ({url}) at http://{host}:{port}/dashboard", flush=True)
     optuna_dashboard.run_server(make_storage(url), host=host, port=port)
+
+
+def check_listen(host: str, port: int) -> None:
+    """Refuse, with the address named, a host and port the dashboard cannot listen on (a second dashboard
+    on the port, a port out of range, a host name that does not resolve): the server raised a traceback."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: not a port (0-65535)")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's own (http.server)
+            probe.bind((host, port))
+    except OSError as exc:  # (socket.gaierror is one)
+        reason = exc.strerror or exc
+        raise ConfigError(f"cannot listen on {host}:{port}: {reason} (another --port or --host?)") from None

@@ -176,11 +176,14 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
     raw = load_yaml(path)
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
+        if set(unknown) & {"run", "model", "data", "sft", "rl", "trainer", "optim"}:
+            raise ConfigError(f"{path}: an experiment config (keys {', '.join(unknown[:4])}), not a sweep spec: a "
+                              "spec names its experiment with `experiment: FILE` (see sweeps/quickstart.yaml)")
         raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
     get = Getter(path, raw)
-    name = name or get.text("name", path.stem)
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise ConfigError(f"{path}: name: {name!r} must use letters, digits, '_', '-', '.' only")
+    name = get.text("name", path.stem) if name is None else name
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name) or not name.strip("."):  # "..": the output dir's parent
+        raise ConfigError(f"{path}: name: {name!r} must use letters, digits, '_', '-', '.' only, not dots alone")
     experiment = get.text("experiment", "") or None
     spec = SweepSpec(
         path=path, name=name,

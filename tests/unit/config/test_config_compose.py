@@ -88,6 +88,22 @@ def test_errors_name_the_place(tmp_path, body, overrides, needles):
         assert needle in str(err.value), (needle, str(err.value))
 
 
+def test_a_yaml_file_that_is_not_utf8_or_cannot_be_read_is_named(tmp_path, monkeypatch):
+    """Both were tracebacks (UnicodeDecodeError, PermissionError) from every command that reads YAML."""
+    exp = tmp_path / "e.yaml"
+    exp.write_bytes(b"run: {name: \xff}\n")
+    with pytest.raises(ConfigError, match=r"e\.yaml: not UTF-8 text \(byte 0xff at offset 12\)"):
+        compose(exp)
+
+    def refuse(self, *args, **kwargs):  # root reads a chmod-000 file: the test stands in for the refusal
+        raise PermissionError(13, "Permission denied", str(self))
+
+    write(exp, "{}\n")
+    monkeypatch.setattr(Path, "read_text", refuse)
+    with pytest.raises(ConfigError, match=r"e\.yaml: cannot read: Permission denied"):
+        compose(exp)
+
+
 def test_bad_override_syntax(tmp_path):
     exp = write(tmp_path / "e.yaml", "{}\n")
     with pytest.raises(ConfigError, match="key=value"):

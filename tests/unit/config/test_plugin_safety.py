@@ -45,6 +45,8 @@ BROKEN = {
     "wrong_call": (mix("wc", call="pools"),
                    r"__call__ must take \(self, pools, ranks, seed\); it takes \(self, pools\)"),
     "builtin_name": (mix("top_k"), r"data_mix 'top_k' is already registered by klear_lab.data.mixes.top_k"),
+    # the command exited 3 without a word
+    "exits": (HEAD + "import sys\nsys.exit(3)\n", r"it called sys.exit\(3\) while being imported"),
 }
 
 

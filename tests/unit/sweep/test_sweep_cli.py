@@ -100,6 +100,24 @@ def test_dashboard_serves_the_study(tmp_path):
         proc.wait(timeout=10)
 
 
+def test_dashboard_on_a_port_it_cannot_listen_on_names_it(tmp_path, capsys):
+    """A second dashboard on the port, a port out of range, a host that does not resolve: tracebacks before."""
+    spec = load_spec(write_spec(tmp_path))
+    url = default_storage_url(spec)
+    freeze_spec(spec, url)
+    open_study(spec, url, create=True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", str(spec.sweep_dir), "--port", str(port)]) == 2
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in capsys.readouterr().err
+    assert main(["dashboard", str(spec.sweep_dir), "--port", "99999"]) == 2
+    assert "--port 99999: not a port (0-65535)" in capsys.readouterr().err
+    assert main(["dashboard", str(spec.sweep_dir), "--host", "no-such-host.invalid"]) == 2
+    assert "cannot listen on no-such-host.invalid:8080" in capsys.readouterr().err
+
+
 def test_compare_and_dashboard_of_a_sweep_never_run_create_nothing(tmp_path, capsys, monkeypatch):
     """Both said "no study" but left ``sweep_runs/NAME/study.db`` and its lock behind in the working directory."""
     monkeypatch.chdir(tmp_path)

@@ -416,9 +416,10 @@ def test_a_running_worker_follows_the_grid_to_its_copy(tmp_path, monkeypatch):
     assert len(ran) == 8 and {name for name, *_ in ran} == {"toy@v2"}
 
 
-def test_a_joined_worker_waits_until_the_spec_grid_is_enqueued(tmp_path, monkeypatch):
+def test_a_joined_worker_waits_until_the_spec_grid_is_enqueued(tmp_path, monkeypatch, capsys):
     """``--join`` started while the main process widens the grid must not take the old, finished grid for
-    the whole study: it stopped at once and reported the new points missing (seen in CI on PostgreSQL)."""
+    the whole study: it stopped at once and reported the new points missing (seen in CI on PostgreSQL).
+    While it waits it says so (it was silent for up to 10 minutes)."""
     from klear_lab.sweep import launch
 
     spec, arms, url, study, lock = _setup(tmp_path)  # 3 lrs x seeds (0, 1)
@@ -427,6 +428,8 @@ def test_a_joined_worker_waits_until_the_spec_grid_is_enqueued(tmp_path, monkeyp
     monkeypatch.setattr(launch, "JOIN_WAIT_S", 0)
     with pytest.raises(ConfigError, match=r"3 grid point\(s\) of the spec have no trial yet \(lr=0.001 seed=1"):
         launch._wait_for_study(spec, url, arms)
+    assert "--join: waiting up to 0s for study 'toy' to be created and filled by `klear-lab sweep" in (
+        capsys.readouterr().err)
     widened, added = prepare_study(study, spec, arms, lock)  # what the main process does
     assert added == 3 and launch._wait_for_study(spec, url, arms).study_name == widened.study_name
 

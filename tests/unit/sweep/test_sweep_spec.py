@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -42,6 +43,12 @@ def test_valid_spec_gives_grid_arms(tmp_path):
 
 def test_unknown_top_level_key(tmp_path):
     assert "unknown key 'axis'" in _error(_edit(write_spec(tmp_path), axis={"optim.lr": [1]}))
+
+
+def test_an_experiment_config_given_as_a_spec_is_named_so(repo_root):
+    """It said "unknown key 'data'; allowed: axes, ...", as if the experiment were a misspelt spec."""
+    with pytest.raises(ConfigError, match=r"sft\.yaml: an experiment config \(keys data, .*\), not a sweep spec"):
+        load_spec(Path(repo_root) / "experiments/quickstart/sft.yaml")
 
 
 def test_axis_key_not_in_config(tmp_path):
@@ -371,3 +378,12 @@ def test_runners_bound_in_blocks_or_star_imports_pass_and_a_failing_import_is_na
         check_spec(load_spec(_edit(path, runner=runner)))
     message = _error(_edit(path, runner="broken_runner_mod:run"))
     assert "runner: importing 'broken_runner_mod' failed: ModuleNotFoundError" in message, message
+
+
+@pytest.mark.parametrize(("in_spec", "given"), [("..", None), ("toy", "."), ("toy", "..."), ("toy", "")])
+def test_a_name_of_dots_alone_or_empty_is_refused(tmp_path, in_spec, given):
+    """``--name ..`` wrote the study, runs and trial logs into the parent of the output directory; ``--name ""``
+    fell back to the spec's name without a word."""
+    spec = _edit(write_spec(tmp_path), name=in_spec)
+    with pytest.raises(ConfigError, match=r"name: .* must use letters, digits, '_', '-', '.' only, not dots alone"):
+        load_spec(spec, name=given)
