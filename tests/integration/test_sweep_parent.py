@@ -192,9 +192,10 @@ def test_a_starting_point_that_cannot_resume_is_trained_again(tmp_path, monkeypa
     assert starting_point.find_resumable_run(runs, parent_hash, seed=0) == stopped
 
     (stopped / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    assert starting_point.find_resumable_run(runs, parent_hash, seed=0) is None  # its checkpoint does not load
     child = _child(tmp_path, runs)
     starting_point.resolve_init_from(child)
-    assert "training it from the start in a new run" in capsys.readouterr().err
+    assert "no completed run of it" in capsys.readouterr().err
     (new,) = set(_run_dirs(runs)) - {stopped}
     assert child["model"]["name_or_path"] == str(new.resolve())
     assert json.loads((new / "run.json").read_text())["status"] == "completed"
