@@ -36,6 +36,7 @@ def build_tokenizer_and_model(cfg: dict[str, Any], corpus: list[str]):
     if m["name_or_path"]:
         path = resolve_model_dir(m["name_or_path"])
         check_local_model(m["name_or_path"], path)
+        check_model_dir(m["name_or_path"], path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(
@@ -155,6 +156,29 @@ def check_local_model(name: str, path: str) -> None:
                                      n=3)
     hint = f"; did you mean {', '.join(str(parent / n) for n in near)}?" if near else ""
     raise ConfigError(f"model.name_or_path {name!r}: no such directory{_under_cwd(path)}{hint}")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model")
+"""Files one of which an HF model directory's tokenizer is read from."""
+
+
+def check_model_dir(name: str, path: str) -> None:
+    """A local directory given as ``model.name_or_path`` must hold a model's ``config.json`` (the model is
+    built from it): for an empty one transformers said to install sentencepiece (or, in a dry run, that its
+    config.json lacked ``model_type``). Tokenizer files are named when missing too, not required: a
+    tokenizer may be read from files other than :data:`TOKENIZER_FILES`. A klear-lab run directory stands
+    for its ``model/`` (already resolved into ``path`` when it has one)."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir() or (directory / "config.json").is_file():  # (a tokenizer of other files: let it try)
+        return
+    tokenizer = any((directory / f).is_file() for f in TOKENIZER_FILES)
+    lacking = ["config.json", *([] if tokenizer else ["tokenizer files"])]
+    run = (" (a klear-lab run directory without a final model/: `klear-lab runs` says how it ended)"
+           if (directory / "run.json").is_file() else "")
+    raise ConfigError(f"model.name_or_path {name!r}: the directory {directory} holds no {' and no '.join(lacking)}"
+                      f"{run}; expected an HF model directory (config.json, *.safetensors weights and tokenizer "
+                      f"files such as {' / '.join(TOKENIZER_FILES[:2])}) or a completed klear-lab run directory")
 
 
 def model_load_error(name: str, path: str, exc: Exception) -> Exception:

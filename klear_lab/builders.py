@@ -100,8 +100,8 @@ def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
         files = [f for n in nodes if (f := source_path(n, split))]
         read_files = f"; read {', '.join(files)}" if files else ""
         if split == "train":
-            raise DataError(f"data.sources produced no training records ({', '.join(f'{n}: 0' for n in pools)})"
-                            + read_files)
+            counts = f"({', '.join(f'{n}: 0' for n in pools)})" if pools else "(it lists no source)"
+            raise DataError(f"data.sources produced no training records {counts}{read_files}")
         raise DataError("data.eval_sources gave no eval records" + read_files)
     if gave_none:
         raise DataError(f"{', '.join(where[label] for label in gave_none)}: no {split} records (an empty "

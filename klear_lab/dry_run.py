@@ -17,7 +17,7 @@ import torch
 from rich.markup import escape
 from rich.table import Table
 
-from klear_lab.build_model import resolve_model_dir
+from klear_lab.build_model import check_model_dir, resolve_model_dir
 from klear_lab.console import make_console
 from klear_lab.distributed import device_count
 from klear_lab.errors import ConfigError
@@ -54,6 +54,7 @@ def model_config(cfg: dict[str, Any]):
 
         return build(MODEL, m["tiny"]).config(_VocabOnly())
     path = resolve_model_dir(m["name_or_path"])
+    check_model_dir(m["name_or_path"], path)
     if Path(path).is_dir():
         return AutoConfig.from_pretrained(path)
     if path in KNOWN:
@@ -241,6 +242,10 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
 def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     from klear_lab.build_model import warn_positions
 
+    if cfg["run"]["kind"] == "eval":  # the run's own refusal: a plan of a model it would not score
+        from klear_lab.stages.eval import check_eval_model
+
+        check_eval_model(cfg)
     if cfg["run"]["kind"] == "rl":  # a plugin clip that cannot run fails every update: say so now
         from klear_lab.builders import build
         from klear_lab.registry import CLIP

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import time
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,19 @@ def out_dir_of(cfg: dict[str, Any]) -> Path:
 
 def run_dir_name(cfg: dict[str, Any], stamp: str) -> str:
     """``<name>-<stamp>-<hash>-s<seed>``: what :func:`create_run_dir` names a run started at ``stamp``."""
-    name = re.sub(r"[^A-Za-z0-9_.+=-]", "-", str(cfg["run"]["name"])) or "run"  # W&B ids refuse / : ; , # ? '
-    return f"{name}-{stamp}-{config_hash(cfg)[:6]}-s{cfg['run']['seed']}"
+    return dir_name(str(cfg["run"]["name"]), stamp, config_hash(cfg)[:6], cfg["run"]["seed"])
+
+
+def dir_name(name: str, stamp: str, short_hash: str, seed: int) -> str:
+    """A run directory's name from its parts (:func:`run_dir_name`; checks of its length need no hash)."""
+    return f"{safe_name(name)}-{stamp}-{short_hash}-s{seed}"
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a directory name and W&B run id may hold it: letters (any script: ``ünï`` stays, it became
+    ``-n-``), digits and ``_ . + = -`` kept, anything else a ``-`` (W&B ids refuse / : ; , # ? ', a shell
+    needs spaces quoted). NFC first, so an accent typed as a combining mark stays with its letter."""
+    return re.sub(r"[^\w.+=-]", "-", unicodedata.normalize("NFC", name)) or "run"
 
 
 def create_run_dir(cfg: dict[str, Any]) -> Path:
@@ -208,6 +220,11 @@ def _number(cell: str) -> int | float:
 
 def csv_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a metrics CSV, without a line that a kill cut short (missing cells, or not numbers)."""
+    return csv_table(path)[1]
+
+
+def csv_table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A metrics CSV's header and its whole rows (:func:`csv_rows`), in one read."""
     def whole(row: dict) -> bool:
         try:
             return None not in row and all(v == "" or isinstance(float(v), float) for v in row.values())
@@ -215,7 +232,9 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
             return False
 
     with path.open(newline="") as f:
-        return [row for row in csv.DictReader(f) if whole(row)]
+        reader = csv.DictReader(f)
+        rows = [row for row in reader if whole(row)]
+        return list(reader.fieldnames or []), rows
 
 
 RUN_ID_CHARS = 40
@@ -235,7 +254,7 @@ def run_id_of(run_dir: Path) -> str:
 
 
 def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """What names a run: ``git_commits`` gets one commit per attempt (:func:`klear_lab.resume.saved_identity`)."""
+    """What names a run: ``git_commits`` gets one commit per attempt (:func:`klear_lab.attempts.saved_identity`)."""
     run, commit = cfg["run"], git_commit()
     return {
         "run_id": run_id_of(run_dir),

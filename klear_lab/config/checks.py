@@ -28,6 +28,7 @@ def check(cfg: dict[str, Any]) -> None:
     _require(cfg["trainer"]["checkpoint_every"] >= 0, "trainer.checkpoint_every",
              f"must be >= 0 (0 = no checkpoints), got {cfg['trainer']['checkpoint_every']}")
     check_run(cfg)
+    check_train_sources(cfg)
     check_optim(cfg["optim"])
     check_eval(cfg["eval"])
     check_labelled_samples(cfg)
@@ -50,12 +51,38 @@ def check_run(cfg: dict[str, Any]) -> None:
              f"({m['tokenizer_vocab']}) must be >= {MIN_VOCAB}: the tiny model's byte-level BPE starts from "
              f"256 byte tokens and {MIN_VOCAB - 256} special ones, so a smaller vocab would learn no merge")
     _require(0 <= seed < 2**32, "run.seed", f"must be in [0, 2**32) (Lightning's and numpy's seed range), got {seed}")
+    check_run_name(cfg["run"]["name"], seed)
     _require(t["log_every_n_steps"] >= 0, "trainer.log_every_n_steps",
              f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")
     mode = cfg["tracking"]["wandb"]["mode"]
     _require(mode in WANDB_MODES, "tracking.wandb.mode", f"must be one of {', '.join(WANDB_MODES)}, got {mode!r}")
     samples = cfg["tracking"]["wandb"]["log_samples"]
     _require(samples >= 0, "tracking.wandb.log_samples", f"must be >= 0 (0 = no samples table), got {samples}")
+
+
+RUN_DIR_NAME_MAX = 255  # bytes in one file name on most file systems (ext4, xfs, btrfs, tmpfs)
+
+
+def check_run_name(name: Any, seed: int) -> None:
+    """The run directory ``<name>-<time>-<hash>-s<seed>`` must fit in one file name: a longer name failed
+    only when the run directory was made, after the data and model were built, blaming ``run.out_dir``."""
+    from klear_lab.tracking import dir_name, safe_name
+
+    size = len(safe_name(str(name)).encode())
+    longest = dir_name(str(name), "20000101-000000", "abcdef", seed) + "-99"  # -99: a later run in the same second
+    suffix = len(longest.encode()) - size
+    _require(size + suffix <= RUN_DIR_NAME_MAX, "run.name",
+             f"is {size} bytes: the run directory <name>-<time>-<hash>-s<seed> would be longer than a file name "
+             f"may be ({RUN_DIR_NAME_MAX} bytes); give one of at most {RUN_DIR_NAME_MAX - suffix} bytes")
+
+
+def check_train_sources(cfg: dict[str, Any]) -> None:
+    """SFT and RL runs train on what ``data.sources`` gives: an empty list passed ``--dry-run`` and a sweep's
+    checks, and the run stopped only once it read the data. An eval run reads ``data.eval_sources`` alone."""
+    kind = cfg["run"]["kind"]
+    _require(kind not in ("sft", "rl") or bool(cfg["data"]["sources"]), "data.sources",
+             f"is empty: an {kind.upper()} run trains on the records its sources give; "
+             "list at least one source (`klear-lab components source` lists them)")
 
 
 def check_optim(o: dict[str, Any]) -> None:

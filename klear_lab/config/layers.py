@@ -58,6 +58,12 @@ def override_key(item: str) -> str:
     return item.split("=", 1)[0].strip().lstrip("+~")
 
 
+def check_override_form(item: str, label: str = "command line") -> None:
+    """Raise ``ConfigError`` unless ``item`` is ``key=value`` (a key before the first ``=``)."""
+    if "=" not in item or item.startswith("="):
+        raise ConfigError(f"{label}: override {item!r} must look like key=value")
+
+
 def dotlist_layer(overrides: list[str], label: str = "command line", base_dir: Path | None = None) -> Layer:
     """Hydra-style ``key=value`` overrides (values parsed as YAML), merged in order by the layer merge
     (``rl.clip=cispo rl.clip.eps_high=5`` is one node; ``KEY=null`` then ``KEY.x=...`` is ``{x: ...}``
@@ -66,8 +72,7 @@ def dotlist_layer(overrides: list[str], label: str = "command line", base_dir: P
     body: dict[str, Any] = {}
     nulled: list[list[str]] = []  # the paths set to null, in order
     for item in overrides:
-        if "=" not in item or item.startswith("="):
-            raise ConfigError(f"{label}: override {item!r} must look like key=value")
+        check_override_form(item, label)
         try:  # parsed one at a time, so an error names the bad one
             one = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
         except (OmegaConfBaseException, yaml.YAMLError) as exc:

@@ -15,6 +15,8 @@ import types
 import typing
 from typing import Any, Union
 
+import yaml
+
 from klear_lab.config.schema import ExperimentConfig
 from klear_lab.errors import ConfigError
 from klear_lab.registry import REGISTRIES
@@ -123,14 +125,28 @@ def _type_error(path: str, expected: str, value: Any, provenance: dict[str, str]
 
 
 def _check_value(value: Any, tp: Any, path: str, provenance: dict[str, str]) -> Any:
-    """Return ``value`` (ints widened to float where a float is wanted) or raise a type error."""
+    """Return ``value`` (ints widened to float where a float is wanted, a number or bool written as text where
+    only text is wanted) or raise a type error."""
     ok, coerced = _matches(value, tp)
+    if not ok and _takes_text(tp) and isinstance(value, (int, float)):  # bool is an int
+        return _as_text(value)
     if not ok:
         if (found := _non_finite(value)) is not None:  # YAML .inf / .nan: a diverged run, not a value
             inner, bad = found
             raise ConfigError(f"{_where(path, provenance)}: {path}{inner}: expected a finite number, got {bad!r}")
         raise _type_error(path, _type_name(tp), value, provenance)
     return coerced
+
+
+def _takes_text(tp: Any) -> bool:
+    """Whether ``tp`` is ``str`` or a union with it (``str | None``)."""
+    return tp is str or (typing.get_origin(tp) in (Union, types.UnionType) and str in typing.get_args(tp))
+
+
+def _as_text(value: int | float) -> str:
+    """A YAML scalar read as a number or bool, back as the text YAML writes for it: ``run.name=123`` is the
+    name "123" (YAML cannot tell; quote it to keep other spellings: 1.10 reads as 1.1, 0123 as octal 83)."""
+    return yaml.safe_dump(value).removesuffix("\n...\n").strip()
 
 
 def _non_finite(value: Any, inner: str = "") -> tuple[str, float] | None:

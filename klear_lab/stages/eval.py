@@ -70,11 +70,13 @@ EVAL_KEYS = ("eval", "data.eval_sources", "data.world_seed", "run.name", "run.ou
              "model.name_or_path", "model.dtype", "model.attn_implementation")
 
 
-def check_eval_overrides(overrides: list[str]) -> None:
-    """Raise ``ConfigError`` for an override an evaluation would not read."""
-    from klear_lab.config.layers import override_key
+def check_eval_overrides(overrides: list[str], label: str = "command line") -> None:
+    """Raise ``ConfigError`` for an override that is not ``key=value`` (said first: ``notkv`` was called a key
+    an evaluation does not read) or that an evaluation would not read; ``label`` says where they were given."""
+    from klear_lab.config.layers import check_override_form, override_key
 
     for item in overrides:
+        check_override_form(item, label)
         key = override_key(item)
         if not any(key == k or key.startswith(f"{k}.") for k in EVAL_KEYS):
             raise ConfigError(f"{item!r}: {key} does not change an evaluation (it is not read when scoring); an "
@@ -192,9 +194,7 @@ def _eval_run(config_file: Path, fallback_name: str) -> tuple[dict[str, Any], di
 
 def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     """Everything that may fail on bad input happens here, before the run directory exists."""
-    if not cfg["model"]["name_or_path"]:  # init_from would score the starting point, not this experiment
-        raise ConfigError("model.name_or_path: an eval run scores a trained model: give a run directory "
-                          "(`klear-lab eval RUN_DIR`) or model.name_or_path=RUN_DIR_or_HF_CHECKPOINT")
+    check_eval_model(cfg)
     check_wandb_login(cfg)
     device = _device(cfg)
     builders.set_threads(cfg)
@@ -206,6 +206,15 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     model = model.to(device)
     return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling,
                      builders.eval_engine(cfg), data_digests(None, records))
+
+
+def check_eval_model(cfg: dict[str, Any]) -> None:
+    """An eval run scores ``model.name_or_path``; without one (an SFT experiment, or an RL one's
+    ``model.init_from``) there is no trained model to score, only a fresh or starting one. Called by the
+    run and by ``--dry-run``, so the plan is refused as the run is."""
+    if not cfg["model"]["name_or_path"]:
+        raise ConfigError("model.name_or_path: an eval run scores a trained model: give a run directory "
+                          "(`klear-lab eval RUN_DIR`) or model.name_or_path=RUN_DIR_or_HF_CHECKPOINT")
 
 
 def _device(cfg: dict[str, Any]) -> torch.device:

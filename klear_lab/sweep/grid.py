@@ -185,6 +185,12 @@ def nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def trial_run_name(spec: SweepSpec, label: str) -> str:
+    """``run.name`` of the trials of the arm labelled ``label``: ``<sweep>-<label>``, in characters safe
+    anywhere (``lr=0.001,k=2`` -> ``toy-lr-0.001_k-2``)."""
+    return re.sub(r"[^A-Za-z0-9_.+-]", "-", f"{spec.name}-{label}".replace(",", "_"))
+
+
 def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int | None,
                 threads: int | None, label: str) -> Layer:
     """The last config layer of one trial: axis values, seed, W&B naming, output dir, threads."""
@@ -192,7 +198,7 @@ def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int 
     tags = [f"{a.key}={value_label(a, values[a.key])}" for a in spec.axes if a.key in values]
     flat.update({
         SEED_PARAM: seed,
-        "run.name": re.sub(r"[^A-Za-z0-9_.+-]", "-", f"{spec.name}-{label}".replace(",", "_")),
+        "run.name": trial_run_name(spec, label),
         "run.group": spec.wandb_group or spec.name,
         "run.job_type": label,
         "run.tags": [*tags, f"seed={seed}", f"sweep={spec.name}"],

@@ -15,8 +15,9 @@ from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
-from klear_lab.sweep.grid import Arm
+from klear_lab.sweep.grid import Arm, grid_arms
 from klear_lab.sweep.parents import train_parent
+from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import READY_ATTR, check_same_base, count, grid_status, missing_points, prepare_study
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
@@ -61,6 +62,9 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         spec.workers = workers
     if not (validate_only or wandb_export):  # its imports overlap the checks, study set-up and parent run
         launcher.warm_up(spec.trial_start, spec.runner)
+    # before the checks that compose trials: a trial's run.name too long for a directory is the sweep name's fault
+    check_sweep_dirs(spec, grid_arms(spec) if spec.sampler == "grid" else [], out_dir_flag=out_dir is not None,
+                     name_flag=name is not None)
     arms = check_spec(spec)
     url = default_storage_url(spec)
     n_points = len(arms) * len(spec.seeds) if arms else spec.n_trials

@@ -32,6 +32,9 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
                   log: Any = print) -> tuple[pd.DataFrame, int]:
     """Score each completed trial with ``overrides`` (skipping ones already scored); the table and
     the number of trials that could not be scored."""
+    from klear_lab.stages.eval import check_eval_overrides
+
+    check_eval_overrides(overrides, "--rescore")  # before any trial is looked at, scorable or not
     trials = load_records(spec, study)
     plans = [plan_trial(spec, r, overrides, log) for r in trials]  # every config before any scoring
     records, runs, failed = [], {}, 0

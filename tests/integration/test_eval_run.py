@@ -163,6 +163,29 @@ def test_eval_of_an_experiment_needs_a_trained_model(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+def test_a_dry_run_of_an_eval_without_a_trained_model_is_refused_as_the_eval_is(tmp_path, capsys):
+    """``klear-lab eval experiments/quickstart/sft.yaml --dry-run`` printed a plan for a fresh tiny model."""
+    from klear_lab.cli import main
+
+    for experiment in (QUICKSTART, QUICKSTART.replace("sft.yaml", "rl.yaml")):
+        assert main(["eval", experiment, f"run.out_dir={tmp_path}", "--dry-run"]) == 2
+        out, err = capsys.readouterr()
+        assert "dry run" not in out
+        assert "model.name_or_path: an eval run scores a trained model" in err
+
+
+def test_an_override_that_is_not_key_value_is_said_so(capsys):
+    """``compare SWEEP --rescore notkv`` (and ``eval ... notkv``) said "notkv does not change an evaluation"."""
+    from klear_lab.cli import main
+    from klear_lab.stages.eval import check_eval_overrides
+
+    for bad in ("notkv", "=3"):
+        with pytest.raises(ConfigError, match=rf"^--rescore: override '{bad}' must look like key=value$"):
+            check_eval_overrides(["eval.samples=2", bad], "--rescore")
+    assert main(["eval", QUICKSTART, "notkv"]) == 2
+    assert capsys.readouterr().err == "klear-lab: error: command line: override 'notkv' must look like key=value\n"
+
+
 def _env() -> dict[str, str]:
     import os
 

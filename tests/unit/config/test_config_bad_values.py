@@ -65,6 +65,39 @@ def test_a_run_directory_that_cannot_be_made_names_run_out_dir(tmp_path):
         create_run_dir(cfg)
 
 
+def test_a_run_name_too_long_for_its_directory_is_refused_at_compose(tmp_path):
+    """A 230-byte run.name failed only when the run directory was made (after the data and model were
+    built), blaming run.out_dir."""
+    from klear_lab.tracking import create_run_dir
+
+    with pytest.raises(ConfigError, match=r"run.name is 230 bytes: .* give one of at most 226 bytes"):
+        compose(SFT, ["run.name=" + "a" * 230])
+    with pytest.raises(ConfigError, match=r"run.name is 228 bytes"):  # counted as written on disk: UTF-8
+        compose(SFT, ["run.name=" + "ü" * 114])
+    cfg = compose(SFT, ["run.name=" + "a" * 226, f"run.out_dir={tmp_path}"])  # the longest that fits
+    assert len(create_run_dir(cfg).name.encode()) <= 255 - len("-99")
+
+
+@pytest.mark.parametrize("override, text", [("run.name=123", "123"), ("run.name=1.5", "1.5"),
+                                             ("run.name=true", "true"), ("run.group=2024", "2024"),
+                                             ("model.name_or_path=7", "7")])
+def test_a_number_given_where_text_is_wanted_is_that_text(override, text):
+    """``run.name=123`` was refused ("run.name: expected str, got int"): YAML reads the override as a number."""
+    key = override.split("=")[0]
+    section, name = key.split(".")
+    assert compose(SFT, [override])[section][name] == text
+
+
+@pytest.mark.parametrize("override, match", [
+    ("run.name=[1]", r"run.name: expected str, got list \(\[1\]\)"),  # not made text: a list is no name
+    ("run.name={a: 1}", r"run.name: expected str, got dict"),
+    ("run.seed=abc", r"run.seed: expected int, got str"),  # and text stays no number
+])
+def test_only_scalars_become_text(override, match):
+    with pytest.raises(ConfigError, match=match):
+        compose(SFT, [override])
+
+
 def test_the_tiny_tokenizer_learns_from_the_start_of_each_text_only():
     """BPE training grows with the square of a word's length: one 800 KB row held a run for minutes."""
     from klear_lab.models.tokenizer import TRAIN_CHARS, train_tokenizer

@@ -73,3 +73,15 @@ def test_the_run_directory_and_wandb_id_use_a_safe_form_of_run_name(tmp_path):
     run_dir = create_run_dir(cfg)
     assert run_dir.parent == tmp_path and run_dir.name.startswith("gppo-eps-0.2-a-b-")
     assert not set(identity_of(cfg, run_dir)["run_id"]) & set("/:;,#?' ")
+
+
+def test_letters_of_any_script_stay_in_the_run_directory_name(tmp_path):
+    """``run.name=ünï`` made ``-n--<time>-...``: a letter outside ASCII was taken for an unsafe character."""
+    from klear_lab.tracking import create_run_dir, identity_of
+
+    for name, expected in (("ünï", "ünï-"), ("u\u0308ber", "über-"), ("日本語 α/β", "日本語-α-β-")):
+        cfg = compose(RL, [f"run.out_dir={tmp_path}", f"run.name='{name}'"])
+        run_dir = create_run_dir(cfg)
+        assert run_dir.parent == tmp_path and run_dir.name.startswith(expected), run_dir.name
+        run_id = identity_of(cfg, run_dir)["run_id"]
+        assert run_id.startswith(expected) and not set(run_id) & set("/:;,#?' ")

@@ -76,6 +76,16 @@ def test_a_not_supported_row_fails_the_dry_run_after_the_plan(tmp_path, capsys):
     assert "training devices: NOT SUPPORTED: trainer.strategy='fsdp'" in err
 
 
+@pytest.mark.parametrize("experiment", ["sft.yaml", "rl.yaml"])
+def test_an_empty_source_list_fails_the_dry_run_as_the_run(experiment, capsys):
+    """``data.sources=[]`` printed a plan; the run then stopped on "no training records ()"."""
+    assert main(["train", str(ROOT / "experiments/quickstart" / experiment), "data.sources=[]", "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "dry run" not in out and "()" not in err
+    assert "data.sources is empty: an " in err and "list at least one source" in err
+    assert "(data.sources from command line)" in err
+
+
 def test_an_engine_missing_here_is_no_failure(capsys):
     import importlib.util
 

@@ -129,6 +129,9 @@ def test_sources_that_produce_nothing_are_named(tmp_path):
     cfg = compose(root / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {empty}}}]"])
     with pytest.raises(DataError, match=r"data.sources produced no training records \(file: 0\); read .*empty.jsonl"):
         build_train_records(cfg)
+    cfg["data"]["sources"] = []  # compose refuses this; a config built by hand reaches the reader
+    with pytest.raises(DataError, match=r"no training records \(it lists no source\)$"):
+        build_train_records(cfg)
     beside = compose(root / "experiments/quickstart/sft.yaml",  # an empty file beside a full source: not silent
                      [f"data.sources=[{{name: arith_r1, n_prompts: 50}}, {{name: file, path: {empty}}}]"])
     with pytest.raises(DataError, match=r"data.sources.1 \(.*empty.jsonl\): no train records"):

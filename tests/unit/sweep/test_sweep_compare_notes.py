@@ -123,3 +123,15 @@ def test_a_rescore_of_such_a_sweep_also_gets_its_table(tmp_path):
     df = write_table(spec, load_records(spec, study), ["eval.samples=2"], {}, console)
     assert df["arm"].tolist() == ["lr=0.002", "lr=0.003"] and df["delta"].isna().all()
     assert "baseline arm lr=0.001 was never sampled: no deltas" in console.export_text()
+
+
+def test_a_rescore_override_that_is_not_key_value_stops_before_any_trial(tmp_path):
+    """``compare SWEEP --rescore notkv`` was told "notkv does not change an evaluation", and only once a
+    trial had a run to score: a sweep whose runs were gone logged each trial as failed first."""
+    from klear_lab.sweep.rescore import rescore_study
+
+    spec, study = _sampled_study(tmp_path, "lr=0.002", [(0.002, 0), (0.003, 0)])
+    logged: list[str] = []
+    with pytest.raises(ConfigError, match=r"^--rescore: override 'notkv' must look like key=value$"):
+        rescore_study(spec, study, ["eval.samples=2", "notkv"], log=logged.append)
+    assert logged == [] and not spec.sweep_dir.exists()

@@ -387,3 +387,36 @@ def test_a_name_of_dots_alone_or_empty_is_refused(tmp_path, in_spec, given):
     spec = _edit(write_spec(tmp_path), name=in_spec)
     with pytest.raises(ConfigError, match=r"name: .* must use letters, digits, '_', '-', '.' only, not dots alone"):
         load_spec(spec, name=given)
+
+
+def test_an_out_dir_that_is_a_file_is_refused_by_validation(tmp_path, capsys):
+    """``--validate-only --out-dir FILE`` said OK; the sweep then stopped creating its study there."""
+    from klear_lab.cli_sweep import main
+
+    path, blocker = write_spec(tmp_path), tmp_path / "a-file"
+    blocker.write_text("")
+    for out_dir in (blocker, blocker / "below"):
+        assert main(["sweep", str(path), "--validate-only", "--out-dir", str(out_dir)]) == 2
+        assert (f"--out-dir {out_dir}: {blocker} is a file, not a directory: the sweep writes its directory "
+                f"{out_dir / 'toy'} (study, trials, runs) there") in capsys.readouterr().err
+    assert main(["sweep", str(_edit(path, out_dir=str(blocker))), "--validate-only"]) == 2
+    assert f"error: {path}: out_dir: {blocker}: {blocker} is a file" in capsys.readouterr().err  # the spec's key
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "toy").write_text("")  # the sweep's own directory taken by a file
+    assert main(["sweep", str(_edit(path, out_dir=str(tmp_path / "out"))), "--validate-only"]) == 2
+    assert f"{tmp_path / 'out' / 'toy'} is a file, not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("length, what", [(300, "is 300 bytes, but a directory name may have at most 255"),
+                                          (240, "a trial's run directory would be named like 'xxx")])
+def test_a_name_too_long_for_a_directory_is_refused_by_validation(tmp_path, capsys, length, what):
+    """A 300-character ``--name`` (the sweep's directory), or one that leaves no room for a trial run's time,
+    hash and seed, said OK; the sweep or each of its trials failed later, creating its directory."""
+    from klear_lab.cli_sweep import main
+
+    name = "x" * length
+    assert main(["sweep", str(write_spec(tmp_path)), "--validate-only", "--name", name]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"klear-lab: error: --name '{'x' * 40}...{'x' * 17}': {what}") and "at most 255" in err
+    assert main(["sweep", str(write_spec(tmp_path)), "--validate-only", "--name", "x" * 200]) == 0
+    assert not (tmp_path / "out").exists()  # validation makes no directory

@@ -1,0 +1,78 @@
+"""Checks that the directories a sweep writes can be made, run first (``--validate-only`` too).
+
+A regular file given as the out dir, or a sweep or trial run name longer than a file name may be here
+(255 bytes on most file systems), passed every other check: the sweep then stopped creating its study,
+or every trial read its data, built its model and failed creating its run directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.checks import probe_values
+from klear_lab.sweep.grid import Arm, arm_label, trial_run_name, value_label
+from klear_lab.sweep.spec import SweepSpec
+
+NAME_MAX = 255  # bytes in one file name, where the file system does not say
+STAMP = "20000101-000000"  # as wide as create_run_dir's time stamp
+
+
+def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = False, name_flag: bool = False) -> None:
+    """Raise ``ConfigError`` when the sweep directory or a trial's run directory could not be made under
+    ``spec.out_dir``. ``out_dir_flag`` / ``name_flag``: the out dir / name came from ``--out-dir`` / ``--name``,
+    and the message names that option instead of the spec's key."""
+    out_dir = f"--out-dir {spec.out_dir}" if out_dir_flag else f"{spec.path}: out_dir: {spec.out_dir}"
+    name = f"--name {_short(spec.name)}" if name_flag else f"{spec.path}: name: {_short(spec.name)}"
+    found = _existing_ancestor(spec.out_dir)
+    limit = _name_max(found)
+    for part in [*spec.out_dir.absolute().relative_to(found).parts, spec.name]:
+        if len(part.encode()) > limit:
+            where = name if part == spec.name else f"{out_dir}: {_short(part)}"
+            raise ConfigError(f"{where}: is {len(part.encode())} bytes, but a directory name may have at most "
+                              f"{limit} here ({found}); give a shorter one")
+    blocker = spec.sweep_dir if found.is_dir() else found  # the out dir (or one above it), or the sweep's in it
+    if os.path.lexists(blocker) and not blocker.is_dir():
+        raise ConfigError(f"{out_dir}: {blocker} is a file, not a directory: the sweep writes its directory "
+                          f"{spec.sweep_dir} (study, trials, runs) there; give a directory")
+    longest = max(_run_dir_names(spec, arms), key=lambda n: len(n.encode()))
+    if len(longest.encode()) > limit:
+        raise ConfigError(f"{name}: a trial's run directory would be named like {_short(longest)}, "
+                          f"{len(longest.encode())} bytes, but a directory name may have at most {limit} here "
+                          f"({found}); shorten the sweep name (or an axis's value labels, `labels:`)")
+
+
+def _run_dir_names(spec: SweepSpec, arms: list[Arm]) -> list[str]:
+    """What ``create_run_dir`` would name each arm's trial runs (at the seed written longest; any config hash
+    is 6 characters, so no config is composed: this runs before the checks that compose them)."""
+    from klear_lab.tracking import dir_name
+
+    if arms:
+        labels = [a.label for a in arms]
+    else:  # sampled values: each axis at its probe value with the longest label
+        labels = [arm_label(spec.axes, {a.key: max(probe_values(a), key=lambda v, a=a: len(value_label(a, v)))
+                                        for a in spec.axes})]
+    seed = max(spec.seeds, key=lambda s: len(str(s)))
+    return [dir_name(trial_run_name(spec, label), STAMP, "abcdef", seed) for label in labels]
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """``path`` or the nearest of its parents that exists (a file, maybe)."""
+    path = path.absolute()
+    while not os.path.lexists(path) and path != path.parent:  # lexists: False, not an error, for a long name
+        path = path.parent
+    return path
+
+
+def _name_max(directory: Path) -> int:
+    """The longest file name, in bytes, the file system holding ``directory`` allows."""
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def _short(text: str, keep: int = 60) -> str:
+    """``text`` quoted, its middle left out when longer than ``keep`` characters (a 300-character name)."""
+    return repr(text) if len(text) <= keep else repr(f"{text[:keep - 20]}...{text[-17:]}")
