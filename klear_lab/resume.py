@@ -14,13 +14,13 @@ import csv
 import glob
 import json
 import os
-import socket
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from klear_lab.errors import ConfigError
-from klear_lab.tracking import atomic_write, config_hash, csv_rows
+from klear_lab.run_owner import still_running
+from klear_lab.tracking import atomic_write, config_hash, csv_table
 
 # What a resume may change: how the run executes and reports, never what it computes.
 RESUME_OVERRIDABLE = ("trainer.num_threads", "trainer.checkpoint_every", "rl.logp_chunk_tokens")
@@ -40,12 +40,9 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     from klear_lab.config.layers import override_key
 
     run_dir = Path(run_dir)
-    saved, record = run_dir / "config.yaml", run_dir / "run.json"
-    if not saved.is_file() or not record.is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
-    identity = read_record(record)
-    if identity.get("status") == "completed":
-        raise ConfigError(f"{record}: the run already completed; nothing to resume")
+    saved = run_dir / "config.yaml"
+    check_run_dir(run_dir)
+    check_record(run_dir / "run.json", read_record(run_dir / "run.json"))
     for item in overrides or []:
         key = override_key(item)
         if key not in RESUME_OVERRIDABLE:
@@ -74,28 +71,40 @@ def read_record(record: Path) -> dict[str, Any]:
     return identity
 
 
-def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Resumable:
+    """What :func:`check_resumable` read of a run that can continue, handed on so the resume reads each once.
+
+    Attributes:
+        log_step: the logging step of the batch that wrote the checkpoint (:func:`checkpoint_log_step`).
+        logged: ``csv/metrics.csv``'s header and whole rows, or None when the run logged none.
+    """
+
+    log_step: int
+    logged: tuple[list[str], list[dict[str, str]]] | None
+
+
+def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> Resumable:
     """Refuse to continue ``run_dir`` with ``cfg`` unless the run can continue and ``cfg`` is its config
     (``run_experiment(cfg, resume=...)`` from the API or a sweep, as well as ``klear-lab resume``).
 
     Raises:
         ConfigError: an eval run, a completed run, one still running on this machine, another config,
-            no checkpoint or one that cannot be loaded, a ``csv/metrics.csv`` that cannot be read.
+            a ``run.json`` without what a run writes, no checkpoint or one that cannot be loaded, a
+            ``csv/metrics.csv`` that cannot be read.
     """
     import yaml
 
     from klear_lab.distributed import joined_run_dir  # a DDP rank > 0 of this resume: rank 0 is alive
 
+    check_run_dir(run_dir)
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
-    if not saved.is_file() or not record.is_file():
-        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
     identity = read_record(record)
     if cfg["run"]["kind"] not in ("sft", "rl"):
         raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
                           "(run the evaluation again instead)")
-    if identity.get("status") == "completed":
-        raise ConfigError(f"{record}: the run already completed; nothing to resume")
-    if identity.get("status") == "running" and joined_run_dir() is None and still_running(identity):
+    check_record(record, identity)
+    if identity["status"] == "running" and joined_run_dir() is None and still_running(identity):
         raise ConfigError(f"{record}: the run is still running (pid {identity['pid']} on this machine); "
                           "stop it before resuming, or two processes would write one run")
     written = yaml.safe_load(saved.read_text()) or {}
@@ -104,22 +113,58 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> None:
         raise ConfigError(f"{saved}: the run started with run.seed={seed}, the config to resume with has "
                           f"{cfg['run']['seed']}: not the same run")
     got = config_hash(as_resolved(cfg, written.get("model") or {}))
-    if got != identity.get("config_hash"):
+    if got != identity["config_hash"]:
         raise ConfigError(f"{saved}: the config to resume with hashes to {got}, but the run started with "
-                          f"{identity.get('config_hash')} (a setting, a default, or a plugin's code differs; "
+                          f"{identity['config_hash']} (a setting, a default, or a plugin's code differs; "
                           f"{run_dir / 'plugins'} keeps the plugins' code the run started with): not the same run")
     if not checkpoint_path(run_dir).is_file():
         raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "
                           "trainer.checkpoint was false)")
-    checkpoint_log_step(checkpoint_path(run_dir))  # one that cannot load: refused here, not after the run is built
-    metrics = run_dir / "csv" / "metrics.csv"  # the resume keeps its rows up to the checkpoint (set_aside_later_rows)
+    step = checkpoint_log_step(checkpoint_path(run_dir))  # one that cannot load: refused here, not after the build
+    return Resumable(step, logged_rows(run_dir))
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raises ConfigError unless ``run_dir`` holds a run's ``config.yaml`` and ``run.json``."""
+    if not run_dir.exists():
+        raise ConfigError(f"{run_dir}: no such directory (klear-lab runs lists the runs under an output directory)")
+    if not (run_dir / "config.yaml").is_file() or not (run_dir / "run.json").is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
+
+
+RESUMABLE_STATUSES = ("running", "failed", "pruned")  # running: its process died (checked apart)
+
+
+def check_record(record: Path, identity: dict[str, Any]) -> None:
+    """Raises ConfigError unless ``run.json`` holds what a stopped run's record holds: a hand-edited one
+    (an unknown status, a missing hash, ``attempts: "two"``) resumed as a stopped run or ended in a traceback."""
+    status = identity.get("status")
+    if status == "completed":
+        raise ConfigError(f"{record}: the run already completed; nothing to resume")
+    if status not in RESUMABLE_STATUSES:
+        raise ConfigError(f"{record}: status is {status!r}, not one a run writes ({', '.join(RESUMABLE_STATUSES)}, "
+                          "completed): cannot tell whether the run stopped; it cannot be resumed")
+    if not isinstance(identity.get("config_hash"), str):
+        raise ConfigError(f"{record}: no config_hash (got {identity.get('config_hash')!r}): cannot tell whether "
+                          "the config to resume with is the run's; it cannot be resumed")
+    attempts = identity.get("attempts", 1)
+    if type(attempts) is not int or attempts < 1:
+        raise ConfigError(f"{record}: attempts is {attempts!r}, not a count of 1 or more; it cannot be resumed")
+
+
+def logged_rows(run_dir: Path) -> tuple[list[str], list[dict[str, str]]] | None:
+    """``csv/metrics.csv``'s header and whole rows (the resume keeps those up to its checkpoint), or None.
+
+    Raises:
+        ConfigError: the file cannot be read, naming it and what to do.
+    """
+    metrics = run_dir / "csv" / "metrics.csv"
     try:
-        if metrics.is_file():
-            csv_rows(metrics)
+        return csv_table(metrics) if metrics.is_file() else None
     except (OSError, ValueError, csv.Error) as exc:  # ValueError: bytes that are not UTF-8
         raise ConfigError(f"{metrics}: cannot read the run's logged metrics ({exc}); move the file aside to resume "
-                          f"without its rows, or start a new run: klear-lab train {saved}") from None
+                          f"without its rows, or start a new run: klear-lab train {run_dir / 'config.yaml'}") from None
 
 
 def resumable_twins(cfg: dict[str, Any]) -> list[Path]:
@@ -172,95 +217,9 @@ def as_resolved(cfg: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-PROCESS_KEYS = ("pid", "host", "pid_start")
-
-
-def running_process() -> dict[str, Any]:
-    """Who writes a running run: ``run.json`` keeps it so a resume can tell a live run from a dead one.
-    ``pid_start`` (the process' start time) tells the writer from a later process given the same pid."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid())}
-
-
-def still_running(identity: dict[str, Any]) -> bool:
-    """Whether the process a ``running`` record names is alive here and still the run's writer (another
-    machine's cannot be checked: a run preempted there is resumed)."""
-    pid = identity.get("pid")
-    if identity.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # gone (or no /proc: assume gone)
-        return False
-    if identity.get("pid_start") is not None:  # a zombie (killed, not yet reaped) has no command line
-        return bool(cmdline) and process_start(pid) == identity["pid_start"]
-    return b"klear" in cmdline  # a record from before pid_start: the best guess
-
-
-def process_start(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[19])  # fields after the command name start at field 3
-
-
 def checkpoint_path(run_dir: Path) -> Path:
     """Where :class:`klear_lab.checkpointing.ResumeCheckpoint` keeps a run's latest checkpoint."""
     return run_dir / "checkpoints" / "last.ckpt"
-
-
-def saved_identity(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` without its status, with one more attempt counted and its code commit recorded."""
-    identity = read_record(run_dir / "run.json")
-    identity = {k: v for k, v in identity.items() if k not in ("status", "error", *PROCESS_KEYS)}
-    identity["attempts"] = int(identity.get("attempts", 1)) + 1
-    identity["git_commits"] = attempt_commits(run_dir, identity)
-    identity["software"] = attempt_software(run_dir, identity)
-    return identity
-
-
-def warn_if_elsewhere(run_dir: Path) -> None:
-    """Warn when a resume runs from another directory than the run started in (``work_dir``): the relative
-    paths of its config are read from the working directory. Before the data is read, whose error it explains."""
-    try:
-        started_in = read_record(run_dir / "run.json").get("work_dir")
-    except (ConfigError, OSError):
-        return  # the resume's own checks say what is wrong with run.json
-    if started_in and Path(started_in) != Path.cwd():
-        print(f"warning: {run_dir}: resuming from {Path.cwd()}; the run started in {started_in}, and the relative "
-              "paths in its config.yaml (data files, model.name_or_path) are read from the working directory",
-              file=sys.stderr)
-
-
-def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:
-    """The software versions of each attempt, this one last (runs from before they were recorded have none
-    for their earlier attempts). Warns on stderr naming what changed since the previous attempt."""
-    from klear_lab.tracking import software_versions
-
-    earlier = max(int(identity.get("attempts", 2)) - 1, 1)  # attempts before this one
-    before, now = list(identity.get("software") or [{}] * earlier), software_versions()  # {}: not recorded
-    last = before[-1] if before and isinstance(before[-1], dict) else None
-    if last and last != now:
-        changed = [f"{k} {last.get(k, '(none)')} -> {now.get(k, '(none)')}" for k in sorted({*last, *now})
-                   if last.get(k) != now.get(k)]
-        print(f"warning: {run_dir}: resuming with other software than the run's previous attempt: "
-              f"{', '.join(changed)} (run.json records each attempt's in software)", file=sys.stderr)
-    return [*before, now]
-
-
-def attempt_commits(run_dir: Path, identity: dict[str, Any]) -> list[str]:
-    """The code commit of each attempt, this one last (``git_commit`` stays the first attempt's): a run
-    resumed on other code kept only the first commit, as if all of its steps had run on it. Warns on stderr
-    when this attempt's commit is not the previous attempt's."""
-    from klear_lab.tracking import git_commit
-
-    before = identity.get("git_commits") or [identity.get("git_commit", "unknown")]
-    now = git_commit()
-    if now != before[-1]:
-        print(f"warning: {run_dir}: resuming on code commit {now}; the run's previous attempt ran on "
-              f"{before[-1]} (run.json records both in git_commits)", file=sys.stderr)
-    return [*before, now]
 
 
 def checkpoint_log_step(ckpt: Path) -> int:
@@ -306,18 +265,16 @@ def _load_failure(ckpt: Path, exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def set_aside_later_rows(run_dir: Path, step: int, attempt: int) -> Path | None:
+def set_aside_later_rows(run_dir: Path, resumable: Resumable, attempt: int) -> Path | None:
     """Keep the whole ``csv/metrics.csv`` as ``csv/metrics.before-resume-<attempt>.csv``, and in
-    ``metrics.csv`` only the rows logged up to ``step`` (later ones will be logged again).
+    ``metrics.csv`` only the rows logged up to the checkpoint's step (later ones will be logged again).
 
     Returns the kept copy, or None when there was no ``metrics.csv``.
     """
-    path = run_dir / "csv" / "metrics.csv"
-    if not path.is_file():
+    if resumable.logged is None:
         return None
-    with path.open(newline="") as f:
-        fields = csv.DictReader(f).fieldnames or []
-    rows = csv_rows(path)
+    path = run_dir / "csv" / "metrics.csv"
+    fields, rows = resumable.logged
     backup = path.with_name(f"metrics.before-resume-{attempt}.csv")
     if not backup.exists():  # a second try of the same resume keeps the first copy
         os.link(path, backup)
@@ -326,7 +283,7 @@ def set_aside_later_rows(run_dir: Path, step: int, attempt: int) -> Path | None:
         with tmp.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
-            writer.writerows(r for r in rows if not r.get("step") or int(float(r["step"])) <= step)
+            writer.writerows(r for r in rows if not r.get("step") or int(float(r["step"])) <= resumable.log_step)
 
     atomic_write(path, write)
     return backup

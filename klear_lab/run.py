@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab import loggers, tracking
+from klear_lab.attempts import saved_identity, warn_if_elsewhere
 from klear_lab.distributed import (
     clear_rank_failures,
     env_restored,
@@ -25,16 +26,15 @@ from klear_lab.distributed import (
 )
 from klear_lab.errors import INTERRUPTED, ConfigError, interrupted
 from klear_lab.resume import (
+    Resumable,
     check_resumable,
+    check_run_dir,
     check_same_data,
-    checkpoint_log_step,
     checkpoint_path,
     resumable_twins,
-    running_process,
-    saved_identity,
     set_aside_later_rows,
-    warn_if_elsewhere,
 )
+from klear_lab.run_owner import running_process
 
 # Lightning's WandbLogger sets WANDB_MODE=dryrun in this process for an offline run: put back after each
 # run, so a later run in the process (a notebook, a test) reads the user's environment, not it
@@ -85,10 +85,11 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         raise ConfigError(f"run.kind must be 'sft', 'rl' or 'eval', got {kind!r}")
 
     with contextlib.ExitStack() as held:
+        resumable = None
         if resume is not None and joined_run_dir() is None:  # one writer per run: a second resume fails here
             held.enter_context(run_lock(Path(resume)))
-            check_resumable(Path(resume), cfg)  # the CLI checked it; the API and sweeps pass a cfg of their own
-        return _run(cfg, prepare, callbacks, resume)
+            resumable = check_resumable(Path(resume), cfg)  # again under the lock; the API and sweeps pass a cfg
+        return _run(cfg, prepare, callbacks, resume, resumable)
 
 
 def check_composed(cfg: Any) -> None:
@@ -114,8 +115,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     Raises:
         ConfigError: another process holds it.
     """
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
+    check_run_dir(run_dir)
     fd = os.open(run_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -128,7 +128,8 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None) -> RunResult:
+def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None,
+         resumable: Resumable | None) -> RunResult:
     from klear_lab.sigterm import sigterm_restored
     from klear_lab.stages.common import without_upstream_noise
 
@@ -165,7 +166,7 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
         run_dir = Path(resume)
         identity = saved_identity(run_dir)
         check_same_data(run_dir, identity, stage)
-        set_aside_later_rows(run_dir, checkpoint_log_step(ckpt), identity["attempts"] - 1)
+        set_aside_later_rows(run_dir, resumable, identity["attempts"] - 1)
         if tracking.saved_config(run_dir) != cfg:  # resumed with overrides (new threads...): what it runs with
             tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})

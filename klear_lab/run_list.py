@@ -27,7 +27,8 @@ from typing import Any
 
 from klear_lab.distributed import recorded_error
 from klear_lab.errors import KlearError
-from klear_lab.resume import checkpoint_path, still_running
+from klear_lab.resume import checkpoint_path
+from klear_lab.run_owner import still_running
 from klear_lab.tracking import csv_rows
 
 STATUSES = ("running", "stopped", "failed", "pruned", "completed", "unknown")

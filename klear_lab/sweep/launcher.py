@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from klear_lab.resume import process_start
+from klear_lab.run_owner import process_start
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 from klear_lab.sweep.trial import forked_main
 
@@ -127,7 +127,7 @@ def needs_fresh(cfg: dict[str, Any]) -> bool:
 def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_path: Path,
                       env: dict[str, str]) -> tuple[int, tuple[int, int | None]]:
     """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code, and
-    its pid and start time (``resume.process_start``: what its run's ``run.json`` records of its writer)."""
+    its pid and start time (``run_owner.process_start``: what its run's ``run.json`` records of its writer)."""
     proc: TrialProcess
     if spec.trial_start == "fresh" or needs_fresh(cfg):
         proc = _Fresh(job_path.resolve(), log_path, env)

@@ -294,7 +294,7 @@ def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides)
     assert json.loads((done.run_dir / "run.json").read_text())["status"] == "completed"
     with pytest.raises(ConfigError, match="already completed"):
         run_experiment(compose(SFT, overrides), resume=run_dir)
-    with pytest.raises(ConfigError, match="not a run directory"):
+    with pytest.raises(ConfigError, match="typo: no such directory"):
         run_experiment(compose(SFT, overrides), resume=tmp_path / "typo")
 
 

@@ -8,8 +8,8 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from klear_lab.loggers import csv_logger
-from klear_lab.resume import set_aside_later_rows
-from klear_lab.tracking import csv_rows
+from klear_lab.resume import Resumable, set_aside_later_rows
+from klear_lab.tracking import csv_rows, csv_table
 
 
 @pytest.mark.filterwarnings("ignore:Experiment logs directory")  # the rows are logged again
@@ -23,7 +23,7 @@ def test_kept_rows_are_written_back_unchanged(tmp_path):
     path = tmp_path / "csv" / "metrics.csv"
     lines = path.read_text().splitlines()
 
-    set_aside_later_rows(tmp_path, step=1, attempt=1)
+    set_aside_later_rows(tmp_path, Resumable(log_step=1, logged=csv_table(path)), attempt=1)
     csv_logger(tmp_path, csv_rows(path))  # what a resume does: Lightning's logger restarts the file
 
     assert path.read_text().splitlines() == lines[:-1]  # epoch stays "0", "1" (it became "0.0")

@@ -10,16 +10,11 @@ from pathlib import Path
 import pytest
 
 from klear_lab import tracking
+from klear_lab.attempts import saved_identity, warn_if_elsewhere
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.errors import ConfigError
-from klear_lab.resume import (
-    check_resumable,
-    checkpoint_path,
-    resumable_twins,
-    saved_identity,
-    warn_if_elsewhere,
-)
+from klear_lab.resume import check_resumable, checkpoint_path, resumable_twins
 from klear_lab.tracking import create_run_dir, write_config
 
 SFT = str(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml")
@@ -102,6 +97,46 @@ def test_a_metrics_csv_that_cannot_be_read_is_a_config_error_naming_it(tmp_path,
     assert not (run_dir / ".lock").exists() and metrics.read_bytes().endswith(b"\xff\n")
 
 
+@pytest.mark.parametrize(("edit", "says"), [
+    ({"attempts": "two"}, "attempts is 'two', not a count of 1 or more"),
+    ({"attempts": 0}, "attempts is 0, not a count of 1 or more"),
+    ({"status": "paused"}, "status is 'paused', not one a run writes"),
+    ({"status": None}, "status is None, not one a run writes"),
+    ({"config_hash": None}, "no config_hash (got None)"),
+])
+def test_a_hand_edited_run_json_is_refused_naming_the_key(tmp_path, capsys, edit, says):
+    """``attempts: "two"`` ended a resume in a ValueError traceback once the run was built; an unknown or
+    missing status was resumed as a stopped run; a missing config_hash said "started with None"."""
+    cfg, run_dir = stopped_run(tmp_path)
+    record = run_dir / "run.json"
+    identity = {k: v for k, v in {**json.loads(record.read_text()), **edit}.items() if v is not None}
+    record.write_text(json.dumps(identity))
+    capsys.readouterr()
+    assert main(["resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"klear-lab: error: {record}: {says}"), err
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):  # the API's path
+        check_resumable(run_dir, cfg)
+    assert resumable_twins(cfg) == [] and record.read_text() == json.dumps(identity)
+
+
+@pytest.mark.parametrize("status", ["running", "pruned"])
+def test_a_run_that_died_running_or_was_pruned_still_resumes(tmp_path, status):
+    cfg, run_dir = stopped_run(tmp_path)
+    record = run_dir / "run.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "status": status, "pid": 2**22 + 1}))
+    assert check_resumable(run_dir, cfg).log_step == 4
+
+
+def test_a_missing_run_directory_says_so(tmp_path, capsys):
+    missing = tmp_path / "runs" / "sft-nope"
+    assert main(["resume", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"klear-lab: error: {missing}: no such directory")
+    (tmp_path / "runs").mkdir()
+    assert main(["resume", str(tmp_path / "runs")]) == 2
+    assert "not a run directory (needs config.yaml and run.json)" in capsys.readouterr().err
+
+
 def test_each_attempt_records_its_code_commit_and_a_new_one_warns(tmp_path, capsys, monkeypatch):
     """A resumed run kept only its first attempt's git_commit, as if every step had run on that code."""
     first = "1" * 40
@@ -181,7 +216,7 @@ def test_the_other_directory_warning_comes_before_the_data_is_read(tmp_path, cap
         raise ConfigError("data.sources.0.path: no such file under the working directory")
 
     with pytest.raises(ConfigError, match="no such file"):
-        _run(compose(None), prepare, None, run_dir)
+        _run(compose(None), prepare, None, run_dir, None)
     assert f"the run started in {tmp_path / 'proj'}" in capsys.readouterr().err
 
 

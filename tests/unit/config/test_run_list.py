@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from klear_lab.cli import main
-from klear_lab.resume import process_start
 from klear_lab.run_list import list_runs
+from klear_lab.run_owner import process_start
 
 
 def make_run(parent: Path, name: str, status: str, kind: str = "rl", **extra) -> Path:

@@ -1,0 +1,65 @@
+"""A resumed run's record: each attempt counted in ``run.json``, with its code commit and software versions,
+and a warning when they, or the directory it runs from, differ from the attempt before."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from klear_lab.errors import ConfigError
+from klear_lab.resume import read_record
+from klear_lab.run_owner import PROCESS_KEYS
+
+
+def saved_identity(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` without its status, with one more attempt counted and its code commit recorded."""
+    identity = read_record(run_dir / "run.json")
+    identity = {k: v for k, v in identity.items() if k not in ("status", "error", *PROCESS_KEYS)}
+    identity["attempts"] = int(identity.get("attempts", 1)) + 1
+    identity["git_commits"] = attempt_commits(run_dir, identity)
+    identity["software"] = attempt_software(run_dir, identity)
+    return identity
+
+
+def warn_if_elsewhere(run_dir: Path) -> None:
+    """Warn when a resume runs from another directory than the run started in (``work_dir``): the relative
+    paths of its config are read from the working directory. Before the data is read, whose error it explains."""
+    try:
+        started_in = read_record(run_dir / "run.json").get("work_dir")
+    except (ConfigError, OSError):
+        return  # the resume's own checks say what is wrong with run.json
+    if started_in and Path(started_in) != Path.cwd():
+        print(f"warning: {run_dir}: resuming from {Path.cwd()}; the run started in {started_in}, and the relative "
+              "paths in its config.yaml (data files, model.name_or_path) are read from the working directory",
+              file=sys.stderr)
+
+
+def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:
+    """The software versions of each attempt, this one last (runs from before they were recorded have none
+    for their earlier attempts). Warns on stderr naming what changed since the previous attempt."""
+    from klear_lab.tracking import software_versions
+
+    earlier = max(int(identity.get("attempts", 2)) - 1, 1)  # attempts before this one
+    before, now = list(identity.get("software") or [{}] * earlier), software_versions()  # {}: not recorded
+    last = before[-1] if before and isinstance(before[-1], dict) else None
+    if last and last != now:
+        changed = [f"{k} {last.get(k, '(none)')} -> {now.get(k, '(none)')}" for k in sorted({*last, *now})
+                   if last.get(k) != now.get(k)]
+        print(f"warning: {run_dir}: resuming with other software than the run's previous attempt: "
+              f"{', '.join(changed)} (run.json records each attempt's in software)", file=sys.stderr)
+    return [*before, now]
+
+
+def attempt_commits(run_dir: Path, identity: dict[str, Any]) -> list[str]:
+    """The code commit of each attempt, this one last (``git_commit`` stays the first attempt's): a run
+    resumed on other code kept only the first commit, as if all of its steps had run on it. Warns on stderr
+    when this attempt's commit is not the previous attempt's."""
+    from klear_lab.tracking import git_commit
+
+    before = identity.get("git_commits") or [identity.get("git_commit", "unknown")]
+    now = git_commit()
+    if now != before[-1]:
+        print(f"warning: {run_dir}: resuming on code commit {now}; the run's previous attempt ran on "
+              f"{before[-1]} (run.json records both in git_commits)", file=sys.stderr)
+    return [*before, now]
