@@ -31,8 +31,7 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         warn_init_from_unused(cfg)
     if m["name_or_path"] or not m["init_from"]:
         return
-    import fcntl
-
+    from klear_lab.file_lock import exclusive_lock
     from klear_lab.tracking import config_hash, out_dir_of
 
     parent = parent_config(cfg)
@@ -44,8 +43,7 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     if newest is not None and not files_unchanged(newest, parent):
         with contextlib.suppress(DataError):  # completed_parent says it
             data = records_digests(parent)
-    with open(out / f".init-{parent_hash}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive_lock(out / f".init-{parent_hash}.lock"):
         # looked up again under the lock: a parallel trial may have trained it while this one waited
         run_dir, stale = completed_parent(parent, parent_hash, data)
         if stale is not None:

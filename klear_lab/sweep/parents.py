@@ -14,7 +14,6 @@ makes a sweep started while another trains it wait and share it, rather than tra
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from typing import Any
 
 from klear_lab.config.compose import compose
 from klear_lab.errors import DataError, KlearError, TransientError
+from klear_lab.file_lock import exclusive_lock
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
 PARENT_KEYS = ("model.init_from", "model.name_or_path")
@@ -75,12 +75,7 @@ def _start_lock(cfg: dict[str, Any], on_wait: Any) -> Iterator[None]:
     parent = starting_point.parent_config(cfg)
     out_dir = out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f".start-{config_hash(parent)}-s{parent['run']['seed']}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            on_wait()
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive_lock(out_dir / f".start-{config_hash(parent)}-s{parent['run']['seed']}.lock", on_wait):
         yield
 
 

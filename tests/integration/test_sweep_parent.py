@@ -61,6 +61,7 @@ def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
     again: list[str] = []  # the sweep's command run again: said "starting point ... ready" for a run it only found
     train_parent(spec, _base(spec), threads=1, log=again.append)
     assert again == [f"sweep parents: starting point: {found} (trained before)"]
+    assert not [*tmp_path.rglob(".init-*.lock"), *tmp_path.rglob(".start-*.lock")]  # they stayed for good
 
 
 def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
@@ -177,6 +178,7 @@ def test_a_stopped_starting_point_is_resumed_not_trained_again(tmp_path, monkeyp
     record = json.loads((stopped / "run.json").read_text())
     assert (record["status"], record["attempts"]) == ("completed", 2)
     assert (stopped / "model" / "config.json").is_file()
+    assert not list(runs.glob(".init-*.lock"))
 
 
 def test_a_starting_point_that_cannot_resume_is_trained_again(tmp_path, monkeypatch, capsys):
