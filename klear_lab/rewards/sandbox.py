@@ -24,6 +24,7 @@ There is no unisolated fallback: without ``bwrap`` every call raises RuntimeErro
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -147,11 +148,11 @@ def require_bwrap() -> str:
 
 
 def sandbox_unavailable() -> str | None:
-    """Why no sandbox can run on this machine, as :func:`run_python` would refuse at its first call: ``bwrap`` is
-    not found (:func:`require_bwrap`'s lookup), or this process is host root without CAP_SYS_ADMIN
-    (``current_isolation``); None when neither. Cheap (a path lookup, three ``/proc`` reads): nothing is started,
-    so a ``bwrap`` that is found but cannot make namespaces here still fails only at the first call."""
-    if find_bwrap() is None:
+    """Why no sandbox can run on this machine, as :func:`run_python` would fail at its first call: ``bwrap`` is
+    not found (:func:`require_bwrap`'s lookup), this process is host root without CAP_SYS_ADMIN
+    (``current_isolation``), or a sandbox does not start (:func:`start_failure`); None when none of these."""
+    bwrap = find_bwrap()
+    if bwrap is None:
         return MISSING_BWRAP
     try:
         current_isolation()
@@ -159,6 +160,26 @@ def sandbox_unavailable() -> str | None:
         return str(exc)
     except OSError as exc:  # no /proc/self/uid_map (a kernel without user namespaces): the first call fails so too
         return f"cannot tell how to isolate the sandbox on this machine: {exc}"
+    return start_failure(bwrap)
+
+
+NO_NAMESPACES_HINT = ("where unprivileged user namespaces are restricted (Ubuntu 23.10 and later: "
+                      "sysctl kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for bwrap; "
+                      "a container: a seccomp profile that allows them)")
+
+
+@functools.cache
+def start_failure(bwrap: str) -> str | None:
+    """Why one sandbox does not start with ``bwrap`` here, or None. Started once per process and ``bwrap``
+    (about 50 ms): a ``bwrap`` that is installed but cannot make the sandbox's namespaces passed the path
+    lookup, and the run failed at its first reward call, after the model had loaded and rollouts were made."""
+    try:
+        result = run_python("print('ok')", timeout_s=10.0)
+    except RuntimeError as exc:
+        return f"bwrap ({bwrap}) is installed but cannot start a sandbox here: {exc} (as {NO_NAMESPACES_HINT})"
+    if result.returncode != 0 or result.stdout != "ok\n":
+        return (f"bwrap ({bwrap}) started a sandbox here, but a program that prints 'ok' exited {result.returncode} "
+                f"with {result.stdout[-200:]!r} on stdout: {result.stderr[-300:]}")
     return None
 
 

@@ -37,6 +37,45 @@ def no_bwrap(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "_search_path", lambda: str(empty))
 
 
+NO_USERNS = ("bwrap: No permissions to creating new namespace, likely because the kernel does not allow "
+             "non-privilege user namespaces")
+
+
+@pytest.fixture
+def broken_bwrap(monkeypatch, tmp_path):
+    """A ``bwrap`` that is installed but cannot make namespaces (Ubuntu 24.04's AppArmor rule, a container's
+    seccomp profile): it fails as that one does."""
+    bin_dir = tmp_path / "broken-bwrap-bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho '{NO_USERNS}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox, "_search_path", lambda: str(bin_dir))
+    return fake
+
+
+def test_a_bwrap_that_cannot_start_a_sandbox_is_found_before_the_run(broken_bwrap, tmp_path, capsys):
+    """It passed the path lookup: the run loaded its model, made rollouts and failed at the first reward call."""
+    why = CodeExecReward().unavailable()
+    assert why is not None and why.startswith(f"bwrap ({broken_bwrap}) is installed but cannot start a sandbox here")
+    assert NO_USERNS in why and "kernel.apparmor_restrict_unprivileged_userns" in why
+    runs = tmp_path / "runs"
+    assert main(["train", str(QUICK / "code_rl.yaml"), "model.init_from=null", "rl.steps=1",
+                 f"run.out_dir={runs}"]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert "rl.reward 'code' (scores every rollout)" in err and NO_USERNS in err and "Nothing was run" in err, err
+    assert not runs.exists()
+
+
+def test_the_start_check_runs_a_real_sandbox_once_per_process():
+    if sandbox.find_bwrap() is None:
+        pytest.skip("this machine has no bwrap")
+    sandbox.start_failure.cache_clear()
+    assert sandbox.start_failure(sandbox.find_bwrap()) is None
+    assert sandbox.start_failure.cache_info().misses == 1
+    assert sandbox.sandbox_unavailable() is None and sandbox.start_failure.cache_info().hits == 1
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
