@@ -103,12 +103,10 @@ class SigtermOutsideSteps(L.Callback):
         self._catching = False
 
 
-class _Held:
+def _count_held(signum: int, frame: Any) -> None:
     """The SIGTERM handler after training: counts the signals it holds back."""
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if _held is not None:
-            _held.signals += 1
+    if _held is not None:
+        _held.signals += 1
 
 
 def hold_sigterm() -> None:
@@ -120,7 +118,7 @@ def hold_sigterm() -> None:
     inside :func:`sigterm_restored`, which puts the handler before back.
     """
     if _held is not None and _main_thread() and signal.getsignal(signal.SIGTERM) is not None:
-        signal.signal(signal.SIGTERM, _Held())
+        signal.signal(signal.SIGTERM, _count_held)
 
 
 @contextmanager

@@ -75,11 +75,17 @@ def test_locate_from_dir_or_spec(tmp_path):
     assert frozen["experiment"] == str((tmp_path / "exp.yaml").resolve()) and frozen["storage"] == url
 
 
-def test_dashboard_serves_the_study(tmp_path):
+def _study(tmp_path):
+    """A sweep's spec with its study created (what the dashboard serves)."""
     spec = load_spec(write_spec(tmp_path))
     url = default_storage_url(spec)
     freeze_spec(spec, url)
     open_study(spec, url, create=True)
+    return spec
+
+
+def test_dashboard_serves_the_study(tmp_path):
+    spec = _study(tmp_path)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -102,10 +108,7 @@ def test_dashboard_serves_the_study(tmp_path):
 
 def test_dashboard_on_a_port_it_cannot_listen_on_names_it(tmp_path, capsys):
     """A second dashboard on the port, a port out of range, a host that does not resolve: tracebacks before."""
-    spec = load_spec(write_spec(tmp_path))
-    url = default_storage_url(spec)
-    freeze_spec(spec, url)
-    open_study(spec, url, create=True)
+    spec = _study(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
