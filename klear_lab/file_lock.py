@@ -29,9 +29,11 @@ def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Ite
     try:
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # while held: a process waiting on this file finds it gone and opens the path again
-        os.close(fd)  # releases the lock
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # while held: a process waiting on this file finds it gone and opens the path again
+        finally:
+            os.close(fd)  # releases the lock (also after a Ctrl-C in the unlink)
 
 
 def _lock(path: Path, on_wait: Callable[[], None] | None) -> int:
@@ -55,6 +57,7 @@ def _lock(path: Path, on_wait: Callable[[], None] | None) -> int:
 
 
 def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is the file now at ``path`` (not one removed since it was opened)."""
     try:
         at_path = os.stat(path)
     except FileNotFoundError:

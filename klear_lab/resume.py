@@ -37,13 +37,14 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
             the same config, or an override of another key.
     """
     from klear_lab.config.compose import compose
-    from klear_lab.config.layers import override_key
+    from klear_lab.config.layers import check_override_form, override_key
 
     run_dir = Path(run_dir)
     saved = run_dir / "config.yaml"
     check_run_dir(run_dir)
     check_record(run_dir / "run.json", read_record(run_dir / "run.json"))
     for item in overrides or []:
+        check_override_form(item, f"resume {run_dir}")
         key = override_key(item)
         if key not in RESUME_OVERRIDABLE:
             raise ConfigError(f"resume {run_dir}: {item!r}: a resumed run keeps its config; only "

@@ -122,8 +122,17 @@ def run_dir_name(cfg: dict[str, Any], stamp: str) -> str:
 
 
 def dir_name(name: str, stamp: str, short_hash: str, seed: int) -> str:
-    """A run directory's name from its parts (:func:`run_dir_name`; checks of its length need no hash)."""
+    """A run directory's name from its parts (:func:`run_dir_name`)."""
     return f"{safe_name(name)}-{stamp}-{short_hash}-s{seed}"
+
+
+RUN_DIR_NAME_MAX = 255  # bytes in one file name on most file systems (ext4, xfs, btrfs, tmpfs)
+
+
+def longest_run_dir_name(name: str, seed: int) -> str:
+    """The longest name :func:`create_run_dir` may give a run named ``name`` with ``seed`` (any config hash
+    is 6 characters; ``-99``: a later run started in the same second): what checks of its length measure."""
+    return dir_name(name, "20000101-000000", "abcdef", seed) + "-99"
 
 
 def safe_name(name: str) -> str:

@@ -60,20 +60,15 @@ def check_run(cfg: dict[str, Any]) -> None:
     _require(samples >= 0, "tracking.wandb.log_samples", f"must be >= 0 (0 = no samples table), got {samples}")
 
 
-RUN_DIR_NAME_MAX = 255  # bytes in one file name on most file systems (ext4, xfs, btrfs, tmpfs)
-
-
 def check_run_name(name: Any, seed: int) -> None:
     """The run directory ``<name>-<time>-<hash>-s<seed>`` must fit in one file name: a longer name failed
     only when the run directory was made, after the data and model were built, blaming ``run.out_dir``."""
-    from klear_lab.tracking import dir_name, safe_name
+    from klear_lab.tracking import RUN_DIR_NAME_MAX, longest_run_dir_name, safe_name
 
-    size = len(safe_name(str(name)).encode())
-    longest = dir_name(str(name), "20000101-000000", "abcdef", seed) + "-99"  # -99: a later run in the same second
-    suffix = len(longest.encode()) - size
-    _require(size + suffix <= RUN_DIR_NAME_MAX, "run.name",
+    size, longest = len(safe_name(str(name)).encode()), len(longest_run_dir_name(str(name), seed).encode())
+    _require(longest <= RUN_DIR_NAME_MAX, "run.name",
              f"is {size} bytes: the run directory <name>-<time>-<hash>-s<seed> would be longer than a file name "
-             f"may be ({RUN_DIR_NAME_MAX} bytes); give one of at most {RUN_DIR_NAME_MAX - suffix} bytes")
+             f"may be ({RUN_DIR_NAME_MAX} bytes); give one of at most {RUN_DIR_NAME_MAX - (longest - size)} bytes")
 
 
 def check_train_sources(cfg: dict[str, Any]) -> None:

@@ -15,8 +15,6 @@ import types
 import typing
 from typing import Any, Union
 
-import yaml
-
 from klear_lab.config.schema import ExperimentConfig
 from klear_lab.errors import ConfigError
 from klear_lab.registry import REGISTRIES
@@ -119,34 +117,35 @@ def _origin(tp: Any) -> Any:
     return typing.get_origin(tp) or tp
 
 
-def _type_error(path: str, expected: str, value: Any, provenance: dict[str, str]) -> ConfigError:
+def _type_error(path: str, expected: str, value: Any, provenance: dict[str, str], tp: Any = None) -> ConfigError:
     return ConfigError(f"{_where(path, provenance)}: {path}: expected {expected}, "
-                       f"got {type(value).__name__} ({value!r})")
+                       f"got {type(value).__name__} ({value!r})" + _quote_hint(path, value, tp))
+
+
+def _quote_hint(path: str, value: Any, tp: Any) -> str:
+    """Text given as a YAML number or bool (``run.name=123``, ``name: yes``) is read as one, and its spelling is
+    gone (``0123`` reads as 83, ``12:30`` as 750): say how to keep it text rather than guess the text back."""
+    if not (_takes_text(tp) and isinstance(value, (int, float))):
+        return ""
+    kind = "boolean" if isinstance(value, bool) else "number"
+    return (f"; YAML reads it as a {kind}: to mean the text, quote it ({path}=\"'...'\" on a "
+            f"command line, {path.rpartition('.')[2]}: \"...\" in a file)")
 
 
 def _check_value(value: Any, tp: Any, path: str, provenance: dict[str, str]) -> Any:
-    """Return ``value`` (ints widened to float where a float is wanted, a number or bool written as text where
-    only text is wanted) or raise a type error."""
+    """Return ``value`` (ints widened to float where a float is wanted) or raise a type error."""
     ok, coerced = _matches(value, tp)
-    if not ok and _takes_text(tp) and isinstance(value, (int, float)):  # bool is an int
-        return _as_text(value)
     if not ok:
         if (found := _non_finite(value)) is not None:  # YAML .inf / .nan: a diverged run, not a value
             inner, bad = found
             raise ConfigError(f"{_where(path, provenance)}: {path}{inner}: expected a finite number, got {bad!r}")
-        raise _type_error(path, _type_name(tp), value, provenance)
+        raise _type_error(path, _type_name(tp), value, provenance, tp)
     return coerced
 
 
 def _takes_text(tp: Any) -> bool:
     """Whether ``tp`` is ``str`` or a union with it (``str | None``)."""
     return tp is str or (typing.get_origin(tp) in (Union, types.UnionType) and str in typing.get_args(tp))
-
-
-def _as_text(value: int | float) -> str:
-    """A YAML scalar read as a number or bool, back as the text YAML writes for it: ``run.name=123`` is the
-    name "123" (YAML cannot tell; quote it to keep other spellings: 1.10 reads as 1.1, 0123 as octal 83)."""
-    return yaml.safe_dump(value).removesuffix("\n...\n").strip()
 
 
 def _non_finite(value: Any, inner: str = "") -> tuple[str, float] | None:

@@ -24,9 +24,9 @@ There is no unisolated fallback: without ``bwrap`` every call raises RuntimeErro
 
 from __future__ import annotations
 
-import functools
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -163,24 +163,36 @@ def sandbox_unavailable() -> str | None:
     return start_failure(bwrap)
 
 
-NO_NAMESPACES_HINT = ("where unprivileged user namespaces are restricted (Ubuntu 23.10 and later: "
+class SandboxStartTimeout(RuntimeError):
+    """The sandbox was not up within :data:`START_LIMIT_S`: the host was too loaded, or bwrap hangs."""
+
+
+NO_NAMESPACES_HINT = (" (as where unprivileged user namespaces are restricted: Ubuntu 23.10 and later: "
                       "sysctl kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for bwrap; "
                       "a container: a seccomp profile that allows them)")
+_start_failures: dict[str, str | None] = {}  # bwrap path -> why no sandbox starts with it (None: one did)
 
 
-@functools.cache
 def start_failure(bwrap: str) -> str | None:
-    """Why one sandbox does not start with ``bwrap`` here, or None. Started once per process and ``bwrap``
-    (about 50 ms): a ``bwrap`` that is installed but cannot make the sandbox's namespaces passed the path
-    lookup, and the run failed at its first reward call, after the model had loaded and rollouts were made."""
-    try:
-        result = run_python("print('ok')", timeout_s=10.0)
-    except RuntimeError as exc:
-        return f"bwrap ({bwrap}) is installed but cannot start a sandbox here: {exc} (as {NO_NAMESPACES_HINT})"
-    if result.returncode != 0 or result.stdout != "ok\n":
-        return (f"bwrap ({bwrap}) started a sandbox here, but a program that prints 'ok' exited {result.returncode} "
+    """Why a sandbox does not start with ``bwrap`` here, or None: a ``bwrap`` installed but unable to make the
+    sandbox's namespaces passed the path lookup, and the run failed at its first reward call, after the model
+    had loaded and rollouts were made. One sandbox per process and ``bwrap`` (about 50 ms); a start that only
+    took too long is not remembered, nor refused (a loaded host: the run's own calls say if it lasts)."""
+    if bwrap not in _start_failures:
+        try:
+            result = run_python("print('ok')", timeout_s=10.0)
+        except SandboxStartTimeout:
+            return None
+        except (RuntimeError, OSError) as exc:  # OSError: bwrap could not be executed at all
+            hint = NO_NAMESPACES_HINT if re.search(r"namespace|permission|not permitted", str(exc), re.I) else ""
+            _start_failures[bwrap] = f"bwrap ({bwrap}) is installed but cannot start a sandbox here: {exc}{hint}"
+        else:
+            if result.timed_out:
+                return None
+            _start_failures[bwrap] = None if result.returncode == 0 and result.stdout == "ok\n" else (
+                f"bwrap ({bwrap}) started a sandbox here, but a program that prints 'ok' exited {result.returncode} "
                 f"with {result.stdout[-200:]!r} on stdout: {result.stderr[-300:]}")
-    return None
+    return _start_failures[bwrap]
 
 
 def _search_path() -> str:
@@ -297,7 +309,7 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
     if ready is None and timed_out:
-        raise RuntimeError(f"the bubblewrap sandbox was not up within {START_LIMIT_S:g} s (exit "
+        raise SandboxStartTimeout(f"the bubblewrap sandbox was not up within {START_LIMIT_S:g} s (exit "
                            f"{proc.returncode}; the program never ran): {stderr[-500:]}")
     if not booted and not timed_out:
         raise RuntimeError(f"the bubblewrap sandbox failed to start (exit {proc.returncode}): "

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import probe_values
 from klear_lab.sweep.grid import Arm, arm_label, trial_run_name, value_label
 from klear_lab.sweep.spec import SweepSpec
-
-NAME_MAX = 255  # bytes in one file name, where the file system does not say
-STAMP = "20000101-000000"  # as wide as create_run_dir's time stamp
+from klear_lab.tracking import RUN_DIR_NAME_MAX
 
 
 def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = False, name_flag: bool = False) -> None:
@@ -44,17 +43,26 @@ def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = Fals
 
 
 def _run_dir_names(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """What ``create_run_dir`` would name each arm's trial runs (at the seed written longest; any config hash
-    is 6 characters, so no config is composed: this runs before the checks that compose them)."""
-    from klear_lab.tracking import dir_name
+    """The longest names ``create_run_dir`` may give each arm's trial runs (no config is composed: this runs
+    before the checks that compose them, whose refusal would blame an axis)."""
+    from klear_lab.tracking import longest_run_dir_name
 
     if arms:
         labels = [a.label for a in arms]
-    else:  # sampled values: each axis at its probe value with the longest label
-        labels = [arm_label(spec.axes, {a.key: max(probe_values(a), key=lambda v, a=a: len(value_label(a, v)))
+    else:  # sampled values: each axis at the value with the longest label it may take
+        labels = [arm_label(spec.axes, {a.key: max(_label_probes(a), key=lambda v, a=a: len(value_label(a, v)))
                                         for a in spec.axes})]
     seed = max(spec.seeds, key=lambda s: len(str(s)))
-    return [dir_name(trial_run_name(spec, label), STAMP, "abcdef", seed) for label in labels]
+    return [longest_run_dir_name(trial_run_name(spec, label), seed) for label in labels]
+
+
+def _label_probes(axis: Any) -> list[Any]:
+    """Values whose labels are as long as ``axis``'s may get: its bounds, and for a float range a value
+    between them with every significant digit a label keeps (bounds 0.001 and 0.01 print shorter than 0.004567)."""
+    values = probe_values(axis)
+    if axis.is_range and isinstance(values[0], float):
+        values.append(values[0] + (values[1] - values[0]) * 0.1234567)
+    return values
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -70,7 +78,7 @@ def _name_max(directory: Path) -> int:
     try:
         return os.pathconf(directory, "PC_NAME_MAX")
     except (OSError, ValueError):
-        return NAME_MAX
+        return RUN_DIR_NAME_MAX
 
 
 def _short(text: str, keep: int = 60) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -78,22 +79,24 @@ def test_a_run_name_too_long_for_its_directory_is_refused_at_compose(tmp_path):
     assert len(create_run_dir(cfg).name.encode()) <= 255 - len("-99")
 
 
-@pytest.mark.parametrize("override, text", [("run.name=123", "123"), ("run.name=1.5", "1.5"),
-                                             ("run.name=true", "true"), ("run.group=2024", "2024"),
-                                             ("model.name_or_path=7", "7")])
-def test_a_number_given_where_text_is_wanted_is_that_text(override, text):
-    """``run.name=123`` was refused ("run.name: expected str, got int"): YAML reads the override as a number."""
+@pytest.mark.parametrize("override, got", [("run.name=123", "int (123)"), ("run.name=12:30", "int (750)"),
+                                            ("run.group=1e3", "float (1000.0)"), ("run.name=yes", "bool (True)")])
+def test_text_read_as_a_number_is_refused_with_how_to_quote_it(override, got):
+    """YAML reads ``run.name=123`` as a number, and ``12:30`` as 750 (base 60): guessing the text back would
+    name runs "750"; the refusal says how to quote it, which keeps the text as written."""
     key = override.split("=")[0]
-    section, name = key.split(".")
-    assert compose(SFT, [override])[section][name] == text
+    with pytest.raises(ConfigError, match=rf"{key}: expected str( or null)?, got {re.escape(got)}; YAML reads it as a "
+                                          rf".*quote it \({key}=\"'...'\" on a command line"):
+        compose(SFT, [override])
+    assert compose(SFT, [f"{key}='{override.split('=')[1]}'"])[key.split(".")[0]][key.split(".")[1]] == \
+        override.split("=")[1]
 
 
 @pytest.mark.parametrize("override, match", [
-    ("run.name=[1]", r"run.name: expected str, got list \(\[1\]\)"),  # not made text: a list is no name
-    ("run.name={a: 1}", r"run.name: expected str, got dict"),
-    ("run.seed=abc", r"run.seed: expected int, got str"),  # and text stays no number
+    ("run.name=[1]", r"run.name: expected str, got list \(\[1\]\)$"),  # no hint: a list is no name
+    ("run.seed=abc", r"run.seed: expected int, got str"),
 ])
-def test_only_scalars_become_text(override, match):
+def test_other_type_errors_get_no_quoting_hint(override, match):
     with pytest.raises(ConfigError, match=match):
         compose(SFT, [override])
 

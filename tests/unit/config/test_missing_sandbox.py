@@ -67,13 +67,39 @@ def test_a_bwrap_that_cannot_start_a_sandbox_is_found_before_the_run(broken_bwra
     assert not runs.exists()
 
 
-def test_the_start_check_runs_a_real_sandbox_once_per_process():
-    if sandbox.find_bwrap() is None:
-        pytest.skip("this machine has no bwrap")
-    sandbox.start_failure.cache_clear()
-    assert sandbox.start_failure(sandbox.find_bwrap()) is None
-    assert sandbox.start_failure.cache_info().misses == 1
-    assert sandbox.sandbox_unavailable() is None and sandbox.start_failure.cache_info().hits == 1
+def _fake_bwrap(bin_dir: Path, body: str) -> Path:
+    """A ``bwrap`` that runs ``body`` (sh) after counting its start in ``bin_dir/starts``."""
+    bin_dir.mkdir()
+    fake = bin_dir / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho x >> '{bin_dir / 'starts'}'\n{body}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_failed_start_is_found_once_per_process(monkeypatch, tmp_path):
+    fake = _fake_bwrap(tmp_path / "bin", f"echo '{NO_USERNS}' >&2; exit 1")
+    monkeypatch.setattr(sandbox, "_search_path", lambda: str(fake.parent))
+    first = sandbox.sandbox_unavailable()
+    assert first is not None and NO_USERNS in first and "apparmor" in first
+    assert sandbox.sandbox_unavailable() == first
+    assert (fake.parent / "starts").read_text() == "x\n"  # one sandbox started, not one per check
+
+
+def test_a_start_that_only_took_too_long_is_neither_refused_nor_remembered(monkeypatch, tmp_path):
+    """A loaded host (a sweep's parallel trials): refusing every later run in the process would be wrong."""
+    fake = _fake_bwrap(tmp_path / "bin", "sleep 3")
+    monkeypatch.setattr(sandbox, "_search_path", lambda: str(fake.parent))
+    monkeypatch.setattr(sandbox, "START_LIMIT_S", 0.3)
+    assert sandbox.sandbox_unavailable() is None
+    assert sandbox.sandbox_unavailable() is None
+    assert (fake.parent / "starts").read_text() == "x\nx\n"  # tried again
+
+
+def test_an_error_without_namespaces_in_it_gets_no_namespace_hint(monkeypatch, tmp_path):
+    fake = _fake_bwrap(tmp_path / "bin", "echo 'bwrap: Unknown option --die-with-parent' >&2; exit 1")
+    monkeypatch.setattr(sandbox, "_search_path", lambda: str(fake.parent))
+    why = sandbox.sandbox_unavailable()
+    assert why is not None and "Unknown option --die-with-parent" in why and "apparmor" not in why
 
 
 def _one_line(text: str) -> str:

@@ -128,6 +128,14 @@ def test_a_run_that_died_running_or_was_pruned_still_resumes(tmp_path, status):
     assert check_resumable(run_dir, cfg).log_step == 4
 
 
+def test_a_resume_override_that_is_not_key_value_is_said_so(tmp_path, capsys):
+    """It was called a key a resumed run may not change, with advice to run a `klear-lab train` that fails too."""
+    _, run_dir = stopped_run(tmp_path)
+    assert main(["resume", str(run_dir), "notkv"]) == 2
+    assert capsys.readouterr().err.startswith(f"klear-lab: error: resume {run_dir}: override 'notkv' must look like "
+                                              "key=value")
+
+
 def test_a_missing_run_directory_says_so(tmp_path, capsys):
     missing = tmp_path / "runs" / "sft-nope"
     assert main(["resume", str(missing)]) == 2

@@ -420,3 +420,23 @@ def test_a_name_too_long_for_a_directory_is_refused_by_validation(tmp_path, caps
     assert err.startswith(f"klear-lab: error: --name '{'x' * 40}...{'x' * 17}': {what}") and "at most 255" in err
     assert main(["sweep", str(write_spec(tmp_path)), "--validate-only", "--name", "x" * 200]) == 0
     assert not (tmp_path / "out").exists()  # validation makes no directory
+
+
+def test_the_longest_name_validation_accepts_gives_trials_that_compose(tmp_path, capsys):
+    """Validation measured a trial's run directory 3 bytes shorter than the trial's own check (no room for a
+    second run started in the same second): names at the boundary validated, and every trial was refused."""
+    from klear_lab.cli_sweep import main
+    from klear_lab.sweep.grid import trial_layer
+
+    path = write_spec(tmp_path)
+    accepted = [n for n in range(200, 240) if main(["sweep", str(path), "--validate-only", "--name", "x" * n]) == 0]
+    capsys.readouterr()
+    assert accepted and accepted == list(range(200, accepted[-1] + 1))
+    spec = load_spec(path, name="x" * accepted[-1])
+    for arm in grid_arms(spec):
+        for seed in spec.seeds:
+            spec.compose([trial_layer(spec, arm.params, seed, None, None, arm.label)])  # no ConfigError
+    with pytest.raises(ConfigError, match="run.name is"):
+        long = load_spec(path, name="x" * (accepted[-1] + 1))
+        arm = grid_arms(long)[0]
+        long.compose([trial_layer(long, arm.params, max(long.seeds), None, None, arm.label)])
