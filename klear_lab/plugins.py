@@ -37,6 +37,8 @@ def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None
     for plugin, where in zip(plugins, origins, strict=True):
         if not isinstance(plugin, str):
             raise ConfigError(f"{where}: plugins entries must be strings, got {plugin!r}")
+        if not plugin.strip():
+            raise ConfigError(f"{where}: plugins entries name a .py file or an importable module, got {plugin!r}")
         with _refused_as_config_error(f"{where}: plugin {plugin!r}", plugin):
             _import_file(Path(plugin)) if plugin.endswith(".py") else _import_module(plugin)
 
@@ -198,6 +200,8 @@ def load_entry_point_plugins() -> None:
 
 def _import_file(path: Path) -> None:
     path = path.resolve()
+    if path.is_dir():
+        raise FileNotFoundError(f"{path} is a directory, not a .py file")
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
     code = code_digest(path)[:8]  # an edited file is imported again

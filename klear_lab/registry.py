@@ -56,9 +56,7 @@ class Registry:
             reimported = old is not None and old.__module__ != cls.__module__ and _source(old) == _source(cls)
             if old is not None and old is not cls and not reimported:  # an edited plugin file, imported
                 # again, replaces its entries; nothing else may take a registered name
-                raise KeyError(
-                    f"{self.axis} {name!r} is already registered by {old.__module__}.{old.__qualname__}"
-                )
+                raise KeyError(f"{self.axis} {name!r} is already registered by {_registered_by(old)}")
             self._entries[name] = cls
             if "registered_name" not in cls.__dict__:
                 cls.registered_name = name  # type: ignore[attr-defined]
@@ -186,3 +184,12 @@ REGISTRIES: dict[str, Registry] = {
     r.axis: r
     for r in (SOURCE, DATA_MIX, DIFFICULTY_FILTER, MODEL, CLIP, AGGREGATION, ADVANTAGE, GROUP_FILTER, REWARD, ROLLOUT)
 }
+
+
+def _registered_by(cls: type) -> str:
+    """Who registered ``cls``, as a user finds it: a built-in's module, a plugin's file (its module's name is
+    made up from the file's hash: ``klear_plugin_ea11eef2c1d4_ae656c0c``)."""
+    from klear_lab.plugins import plugin_origin
+
+    origin = plugin_origin(cls)
+    return f"{cls.__module__}.{cls.__qualname__}" if origin is None else f"{cls.__qualname__} in {origin}"

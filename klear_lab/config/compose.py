@@ -52,7 +52,7 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
                           f"write plugins=[{plugins}] on a command line, or a YAML list")
     load_plugins(plugins, [provenance.get(f"plugins.{i}", provenance.get("plugins", "config"))
                            for i in range(len(plugins))])
-    config = _resolve_interpolations(config)
+    config = _resolve_interpolations(config, provenance)
     expand_and_validate(config, provenance)
     try:
         check(config)
@@ -107,11 +107,32 @@ def default_section(name: str) -> dict[str, Any]:
     return config[name]
 
 
-def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
+def _resolve_interpolations(config: dict[str, Any], provenance: dict[str, str]) -> dict[str, Any]:
+    """``${key}`` interpolations resolved; one that cannot be names the key holding it, what it holds and the
+    file (or command line) that set it: OmegaConf's message named neither file nor value."""
     try:
         return OmegaConf.to_container(OmegaConf.create(config), resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"cannot resolve interpolation: {exc}") from None
+        key = str(getattr(exc, "full_key", "") or "")
+        reason = str(getattr(exc, "msg", "") or exc).strip().partition("\n")[0]
+        if not key:
+            raise ConfigError(f"cannot resolve an interpolation: {reason}") from None
+        held = _value_at(config, key.split("."))
+        error = ConfigError(f"{key}: {held!r}: cannot resolve the interpolation: {reason}")
+        error.key = key  # type: ignore[attr-defined]
+        raise _located(error, provenance) from None
+
+
+def _value_at(node: Any, path: list[str]) -> Any:
+    """The value at ``path`` in nested dicts and lists (list indices as digits), or None."""
+    for part in path:
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def _located(exc: ConfigError, provenance: dict[str, str]) -> ConfigError:

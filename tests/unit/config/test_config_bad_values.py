@@ -101,6 +101,18 @@ def test_other_type_errors_get_no_quoting_hint(override, match):
         compose(SFT, [override])
 
 
+def test_an_interpolation_that_cannot_resolve_names_key_value_and_file(tmp_path):
+    """OmegaConf's message named neither the file nor the value ("full_key: optim.min_lr object_type=dict")."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"base: {SFT}\noptim:\n  min_lr: ${{optim.nope}}\n")
+    with pytest.raises(ConfigError, match=re.escape("optim.min_lr: '${optim.nope}': cannot resolve the interpolation: "
+                                                    "Interpolation key 'optim.nope' not found (optim.min_lr from "
+                                                    f"{exp}")):
+        compose(exp)
+    with pytest.raises(ConfigError, match=re.escape("(run.name from command line)")):
+        compose(SFT, ["run.name=${run.nope}"])
+
+
 def test_the_tiny_tokenizer_learns_from_the_start_of_each_text_only():
     """BPE training grows with the square of a word's length: one 800 KB row held a run for minutes."""
     from klear_lab.models.tokenizer import TRAIN_CHARS, train_tokenizer

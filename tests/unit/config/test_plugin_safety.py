@@ -3,6 +3,7 @@ every layer's plugins load; a run's identity follows the plugins' code, not thei
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -59,6 +60,25 @@ def test_a_broken_plugin_is_a_config_error_naming_it(tmp_path, case):
         compose(EXPERIMENT, [f"plugins=[{path}]"])
     assert str(err.value).startswith(f"command line: plugin '{path}'")
     assert "top_k" in DATA_MIX.names() and DATA_MIX.get("top_k").__module__ == "klear_lab.data.mixes.top_k"
+
+
+def test_a_name_two_plugin_files_register_names_the_first_file(tmp_path):
+    """It named the first file's module (``klear_plugin_ea11eef2c1d4_ae656c0c.Mix``), made up from a hash."""
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text(mix("twice"))
+    second.write_text(mix("twice", body="limit: int = 4"))
+    with pytest.raises(ConfigError, match=rf"plugin '{second}': data_mix 'twice' is already registered by Mix in "
+                                          rf"{first}$"):
+        compose(EXPERIMENT, [f"plugins=[{first},{second}]"])
+
+
+@pytest.mark.parametrize("entry, says", [("DIR", "is a directory, not a .py file"),
+                                         ('""', "plugins entries name a .py file or an importable module, got ''")])
+def test_a_plugin_entry_that_is_a_directory_or_empty_says_so(tmp_path, entry, says):
+    """A directory was "no such file"; an empty entry named importlib's own file as where it failed."""
+    (tmp_path / "mine.py").mkdir()
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        compose(EXPERIMENT, [f"plugins=[{entry.replace('DIR', str(tmp_path / 'mine.py'))}]"])
 
 
 def test_a_plugin_that_fails_halfway_leaves_nothing_registered_and_loads_once_fixed(tmp_path):
