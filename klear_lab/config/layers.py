@@ -44,6 +44,8 @@ def body_layers(body: dict[str, Any], label: str, base_dir: Path, seen: tuple[Pa
     layers: list[Layer] = []
     for base in [bases] if isinstance(bases, str) else bases:
         base_path = (base_dir / base) if not Path(base).is_absolute() else Path(base)
+        if base_path.is_dir():
+            raise ConfigError(f"{label}: base {base!r} is a directory ({base_path}); name an experiment .yaml file")
         if not base_path.suffix:
             base_path = base_path.with_suffix(".yaml")
         if not base_path.is_file():

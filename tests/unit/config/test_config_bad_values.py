@@ -113,6 +113,15 @@ def test_an_interpolation_that_cannot_resolve_names_key_value_and_file(tmp_path)
         compose(SFT, ["run.name=${run.nope}"])
 
 
+def test_a_base_that_is_a_directory_says_so(tmp_path):
+    """It said "not found (looked for d.yaml)", as if the directory were not there."""
+    (tmp_path / "d").mkdir()
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("base: d\n")
+    with pytest.raises(ConfigError, match=re.escape(f"base 'd' is a directory ({tmp_path / 'd'}); name an experiment")):
+        compose(exp)
+
+
 def test_the_tiny_tokenizer_learns_from_the_start_of_each_text_only():
     """BPE training grows with the square of a word's length: one 800 KB row held a run for minutes."""
     from klear_lab.models.tokenizer import TRAIN_CHARS, train_tokenizer
