@@ -29,17 +29,22 @@ def run_reproduction(analysis_path: str | Path, target: str | Path | None = None
     from klear_lab.analysis.reproduce import reproduce
     from klear_lab.sweep.compare import load_records
     from klear_lab.sweep.locate import locate
+    from klear_lab.sweep.path_checks import check_out_dir
     from klear_lab.sweep.spec import user_path
     from klear_lab.sweep.storage import open_study
 
+    option = f"--out-dir {out_dir}" if out_dir else ""
+    if out_dir:  # a file there failed in mkdir only after the study was read and the tables computed
+        check_out_dir(user_path(out_dir), option)
     analysis = load_analysis(analysis_path)
     where = user_path(target) if target is not None else _first_with_results(analysis)
     spec, url = locate(where)
+    out = user_path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
+    check_out_dir(out, option or f"{analysis.path}: output directory {out}")
     source = _source_spec(where)
     ref = _ref_for(analysis, spec, source)
     study = open_study(spec, url, create=False, heartbeat=False)
     rep = reproduce(analysis, ref, spec, load_records(spec, study), source if source.is_file() else None)
-    out = user_path(out_dir) if out_dir else spec.sweep_dir / "reproduce" / analysis.name
     png = write_reproduction(rep, out, console)
     if wandb:
         _log_to_wandb(rep, out, png, console)

@@ -18,6 +18,7 @@ from typing import Any
 
 from klear_lab.config.layers import override_key
 from klear_lab.errors import ConfigError
+from klear_lab.sweep.baseline_checks import check_drawable_baseline
 from klear_lab.sweep.grid import (
     Arm,
     axis_distribution,
@@ -70,6 +71,8 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
     for arm in arms[:MAX_COMPOSED_ARMS]:
         _compose_or_raise(spec, arm.params, "axes", f"arm {arm.label}", inherited)
     resolve_baseline(spec, [a.label for a in arms])
+    if spec.sampler != "grid":
+        check_drawable_baseline(spec)
     return arms
 
 

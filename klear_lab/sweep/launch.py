@@ -83,8 +83,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         existing = _existing_study(spec, url, log)
         if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
             check_same_base(existing, spec)
-        log(f"{spec.path}: OK: {len(arms) or spec.n_trials} arm(s) x {len(spec.seeds)} seed(s) = {n_points} "
-            f"trials, sampler {spec.sampler}, objective {spec.metric} ({spec.direction})")
+        log(f"{spec.path}: OK: {trial_plan(spec, arms)}, objective {spec.metric} ({spec.direction})")
         if missing:
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
         if lacking:
@@ -125,6 +124,18 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         raise spec.err("objective.metric", f"{ctx.no_objective}; no further trial was started (their runs would "
                                            f"lack {spec.metric!r} too): make the objective a metric the runs log")
     return _finish(spec, study, arms, compare and not join, log)
+
+
+def trial_plan(spec: SweepSpec, arms: list[Arm]) -> str:
+    """What the sweep will run: ``3 arm(s) x 2 seed(s) = 6 trials, sampler grid``. A tpe/random sweep draws
+    each trial's axis values and gives trial N seed ``seeds[N % len(seeds)]`` (``queue.trial_values``): its
+    n_trials are not arms x seeds ("5 arm(s) x 2 seed(s) = 5 trials" was said of one)."""
+    if spec.sampler == "grid":
+        return f"{len(arms)} arm(s) x {len(spec.seeds)} seed(s) = {len(arms) * len(spec.seeds)} trials, sampler grid"
+    per_seed = [len(range(i, spec.n_trials, len(spec.seeds))) for i in range(len(spec.seeds))]
+    seeds = ", ".join(f"{n} on seed {seed}" for seed, n in zip(spec.seeds, per_seed, strict=True) if n)
+    return (f"{spec.n_trials} trials, sampler {spec.sampler} (each draws its own axis values; seeds in turn by "
+            f"trial number: {seeds})")
 
 
 def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: Any) -> int:

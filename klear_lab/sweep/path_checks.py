@@ -24,15 +24,15 @@ def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = Fals
     and the message names that option instead of the spec's key."""
     out_dir = f"--out-dir {spec.out_dir}" if out_dir_flag else f"{spec.path}: out_dir: {spec.out_dir}"
     name = f"--name {_short(spec.name)}" if name_flag else f"{spec.path}: name: {_short(spec.name)}"
-    found = _existing_ancestor(spec.out_dir)
+    found = existing_ancestor(spec.out_dir)
     limit = _name_max(found)
     for part in [*spec.out_dir.absolute().relative_to(found).parts, spec.name]:
         if len(part.encode()) > limit:
             where = name if part == spec.name else f"{out_dir}: {_short(part)}"
             raise ConfigError(f"{where}: is {len(part.encode())} bytes, but a directory name may have at most "
                               f"{limit} here ({found}); give a shorter one")
-    blocker = spec.sweep_dir if found.is_dir() else found  # the out dir (or one above it), or the sweep's in it
-    if os.path.lexists(blocker) and not blocker.is_dir():
+    blocker = file_in_the_way(spec.sweep_dir)  # the out dir (or one above it), or the sweep's in it
+    if blocker is not None:
         raise ConfigError(f"{out_dir}: {blocker} is a file, not a directory: the sweep writes its directory "
                           f"{spec.sweep_dir} (study, trials, runs) there; give a directory")
     longest = max(_run_dir_names(spec, arms), key=lambda n: len(n.encode()))
@@ -65,12 +65,30 @@ def _label_probes(axis: Any) -> list[Any]:
     return values
 
 
-def _existing_ancestor(path: Path) -> Path:
+def existing_ancestor(path: Path) -> Path:
     """``path`` or the nearest of its parents that exists (a file, maybe)."""
     path = path.absolute()
     while not os.path.lexists(path) and path != path.parent:  # lexists: False, not an error, for a long name
         path = path.parent
     return path
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The file (``path`` or one above it) that stops ``path.mkdir(parents=True)``, else None: asked before
+    any work, so the refusal names the option instead of a traceback from ``mkdir`` at the end."""
+    found = existing_ancestor(path)
+    return None if found.is_dir() else found
+
+
+def check_out_dir(path: Path, option: str) -> None:
+    """Raise ``ConfigError`` when ``path`` (given as ``option``, e.g. ``--out-dir X``) is a file or lies
+    under one: it could not be made into the directory the outputs go to."""
+    blocker = file_in_the_way(path)
+    if blocker is None:
+        return
+    if blocker == path.absolute():
+        raise ConfigError(f"{option}: is a file; give a directory")
+    raise ConfigError(f"{option}: {blocker} is a file, not a directory; give a directory")
 
 
 def _name_max(directory: Path) -> int:

@@ -43,6 +43,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -279,7 +280,28 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
         raise ConfigError(f"{where}.log: expected true or false, got {log!r}")
     if step is not None and (not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
         raise ConfigError(f"{where}.step: expected a number > 0, got {step!r}")
+    if step is not None and (fit := _fitting_high(low, high, step)) != high:
+        above = _number(_dec(fit) + _dec(step))
+        give = f"high: {fit} (or {above})" if fit > low else f"high: {above} or a smaller step"
+        raise ConfigError(f"{where}: step {step} does not divide the range [{low}, {high}]: the sampler would "
+                          f"never draw above {fit}; give {give}")
     return Axis(key, low=low, high=high, log=log, step=step)
+
+
+def _fitting_high(low: float, high: float, step: float) -> float:
+    """The largest value of the grid ``low + k * step`` that is <= ``high``: Optuna cut a range its step did
+    not divide down to it with a UserWarning (and a baseline at ``high`` was never drawn). Decimal, as Optuna
+    reads the numbers: 0.3 - 0.1 divides by 0.1."""
+    return _number(_dec(low) + (_dec(high) - _dec(low)) // _dec(step) * _dec(step))
+
+
+def _dec(value: float) -> Decimal:
+    return Decimal(str(value))
+
+
+def _number(value: Decimal) -> float:
+    """``5`` for Decimal 5.0, ``0.9`` for 0.9: a number as a spec would write it."""
+    return int(value) if value == value.to_integral_value() else float(value)
 
 
 def _value_label(value: Any) -> str:

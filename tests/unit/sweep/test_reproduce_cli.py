@@ -158,3 +158,29 @@ def test_a_wandb_failure_does_not_lose_the_report(tmp_path, capsys, monkeypatch)
     assert main(["reproduce", str(tmp_path / "analysis" / "toy_table.yaml")]) == 0
     assert "W&B logging skipped: UsageError: api_key not configured" in capsys.readouterr().out
     assert (tmp_path / "out" / "toy" / "reproduce" / "toy_table" / "report.md").is_file()
+
+
+def test_an_out_dir_that_is_a_file_is_refused_before_the_study_is_read(tmp_path, capsys, monkeypatch):
+    """--out-dir naming a file (or a path under one) failed with FileExistsError / NotADirectoryError from
+    ``mkdir`` in write_reproduction (exit 1), after the study was read and the tables computed."""
+    from klear_lab.sweep import storage
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.spec import load_spec
+
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1)))
+    url = storage.default_storage_url(spec)
+    freeze_spec(spec, url)
+    storage.open_study(spec, url, create=True, heartbeat=False)  # started, no trial: a report of nothing
+    write_analysis(tmp_path, "toy_table", "../toy.yaml")
+    analysis = str(tmp_path / "analysis" / "toy_table.yaml")
+    (tmp_path / "a_file").write_text("keep me\n")
+
+    def no_study(*args, **kwargs):
+        raise AssertionError("the study was read")
+
+    monkeypatch.setattr(storage, "open_study", no_study)
+    for out, said in [(tmp_path / "a_file", "is a file; give a directory"),
+                      (tmp_path / "a_file" / "sub", f"{tmp_path / 'a_file'} is a file, not a directory")]:
+        assert main(["reproduce", analysis, "--out-dir", str(out), "--no-wandb"]) == 2
+        assert f"--out-dir {out}: {said}" in capsys.readouterr().err
+    assert (tmp_path / "a_file").read_text() == "keep me\n"

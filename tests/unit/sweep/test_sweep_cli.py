@@ -31,6 +31,16 @@ def test_validate_only_and_bad_spec_exit_codes(tmp_path, capsys):
     assert not (tmp_path / "out" / "toy" / "study.db").exists()  # nothing started
 
 
+def test_validate_only_says_how_a_sampled_sweep_uses_its_seeds(tmp_path, capsys):
+    """tpe/random: n_trials trials, trial N on seeds[N % len(seeds)]; "5 arm(s) x 2 seed(s) = 5 trials" was said."""
+    spec = write_spec(tmp_path, seeds=(0, 1), sampler="tpe", n_trials=5)
+    assert main(["sweep", str(spec), "--validate-only"]) == 0
+    out = capsys.readouterr().out
+    assert "arm(s)" not in out
+    assert "OK: 5 trials, sampler tpe (each draws its own axis values; seeds in turn by trial number: " \
+        "3 on seed 0, 2 on seed 1)" in out
+
+
 def test_overrides_may_follow_the_options(tmp_path, capsys):
     spec = write_spec(tmp_path)
     assert main(["sweep", str(spec), "--validate-only", "optim.lr=0.5"]) == 0

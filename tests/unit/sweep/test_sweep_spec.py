@@ -113,6 +113,48 @@ def test_a_baseline_no_sampled_arm_can_match_is_refused_up_front(tmp_path):
         load_spec(_edit(write_spec(tmp_path), sampler="random", n_trials=4, baseline=baseline, axes=axes))
 
 
+def test_a_baseline_the_sampler_never_draws_is_refused_up_front(tmp_path):
+    """tpe/random: a baseline value not among an axis's values, out of its range or off its step grid
+    passed --validate-only; the comparison refused it only after every trial had trained."""
+    clips = {"rl.clip.name": ["ppo", "gppo"]}
+    sampled = {"sampler": "random", "n_trials": 5}
+    msg = _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline={"rl.clip.name": "cispo"}))
+    assert "baseline.rl.clip.name: 'cispo' is not one of the axis's values ('ppo', 'gppo'): sampler random " \
+        "never draws it" in msg
+    assert "baseline: no arm sampler random can draw is labelled 'clip=nope'; arms: clip=ppo, clip=gppo" in \
+        _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline="clip=nope"))
+    steps = {"sft.max_steps": {"low": 1, "high": 5, "step": 2}}
+    for value, said in [(7, "7 is outside the axis's range [1, 5]"),
+                        (4, "4 is not on the axis's grid (low 1 plus a multiple of step 2)"),
+                        (3.0, "3.0 is not an integer, but the axis draws integers")]:
+        assert f"baseline.sft.max_steps: {said}" in _error(
+            _edit(write_spec(tmp_path), **sampled, axes=steps, baseline={"sft.max_steps": value}))
+    assert "no arm sampler random can draw is labelled 'max_steps=4'" in _error(
+        _edit(write_spec(tmp_path), **sampled, axes=steps, baseline="max_steps=4"))
+    # drawable ones stay accepted
+    for axes, baseline in [(clips, {"rl.clip.name": "gppo"}), (clips, "clip=gppo"), (steps, {"sft.max_steps": 3}),
+                           (steps, "max_steps=5"), ({"optim.lr": {"low": 1e-4, "high": 1e-2, "step": 1e-4}},
+                                                    {"optim.lr": 0.001}),
+                           ({"optim.lr": {"low": 1e-4, "high": 1e-2, "step": 1e-4}}, "lr=0.001")]:
+        check_spec(load_spec(_edit(write_spec(tmp_path), **sampled, axes=axes, baseline=baseline)))
+
+
+def test_a_range_its_step_does_not_divide_is_refused(tmp_path):
+    """Optuna cut such a range down with a raw UserWarning ("It will be replaced with [1, 5.0]") and ran it."""
+    for body, said in [({"low": 1, "high": 5.5, "step": 1}, "step 1 does not divide the range [1, 5.5]: the "
+                        "sampler would never draw above 5; give high: 5 (or 6)"),
+                       ({"low": 1, "high": 4, "step": 2}, "step 2 does not divide the range [1, 4]: the sampler "
+                        "would never draw above 3; give high: 3 (or 5)"),
+                       ({"low": 0.1, "high": 1.0, "step": 0.2}, "step 0.2 does not divide the range [0.1, 1.0]: "
+                        "the sampler would never draw above 0.9; give high: 0.9 (or 1.1)")]:
+        path = _edit(write_spec(tmp_path), sampler="tpe", n_trials=4, axes={"sft.max_steps": body})
+        with pytest.raises(ConfigError, match=re.escape(f"{path}: axes.sft.max_steps: {said}")):
+            load_spec(path)
+    for body in ({"low": 1, "high": 5, "step": 2}, {"low": 0.1, "high": 0.3, "step": 0.1},
+                 {"low": 1.0e-4, "high": 1.0e-2, "step": 1.0e-4}):
+        load_spec(_edit(write_spec(tmp_path), sampler="tpe", n_trials=4, axes={"sft.max_steps": body}))
+
+
 def test_sweep_owned_keys_and_seeds(tmp_path):
     assert "seeds" in _error(_edit(write_spec(tmp_path), axes={"run.seed": [1, 2]}))
     # in overrides they were dropped without a word: the trials ran with the sweep's seeds, names and output
