@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from klear_lab.config.validate import component_args
+from klear_lab.data.filters.base import filtered_records
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.errors import ConfigError, DataError
@@ -134,7 +135,7 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
     filtered = {}
     for name, recs in pools.items():
         try:
-            filtered[name] = flt(recs)
+            filtered[name] = filtered_records(flt, recs, name)
         except ValueError as exc:  # the filter cannot act on this source's records
             raise DataError(f"data.filter {cfg['data']['filter']['name']!r} on source {name!r}: {exc}") from None
     stats: dict[str, float] = {}

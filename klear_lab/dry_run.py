@@ -246,12 +246,14 @@ def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
         from klear_lab.stages.eval import check_eval_model
 
         check_eval_model(cfg)
-    if cfg["run"]["kind"] == "rl":  # a plugin clip that cannot run fails every update: say so now
+    if cfg["run"]["kind"] == "rl":  # a plugin clip or advantage that cannot run fails every update: say so now
         from klear_lab.builders import build
-        from klear_lab.registry import CLIP
+        from klear_lab.registry import ADVANTAGE, CLIP
+        from klear_lab.rl.advantages.base import probe_advantage
         from klear_lab.rl.clip.base import probe_clip
 
         probe_clip(build(CLIP, cfg["rl"]["clip"]), "rl.clip")
+        probe_advantage(build(ADVANTAGE, cfg["rl"]["advantage"]), "rl.advantage")
     config = model_config(cfg)
     warn_positions(cfg, config)
     params = meta_params(config)

@@ -32,7 +32,15 @@ from klear_lab.modules.optim import (
     noise_stream,
     parameter_ndims,
 )
-from klear_lab.modules.rl_parts import RLSettings, disable_dropout, forget_unlogged, rollout_metrics, shape_rewards
+from klear_lab.modules.rl_parts import (
+    RLSettings,
+    disable_dropout,
+    float_metrics,
+    forget_unlogged,
+    rollout_metrics,
+    shape_rewards,
+)
+from klear_lab.rl.advantages.base import checked_advantages
 from klear_lab.rl.data_parallel import (
     first_survivors,
     merge_rank_metrics,
@@ -91,7 +99,7 @@ class RLModule(L.LightningModule):
         groups = score_groups(self.reward, rollout.texts, records, self.s.group_size)
         scores, mask = shape_rewards(groups.scores, rollout, self.s)
         keep = self.group_filter(scores, groups.acc)  # [B]
-        adv = self.advantage(scores).reshape(-1)  # [N]
+        adv = checked_advantages(self.advantage, scores).reshape(-1)  # [N]
         times["score"], t = time.perf_counter() - t, time.perf_counter()
         metrics = rollout_metrics(groups, scores, keep, rollout)
         kept = keep.nonzero().flatten().tolist()
@@ -275,7 +283,7 @@ class RLModule(L.LightningModule):
         seq_share = None  # a sequence-level variant's (GSPO) fractions are over sequences
         if getattr(self.clip, "seq_level", False):
             seq_share = float((mask[rows].sum(-1) > 0).sum()) / max(ctx.num_seqs, 1.0)
-        metrics = {k: float(v) for k, v in metrics.items() if k != "num_tokens"}
+        metrics = float_metrics(self.clip, metrics)
         return weight_micro_metrics(metrics, share, seq_share)
 
     # ---------------------------------------------------------------- evaluation

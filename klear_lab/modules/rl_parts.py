@@ -1,7 +1,7 @@
 """The RL module's self-contained pieces, which :class:`klear_lab.modules.rl.RLModule` uses: its settings
 (``RLSettings``), ``disable_dropout`` for the policy, the overlong handling of a rollout batch's rewards
-(``shape_rewards``), its statistics (``rollout_metrics``) and ``forget_unlogged``, which keeps a step's row
-to the metrics it logs.
+(``shape_rewards``), its statistics (``rollout_metrics``), ``float_metrics`` for a micro-step's objective
+metrics and ``forget_unlogged``, which keeps a step's row to the metrics it logs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import lightning as L
 import torch
 
+from klear_lab.errors import component_error
 from klear_lab.eval.heldout import GREEDY, Sampling
+from klear_lab.rl.clip.base import metric_problem
 from klear_lab.rl.overlong import overlong_penalty
 
 
@@ -85,3 +87,17 @@ def forget_unlogged(trainer: L.Trainer, logged: dict[str, float]) -> None:
     for key, item in (results or {}).items():
         if key.startswith("training_step.") and item.meta.name not in logged and not item.has_reset:
             item.reset()
+
+
+def float_metrics(clip, metrics: dict) -> dict[str, float]:
+    """A micro-step's objective metrics as floats (``num_tokens`` left out). The clip's own are not checked
+    before the run when it is built without ``probe_clip``: a string or a [N] tensor among them was a
+    ValueError from ``float`` in the first update; now a ``ComponentError`` naming the clip and the metric."""
+    out = {}
+    for key, value in metrics.items():
+        if key == "num_tokens":
+            continue
+        if (problem := metric_problem(key, value)) is not None:
+            raise component_error("clip", clip, problem)
+        out[key] = float(value)
+    return out

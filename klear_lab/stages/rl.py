@@ -27,6 +27,7 @@ from klear_lab.modules.rl import RLModule
 from klear_lab.modules.rl_parts import RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.resumable_loader import ResumableLoader
+from klear_lab.rl.advantages.base import probe_advantage
 from klear_lab.rl.clip.base import probe_clip
 from klear_lab.rl.objective import ObjectiveWeights
 from klear_lab.rl.token_stats import check_chunkable
@@ -186,6 +187,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     probe_clip(builders.build(CLIP, rl["clip"]), "rl.clip")  # a plugin's bug: before any data or model loads
+    probe_advantage(builders.build(ADVANTAGE, rl["advantage"]), "rl.advantage")
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])
     if hasattr(engine_cfg, "check_available"):
         engine_cfg.check_available()

@@ -1,8 +1,14 @@
-"""Shared input check of the advantage estimators."""
+"""Shared input check of the advantage estimators, and the output check of any (a plugin's too)."""
 
 from __future__ import annotations
 
+import traceback
+from typing import Any
+
+import torch
 from torch import Tensor
+
+from klear_lab.errors import ComponentError, component_error
 
 
 def check_rewards(rewards: Tensor, min_group_size: int, name: str) -> None:
@@ -22,3 +28,32 @@ def centered(rewards: Tensor) -> Tensor:
     """
     flat = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)  # [B, 1]
     return (rewards - rewards.mean(dim=1, keepdim=True)).masked_fill(flat, 0.0)
+
+
+def checked_advantages(estimator: Any, rewards: Tensor) -> Tensor:
+    """``estimator(rewards)``, checked to be a tensor of the rewards' shape [B, G]: a plugin's that returned
+    one value per group [B] failed later with an ``IndexError`` deep in the update, after the rollouts."""
+    adv = estimator(rewards)
+    if not isinstance(adv, Tensor) or adv.shape != rewards.shape:
+        got = f"shape {tuple(adv.shape)}" if isinstance(adv, Tensor) else type(adv).__name__
+        raise component_error("advantage", estimator, f"returned {got} for rewards of shape "
+                              f"{tuple(rewards.shape)}; an advantage estimator returns one advantage per "
+                              "completion, a tensor of the rewards' shape [B, G]")
+    return adv
+
+
+def probe_advantage(estimator: Any, where: str) -> None:
+    """Call ``estimator`` once on tiny rewards [2, G] (G = 4, or its ``min_group_size``): a plugin that raises
+    or returns the wrong shape is a ``ConfigError`` naming ``where`` before any model loads, not after the
+    first rollouts."""
+    g = max(4, int(getattr(estimator, "min_group_size", 1)))
+    rewards = torch.tensor([[1.0, 0.0] * g, [1.0, 1.0] * g])[:, :g]  # one mixed group, one flat
+    try:
+        checked_advantages(estimator, rewards)
+    except ComponentError as exc:
+        raise ComponentError(f"{where}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug, reported with where it is
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise ComponentError(f"{where}: {component_error('advantage', estimator, 'failed on probe rewards of')}"
+                             f" {list(rewards.shape)}: {type(exc).__name__}: {exc} "
+                             f"({frame.filename}:{frame.lineno})") from None

@@ -14,6 +14,7 @@ multiplied by the mask. Metrics are detached 0-d tensors, masked over valid toke
 
 from __future__ import annotations
 
+import numbers
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -163,17 +164,19 @@ def token_clip_output(
 
 def probe_clip(clip: Any, where: str) -> set[str]:
     """Call ``clip`` once on a tiny batch [N=2, T=3] (ratios both sides of 1, both advantage signs) and return
-    its metric keys; a clip that raises or does not return a :class:`ClipOutput` with a finite loss of that
-    shape is a ``ConfigError`` naming ``where``. Its runs would fail in their first update, after the model
-    was loaded and the first rollouts generated (hours at paper scale, and a sweep's other arms first)."""
+    its metric keys; a clip that raises, does not return a :class:`ClipOutput` with a finite loss of that
+    shape, a loss with no gradient wrt ``logp``, or a metric that is not a number is a ``ConfigError`` naming
+    ``where``. Its runs would fail in their first update, or train nothing, after the model was loaded and
+    the first rollouts generated (hours at paper scale, and a sweep's other arms first)."""
     from klear_lab.errors import ConfigError
 
     logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -0.8]], requires_grad=True)  # [N=2, T=3]
-    old = logp.detach() + torch.tensor([[0.4, -0.4, 0.1], [-0.6, 0.2, 0.0]])
+    old = logp.detach() + torch.tensor([[0.4, -0.4, 0.1], [-0.6, 0.2, 0.0]])  # token [1, 2]: ratio exactly 1
     adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
     name = getattr(clip, "registered_name", type(clip).__name__)
     try:
-        out = clip(logp, old, adv, mask)
+        with torch.enable_grad():  # a caller under no_grad must not make every clip look gradient-free
+            out = clip(logp, old, adv, mask)
     except Exception as exc:  # noqa: BLE001 - a plugin's bug, reported with where it is
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise ConfigError(f"{where}: clip {name!r} failed on a probe batch of [2, 3] tokens: "
@@ -185,4 +188,57 @@ def probe_clip(clip: Any, where: str) -> set[str]:
         got = tuple(out.loss.shape) if isinstance(out.loss, Tensor) else type(out.loss).__name__
         raise ConfigError(f"{where}: clip {name!r} returned a loss of {got}; expected finite per-token losses "
                           "of the tokens' shape [2, 3]")
+    _check_gradient(clip, out.loss, logp, where)
+    _check_metrics(clip, out.metrics, where)
     return set(out.metrics)
+
+
+def _probe_error(clip: Any, where: str, problem: str) -> Exception:
+    """A ``ComponentError`` (a ``ConfigError``) prefixed with the config key, naming the clip and its file."""
+    from klear_lab.errors import ComponentError, component_error
+
+    return ComponentError(f"{where}: {component_error('clip', clip, problem)}")
+
+
+def _check_gradient(clip: Any, loss: Tensor, logp: Tensor, where: str) -> None:
+    """Refuse a probe loss that cannot move the policy: no autograd path to ``logp`` (built from
+    ``logp.detach()``, say), or a gradient exactly 0 on every token. Every clip has a gradient on the probe's
+    token of ratio exactly 1 and advantage -1 (inside any clip range), so a zero one everywhere is a bug, not
+    clipping; such a run trained nothing (rl/grad_norm 0.0 at every update) and exited 0."""
+    grad = None
+    if loss.requires_grad:
+        with torch.enable_grad():  # the sum, too, under a caller's no_grad
+            (grad,) = torch.autograd.grad(loss.sum(), logp, allow_unused=True)
+    if grad is None:
+        raise _probe_error(clip, where, "returned a loss with no gradient path to logp (loss.requires_grad is "
+                           f"{loss.requires_grad}; computed from logp.detach() or under torch.no_grad()?): "
+                           "every update would leave the policy unchanged")
+    if not grad.any():
+        raise _probe_error(clip, where, "returned a loss whose gradient wrt logp is 0 on every token of a probe "
+                           "batch [2, 3], one of them of ratio 1 and advantage -1 (inside every clip range): "
+                           "every update would leave the policy unchanged")
+
+
+def metric_problem(key: str, value: Any) -> str | None:
+    """What is wrong with a clip's metric ``key`` (None: nothing): a run logs a real number or a 0-d tensor,
+    what ``float`` turns into one value."""
+    if isinstance(value, Tensor):
+        if value.dim() == 0:
+            return None
+        what = f"a tensor of shape {tuple(value.shape)}"
+    elif isinstance(value, numbers.Real):
+        return None
+    else:
+        what = repr(value)[:60]
+    return f"returned metric {key!r} = {what}; a metric is a number or a 0-d tensor (.mean() or .item() it)"
+
+
+def _check_metrics(clip: Any, metrics: Any, where: str) -> None:
+    """Refuse metrics a run cannot log: not a dict, or a value neither a number nor a 0-d tensor. The run
+    converted them with ``float`` in its first update and crashed there (ValueError, exit 1)."""
+    if not isinstance(metrics, dict):
+        raise _probe_error(clip, where, f"returned metrics of type {type(metrics).__name__}; ClipOutput.metrics "
+                           "is a dict of metric name -> number or 0-d tensor")
+    for key, value in metrics.items():
+        if (problem := metric_problem(key, value)) is not None:
+            raise _probe_error(clip, where, problem)

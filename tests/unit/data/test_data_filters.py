@@ -137,3 +137,33 @@ def test_correct_only_needs_known_correctness_inside_the_band():
         DIFFICULTY_FILTER.build({"name": "band", "min_level": 3, "correct_only": True})(easy + hard)
     kept = DIFFICULTY_FILTER.build({"name": "band", "max_level": 1, "correct_only": True})(easy + hard)
     assert [r.uid for r in kept] == ["e1", "e3"]
+
+
+def test_a_filter_that_does_not_return_records_is_refused_naming_it(monkeypatch):
+    """A plugin filter returning a count failed with ``TypeError: object of type 'int' has no len()`` in
+    build_train_records, naming neither the filter nor its file (found by a CLI hunt)."""
+    from pathlib import Path
+
+    import klear_lab.builders as builders
+    from klear_lab.config.compose import compose
+    from klear_lab.errors import ComponentError
+
+    class Count:
+        def __call__(self, records):
+            return len(records)
+
+    class Strings:
+        def __call__(self, records):
+            return [r.prompt for r in records]
+
+    build = builders.build
+    monkeypatch.setattr(builders, "build", lambda reg, spec: Count() if reg is DIFFICULTY_FILTER else build(reg, spec))
+    cfg = compose(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml", [])
+    with pytest.raises(ComponentError, match=r"data.filter 'Count' .* returned int \(\d+\) on source"):
+        builders.build_train_records(cfg)
+    with pytest.raises(ComponentError, match=r"data.filter 'Count' \(.*test_data_filters.py:\d+\) returned int "
+                                             r"\(9\) on source 's'; a difficulty filter returns the list of Records"):
+        builders.filtered_records(Count(), _records(), "s")
+    with pytest.raises(ComponentError, match=r"data.filter 'Strings' .* returned a str \('p'\) among its records"):
+        builders.filtered_records(Strings(), _records(), "s")
+    assert builders.filtered_records(lambda recs: tuple(recs[:2]), _records(), "s") == _records()[:2]

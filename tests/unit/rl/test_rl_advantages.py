@@ -69,3 +69,49 @@ def test_group_size_checks(name):
 def test_grpo_eps_validation():
     with pytest.raises(ValueError, match="eps"):
         GRPOAdvantage(eps=0.0)
+
+
+def test_an_advantage_of_the_wrong_shape_is_refused_naming_the_estimator():
+    """A plugin returning one advantage per group [B] ran its rollouts, then failed with an IndexError deep
+    in the update (found by a CLI hunt): now a ComponentError at the call, and a ConfigError at --dry-run."""
+    from klear_lab.errors import ComponentError, ConfigError
+    from klear_lab.rl.advantages.base import checked_advantages, probe_advantage
+
+    class PerGroup:
+        def __call__(self, rewards):
+            return rewards.mean(-1)
+
+    class Raises:
+        def __call__(self, rewards):
+            raise KeyError("oops")
+
+    with pytest.raises(ComponentError, match=r"advantage 'PerGroup' \(.*test_rl_advantages.py:\d+\) returned "
+                                             r"shape \(2,\) for rewards of shape \(2, 4\)"):
+        checked_advantages(PerGroup(), REWARDS)
+    with pytest.raises(ConfigError, match=r"rl.advantage: advantage 'PerGroup' .* returned shape \(2,\)"):
+        probe_advantage(PerGroup(), "rl.advantage")
+    with pytest.raises(ConfigError, match=r"rl.advantage: advantage 'Raises' .* failed on probe rewards of "
+                                          r"\[2, 4\]: KeyError: 'oops' \(.*test_rl_advantages.py:\d+\)"):
+        probe_advantage(Raises(), "rl.advantage")
+    for name in shipped(ADVANTAGE):
+        probe_advantage(ADVANTAGE.build({"name": name}), "rl.advantage")
+        assert checked_advantages(ADVANTAGE.build({"name": name}), REWARDS).shape == REWARDS.shape
+
+
+def test_a_run_with_an_advantage_of_the_wrong_shape_stops_before_any_data_or_model(tmp_path, capsys):
+    """``prepare_rl`` probes the estimator as it probes the clip: the run is refused (exit 2, no run directory)."""
+    from pathlib import Path
+
+    from klear_lab.cli import main
+
+    plugin = tmp_path / "per_group.py"
+    plugin.write_text("from dataclasses import dataclass\nfrom klear_lab.registry import ADVANTAGE\n\n\n"
+                      "@ADVANTAGE.register('per_group_test')\n@dataclass(frozen=True)\nclass PerGroup:\n"
+                      "    def __call__(self, rewards):\n        return rewards.mean(-1)\n")
+    rl = Path(__file__).resolve().parents[3] / "experiments/quickstart/rl.yaml"
+    runs = tmp_path / "runs"
+    assert main(["train", str(rl), "model.init_from=null", f"plugins=[{plugin}]", "rl.advantage=per_group_test",
+                 f"run.out_dir={runs}", "tracking.wandb.enabled=false"]) == 2
+    err = capsys.readouterr().err
+    assert "rl.advantage: advantage 'per_group_test'" in err and "returned shape (2,)" in err, err
+    assert not runs.exists()

@@ -90,3 +90,47 @@ def test_a_clip_that_cannot_run_is_refused_before_anything_loads():
     for name in shipped(CLIP):  # every shipped variant passes, with the statistics the sweeps check against
         assert "clipfrac" in probe_clip(CLIP.build({"name": name}), "rl.clip"), name
     assert torch.is_grad_enabled()
+
+
+def test_a_clip_that_trains_nothing_or_logs_a_non_number_is_refused():
+    """A clip computing its ratio from ``logp.detach()`` passed the probe and ``--dry-run``; its run trained
+    nothing (rl/grad_norm 0.0 at every update) and exited 0. One with ``metrics={"foo": "bar"}`` passed too
+    and crashed in its first update with a ValueError from ``float`` (exit 1). Found by a CLI hunt."""
+    from klear_lab.errors import ComponentError
+    from klear_lab.rl.clip.base import ClipOutput, expand_adv, ppo_surrogate, probe_clip, token_ratio
+
+    class Detached:
+        def __call__(self, logp, old_logp, adv, mask):
+            ratio = token_ratio(logp.detach(), old_logp)
+            return ClipOutput(loss=ppo_surrogate(ratio, expand_adv(adv, ratio), 0.2, 0.2)[0] * mask, metrics={})
+
+    class ZeroGradient:
+        def __call__(self, logp, old_logp, adv, mask):
+            return ClipOutput(loss=logp * 0.0 * mask, metrics={})
+
+    class Metrics:
+        def __init__(self, metrics):
+            self.metrics = metrics
+
+        def __call__(self, logp, old_logp, adv, mask):
+            return ClipOutput(loss=-logp * expand_adv(adv, logp) * mask, metrics=self.metrics)
+
+    with pytest.raises(ComponentError, match=r"rl.clip: clip 'Detached' \(.*test_rl_components.py:\d+\) "
+                                             "returned a loss with no gradient path to logp"):
+        probe_clip(Detached(), "rl.clip")
+    with pytest.raises(ComponentError, match="gradient wrt logp is 0 on every token"):
+        probe_clip(ZeroGradient(), "rl.clip")
+    with pytest.raises(ComponentError, match=r"clip 'Metrics' .* returned metric 'foo' = 'bar'; a metric is"):
+        probe_clip(Metrics({"ok": 1.0, "foo": "bar"}), "rl.clip")
+    with pytest.raises(ComponentError, match=r"returned metric 'per_token' = a tensor of shape \(2, 3\)"):
+        probe_clip(Metrics({"per_token": torch.ones(2, 3)}), "rl.clip")
+    assert probe_clip(Metrics({"n": 2, "m": torch.tensor(0.5)}), "rl.clip") == {"n", "m"}
+    with torch.no_grad():  # a caller without grad mode does not make every shipped clip look gradient-free
+        for name in shipped(CLIP):
+            assert "clipfrac" in probe_clip(CLIP.build({"name": name}), "rl.clip"), name
+    # the run-time site, for a clip built without the probe
+    from klear_lab.modules.rl_parts import float_metrics
+
+    with pytest.raises(ComponentError, match=r"clip 'Metrics' .* returned metric 'foo' = 'bar'"):
+        float_metrics(Metrics({}), {"loss": torch.tensor(1.0), "foo": "bar"})
+    assert float_metrics(Metrics({}), {"loss": torch.tensor(1.5), "num_tokens": torch.tensor(3.0)}) == {"loss": 1.5}
