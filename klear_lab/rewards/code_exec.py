@@ -16,7 +16,8 @@ from klear_lab.registry import REWARD
 from klear_lab.rewards.base import RewardOutput, answer_part, check_batch, think_tag_penalty
 from klear_lab.rewards.function_tests import TestRun, run_function_tests
 from klear_lab.rewards.harness import total_limit_s
-from klear_lab.rewards.sandbox import require_bwrap, sandbox_unavailable
+from klear_lab.rewards.sandbox import require_bwrap
+from klear_lab.rewards.sandbox_check import sandbox_unavailable
 from klear_lab.rewards.stdio_tests import run_stdio_tests
 
 MODES = ("soft", "hard", "affine")

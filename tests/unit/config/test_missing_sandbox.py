@@ -17,7 +17,7 @@ import pytest
 
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
-from klear_lab.rewards import sandbox
+from klear_lab.rewards import sandbox, sandbox_check
 from klear_lab.rewards.code_exec import CodeExecReward
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sweep"))
@@ -79,9 +79,9 @@ def _fake_bwrap(bin_dir: Path, body: str) -> Path:
 def test_a_failed_start_is_found_once_per_process(monkeypatch, tmp_path):
     fake = _fake_bwrap(tmp_path / "bin", f"echo '{NO_USERNS}' >&2; exit 1")
     monkeypatch.setattr(sandbox, "_search_path", lambda: str(fake.parent))
-    first = sandbox.sandbox_unavailable()
+    first = sandbox_check.sandbox_unavailable()
     assert first is not None and NO_USERNS in first and "apparmor" in first
-    assert sandbox.sandbox_unavailable() == first
+    assert sandbox_check.sandbox_unavailable() == first
     assert (fake.parent / "starts").read_text() == "x\n"  # one sandbox started, not one per check
 
 
@@ -90,15 +90,15 @@ def test_a_start_that_only_took_too_long_is_neither_refused_nor_remembered(monke
     fake = _fake_bwrap(tmp_path / "bin", "sleep 3")
     monkeypatch.setattr(sandbox, "_search_path", lambda: str(fake.parent))
     monkeypatch.setattr(sandbox, "START_LIMIT_S", 0.3)
-    assert sandbox.sandbox_unavailable() is None
-    assert sandbox.sandbox_unavailable() is None
+    assert sandbox_check.sandbox_unavailable() is None
+    assert sandbox_check.sandbox_unavailable() is None
     assert (fake.parent / "starts").read_text() == "x\nx\n"  # tried again
 
 
 def test_an_error_without_namespaces_in_it_gets_no_namespace_hint(monkeypatch, tmp_path):
     fake = _fake_bwrap(tmp_path / "bin", "echo 'bwrap: Unknown option --die-with-parent' >&2; exit 1")
     monkeypatch.setattr(sandbox, "_search_path", lambda: str(fake.parent))
-    why = sandbox.sandbox_unavailable()
+    why = sandbox_check.sandbox_unavailable()
     assert why is not None and "Unknown option --die-with-parent" in why and "apparmor" not in why
 
 
