@@ -50,6 +50,16 @@ def component_error(axis: str, component: Any, problem: str) -> ComponentError:
     return ComponentError(f"{axis} {name!r}{where} {problem}")
 
 
+def probe_failure(axis: str, component: Any, probe: str, exc: BaseException) -> ComponentError:
+    """A :class:`ComponentError` for a component that raised ``exc`` on its probe input (``probe``: what it
+    was given): a plugin's bug, reported with the exception and the line that raised it."""
+    import traceback
+
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return component_error(axis, component, f"failed on {probe}: {type(exc).__name__}: {exc} "
+                                            f"({frame.filename}:{frame.lineno})")
+
+
 def check_finite(value: float, name: str, step: int) -> None:
     """Raise :class:`DivergedError` if ``value`` (the metric ``name`` at optimizer step ``step``) is NaN or inf."""
     if not math.isfinite(value):

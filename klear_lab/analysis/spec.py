@@ -32,6 +32,7 @@ out are compared on the objective only. Every check here runs without touching a
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,7 @@ def load_analysis(path: str | Path) -> Analysis:
     raw = load_yaml(path)
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
+        raise _unknown_keys(path, unknown)
     for key in ("title", "benchmarks", "paper", "baseline", "sweeps"):
         if raw.get(key) in (None, "", [], {}):
             raise ConfigError(f"{path}: {key}: required")
@@ -126,6 +127,21 @@ def load_analysis(path: str | Path) -> Analysis:
     analysis.sweeps = [_sweep_ref(analysis, i, s) for i, s in enumerate(_list(path, "sweeps", raw["sweeps"]))]
     _check_coverage(analysis)
     return analysis
+
+
+SWEEP_SPEC_KEYS = {"axes", "experiment", "seeds", "objective", "sampler"}
+
+
+def _unknown_keys(path: Path, unknown: list[str]) -> ConfigError:
+    """The refusal of an analysis spec's unknown top-level keys; a sweep spec given to ``reproduce`` (one of
+    its own keys is unknown here) is told apart, with the command it is for."""
+    if set(unknown) & SWEEP_SPEC_KEYS:
+        return ConfigError(f"{path}: a sweep spec (keys {', '.join(unknown[:4])}), not an analysis spec: run it "
+                           f"with `klear-lab sweep {path}`, then `klear-lab reproduce` an analysis spec that "
+                           "names it under `sweeps:` (see analysis/fig2_clip.yaml)")
+    hint = difflib.get_close_matches(unknown[0], sorted(TOP_KEYS), n=1)
+    did = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return ConfigError(f"{path}: unknown key {unknown[0]!r}{did}; allowed: {', '.join(sorted(TOP_KEYS))}")
 
 
 def _list(path: Path, key: str, value: Any) -> list[Any]:

@@ -28,7 +28,7 @@ from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
 from klear_lab.loggers import make_loggers
 from klear_lab.stages.common import check_wandb_login, finish_loggers, log_samples_table, write_samples
-from klear_lab.tracking import run_id_of
+from klear_lab.tracking import RUN_DIR_NAME_MAX, longest_run_dir_name, run_id_of
 
 
 @dataclass
@@ -189,7 +189,17 @@ def _eval_run(config_file: Path, fallback_name: str) -> tuple[dict[str, Any], di
 
     run = load_yaml(config_file).get("run") or {}
     name = run.get("name") or fallback_name
-    return run, {"kind": "eval", "name": f"{name}-eval", "job_type": "eval", "group": run.get("group") or name}
+    eval_name = fitting_name(str(name), "-eval", run.get("seed") if isinstance(run.get("seed"), int) else 0)
+    return run, {"kind": "eval", "name": eval_name, "job_type": "eval", "group": run.get("group") or name}
+
+
+def fitting_name(name: str, suffix: str, seed: int) -> str:
+    """``name + suffix``, ``name`` cut by whole characters so that its run directory fits in a file name. A
+    run named at the limit (222-226 bytes) was scored by ``klear-lab eval`` (and a sweep's ``--rescore``) only
+    to be refused for the ``<name>-eval`` the user never typed; the eval run's tag and group still name it."""
+    while name and len(longest_run_dir_name(name + suffix, seed).encode()) > RUN_DIR_NAME_MAX:
+        name = name[:-1]
+    return name + suffix
 
 
 def prepare_eval(cfg: dict[str, Any]) -> EvalStage:

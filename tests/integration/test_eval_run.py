@@ -199,3 +199,23 @@ def test_an_experiment_files_eval_keeps_the_group_its_base_sets(tmp_path):
     (tmp_path / "x.yaml").write_text("base: b.yaml\n")
     cfg = eval_config(tmp_path / "x.yaml")
     assert (cfg["run"]["group"], cfg["run"]["name"], cfg["run"]["kind"]) == ("mygroup", "x-eval", "eval")
+
+
+@pytest.mark.parametrize("seed", [0, 12345])
+def test_the_eval_of_a_run_named_at_the_limit_cuts_the_name_it_derives(tmp_path, seed):
+    """A run whose name fits its directory (226 bytes at seed 0) was refused by ``klear-lab eval`` for the
+    ``<name>-eval`` it derives, a name the user never typed: that name is now cut to fit, whole characters."""
+    from klear_lab.tracking import RUN_DIR_NAME_MAX, longest_run_dir_name
+
+    longest = RUN_DIR_NAME_MAX - (len(longest_run_dir_name("x", seed)) - 1)  # bytes a run.name may have
+    name = "é" * (longest // 2)  # two bytes each: a cut must not split one
+    (tmp_path / "x.yaml").write_text(f"base: {ROOT / 'experiments/quickstart/sft.yaml'}\n"
+                                     f"run: {{name: {name}, seed: {seed}}}\n")
+    cfg = eval_config(tmp_path / "x.yaml")
+    got = cfg["run"]["name"]
+    assert got.endswith("-eval") and name.startswith(got.removesuffix("-eval"))
+    assert len(longest_run_dir_name(got, seed).encode()) <= RUN_DIR_NAME_MAX < len(
+        longest_run_dir_name(got.replace("-eval", "é-eval"), seed).encode())  # as long as fits, no longer
+    short = tmp_path / "y.yaml"
+    short.write_text(f"base: {tmp_path / 'x.yaml'}\nrun: {{name: abc}}\n")
+    assert eval_config(short)["run"]["name"] == "abc-eval"

@@ -161,8 +161,7 @@ def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, k
      "klear_lab.errors.ConfigError: command line: rl.reward: reward 'test_ddp_unbuildable_on_rank1': "
      "reward test_ddp_unbuildable_on_rank1: no verifier on rank 1"),
     ("rl.clip=test_ddp_fails_on_rank1",  # run_experiment's build probes the clip
-     "klear_lab.errors.ConfigError: rl.clip: clip 'test_ddp_fails_on_rank1' failed on a probe batch of [2, 3] "
-     "tokens: RuntimeError: no clip on rank 1")])
+     "klear_lab.errors.ComponentError: rl.clip: clip 'test_ddp_fails_on_rank1' (")])
 def test_a_rank_that_cannot_build_the_run_is_named_as_the_cause(tmp_path, plugin, klear_cli, capsys, override,
                                                                  reason):
     """Rank 1 builds the run again. When that fails, rank 0 is still waiting for it to connect, and Lightning
@@ -194,7 +193,8 @@ def test_a_script_whose_rank_cannot_build_the_run_names_the_cause(tmp_path, plug
     assert main(["runs", str(out), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["status"] in ("stopped", "failed") and row["note"].startswith(
-        "rank 1: klear_lab.errors.ConfigError: rl.clip: clip 'test_ddp_fails_on_rank1' failed on a probe batch"), row
+        "rank 1: klear_lab.errors.ComponentError: rl.clip: clip 'test_ddp_fails_on_rank1' ("), row
+    assert "failed on a probe batch of [2, 3] tokens: RuntimeError: no clip on rank 1" in row["note"], row
 
 
 def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_cli):

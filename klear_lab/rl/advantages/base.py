@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from klear_lab.errors import ComponentError, component_error
+from klear_lab.errors import ComponentError, component_error, probe_failure
 
 
 def check_rewards(rewards: Tensor, min_group_size: int, name: str) -> None:
@@ -53,7 +52,5 @@ def probe_advantage(estimator: Any, where: str) -> None:
     except ComponentError as exc:
         raise ComponentError(f"{where}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a plugin's bug, reported with where it is
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise ComponentError(f"{where}: {component_error('advantage', estimator, 'failed on probe rewards of')}"
-                             f" {list(rewards.shape)}: {type(exc).__name__}: {exc} "
-                             f"({frame.filename}:{frame.lineno})") from None
+        failure = probe_failure("advantage", estimator, f"probe rewards of {list(rewards.shape)}", exc)
+        raise ComponentError(f"{where}: {failure}") from None

@@ -15,12 +15,13 @@ multiplied by the mask. Metrics are detached 0-d tensors, masked over valid toke
 from __future__ import annotations
 
 import numbers
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from klear_lab.errors import ComponentError, component_error, probe_failure
 
 # verl clamps the token log-ratio to +-20 before exp (compute_policy_loss_vanilla)
 LOG_RATIO_CLAMP = 20.0
@@ -168,26 +169,21 @@ def probe_clip(clip: Any, where: str) -> set[str]:
     shape, a loss with no gradient wrt ``logp``, or a metric that is not a number is a ``ConfigError`` naming
     ``where``. Its runs would fail in their first update, or train nothing, after the model was loaded and
     the first rollouts generated (hours at paper scale, and a sweep's other arms first)."""
-    from klear_lab.errors import ConfigError
-
     logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -0.8]], requires_grad=True)  # [N=2, T=3]
     old = logp.detach() + torch.tensor([[0.4, -0.4, 0.1], [-0.6, 0.2, 0.0]])  # token [1, 2]: ratio exactly 1
     adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
-    name = getattr(clip, "registered_name", type(clip).__name__)
     try:
         with torch.enable_grad():  # a caller under no_grad must not make every clip look gradient-free
             out = clip(logp, old, adv, mask)
     except Exception as exc:  # noqa: BLE001 - a plugin's bug, reported with where it is
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise ConfigError(f"{where}: clip {name!r} failed on a probe batch of [2, 3] tokens: "
-                          f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})") from None
+        raise ComponentError(f"{where}: {probe_failure('clip', clip, 'a probe batch of [2, 3] tokens', exc)}") from None
     if not isinstance(out, ClipOutput):
-        raise ConfigError(f"{where}: clip {name!r} returned {type(out).__name__}; a clip variant returns "
-                          "ClipOutput(loss, metrics) (klear_lab/rl/clip/base.py)")
+        raise _probe_error(clip, where, f"returned {type(out).__name__}; a clip variant returns "
+                           "ClipOutput(loss, metrics) (klear_lab/rl/clip/base.py)")
     if not isinstance(out.loss, Tensor) or out.loss.shape != mask.shape or not torch.isfinite(out.loss).all():
         got = tuple(out.loss.shape) if isinstance(out.loss, Tensor) else type(out.loss).__name__
-        raise ConfigError(f"{where}: clip {name!r} returned a loss of {got}; expected finite per-token losses "
-                          "of the tokens' shape [2, 3]")
+        raise _probe_error(clip, where, f"returned a loss of {got}; expected finite per-token losses "
+                           "of the tokens' shape [2, 3]")
     _check_gradient(clip, out.loss, logp, where)
     _check_metrics(clip, out.metrics, where)
     return set(out.metrics)
@@ -195,8 +191,6 @@ def probe_clip(clip: Any, where: str) -> set[str]:
 
 def _probe_error(clip: Any, where: str, problem: str) -> Exception:
     """A ``ComponentError`` (a ``ConfigError``) prefixed with the config key, naming the clip and its file."""
-    from klear_lab.errors import ComponentError, component_error
-
     return ComponentError(f"{where}: {component_error('clip', clip, problem)}")
 
 

@@ -80,12 +80,15 @@ def test_a_clip_that_cannot_run_is_refused_before_anything_loads():
         def __call__(self, logp, old_logp, adv, mask):
             return ClipOutput(loss=logp.sum(-1), metrics={})
 
-    with pytest.raises(ConfigError, match=r"rl.clip: clip 'Raises' failed on a probe batch of \[2, 3\] tokens: "
-                                          r"IndexError: oops \(.*test_rl_components.py:\d+\)"):
+    with pytest.raises(ConfigError, match=r"rl.clip: clip 'Raises' \(.*test_rl_components.py:\d+\) failed on a "
+                                          r"probe batch of \[2, 3\] tokens: IndexError: oops "
+                                          r"\(.*test_rl_components.py:\d+\)"):
         probe_clip(Raises(), "rl.clip")
-    with pytest.raises(ConfigError, match="returned Tensor; a clip variant returns ClipOutput"):
+    with pytest.raises(ConfigError, match=r"clip 'ReturnsTensor' \(.*test_rl_components.py:\d+\) returned Tensor; "
+                                          "a clip variant returns ClipOutput"):
         probe_clip(ReturnsTensor(), "rl.clip")
-    with pytest.raises(ConfigError, match=r"returned a loss of \(2,\); expected finite per-token losses"):
+    with pytest.raises(ConfigError, match=r"clip 'PerSequence' \(.*\.py:\d+\) returned a loss of \(2,\); "
+                                          "expected finite per-token losses"):
         probe_clip(PerSequence(), "rl.clip")
     for name in shipped(CLIP):  # every shipped variant passes, with the statistics the sweeps check against
         assert "clipfrac" in probe_clip(CLIP.build({"name": name}), "rl.clip"), name

@@ -144,8 +144,18 @@ def test_two_explicit_entries_for_one_paper_arm_are_named_as_such(tmp_path):
     assert "point one of them at another paper arm, or drop it" in msg and "map one explicitly" not in msg
 
 
+def test_a_sweep_spec_given_as_an_analysis_spec_says_which_command_takes_it():
+    """It said "unknown key 'axes'", as if the user had misspelt a key of a file they never meant to write."""
+    path = Path(__file__).parents[3] / "sweeps/quickstart.yaml"
+    with pytest.raises(ConfigError) as err:
+        load_analysis(path)
+    assert str(err.value).startswith(f"{path}: a sweep spec (keys axes, experiment, ")
+    assert f"run it with `klear-lab sweep {path}`" in str(err.value)
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"colour": 1}, "unknown key 'colour'"),
+    ({"claim": []}, "unknown key 'claim' (did you mean 'claims'?); allowed: baseline, benchmarks, claims"),
     ({"title": None}, "title: required"),
     ({"paper": {"0.001": [1.0], "0.002": [2.0, 2.0]}}, "paper.0.001: expected 2 values"),
     ({"paper": {"0.001": [1.0, "x"], "0.002": [2.0, 2.0]}}, "paper.0.001: expected numbers or null, got 'x'"),
