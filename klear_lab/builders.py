@@ -6,7 +6,6 @@ import os
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -210,35 +209,6 @@ def unavailable_data(cfg: dict[str, Any]) -> list[tuple[str, str]]:
         if found:
             out.append((f"data.{section}.{i}.{found[0]}", found[1]))
     return out
-
-
-def data_file_stats(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
-    """``{file: [size, mtime_ns]}`` of the data files ``cfg`` reads (each file of a dataset directory), when
-    every source reads a file or a directory (None otherwise: a generated world or a hub id). A run keeps
-    them in ``run.json``, so a starting point's data is known unchanged without reading a paper-scale
-    corpus again in every trial."""
-    out: dict[str, list[int]] = {}
-    for _, split, _, node in source_nodes(cfg):
-        path = source_path(node, split)
-        found = Path(path).expanduser() if path else None
-        if found is None or not found.exists():
-            return None
-        files = _files_under(found) if found.is_dir() else [found]
-        if files is None:
-            return None
-        for file in files:
-            stat = file.stat()
-            out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns]
-    return out or None
-
-
-def _files_under(directory: Path) -> list[Path] | None:
-    """Every file under ``directory``, through symlinked folders as a dataset loader follows them (None when a
-    folder cannot be listed: then its files cannot be known unchanged)."""
-    failed: list[OSError] = []
-    found = [Path(root) / name for root, _, names in os.walk(directory, onerror=failed.append, followlinks=True)
-             for name in names]
-    return None if failed else sorted(f for f in found if f.is_file())
 
 
 def tokenizer_corpus(records: list[Record], eval_records: list[Record]) -> list[str]:

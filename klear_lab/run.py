@@ -147,7 +147,7 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
         return RunResult(joined, metrics, None, held.signals > 0)
     if resume is not None:
         warn_if_elsewhere(Path(resume))  # before the data is read: a relative path's error needs this
-    from klear_lab.builders import data_file_stats
+    from klear_lab.data.file_stats import data_file_stats
     from klear_lab.reward_checks import check_rewards_available
 
     check_rewards_available(cfg)  # no sandbox for a reward it calls: before any data, model or parent run is built

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from klear_lab.builders import build_eval_records, build_train_records, data_file_stats
+from klear_lab.builders import build_eval_records, build_train_records
+from klear_lab.data.file_stats import data_file_stats
 from klear_lab.errors import ConfigError, DataError, KlearError
 
 

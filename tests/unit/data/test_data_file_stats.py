@@ -7,8 +7,8 @@ from pathlib import Path
 
 import datasets
 
-from klear_lab.builders import data_file_stats
 from klear_lab.config.compose import compose
+from klear_lab.data.file_stats import data_file_stats
 
 ROOT = Path(__file__).resolve().parents[3]
 ROWS = [{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(6)]

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from klear_lab.rewards import harness, sandbox, sandbox_io
+from klear_lab.rewards import harness, harness_lines, sandbox, sandbox_io
 from klear_lab.rewards.function_tests import outputs_match, run_function_tests
 from klear_lab.rewards.isolation import choose_isolation, lease_uid
 from klear_lab.rewards.sandbox import MARKER, run_python
@@ -354,7 +354,7 @@ def test_a_flood_of_blank_lines_costs_the_host_little():
            "    while True:\n        os.write(fd, b'\\n' * 65536)\n"
     run = run_function_tests(code, "f", [{"input": [1], "output": 1}], timeout_s=30, test_timeout_s=10)
     assert run.passed == (False,) and "8 MB cap" in run.info, run  # ended at the cap, not by the clock
-    assert harness.over_time("\n" * (8 << 20), (), 1.0, 1) == []
+    assert harness_lines.over_time("\n" * (8 << 20), (), 1.0, 1) == []
     seen = []
     moved = sandbox_io._progressed(bytearray(), b"\n" * 65536 + b'{"i": 0}\n', lambda head: seen.append(head) or True)
     assert moved == (1, False) and seen == [b'{"i": 0}']  # one call, for the one line that could be a result
