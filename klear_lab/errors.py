@@ -60,6 +60,14 @@ def probe_failure(axis: str, component: Any, probe: str, exc: BaseException) -> 
                                             f"({frame.filename}:{frame.lineno})")
 
 
+def did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``word``, or "" when none is close."""
+    import difflib
+
+    hint = difflib.get_close_matches(word, sorted(choices), n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
 def check_finite(value: float, name: str, step: int) -> None:
     """Raise :class:`DivergedError` if ``value`` (the metric ``name`` at optimizer step ``step``) is NaN or inf."""
     if not math.isfinite(value):

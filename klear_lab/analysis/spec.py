@@ -32,14 +32,13 @@ out are compared on the objective only. Every check here runs without touching a
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from klear_lab.config.yaml_io import load_yaml
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, did_you_mean
 from klear_lab.sweep.spec import user_path
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
@@ -139,9 +138,8 @@ def _unknown_keys(path: Path, unknown: list[str]) -> ConfigError:
         return ConfigError(f"{path}: a sweep spec (keys {', '.join(unknown[:4])}), not an analysis spec: run it "
                            f"with `klear-lab sweep {path}`, then `klear-lab reproduce` an analysis spec that "
                            "names it under `sweeps:` (see analysis/fig2_clip.yaml)")
-    hint = difflib.get_close_matches(unknown[0], sorted(TOP_KEYS), n=1)
-    did = f" (did you mean {hint[0]!r}?)" if hint else ""
-    return ConfigError(f"{path}: unknown key {unknown[0]!r}{did}; allowed: {', '.join(sorted(TOP_KEYS))}")
+    return ConfigError(f"{path}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], TOP_KEYS)}; "
+                       f"allowed: {', '.join(sorted(TOP_KEYS))}")
 
 
 def _list(path: Path, key: str, value: Any) -> list[Any]:

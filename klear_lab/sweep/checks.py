@@ -39,8 +39,9 @@ SWEEP_OWNED_KEYS = ("run.seed", "run.group", "run.job_type", "run.tags", "run.ou
 MAX_COMPOSED_ARMS = 512
 
 
-def check_spec(spec: SweepSpec) -> list[Arm]:
-    """Run every pre-flight check; return the grid arms ([] for tpe/random).
+def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
+    """Run every pre-flight check; return the grid arms ([] for tpe/random): ``arms`` where the caller
+    built them already (``grid_arms``; ``run_sweep`` checks their run directories' names first).
 
     Raises:
         ConfigError: naming the spec file and the key at fault.
@@ -67,7 +68,8 @@ def check_spec(spec: SweepSpec) -> list[Arm]:
             context = f" (other axes at {others})" if others else ""
             _compose_or_raise(spec, {**others, axis.key: value}, f"axes.{axis.key}",
                               f"value {value!r}{context}", inherited)
-    arms = grid_arms(spec) if spec.sampler == "grid" else []
+    if arms is None:
+        arms = grid_arms(spec) if spec.sampler == "grid" else []
     for arm in arms[:MAX_COMPOSED_ARMS]:
         _compose_or_raise(spec, arm.params, "axes", f"arm {arm.label}", inherited)
     resolve_baseline(spec, [a.label for a in arms])

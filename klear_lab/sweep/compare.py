@@ -25,10 +25,11 @@ import pandas as pd
 
 from klear_lab.errors import ConfigError
 from klear_lab.stats import negligible, welch_interval
+from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.best import star_best
 from klear_lab.sweep.compare_text import table_metrics, to_markdown
 from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
-from klear_lab.sweep.spec import Axis, SweepSpec
+from klear_lab.sweep.spec import SweepSpec
 
 N_BOOT = 10_000
 

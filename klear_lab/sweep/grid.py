@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from klear_lab.sweep.spec import Axis, SweepSpec
+from klear_lab.sweep.axes import Axis
+from klear_lab.sweep.spec import SweepSpec
 
 Layer = tuple[str, dict[str, Any]]
 PRIMITIVES = (str, int, float, bool, type(None))

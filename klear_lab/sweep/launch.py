@@ -19,7 +19,15 @@ from klear_lab.sweep.grid import Arm, grid_arms
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import READY_ATTR, check_same_base, count, grid_status, missing_points, prepare_study
+from klear_lab.sweep.queue import (
+    READY_ATTR,
+    check_same_base,
+    count,
+    grid_status,
+    missing_points,
+    prepare_study,
+    trial_count,
+)
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
@@ -62,12 +70,12 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         spec.workers = workers
     if not (validate_only or wandb_export):  # its imports overlap the checks, study set-up and parent run
         launcher.warm_up(spec.trial_start, spec.runner)
+    arms = grid_arms(spec) if spec.sampler == "grid" else []
     # before the checks that compose trials: a trial's run.name too long for a directory is the sweep name's fault
-    check_sweep_dirs(spec, grid_arms(spec) if spec.sampler == "grid" else [], out_dir_flag=out_dir is not None,
-                     name_flag=name is not None)
-    arms = check_spec(spec)
+    check_sweep_dirs(spec, arms, out_dir_flag=out_dir is not None, name_flag=name is not None)
+    check_spec(spec, arms)
     url = default_storage_url(spec)
-    n_points = len(arms) * len(spec.seeds) if arms else spec.n_trials
+    n_points = trial_count(spec, arms)
     if wandb_export:
         from klear_lab.sweep.wandb_export import write_wandb_sweep
 
@@ -83,7 +91,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         existing = _existing_study(spec, url, log)
         if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
             check_same_base(existing, spec)
-        log(f"{spec.path}: OK: {trial_plan(spec, arms)}, objective {spec.metric} ({spec.direction})")
+        log(f"{spec.path}: OK: {trial_plan(spec, arms, n_points)}, objective {spec.metric} ({spec.direction})")
         if missing:
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
         if lacking:
@@ -126,15 +134,15 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     return _finish(spec, study, arms, compare and not join, log)
 
 
-def trial_plan(spec: SweepSpec, arms: list[Arm]) -> str:
-    """What the sweep will run: ``3 arm(s) x 2 seed(s) = 6 trials, sampler grid``. A tpe/random sweep draws
-    each trial's axis values and gives trial N seed ``seeds[N % len(seeds)]`` (``queue.trial_values``): its
-    n_trials are not arms x seeds ("5 arm(s) x 2 seed(s) = 5 trials" was said of one)."""
+def trial_plan(spec: SweepSpec, arms: list[Arm], n_trials: int) -> str:
+    """What the sweep will run (``n_trials``: :func:`trial_count`): ``3 arm(s) x 2 seed(s) = 6 trials, sampler
+    grid``. A tpe/random sweep draws each trial's axis values and gives trial N seed ``seeds[N % len(seeds)]``
+    (``claim.trial_values``): its n_trials are not arms x seeds ("5 arm(s) x 2 seed(s) = 5 trials" was said of one)."""
     if spec.sampler == "grid":
-        return f"{len(arms)} arm(s) x {len(spec.seeds)} seed(s) = {len(arms) * len(spec.seeds)} trials, sampler grid"
-    per_seed = [len(range(i, spec.n_trials, len(spec.seeds))) for i in range(len(spec.seeds))]
+        return f"{len(arms)} arm(s) x {len(spec.seeds)} seed(s) = {n_trials} trials, sampler grid"
+    per_seed = [len(range(i, n_trials, len(spec.seeds))) for i in range(len(spec.seeds))]
     seeds = ", ".join(f"{n} on seed {seed}" for seed, n in zip(spec.seeds, per_seed, strict=True) if n)
-    return (f"{spec.n_trials} trials, sampler {spec.sampler} (each draws its own axis values; seeds in turn by "
+    return (f"{n_trials} trials, sampler {spec.sampler} (each draws its own axis values; seeds in turn by "
             f"trial number: {seeds})")
 
 

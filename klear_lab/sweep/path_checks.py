@@ -2,7 +2,11 @@
 
 A regular file given as the out dir, or a sweep or trial run name longer than a file name may be here
 (255 bytes on most file systems), passed every other check: the sweep then stopped creating its study,
-or every trial read its data, built its model and failed creating its run directory.
+or every trial read its data, built its model and failed creating its run directory. The longest name
+measured is that of a trial's evaluation run (``klear-lab compare --rescore``), the trial's with ``-eval``:
+one too long is cut to fit at the rescore, the arm's label at its end first (so the evaluations of arms that
+differ in their last characters are named alike), or, where file names are shorter than the 255 bytes that
+cut allows, refused.
 """
 
 from __future__ import annotations
@@ -37,14 +41,16 @@ def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = Fals
                           f"{spec.sweep_dir} (study, trials, runs) there; give a directory")
     longest = max(_run_dir_names(spec, arms), key=lambda n: len(n.encode()))
     if len(longest.encode()) > limit:
-        raise ConfigError(f"{name}: a trial's run directory would be named like {_short(longest)}, "
-                          f"{len(longest.encode())} bytes, but a directory name may have at most {limit} here "
-                          f"({found}); shorten the sweep name (or an axis's value labels, `labels:`)")
+        raise ConfigError(f"{name}: the run directory of a trial's evaluation (`klear-lab compare --rescore`) "
+                          f"would be named like {_short(longest)}, {len(longest.encode())} bytes, but a directory "
+                          f"name may have at most {limit} here ({found}) (a cut name would lose the arm's label); "
+                          "shorten the sweep name (or an axis's value labels, `labels:`)")
 
 
 def _run_dir_names(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """The longest names ``create_run_dir`` may give each arm's trial runs (no config is composed: this runs
-    before the checks that compose them, whose refusal would blame an axis)."""
+    """The longest names ``create_run_dir`` may give each arm's runs: its trials' evaluation runs, whose
+    names are the trials' own with a suffix (no config is composed: this runs before the checks that compose
+    them, whose refusal would blame an axis)."""
     from klear_lab.tracking import longest_run_dir_name
 
     if arms:
@@ -53,7 +59,15 @@ def _run_dir_names(spec: SweepSpec, arms: list[Arm]) -> list[str]:
         labels = [arm_label(spec.axes, {a.key: max(_label_probes(a), key=lambda v, a=a: len(value_label(a, v)))
                                         for a in spec.axes})]
     seed = max(spec.seeds, key=lambda s: len(str(s)))
-    return [longest_run_dir_name(trial_run_name(spec, label), seed) for label in labels]
+    return [longest_run_dir_name(eval_run_name(trial_run_name(spec, label)), seed) for label in labels]
+
+
+def eval_run_name(run_name: str) -> str:
+    """``run.name`` of the evaluation ``klear-lab eval`` (so ``compare --rescore``) makes of a run named
+    ``run_name``, written beside it, before ``stages.eval.fitting_name`` cuts one too long: as
+    ``stages.eval._eval_run`` names it, which is not imported here (it imports torch, seconds before any
+    check; a test holds the two to one name)."""
+    return f"{run_name}-eval"
 
 
 def _label_probes(axis: Any) -> list[Any]:

@@ -1,4 +1,5 @@
-"""The study as a work queue: enqueue each grid point x seed once, pop WAITING trials atomically.
+"""The study as a work queue: enqueue each grid point x seed once; workers pop WAITING trials atomically
+(``claim.py``).
 
 Optuna's GridSampler hands the same point to two parallel workers; here every point is
 enqueued once (``study.enqueue_trial``) and workers only take WAITING trials, so the
@@ -10,32 +11,19 @@ finished work; a grid spec that gained seeds or axis values continues in a succe
 
 from __future__ import annotations
 
-import time
-import warnings
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.grid import (
-    SEED_PARAM,
-    Arm,
-    arm_label,
-    axis_distribution,
-    canonical_point,
-    decode,
-    encode,
-    enqueue_params,
-    point_key,
-)
+from klear_lab.sweep.grid import Arm, axis_distribution, canonical_point, enqueue_params, point_key
 from klear_lab.sweep.identity import base_identity, config_changes
 from klear_lab.sweep.spec import SweepSpec
-from klear_lab.sweep.storage import StudyLock, current_study, make_sampler
-from klear_lab.sweep.successor import CHOICES_ATTR, spec_choices, widen_choices
+from klear_lab.sweep.storage import StudyLock, current_study
+from klear_lab.sweep.successor import spec_choices, widen_choices
 
 COVERED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-NOT_BEFORE_ATTR = "klear.not_before"  # a WAITING retry is not taken before this time (time.time())
 BASE_ATTR, READY_ATTR = "klear.base", "klear.points"
 CONFIGS = "configs"  # in BASE_ATTR: the hashed configs behind "config", to name what changed
 
@@ -63,8 +51,13 @@ def prepare_study(study: optuna.Study, spec: SweepSpec, arms: list[Arm], lock: S
         if spec.sampler == "grid":
             _drop_unwanted(study, spec, arms)
             added = _enqueue_missing(study, spec, arms)
-        study.set_user_attr(READY_ATTR, len(arms) * len(spec.seeds) if arms else spec.n_trials)
+        study.set_user_attr(READY_ATTR, trial_count(spec, arms))
     return study, added
+
+
+def trial_count(spec: SweepSpec, arms: list[Arm]) -> int:
+    """How many trials the sweep runs: each of the grid's ``arms`` x seeds, or a tpe/random sweep's n_trials."""
+    return len(arms) * len(spec.seeds) if arms else spec.n_trials
 
 
 def study_base(spec: SweepSpec, *, resolve: bool = True) -> dict[str, Any]:
@@ -207,84 +200,6 @@ def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> i
     return added
 
 
-def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bool = True) -> int | None:
-    """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left.
-
-    ``ask=False``: only WAITING trials, no new ``tpe``/``random`` ones (the worker saw trials keep failing).
-    Retries come first (they continue a killed trial's run from its checkpoint: a rerun after Ctrl-C
-    started the next arm before them); a WAITING retry whose ``NOT_BEFORE_ATTR`` lies ahead is left for later.
-    """
-    storage = study._storage  # the storage API (set_trial_state_values, record_heartbeat) is public
-    with lock.hold():
-        held_back = False
-        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        for frozen in sorted(waiting, key=lambda t: (not retry_history(t), t.number)):
-            if frozen.system_attrs.get(NOT_BEFORE_ATTR, 0.0) > time.time():
-                held_back = True
-                continue
-            # the heartbeat first: a RUNNING trial without one is never found stale (Optuna skips it), so a
-            # failure between the two would leave it RUNNING for good and the sweep waiting on it
-            _heartbeat(storage, frozen._trial_id)
-            try:
-                if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
-                    return frozen._trial_id
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue
-        # study.ask() takes the first WAITING trial itself, a held-back retry included
-        if held_back or not ask or spec.sampler == "grid" or count(study, COVERED) >= (spec.n_trials or 0):
-            return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with optimize"
-            trial = study.ask()
-        try:
-            _heartbeat(storage, trial._trial_id)
-        except Exception:
-            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)  # not left RUNNING unseen
-            raise
-        return trial._trial_id
-
-
-def retry_history(trial: optuna.trial.FrozenTrial) -> list[int]:
-    """The numbers of the trials ``trial`` retries, oldest first (empty for a first attempt), through
-    Optuna's own reader rather than the system attribute it happens to store them in."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RetryFailedTrialCallback.retry_history(trial)
-
-
-def claimed_trial(study: optuna.Study, trial_id: int, spec: SweepSpec) -> optuna.trial.Trial:
-    """The claimed trial, its parameters to be drawn by a sampler seeded for its number
-    (:func:`make_sampler`; ``study`` is this worker's own)."""
-    if spec.sampler != "grid":
-        study.sampler = make_sampler(spec, study._storage.get_trial(trial_id).number)
-    return optuna.trial.Trial(study, trial_id)
-
-
-def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, Any], int, str]:
-    """The trial's axis values (decoded), seed and arm label; records params and user attrs."""
-    values: dict[str, Any] = {}
-    study_choices = trial.study.user_attrs.get(CHOICES_ATTR, {}) if spec.sampler == "grid" else {}
-    for axis in spec.axes:
-        if not axis.is_range:
-            choices = study_choices.get(axis.key) or [encode(v) for v in axis.values]
-            values[axis.key] = decode(trial.suggest_categorical(axis.key, choices))
-        else:
-            dist = axis_distribution(axis)
-            is_int = isinstance(dist, optuna.distributions.IntDistribution)
-            suggest = trial.suggest_int if is_int else trial.suggest_float
-            values[axis.key] = suggest(axis.key, dist.low, dist.high, log=dist.log, step=dist.step)
-    attrs = trial.user_attrs
-    if spec.sampler == "grid":
-        seed = trial.suggest_categorical(SEED_PARAM, study_choices.get(SEED_PARAM) or list(spec.seeds))
-    else:
-        seed = attrs.get("seed", spec.seeds[trial.number % len(spec.seeds)])
-    label = attrs.get("arm") or arm_label(spec.axes, values)
-    for key, value in (("arm", label), ("seed", seed), ("point", point_key(values, seed))):
-        if key not in attrs:
-            trial.set_user_attr(key, value)
-    return values, seed, label
-
-
 def count(study: optuna.Study, states: tuple[TrialState, ...]) -> int:
     """Number of trials in ``states``."""
     return len(study.get_trials(deepcopy=False, states=states))
@@ -304,8 +219,3 @@ def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm],
     i.e. not enqueued yet)."""
     done = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=states)}
     return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in done]
-
-
-def _heartbeat(storage: Any, trial_id: int) -> None:
-    if hasattr(storage, "record_heartbeat") and storage.get_heartbeat_interval() is not None:
-        storage.record_heartbeat(trial_id)

@@ -2,7 +2,7 @@
 
 A trial killed with its sweep (``kill -9``, preemption) never reaches the end where the worker stores
 ``run_dir``; its retry (Optuna's ``RetryHeartbeatStaleTrialCallback``) finds the killed run here and,
-when it has a checkpoint, continues it instead of starting over (``worker.resumable_run``).
+when it has a checkpoint, continues it instead of starting over (``retry.resumable_run``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ A spec names a base experiment, the axes to vary and how to run them::
 
 Objective and table metrics must be names the base experiment's run kind logs (``metrics.py``;
 with a custom ``runner:``, names under ``val/``, ``train/``, ``perf/``...). Checks that need the
-config schema (axis keys, values, the run kind) live in ``checks.py``.
+config schema (axis keys, values, the run kind) live in ``checks.py``; ``axes:`` is parsed in ``axes.py``.
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from klear_lab.config.compose import compose
 from klear_lab.config.layers import Layer, dotlist_layer
 from klear_lab.config.yaml_io import load_yaml
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, did_you_mean
+from klear_lab.sweep.axes import Axis, parse_axes
 from klear_lab.sweep.spec_parse import Getter, check_sampler, parse_objective, parse_wandb
 
 SAMPLERS = ("grid", "tpe", "random")
@@ -62,29 +62,6 @@ TOP_KEYS = {
     "sampler_seed", "n_trials", "pruner", "storage", "workers", "wandb", "out_dir", "heartbeat_interval",
     "max_retry", "retry_delay_s", "runner", "trial_start", "description",
 }
-RANGE_KEYS = {"low", "high", "log", "step"}
-
-
-@dataclass
-class Axis:
-    """One swept config key: categorical ``values`` (with display ``labels``) or a numeric range."""
-
-    key: str
-    values: list[Any] = field(default_factory=list)
-    labels: list[str] = field(default_factory=list)
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    step: float | None = None
-
-    @property
-    def is_range(self) -> bool:
-        return self.low is not None
-
-    @property
-    def is_continuous(self) -> bool:
-        """A float range without a step: no two trials draw the same value."""
-        return self.is_range and self.step is None and not (isinstance(self.low, int) and isinstance(self.high, int))
 
 
 @dataclass
@@ -180,7 +157,11 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         if set(unknown) & {"run", "model", "data", "sft", "rl", "trainer", "optim"}:
             raise ConfigError(f"{path}: an experiment config (keys {', '.join(unknown[:4])}), not a sweep spec: a "
                               "spec names its experiment with `experiment: FILE` (see sweeps/quickstart.yaml)")
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
+        if set(unknown) & {"benchmarks", "paper", "claims", "sweeps"}:
+            raise ConfigError(f"{path}: an analysis spec (keys {', '.join(unknown[:4])}), not a sweep spec: "
+                              f"`klear-lab reproduce {path}` shows it next to the results of the sweeps it names")
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], TOP_KEYS)}; "
+                          f"allowed: {', '.join(sorted(TOP_KEYS))}")
     get = Getter(path, raw)
     name = get.text("name", path.stem) if name is None else name
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name) or not name.strip("."):  # "..": the output dir's parent
@@ -189,7 +170,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
     spec = SweepSpec(
         path=path, name=name,
         experiment=_relative_to(path, experiment) if experiment else None,
-        axes=_parse_axes(path, raw.get("axes")),
+        axes=parse_axes(path, raw.get("axes")),
         seeds=get.integers("seeds", [0]),
         metric="", direction="maximize",
         overrides=get.strings("overrides", []) + list(cli_overrides or []),
@@ -236,75 +217,3 @@ def _runner(spec_path: Path, runner: str) -> str:
     if module.endswith(".py"):
         module = str(_relative_to(spec_path, module).resolve())
     return f"{module}:{attr}"
-
-
-def _parse_axes(path: Path, raw: Any) -> list[Axis]:
-    if raw is None or raw == {}:
-        raise ConfigError(f"{path}: axes: empty grid; give at least one config key with a list of values")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: axes: expected a mapping of config key -> values, got {raw!r}")
-    return [_parse_axis(path, str(key), body) for key, body in raw.items()]
-
-
-def _parse_axis(path: Path, key: str, body: Any) -> Axis:
-    where = f"{path}: axes.{key}"
-    if isinstance(body, list):
-        body = {"values": body}
-    if not isinstance(body, dict):
-        raise ConfigError(f"{where}: expected a list of values, {{values, labels}} or {{low, high, log}}")
-    if "values" in body:
-        extra = set(body) - {"values", "labels"}
-        if extra:
-            raise ConfigError(f"{where}: unknown key {sorted(extra)[0]!r} (allowed: values, labels)")
-        values, labels = body["values"], body.get("labels")
-        if not isinstance(values, list):
-            raise ConfigError(f"{where}.values: expected a list of values, got {values!r}")
-        if not values:
-            raise ConfigError(f"{where}: empty grid: the axis has no values")
-        if len({repr(v) for v in values}) != len(values):
-            raise ConfigError(f"{where}: duplicate values {values}")
-        if labels is None:
-            labels = [_value_label(v) for v in values]
-        distinct = isinstance(labels, list) and len(set(map(str, labels))) == len(labels)
-        if not distinct or len(labels) != len(values):
-            raise ConfigError(f"{where}: labels must be {len(values)} distinct strings, one per value")
-        return Axis(key, list(values), [str(x) for x in labels])
-    extra = set(body) - RANGE_KEYS
-    if extra or not {"low", "high"} <= set(body):
-        raise ConfigError(f"{where}: a range needs low and high (and optional log, step); got {sorted(body)}")
-    low, high = body["low"], body["high"]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low >= high:
-        raise ConfigError(f"{where}: low and high must be numbers with low < high, got {low!r}, {high!r}")
-    log, step = body.get("log", False), body.get("step")
-    if not isinstance(log, bool):
-        raise ConfigError(f"{where}.log: expected true or false, got {log!r}")
-    if step is not None and (not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
-        raise ConfigError(f"{where}.step: expected a number > 0, got {step!r}")
-    if step is not None and (fit := _fitting_high(low, high, step)) != high:
-        above = _number(_dec(fit) + _dec(step))
-        give = f"high: {fit} (or {above})" if fit > low else f"high: {above} or a smaller step"
-        raise ConfigError(f"{where}: step {step} does not divide the range [{low}, {high}]: the sampler would "
-                          f"never draw above {fit}; give {give}")
-    return Axis(key, low=low, high=high, log=log, step=step)
-
-
-def _fitting_high(low: float, high: float, step: float) -> float:
-    """The largest value of the grid ``low + k * step`` that is <= ``high``: Optuna cut a range its step did
-    not divide down to it with a UserWarning (and a baseline at ``high`` was never drawn). Decimal, as Optuna
-    reads the numbers: 0.3 - 0.1 divides by 0.1."""
-    return _number(_dec(low) + (_dec(high) - _dec(low)) // _dec(step) * _dec(step))
-
-
-def _dec(value: float) -> Decimal:
-    return Decimal(str(value))
-
-
-def _number(value: Decimal) -> float:
-    """``5`` for Decimal 5.0, ``0.9`` for 0.9: a number as a spec would write it."""
-    return int(value) if value == value.to_integral_value() else float(value)
-
-
-def _value_label(value: Any) -> str:
-    if isinstance(value, dict) and "name" in value:
-        return str(value["name"])
-    return str(value)

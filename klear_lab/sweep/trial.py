@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from klear_lab.sweep.run_status import mark_pruned
+
 CONFIG_ERROR_ATTR = "config_error"
 """Set on a trial failed by a ``ConfigError`` or ``DataError``: a rerun of the same sweep fails it the same way."""
 TRANSIENT_ATTR = "transient_error"
@@ -156,45 +158,6 @@ def run_job(job: dict[str, Any]) -> int:
     study.tell(trial, value)
     print(f"trial {trial.number}: {job['objective']}={value:.6g} run_dir={run_dir}", flush=True)
     return 0
-
-
-def mark_pruned(run_dir: str | None, reason: str) -> None:
-    """Record a run the pruner stopped as ``pruned`` in its ``run.json`` (so ``klear-lab runs --status pruned``
-    lists it and ``model.init_from`` never takes it for a finished run)."""
-    import json
-
-    from klear_lab.tracking import write_json
-
-    path = Path(run_dir or "") / "run.json"
-    if run_dir and path.is_file():
-        write_json(path, {**json.loads(path.read_text()), "status": "pruned", "error": f"pruned: {reason}"})
-
-
-def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None) -> Path | None:
-    """Record the run that trial process ``pid`` (started at ``pid_start``) was writing when a Ctrl-C of its
-    sweep SIGKILLed it as a Ctrl-C'd ``klear-lab train`` records itself: failed, "interrupted (Ctrl-C)" (its
-    ``run.json`` said running, which ``klear-lab runs`` shows as stopped). Its retry continues it all the
-    same. A record of another process given the same pid (a ``kill -9``ed sweep's, before a restart) is
-    told apart by its start time. Returns its directory."""
-    import socket
-
-    from klear_lab.errors import INTERRUPTED
-    from klear_lab.tracking import write_json
-
-    for path in runs_dir.glob("*/run.json"):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):  # unreadable: not a record a trial wrote (write_json replaces it whole)
-            continue
-        if not (isinstance(record, dict) and record.get("status") == "running" and record.get("pid") == pid
-                and record.get("host") == socket.gethostname()):
-            continue
-        if None not in (pid_start, record.get("pid_start")) and record["pid_start"] != pid_start:
-            continue
-        kept = {k: v for k, v in record.items() if k not in ("pid", "pid_start")}  # as run.py's failed record
-        write_json(path, {**kept, "status": "failed", "error": INTERRUPTED})
-        return path.parent
-    return None
 
 
 def _fail(study: Any, trial: Any, message: str) -> int:

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from klear_lab.sweep.spec import Axis, SweepSpec
+from klear_lab.sweep.axes import Axis
+from klear_lab.sweep.spec import SweepSpec
 
 METHODS = {"grid": "grid", "random": "random", "tpe": "bayes"}
 

@@ -10,7 +10,6 @@ trial is RUNNING anywhere in the study (so resumed sweeps wait for retried trial
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import threading
@@ -27,13 +26,16 @@ from optuna.trial import TrialState
 
 from klear_lab.errors import INTERRUPTED, ConfigError
 from klear_lab.hardware import auto_threads
+from klear_lab.sweep.claim import claimed_trial, take_trial, trial_values
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
-from klear_lab.sweep.queue import NOT_BEFORE_ATTR, claimed_trial, count, retry_history, take_trial, trial_values
+from klear_lab.sweep.queue import count
+from klear_lab.sweep.retry import hold_retry, queue_retry, resumable_run
+from klear_lab.sweep.run_status import mark_interrupted
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
-from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, mark_interrupted
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
 
 _COMPOSE_LOCK = threading.Lock()
 STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
@@ -241,53 +243,6 @@ def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_pa
     except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
         return f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}", None
     return f"trial process exited with code {code}; see {log_path}", process
-
-
-def queue_retry(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:
-    """Enqueue the retry of a trial that Ctrl-C killed or a network failure failed, as Optuna does for a
-    dead worker's (heartbeat, up to the spec's ``max_retry`` per point), so that it continues the trial's
-    run from its checkpoint (``resumable_run``) instead of starting it over, and without first waiting for
-    the trial to look stale. Without heartbeats, or once the point has used up its retries, the rerun
-    enqueues the point again. Returns the queued retry, or None."""
-    retry = study._storage.get_heartbeat_stale_trial_callback()
-    if retry is not None:
-        frozen = copy.deepcopy(killed)
-        frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items()  # the retry's own
-                             if k not in ("error", CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR)}
-        retry(study, frozen)
-    return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-                 if retry_history(t)[-1:] == [killed.number]), None)
-
-
-def hold_retry(study: optuna.Study, retry: optuna.trial.FrozenTrial, base_s: float) -> float:
-    """Hold ``retry`` back for ``base_s`` doubled per earlier retry of its point (an outage of a minute
-    no longer uses up every retry at once); returns the delay."""
-    delay = base_s * 2 ** max(len(retry_history(retry)) - 1, 0)
-    study._storage.set_trial_system_attr(retry._trial_id, NOT_BEFORE_ATTR, time.time() + delay)
-    return delay
-
-
-def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:
-    """The run directory a trial continues: that of the latest failed trial of its point (grid point and
-    seed; a retry's killed predecessor, or a trial the rerun enqueued again once the retries were used
-    up), when that run left a checkpoint and its saved config hashes like ``cfg``."""
-    from klear_lab.resume import as_resolved, resume_config
-    from klear_lab.sweep.grid import canonical_point
-    from klear_lab.sweep.record import RUN_DIR_ATTR
-    from klear_lab.tracking import config_hash
-
-    point = canonical_point(study._storage.get_trial(trial_id).user_attrs.get("point"))
-    earlier = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-               if point is not None and canonical_point(t.user_attrs.get("point")) == point]
-    for trial in sorted(earlier, key=lambda t: t.number, reverse=True):  # the latest attempt first (it may
-        run_dir = trial.user_attrs.get(RUN_DIR_ATTR)                      # have resumed an earlier one)
-        if run_dir:
-            try:
-                saved = resume_config(run_dir)
-            except ConfigError:  # no checkpoint yet, completed, another config...: start over
-                return None
-            return run_dir if config_hash(saved) == config_hash(as_resolved(cfg, saved["model"])) else None
-    return None
 
 
 def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,29 @@ def test_validate_only_and_bad_spec_exit_codes(tmp_path, capsys):
     assert not (tmp_path / "out" / "toy" / "study.db").exists()  # nothing started
 
 
+def test_a_sweep_builds_its_grid_and_counts_its_trials_once(tmp_path, capsys, monkeypatch):
+    """``run_sweep`` built the grid's arms for the name check and again in ``check_spec``, and computed arms x
+    seeds for its trial count and again in ``trial_plan``; each is computed once and passed on."""
+    from klear_lab.sweep import grid, launch
+
+    calls = {"grid_arms": 0, "trial_count": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    real = grid.grid_arms
+    for module in [m for n, m in sys.modules.items() if n.startswith("klear_lab.sweep")]:
+        if getattr(module, "grid_arms", None) is real:  # each module that imported it
+            monkeypatch.setattr(module, "grid_arms", counted("grid_arms", real))
+    monkeypatch.setattr(launch, "trial_count", counted("trial_count", launch.trial_count))
+    assert main(["sweep", str(write_spec(tmp_path, seeds=(0, 1))), "--validate-only"]) == 0
+    assert "3 arm(s) x 2 seed(s) = 6 trials" in capsys.readouterr().out
+    assert calls == {"grid_arms": 1, "trial_count": 1}
+
+
 def test_validate_only_says_how_a_sampled_sweep_uses_its_seeds(tmp_path, capsys):
     """tpe/random: n_trials trials, trial N on seeds[N % len(seeds)]; "5 arm(s) x 2 seed(s) = 5 trials" was said."""
     spec = write_spec(tmp_path, seeds=(0, 1), sampler="tpe", n_trials=5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 from sweep_fixtures import write_spec
 
+from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.grid import (
     Arm,
     arm_label,
@@ -16,7 +17,7 @@ from klear_lab.sweep.grid import (
     point_key,
     trial_layer,
 )
-from klear_lab.sweep.spec import Axis, load_spec
+from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.wandb_export import wandb_sweep_config, write_wandb_sweep
 
 

@@ -12,7 +12,8 @@ from sweep_fixtures import write_spec
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
-from klear_lab.sweep.queue import claimed_trial, missing_points, prepare_study, take_trial, trial_values
+from klear_lab.sweep.claim import claimed_trial, take_trial, trial_values
+from klear_lab.sweep.queue import missing_points, prepare_study
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
 from klear_lab.sweep.worker import threads_per_trial, trial_env
@@ -459,7 +460,7 @@ def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_p
     started over instead of continuing the checkpoint its killed run left."""
     from klear_lab import resume
     from klear_lab.sweep.record import RUN_DIR_ATTR
-    from klear_lab.sweep.worker import resumable_run
+    from klear_lab.sweep.retry import resumable_run
 
     spec, arms, url, study, lock = _setup(tmp_path)
     prepare_study(study, spec, arms, lock)
@@ -482,7 +483,7 @@ def test_a_ddp_trial_pruned_after_its_run_recorded_completion_is_recorded_pruned
     looked finished to `klear-lab runs` and to model.init_from."""
     import json
 
-    from klear_lab.sweep.trial import mark_pruned
+    from klear_lab.sweep.run_status import mark_pruned
 
     (tmp_path / "run.json").write_text(json.dumps({"status": "completed", "config_hash": "abc"}))
     mark_pruned(str(tmp_path), "trial was pruned at step 20")
@@ -513,7 +514,7 @@ def test_a_ctrl_c_marks_only_the_run_of_the_killed_trial_process(tmp_path):
     import json
     import socket
 
-    from klear_lab.sweep.trial import mark_interrupted
+    from klear_lab.sweep.run_status import mark_interrupted
 
     for name, start in (("old", 111), ("live", 222)):
         (tmp_path / name).mkdir()

@@ -12,7 +12,9 @@ from sweep_fixtures import write_spec
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
-from klear_lab.sweep.queue import NOT_BEFORE_ATTR, check_same_base, prepare_study, study_base, take_trial
+from klear_lab.sweep.claim import take_trial
+from klear_lab.sweep.queue import check_same_base, prepare_study, study_base
+from klear_lab.sweep.retry import NOT_BEFORE_ATTR
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
 from klear_lab.sweep.worker import fail_stale
@@ -115,7 +117,7 @@ def test_widening_after_a_kill_says_when_to_run_again(tmp_path):
 def test_a_queued_retry_is_found_and_held_back_longer_each_time(tmp_path):
     """The retry of a killed trial is found through Optuna's ``retry_history``, and each further retry of
     the same point is held back twice as long as the one before."""
-    from klear_lab.sweep.worker import hold_retry, queue_retry
+    from klear_lab.sweep.retry import hold_retry, queue_retry
 
     spec, url, study, lock = _setup(tmp_path)
     first = study._storage.get_trial(take_trial(study, spec, lock))
@@ -135,7 +137,7 @@ def test_a_queued_retry_is_found_and_held_back_longer_each_time(tmp_path):
 def test_a_queued_retry_is_taken_before_the_points_not_started(tmp_path):
     """After Ctrl-C the rerun started the next arm and left the killed trial's retry (which continues its
     run from the checkpoint) behind it (found by a new-user walkthrough)."""
-    from klear_lab.sweep.worker import queue_retry
+    from klear_lab.sweep.retry import queue_retry
 
     spec, url, study, lock = _setup(tmp_path)
     first = study._storage.get_trial(take_trial(study, spec, lock))

@@ -45,10 +45,25 @@ def test_unknown_top_level_key(tmp_path):
     assert "unknown key 'axis'" in _error(_edit(write_spec(tmp_path), axis={"optim.lr": [1]}))
 
 
+def test_a_misspelt_top_level_key_gets_a_did_you_mean(tmp_path):
+    """``seedz:`` was refused with the list of allowed keys only, unlike a misspelt experiment key."""
+    path = write_spec(tmp_path)
+    assert "unknown key 'seedz' (did you mean 'seeds'?); allowed: axes," in _error(_edit(path, seedz=[0, 1]))
+    assert "unknown key 'zzz'; allowed:" in _error(_edit(path, seedz=None, zzz=1))  # nothing near: no guess
+
+
 def test_an_experiment_config_given_as_a_spec_is_named_so(repo_root):
     """It said "unknown key 'data'; allowed: axes, ...", as if the experiment were a misspelt spec."""
     with pytest.raises(ConfigError, match=r"sft\.yaml: an experiment config \(keys data, .*\), not a sweep spec"):
         load_spec(Path(repo_root) / "experiments/quickstart/sft.yaml")
+
+
+def test_an_analysis_spec_given_as_a_sweep_spec_says_which_command_takes_it(repo_root):
+    """It said "unknown key 'benchmarks'; allowed: axes, ...": a reproduce spec given to ``klear-lab sweep``."""
+    path = Path(repo_root) / "analysis/fig2_clip.yaml"
+    with pytest.raises(ConfigError, match=r"fig2_clip\.yaml: an analysis spec \(keys benchmarks, .*\), not a sweep "
+                                          r"spec: `klear-lab reproduce .*fig2_clip\.yaml` shows it"):
+        load_spec(path)
 
 
 def test_axis_key_not_in_config(tmp_path):
@@ -450,7 +465,8 @@ def test_an_out_dir_that_is_a_file_is_refused_by_validation(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("length, what", [(300, "is 300 bytes, but a directory name may have at most 255"),
-                                          (240, "a trial's run directory would be named like 'xxx")])
+                                          (240, "the run directory of a trial's evaluation (`klear-lab compare "
+                                                "--rescore`) would be named like 'xxx")])
 def test_a_name_too_long_for_a_directory_is_refused_by_validation(tmp_path, capsys, length, what):
     """A 300-character ``--name`` (the sweep's directory), or one that leaves no room for a trial run's time,
     hash and seed, said OK; the sweep or each of its trials failed later, creating its directory."""
@@ -464,21 +480,33 @@ def test_a_name_too_long_for_a_directory_is_refused_by_validation(tmp_path, caps
     assert not (tmp_path / "out").exists()  # validation makes no directory
 
 
-def test_the_longest_name_validation_accepts_gives_trials_that_compose(tmp_path, capsys):
+def test_the_longest_name_validation_accepts_gives_trials_and_evaluations_their_whole_names(tmp_path, capsys):
     """Validation measured a trial's run directory 3 bytes shorter than the trial's own check (no room for a
-    second run started in the same second): names at the boundary validated, and every trial was refused."""
+    second run started in the same second), and then without the ``-eval`` that ``compare --rescore`` adds to
+    the name of each trial's evaluation run: names at the boundary validated, then every trial was refused,
+    or every evaluation (now: its name cut, the arm's label first). The evaluation's name is taken from
+    ``klear-lab eval``'s own code here."""
     from klear_lab.cli_sweep import main
+    from klear_lab.config.yaml_io import dump_yaml
+    from klear_lab.stages.eval import _eval_run
     from klear_lab.sweep.grid import trial_layer
 
     path = write_spec(tmp_path)
     accepted = [n for n in range(200, 240) if main(["sweep", str(path), "--validate-only", "--name", "x" * n]) == 0]
     capsys.readouterr()
     assert accepted and accepted == list(range(200, accepted[-1] + 1))
+
+    def run_names(spec, arm, seed):
+        """The trial's run.name (the trial composes: no ConfigError), its evaluation's as `klear-lab eval` gives it."""
+        cfg = spec.compose([trial_layer(spec, arm.params, seed, None, None, arm.label)])
+        (tmp_path / "config.yaml").write_text(dump_yaml(cfg))
+        return cfg["run"]["name"], _eval_run(tmp_path / "config.yaml", "unused")[1]["name"]
+
     spec = load_spec(path, name="x" * accepted[-1])
     for arm in grid_arms(spec):
         for seed in spec.seeds:
-            spec.compose([trial_layer(spec, arm.params, seed, None, None, arm.label)])  # no ConfigError
-    with pytest.raises(ConfigError, match="run.name is"):
-        long = load_spec(path, name="x" * (accepted[-1] + 1))
-        arm = grid_arms(long)[0]
-        long.compose([trial_layer(long, arm.params, max(long.seeds), None, None, arm.label)])
+            trial, evaluation = run_names(spec, arm, seed)
+            assert evaluation == f"{trial}-eval"  # whole: the arm's label kept
+    long = load_spec(path, name="x" * (accepted[-1] + 1))
+    trial, evaluation = run_names(long, grid_arms(long)[0], max(long.seeds))
+    assert evaluation != f"{trial}-eval"  # one byte more and it is cut: validation refuses no name that fits

@@ -1,0 +1,47 @@
+"""A trial's run record (``run.json``) given the end its run could not record itself.
+
+A run the pruner stopped under DDP recorded itself completed before the pruning decision surfaced
+(``trial.run_job``); a trial process a Ctrl-C of its sweep SIGKILLed left its run "running" (the worker).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def mark_pruned(run_dir: str | None, reason: str) -> None:
+    """Record a run the pruner stopped as ``pruned`` in its ``run.json`` (so ``klear-lab runs --status pruned``
+    lists it and ``model.init_from`` never takes it for a finished run)."""
+    from klear_lab.tracking import write_json
+
+    path = Path(run_dir or "") / "run.json"
+    if run_dir and path.is_file():
+        write_json(path, {**json.loads(path.read_text()), "status": "pruned", "error": f"pruned: {reason}"})
+
+
+def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None) -> Path | None:
+    """Record the run that trial process ``pid`` (started at ``pid_start``) was writing when a Ctrl-C of its
+    sweep SIGKILLed it as a Ctrl-C'd ``klear-lab train`` records itself: failed, "interrupted (Ctrl-C)" (its
+    ``run.json`` said running, which ``klear-lab runs`` shows as stopped). Its retry continues it all the
+    same. A record of another process given the same pid (a ``kill -9``ed sweep's, before a restart) is
+    told apart by its start time. Returns its directory."""
+    import socket
+
+    from klear_lab.errors import INTERRUPTED
+    from klear_lab.tracking import write_json
+
+    for path in runs_dir.glob("*/run.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):  # unreadable: not a record a trial wrote (write_json replaces it whole)
+            continue
+        if not (isinstance(record, dict) and record.get("status") == "running" and record.get("pid") == pid
+                and record.get("host") == socket.gethostname()):
+            continue
+        if None not in (pid_start, record.get("pid_start")) and record["pid_start"] != pid_start:
+            continue
+        kept = {k: v for k, v in record.items() if k not in ("pid", "pid_start")}  # as run.py's failed record
+        write_json(path, {**kept, "status": "failed", "error": INTERRUPTED})
+        return path.parent
+    return None
