@@ -148,9 +148,11 @@ def key_rows(config: dict[str, Any], prefix: str = "") -> list[tuple[str, str, s
                 f"{'A list of' if many else 'The'} {axis} component{'s' * bool(many)} ({REGISTRIES[axis].doc}): "
                 f"`klear-lab components {axis}` lists the choices and their parameters.")
         node = [(key, _text(value["name"] if axis and not f.metadata.get("many") else value), described)]
-        if axis and not f.metadata.get("many"):
-            docs = field_docs(REGISTRIES[axis].get(value["name"]))
-            node += [(f"{key}.{param}", _text(v), docs.get(param, "")) for param, v in value.items() if param != "name"]
+        if axis and f.metadata.get("many"):  # each list item, as overrides name it: data.sources.0.n_prompts
+            for i, item in enumerate(_at(config, key)):
+                node += _component_rows(f"{key}.{i}", axis, item, f"item {i} of {key}")
+        elif axis:
+            node += _component_rows(key, axis, value, "")[1:]
         everything += [k for k, _, _ in node]
         rows += [r for r in node if not prefix or r[0] == prefix or r[0].startswith(prefix + ".")]
     if not rows:
@@ -159,6 +161,16 @@ def key_rows(config: dict[str, Any], prefix: str = "") -> list[tuple[str, str, s
         did = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise ConfigError(f"no config key at or under {prefix!r}{did}; sections: {', '.join(sections)}")
     return rows
+
+
+def _component_rows(key: str, axis: str, node: dict[str, Any], what: str) -> list[tuple[str, str, str]]:
+    """(key, value, description) of a component node (its name, described as ``what``) and each parameter,
+    described by the component's docstring where it documents them."""
+    from klear_lab.registry import REGISTRIES
+
+    docs = field_docs(REGISTRIES[axis].get(node["name"]))
+    return [(key, _text(node["name"]), f"{what}: a {axis} component" if what else ""),
+            *((f"{key}.{param}", _text(v), docs.get(param, "")) for param, v in node.items() if param != "name")]
 
 
 def _at(config: dict[str, Any], key: str) -> Any:
