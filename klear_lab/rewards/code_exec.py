@@ -59,49 +59,57 @@ def check_tests(uid: str, tests: list[Any]) -> None:
 class CodeExecReward:
     """Test-based code reward of Klear-Reasoner (arXiv 2508.07629, §3.2; official ``code_r1_compute``).
 
-    Checks in order: no ``</think>`` → ``missing_think_close`` (−0.5); no ``<think>`` →
-    ``missing_think_open`` (−2.0); no fenced ``python`` block after the last ``</think>`` → ``no_code``
-    (−1). Otherwise the block must define ``func_name`` (``f``), which is called on at most
-    ``max_tests`` (16, as the official code; None: all, as LiveCodeBench evaluation) of ``Record.tests``
-    (``{"input": [args], "output": value}``; tests ``{"stdin": str, "stdout": str}``, as verl code data
-    holds, run the block as a whole program per test instead), drawn with
-    ``random.Random(f"{seed}/{record.uid}")`` (same subset for a record on every call), all in one
-    sandbox process (``process_per_test``: one each). Each test (and defining the solution) gets
-    ``timeout_s``, as the official code runs each test under its own 35 s limit; a slow test fails and
-    the next one runs. The whole run gets ``total_timeout_s``, a hard cap (None:
-    :func:`~klear_lab.rewards.harness.total_limit_s`, plus time for fresh sandboxes and stalls). With
-    ``record_limits`` (as the official code reads them per problem; the paper code RL config sets it for
-    training), a record's own per-test timeout and test cap (a verl spec's ``timeout`` and
-    ``max_test_cases``, in ``Record.meta`` as ``test_timeout_s`` and ``max_tests``) replace ``timeout_s``
-    and ``max_tests`` for that record; off by default, so that
-    ``max_tests: null`` judges on every test, as LiveCodeBench. Scores by ``mode``, with p the pass rate:
-
-    - ``soft`` (paper's soft reward, default): p ∈ [0, 1] ("4/16 passed → 0.25").
-    - ``hard`` (Fig. 3 baseline, "positive only if all tests pass"): +1 if p == 1 else −1.
-    - ``affine`` (official code: mean of ±1 per test): 2p − 1 ∈ [−1, 1].
-
-    ``acc`` is True iff every drawn test passed (then the score is 1 in all modes). Up to
-    ``workers`` completions run in parallel, each in its own sandbox.
-
-    ``process_per_test`` runs each test in a sandbox of its own, as the official training reward runs
-    each test as its own process (LiveCodeBench's evaluation runs a problem's tests in one): a program
-    that goes looking for the harness' internals can then not report results for tests it did not run
-    (the one gap of the shared sandbox, README "Code rewards"), and nothing one test leaves behind
-    reaches the next. It costs a sandbox start per test (``scripts/bench_code_reward.py``); off by default.
+    Checks in order: no ``</think>`` → ``missing_think_close``; no ``<think>`` → ``missing_think_open``;
+    no fenced ``python`` block after the last ``</think>`` → ``no_code``. Otherwise the block runs on at
+    most ``max_tests`` of ``Record.tests`` in a bubblewrap sandbox: a function test ``{"input": [args],
+    "output": value}`` calls ``func_name``; a program test ``{"stdin": str, "stdout": str}``, as verl code
+    data holds, runs the block as a whole program. Each test (and defining the solution) gets
+    ``timeout_s``: a slow test fails and the next one runs; the whole run gets ``total_timeout_s``. The
+    score is ``mode``'s function of the pass rate p of the drawn tests; ``acc`` is True iff every drawn
+    test passed (then the score is 1 in all modes). Up to ``workers`` completions run in parallel, each in
+    its own sandbox.
     """
 
     mode: str = "soft"
+    """Score from the pass rate p: ``soft`` (p ∈ [0, 1], the paper's soft reward: "4/16 passed → 0.25"),
+    ``hard`` (+1 if p == 1, else −1: the Fig. 3 baseline) or ``affine`` (2p − 1 ∈ [−1, 1], the official
+    code's mean of ±1 per test); paper.md §3.2."""
     no_code: float = -1.0
+    """Score of a response with both think tags but no fenced ``python`` (or ``py``) block after the last
+    ``</think>`` (the official code's −1, paper.md §3.2)."""
     missing_think_close: float = -0.5
+    """Score of a response without ``</think>`` (e.g. truncated), checked first (the official code's −0.5,
+    paper.md §3.1)."""
     missing_think_open: float = -2.0
+    """Score of a response with ``</think>`` but no ``<think>`` (the official code's −2.0, paper.md §3.1)."""
     max_tests: int | None = 16
+    """Most tests run per completion: a record with more runs a seeded random subset of this many (the
+    official code's 16, paper.md §3.2); None runs all, as LiveCodeBench evaluation."""
     timeout_s: float = 35.0
+    """Seconds each test, and defining the solution, may take; a slow test fails and the next one runs (the
+    official code's 35 s per test, paper.md §3.2)."""
     total_timeout_s: float | None = None
+    """Hard cap in seconds on one completion's whole run; None: every test's limit, one more for defining
+    the solution (:func:`~klear_lab.rewards.harness.total_limit_s`), plus time for fresh sandboxes and stalls."""
     workers: int = 4
+    """Completions scored at a time (threads, each running its own sandbox)."""
     seed: int = 0
+    """Seed of the test subset when a record has more than ``max_tests``: ``random.Random(f"{seed}/{uid}")``,
+    so a record is judged on the same subset on every call."""
     func_name: str = "f"
+    """The function a function test calls (a Python identifier; the embedded code world's is ``f``); program
+    tests (stdin/stdout) do not use it."""
     record_limits: bool = False
+    """Let a record's own per-test timeout and test cap (a verl spec's ``timeout``/``max_test_cases``, in
+    ``Record.meta`` as ``test_timeout_s``/``max_tests``) replace ``timeout_s``/``max_tests`` for it, as the
+    official code reads them per problem (``experiments/paper/rl/code.yaml`` sets it for training); off by
+    default, so that ``max_tests: null`` judges on every test, as LiveCodeBench."""
     process_per_test: bool = False
+    """Run each test in a sandbox of its own, as the official training reward runs each test as its own
+    process (LiveCodeBench's evaluation runs a problem's tests in one): a program that goes looking for the
+    harness' internals can then not report results for tests it did not run (the one gap of the shared
+    sandbox, README "Code rewards"), and nothing one test leaves behind reaches the next. It costs a sandbox
+    start per test (``scripts/bench_code_reward.py``)."""
 
     tasks: ClassVar[tuple[str, ...]] = ("code",)  # the Record.task values it can score
 

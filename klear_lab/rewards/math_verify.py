@@ -19,27 +19,36 @@ from klear_lab.rewards.pool import PoolResult, ScoringPool
 class MathVerifyReward:
     r"""Rule-based math reward of Klear-Reasoner (arXiv 2508.07629, §3.1; official ``math_dapo``).
 
-    Checks in order: no ``</think>`` → ``missing_think_close`` (−0.5); no ``<think>`` →
-    ``missing_think_open`` (−2.0); the text after the last ``</think>`` matches the ground truth
-    (``Record.answer``) → ``correct`` (+1); otherwise, unparseable or timed out → ``wrong`` (−1).
-    Values are the official code's (``reward_config.ScoringConfig``); the paper only says a
-    missing tag is penalized. ``acc`` is ``score == correct``.
+    Checks in order: no ``</think>`` → ``missing_think_close``; no ``<think>`` → ``missing_think_open``;
+    the text after the last ``</think>`` matches the ground truth (``Record.answer``) → ``correct``;
+    otherwise, unparseable or timed out → ``wrong``. The default values are the official code's
+    (``reward_config.ScoringConfig``); the paper only says a missing tag is penalized. ``acc`` is
+    ``score == correct``.
 
     Equivalence: exact match of the last ``\\boxed{}`` content, else math-verify
-    ``verify(parse("\\boxed{gt}"), parse(answer))``, each of the three steps under math-verify's own
-    ``timeout_s`` alarm (the official code's 5 s for parse and for verify). Batches of at least
-    ``inline_below`` items, or calls off the main thread, run in a pool of ``workers`` processes,
-    with the same alarms and a hard kill (``item_limit_s``) for what an alarm cannot stop; smaller
-    batches run inline. Call ``close()`` (or use ``with``) to stop the pool.
+    ``verify(parse("\\boxed{gt}"), parse(answer))``, each of the three math-verify steps under
+    ``timeout_s``. Batches of at least ``inline_below`` items, or calls off the main thread, run in a
+    pool of ``workers`` processes, with the same alarms and a hard kill (``item_limit_s``) for what an
+    alarm cannot stop; smaller batches run inline. Call ``close()`` (or use ``with``) to stop the pool.
     """
 
     correct: float = 1.0
+    """Score of a correct answer (+1, paper.md §3.1); the other scores must differ from it."""
     wrong: float = -1.0
+    """Score of a wrong, unparseable or timed-out answer (the official code's −1, paper.md §3.1)."""
     missing_think_close: float = -0.5
+    """Score of a response without ``</think>`` (e.g. truncated), checked first (the official code's −0.5,
+    paper.md §3.1)."""
     missing_think_open: float = -2.0
+    """Score of a response with ``</think>`` but no ``<think>`` (the official code's −2.0, paper.md §3.1)."""
     timeout_s: float = 5.0
+    """math-verify's own alarm in seconds (rounded up to whole seconds) for each of parsing the answer,
+    parsing the ground truth and verifying (the official code's 5 s, paper.md §3.1)."""
     workers: int = 2
+    """Worker processes of the scoring pool (started at the first batch that does not run inline)."""
     inline_below: int = 16
+    """Batches of fewer items, called from the main thread, are scored inline, without the pool; 0 = always
+    use the pool."""
 
     tasks: ClassVar[tuple[str, ...]] = ("math",)  # the Record.task values it can score
 

@@ -16,17 +16,23 @@ from klear_lab.registry import DATA_MIX
 class TopKMix:
     """The ``k`` best sources (quality_rank 1 = best), ``budget`` records split evenly over them.
 
-    Paper Tables 4-5 (math / code SFT, Top1...Top10): the total stays at 31,600 examples
-    whatever K, so adding lower-quality sources dilutes the best ones. ``k`` 0 or None keeps
-    all sources. ``select`` picks a source's share: ``random`` or ``kcenter`` (the paper's K-Center
-    Greedy on prompts, ``mixes.kcenter``, hashed into ``kcenter_dim`` features). See ``mixes.base``
-    for sampling when a pool is smaller than its share.
+    Paper Tables 4-5 (math / code SFT, Top1...Top10): the total stays at 31,600 examples whatever K, so
+    adding lower-quality sources dilutes the best ones. See ``mixes.base`` for sampling when a pool is
+    smaller than its share.
     """
 
     k: int | None = 1
+    """How many sources to keep, by ``quality_rank`` (ties by name): the paper's TopK (paper.md §4.2 Tables
+    4-5); 0 or None keeps all, more than are configured is an error."""
     budget: int = 31600
+    """Records drawn in all, split evenly over the kept sources (the remainder one each to the best); the
+    paper's 31,600 per setting (paper.md §4.2 Tables 4-5)."""
     select: Literal["random", "kcenter"] = "random"
+    """Which records fill a source's share: ``random`` (uniform, without replacement) or ``kcenter`` (K-Center
+    Greedy on the prompts, the paper's choice, paper.md §4.2; ``mixes.kcenter``)."""
     kcenter_dim: int = 256
+    """Hashed word-unigram and -bigram features per prompt for ``kcenter``'s cosine distance (1-65536);
+    unused by ``random``."""
 
     def __post_init__(self) -> None:
         check_selection(self.select, self.kcenter_dim)

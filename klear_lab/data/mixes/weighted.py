@@ -14,19 +14,25 @@ from klear_lab.registry import DATA_MIX
 @DATA_MIX.register("weighted")
 @dataclass(frozen=True)
 class WeightedMix:
-    """``budget`` records split over sources in proportion to ``weights`` (source name -> ratio).
+    """``budget`` records split over sources in proportion to ``weights``.
 
     For mixes beyond the paper's even top-K split (Tables 4-5 hold 31,600 examples per setting;
-    the final recipe mixes math and code, §4.2). Sources missing from ``weights`` get none;
-    empty ``weights`` means equal ratios. Counts use largest-remainder rounding, so they sum to
-    ``budget`` exactly. ``select`` picks a source's share: ``random`` or ``kcenter`` (K-Center Greedy
-    on prompts, ``mixes.kcenter``). See ``mixes.base`` for sampling when a pool is smaller than its share.
+    the final recipe mixes math and code, §4.2). See ``mixes.base`` for sampling when a pool is smaller
+    than its share.
     """
 
     weights: dict[str, float] = field(default_factory=dict)
+    """Source name (a file source's ``label``) -> ratio >= 0; sources missing or at 0 get no records, and
+    empty weights mean equal ratios. Naming a source that is not configured is an error."""
     budget: int = 31600
+    """Records drawn in all, split by ``weights`` with largest-remainder rounding so the counts sum to it
+    exactly; the paper's 31,600 per top-K setting (paper.md §4.2 Tables 4-5)."""
     select: Literal["random", "kcenter"] = "random"
+    """Which records fill a source's share: ``random`` (uniform, without replacement) or ``kcenter`` (K-Center
+    Greedy on the prompts, the paper's choice, paper.md §4.2; ``mixes.kcenter``)."""
     kcenter_dim: int = 256
+    """Hashed word-unigram and -bigram features per prompt for ``kcenter``'s cosine distance (1-65536);
+    unused by ``random``."""
 
     def __post_init__(self) -> None:
         check_selection(self.select, self.kcenter_dim)

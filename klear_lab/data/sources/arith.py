@@ -18,23 +18,40 @@ STYLES = ("padded", "full", "steps", "terse", "noisy")
 class ArithSource:
     """Multi-step arithmetic with chain-of-thought teacher responses (embedded task world).
 
-    Quality is controlled by ``teacher_error`` (share of responses with one wrong step, the
-    error propagating to the answer) and ``style`` (``full`` column traces, ``steps``, ``terse``,
-    ``noisy``). ``levels``/``level_weights`` set the difficulty mix (see ``world.arithmetic``).
-    ``shared_prompts``: draw the prompts from a generator of their own, not the teacher's, so that
-    every teacher with the same seed, ``n_prompts`` and levels answers the same prompts in the same
-    order (paper Table 3: one prompt set, three teachers); off, each teacher's prompts differ.
+    A teacher's quality is set by ``teacher_error`` and ``style``, the difficulty mix by ``levels`` and
+    ``level_weights`` (see ``world.arithmetic``). Records are deterministic in the world seed
+    (``data.world_seed``) plus ``seed_offset``; the eval split holds prompts of the held-out partition
+    (``sources.base.is_heldout``), so no eval prompt is ever trained on.
     """
 
     n_prompts: int = 2000
+    """Distinct prompts per split: ``n_prompts * responses_per_prompt`` train records, ``n_prompts`` eval
+    records."""
     responses_per_prompt: int = 1
+    """Teacher responses per train prompt, each drawn on its own (error and all); eval prompts get one
+    (the paper's final SFT set has up to 16 per prompt, paper.md §4.2)."""
     levels: tuple[int, ...] = (1, 2, 3)
+    """Difficulty levels drawn from (``Record.difficulty``): 1 = two ``+``/``-`` operations, 2 = three,
+    3 = three with one ``*`` by a one-digit factor; operands two-digit."""
     level_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
+    """Relative weight of each entry of ``levels`` when drawing a prompt's level (as many as ``levels``,
+    each >= 0, positive sum)."""
     teacher_error: float = 0.0
+    """Probability (0-1) that a response gets one intermediate result wrong (off by ±1, ±2 or ±10), the error
+    propagating to its stated answer (``response_correct`` False)."""
     style: str = "full"
+    """How responses reason: ``padded`` (fixed-width, zero-padded column traces), ``full`` (column traces
+    with carries), ``steps`` (one ``a+b=c`` line per step), ``terse`` (the answer alone) or ``noisy`` (``full``
+    with filler lines)."""
     quality_rank: int = 1
+    """Rank for the ``top_k`` data mix, 1 = best (as the paper ranks its sources, paper.md §4.2 Tables 4-5)."""
     seed_offset: int = 0
+    """Added to the world seed for this source's draws: copies of one source (same name and levels) with
+    different offsets give different prompts and responses."""
     shared_prompts: bool = False
+    """Draw the prompts from a generator of their own, not the teacher's, so that every teacher with the
+    same seed (+ ``seed_offset``), ``n_prompts`` and levels answers the same prompts in the same order
+    (paper.md §4.2 Table 3: one prompt set, three teachers); off, each teacher's prompts differ."""
 
     def __post_init__(self) -> None:
         check_teacher_fields(self, STYLES, arithmetic.LEVELS)

@@ -26,14 +26,13 @@ def column_fact(x: int, op: str, y: int, carry: int) -> str:
 @SOURCE.register("arith_facts")
 @dataclass(frozen=True)
 class ArithFacts:
-    """Column-fact drill (x, y in 0..9, carry in 0..1, + and -): 400 distinct facts, sampled.
-
-    ``n_records`` records are drawn uniformly with replacement (seeded), so every fact appears
-    about ``n_records / 400`` times.
-    """
+    """Column-fact drill (x, y in 0..9, carry in 0..1, + and -): 400 distinct facts, sampled."""
 
     n_records: int = 3000
+    """Train records, each a fact drawn uniformly with replacement (seeded by the world seed), so every fact
+    appears about ``n_records / 400`` times; the eval split is always empty."""
     quality_rank: int = 1
+    """Rank for the ``top_k`` data mix, 1 = best (as the paper ranks its sources, paper.md §4.2 Tables 4-5)."""
 
     def __post_init__(self) -> None:
         if self.n_records < 0:

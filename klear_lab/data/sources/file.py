@@ -35,30 +35,35 @@ COLUMNS: dict[str, dict[str, str]] = {
 class FileSource:
     """Records read from real data: verl RL parquet/jsonl, messages-style SFT data, or plain records.
 
-    Serves the paper's real-data runs (§6: MathSub-30K / CodeSub-15K in verl layout; SFT data as
-    chat messages). ``path`` is a ``.jsonl``/``.json``/``.parquet`` file, a directory written by
-    ``datasets.save_to_disk``, or (when ``HF_HUB_OFFLINE`` is unset) a hub id. The ``eval`` split
-    (read for ``data.eval_sources``) is ``eval_path``, or ``path`` when that is unset. ``format``
-    ``auto`` picks ``messages`` if rows have ``messages``, ``verl`` if they have ``reward_model``,
-    else ``records``. ``fields`` maps record fields to columns (``{prompt: question, answer:
-    solution}``). ``task`` ``auto`` reads verl ``ability``/``data_source`` (``code`` if it contains
-    "code"), else ``math``. Code ground truth is the JSON test spec, kept verbatim in ``answer``;
-    its ``inputs``/``outputs`` pairs also fill ``tests``, and its optional ``timeout`` (seconds per test)
-    and ``max_test_cases`` go to ``meta`` (``test_timeout_s``, ``max_tests``) for the code reward's
-    ``record_limits``.
-    ``label`` names the records' source (what per-source metrics such as ``val/<label>/acc`` call
-    them), over the file's ``source`` / ``data_source`` column and the file name. Loading is
-    all-or-nothing; the seed is unused (file order is kept).
+    Serves the paper's real-data runs (paper.md §6: MathSub-30K / CodeSub-15K in verl layout; SFT data as
+    chat messages). Code ground truth is the JSON test spec, kept verbatim in ``answer``; its
+    ``inputs``/``outputs`` pairs also fill ``tests``, and its optional ``timeout`` (seconds per test) and
+    ``max_test_cases`` go to ``meta`` (``test_timeout_s``, ``max_tests``) for the code reward's
+    ``record_limits``. Loading is all-or-nothing; the seed is unused (file order is kept).
     """
 
     path: str = ""
+    """The data: a ``.jsonl``/``.json``/``.parquet`` file (relative to the working directory; ``~`` expands),
+    a ``datasets.save_to_disk`` directory, or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split."""
     eval_path: str | None = None
+    """What the ``eval`` split (``data.eval_sources``) reads, in the forms of ``path``; None = ``path``."""
     format: str = "auto"
+    """Row layout: ``verl`` (``prompt``, ``reward_model.ground_truth``, ``data_source``, ``ability``),
+    ``messages`` (chat ``messages``), ``records`` (``Record`` fields), or ``auto``: ``messages`` if the
+    first row has ``messages``, ``verl`` if it has ``reward_model``, else ``records``."""
     fields: dict[str, str] = field(default_factory=dict)
+    """Record field -> column, over the layout's mapping; dotted paths reach into nested objects
+    (``{prompt: question, answer: solution}``)."""
     task: str = "auto"
+    """``math`` or ``code`` for every row, or ``auto``: the row's task column (verl ``ability``) if it says
+    one, else ``code`` if the row has tests or its ``source``/``data_source`` contains "code", else ``math``."""
     quality_rank: int = 1
+    """Rank for the ``top_k`` data mix, 1 = best (as the paper ranks its sources, paper.md §4.2 Tables 4-5)."""
     limit: int | None = None
+    """Read only the first ``limit`` rows (>= 1) of the split's file; None = all."""
     label: str | None = None
+    """Names the records' source (per-source metrics such as ``val/<label>/acc``, ``weighted`` mix keys),
+    over the rows' ``source``/``data_source``; None: that column, else the file name (the mix: ``file``)."""
 
     def __post_init__(self) -> None:
         if self.label is not None and not self.label.strip():

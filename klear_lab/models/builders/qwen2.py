@@ -21,19 +21,31 @@ SIZES = {
 class TinyQwen2:
     """A Qwen2 architecture (RMSNorm, RoPE, GQA, SwiGLU) at a named tiny size: 2m, 10m, 30m.
 
-    Any of ``hidden_size``/``num_layers``/``num_heads``/``intermediate_size`` overrides the
-    size preset when > 0.
+    Each shape field (``hidden_size``, ``num_layers``, ``num_heads``, ``num_kv_heads``,
+    ``intermediate_size``) overrides the ``size`` preset when > 0; the vocabulary is the run's tokenizer's
+    (``model.tokenizer_vocab``).
     """
 
     size: str = "2m"
+    """Preset shape (hidden, layers, heads/kv heads, MLP width; parameters at vocab 512): ``2m`` (192, 4,
+    4/2, 576; ~1.9M), ``10m`` (288, 10, 4/2, 864; ~9.5M) or ``30m`` (448, 12, 8/4, 1344; ~29M)."""
     max_position_embeddings: int = 1024
+    """Positions (tokens) the model is built for; nothing truncates there, but a run whose longest sequence
+    (``data.max_length``, ``rl.max_prompt_tokens + rl.max_new_tokens``, ``eval.max_new_tokens``) exceeds it warns."""
     hidden_size: int = 0
+    """Model width; must split into ``num_heads`` heads of an even size (RoPE). 0 = the preset's."""
     num_layers: int = 0
+    """Decoder layers. 0 = the preset's."""
     num_heads: int = 0
+    """Attention (query) heads, a multiple of ``num_kv_heads``. 0 = the preset's."""
     num_kv_heads: int = 0
+    """Key/value heads of grouped-query attention, dividing ``num_heads``. 0 = the preset's."""
     intermediate_size: int = 0
+    """Inner width of the SwiGLU MLP. 0 = the preset's."""
     rope_theta: float = 10000.0
+    """Base of the rotary position encoding's frequencies (RoPE ``theta``, > 0)."""
     tie_word_embeddings: bool = True
+    """Share the input embedding matrix with the output (LM head) projection."""
 
     def __post_init__(self) -> None:
         """Shapes HF would refuse with a traceback, or accept and train on NaNs (``rope_theta <= 0``)."""
