@@ -32,6 +32,19 @@ def still_running(identity: dict[str, Any]) -> bool:
     return b"klear" in cmdline  # a record from before pid_start: the best guess
 
 
+def live_status(record: dict[str, Any]) -> str:
+    """What a run's ``run.json`` status means now: a ``running`` record whose writer is gone (``kill -9``,
+    preemption, the OOM killer) is ``stopped``, and one written on another machine, whose processes cannot
+    be checked from here, ``unknown``; any other status as recorded (``klear-lab runs`` and ``klear-lab
+    eval`` must tell a run the same way)."""
+    recorded = record.get("status", "unknown")
+    if recorded != "running":
+        return recorded
+    if record.get("host") not in (None, socket.gethostname()):
+        return "unknown"
+    return "running" if still_running(record) else "stopped"
+
+
 def process_start(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None."""
     try:

@@ -27,6 +27,7 @@ from klear_lab.errors import ConfigError, DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import Sampling, evaluate
 from klear_lab.loggers import make_loggers
+from klear_lab.run_owner import live_status
 from klear_lab.stages.common import check_wandb_login, finish_loggers, log_samples_table, write_samples
 from klear_lab.tracking import RUN_DIR_NAME_MAX, longest_run_dir_name, run_id_of
 
@@ -122,7 +123,9 @@ def unscorable(path: Path) -> str | None:
                 "experiment file")
     try:
         record = json.loads(status.read_text())
-        state, error = record.get("status"), recorded_error(path, record)
+        state, error = live_status(record), recorded_error(path, record)  # as `klear-lab runs` shows it
+        if state == "unknown" and record.get("host"):  # recorded running on another machine
+            error = f"running on {record['host']} (pid {record.get('pid')}): not checked from here"
     except (ValueError, AttributeError):
         state, error = "unreadable", None
     if state != "completed":  # a stopped run has no final model: say so, and how to finish it

@@ -2,7 +2,8 @@
 
 Optuna queues the retry of a dead worker's trial itself (heartbeats, ``storage.py``); here the same is done
 for a trial whose end the worker saw, a network failure's retry waits longer each time, and a retry continues
-its predecessor's run from its checkpoint instead of starting over.
+its predecessor's run from its checkpoint instead of starting over (and a run a retry started over in a
+new directory is named superseded, ``superseded_runs``).
 """
 
 from __future__ import annotations
@@ -74,3 +75,22 @@ def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> st
                 return None
             return run_dir if config_hash(saved) == config_hash(as_resolved(cfg, saved["model"])) else None
     return None
+
+
+def superseded_runs(study: optuna.Study, trial_id: int) -> list[tuple[str, str, int]]:
+    """The runs of ``trial_id``'s point (grid point and seed) that a later attempt started over instead of
+    continuing (no checkpoint yet, another config): (the failed trial's run directory, the next attempt's,
+    that attempt's trial number), oldest first. A retry inherits its predecessor's ``run_dir`` (Optuna copies
+    the user attributes) until its own run starts, so one that resumed it, or never got as far as a run of
+    its own, names the same directory and supersedes nothing."""
+    from klear_lab.sweep.grid import canonical_point
+    from klear_lab.sweep.record import RUN_DIR_ATTR
+
+    point = canonical_point(study._storage.get_trial(trial_id).user_attrs.get("point"))
+    if point is None:
+        return []
+    attempts = sorted((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(RUN_DIR_ATTR)
+                       and canonical_point(t.user_attrs.get("point")) == point), key=lambda t: t.number)
+    return [(old.user_attrs[RUN_DIR_ATTR], new.user_attrs[RUN_DIR_ATTR], new.number)
+            for old, new in zip(attempts, attempts[1:])
+            if old.state == TrialState.FAIL and old.user_attrs[RUN_DIR_ATTR] != new.user_attrs[RUN_DIR_ATTR]]

@@ -1,7 +1,8 @@
 """A trial's run record (``run.json``) given the end its run could not record itself.
 
 A run the pruner stopped under DDP recorded itself completed before the pruning decision surfaced
-(``trial.run_job``); a trial process a Ctrl-C of its sweep SIGKILLed left its run "running" (the worker).
+(``trial.run_job``); a trial process a Ctrl-C of its sweep SIGKILLed left its run "running" (the worker); a
+run whose trial's retry started over elsewhere is no longer the point's run (``kill -9`` before a checkpoint).
 """
 
 from __future__ import annotations
@@ -45,3 +46,29 @@ def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None) -> 
         write_json(path, {**kept, "status": "failed", "error": INTERRUPTED})
         return path.parent
     return None
+
+
+def mark_superseded(run_dir: str, successor: str, trial_number: int) -> bool:
+    """Record a run that its trial's retry (trial ``trial_number``) started over in ``successor`` instead of
+    continuing as failed, "superseded". Its ``run.json`` said running with its process gone (``klear-lab
+    runs``: stopped, "run the sweep again", which does nothing once the retry finished the point) or
+    interrupted (Ctrl-C). A run a live process writes (resumed by hand, say), one written on another
+    machine, or one that ended otherwise is left as it is. Returns whether it was marked."""
+    from klear_lab.errors import INTERRUPTED
+    from klear_lab.run_owner import live_status
+    from klear_lab.tracking import write_json
+
+    path = Path(run_dir) / "run.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):  # gone or damaged: nothing a listing would show as stopped
+        return False
+    if not isinstance(record, dict):
+        return False
+    state = live_status(record)
+    if state != "stopped" and not (state == "failed" and record.get("error") == INTERRUPTED):
+        return False
+    kept = {k: v for k, v in record.items() if k not in ("pid", "pid_start")}  # as run.py's failed record
+    error = f"superseded: its trial's retry started over in {successor} (trial {trial_number})"
+    write_json(path, {**kept, "status": "failed", "error": error})
+    return True

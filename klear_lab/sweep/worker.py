@@ -31,8 +31,8 @@ from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import count
-from klear_lab.sweep.retry import hold_retry, queue_retry, resumable_run
-from klear_lab.sweep.run_status import mark_interrupted
+from klear_lab.sweep.retry import hold_retry, queue_retry, resumable_run, superseded_runs
+from klear_lab.sweep.run_status import mark_interrupted, mark_superseded
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
@@ -214,6 +214,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         trial.set_user_attr("error", INTERRUPTED if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
+    _mark_superseded(ctx, study, trial_id, index)
     if interrupted and final.state == TrialState.FAIL:
         ctx.log(f"[worker {index}] trial {trial.number}: killed; " + (
             "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
@@ -233,6 +234,16 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
             f"({seconds:.1f}s){progress}")
     return final.state
+
+
+def _mark_superseded(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> None:
+    """Record the point's runs that a retry started over elsewhere as superseded (``klear-lab runs`` showed
+    them stopped, for a rerun that has nothing left to do). After the trial, whose run directory is known
+    only once its run started (``record.RecordRunDir``); a run left behind by a sweep killed during the
+    retry that started over is caught by the point's next attempt."""
+    for old, new, number in superseded_runs(study, trial_id):
+        if mark_superseded(old, new, number):
+            ctx.log(f"[worker {index}] {old}: superseded by trial {number}'s run {new} (its retry started over)")
 
 
 def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_path: Path,

@@ -136,6 +136,29 @@ def test_bad_eval_targets(tmp_path, make, needle):
         eval_config(make(tmp_path))
 
 
+def test_a_run_recorded_running_is_named_as_klear_lab_runs_names_it(tmp_path):
+    """A ``kill -9``ed run (run.json still "running", its process gone) was refused as "status is 'running'"
+    while ``klear-lab runs`` showed it stopped."""
+    import os
+    import socket
+    import subprocess
+
+    from klear_lab.run_owner import running_process
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    records = {"stopped": {"pid": dead.pid, "host": socket.gethostname(), "pid_start": 1},
+               "running": running_process(),  # this test's own process: alive
+               "unknown": {"pid": os.getpid(), "host": "elsewhere"}}
+    for state, owner in records.items():
+        run = _run_dir(tmp_path / state, "completed")
+        (run / "run.json").write_text(json.dumps({"status": "running", **owner}))
+        with pytest.raises(ConfigError, match=rf"run.json: status is '{state}'"):
+            eval_config(run)
+    with pytest.raises(ConfigError, match=r"status is 'unknown' \(running on elsewhere \(pid \d+\): not checked"):
+        eval_config(tmp_path / "unknown" / "run")
+
+
 def test_an_override_an_evaluation_does_not_read_is_refused(tmp_path, capsys):
     """``eval RUN optim.lr=5`` was accepted, and a ``compare --rescore optim.lr=1`` rescored every trial and
     titled its table after a key that changed nothing."""

@@ -6,8 +6,10 @@ files, subprocesses and storage as ``run_experiment`` trials; only the training 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,10 +18,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from optuna.trial import TrialState
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "sweep"))
 import sweep_fixtures as fx  # noqa: E402
 
+from klear_lab.run_list import list_runs  # noqa: E402
+from klear_lab.sweep.record import RUN_DIR_ATTR  # noqa: E402
 from klear_lab.sweep.spec import load_spec  # noqa: E402
 from klear_lab.sweep.storage import default_storage_url, open_study  # noqa: E402
 
@@ -123,10 +128,16 @@ def test_kill_9_mid_trial_then_resume(tmp_path, trial_start):
     _wait_gone(trial_pid, "orphaned trial process survived its worker")
     _, study = _study(spec_path)
     assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING", "WAITING"]
+    killed_run = _killed_before_its_checkpoint(spec, study, trial_pid)
 
     second = fx.start_sweep(spec_path, "--workers", "1", log=log)
     assert _wait(second, 300, log) == 0, log.read_text()[-3000:]
     _, study = _study(spec_path)
+    # its retry started over in a run of its own: the killed run is no longer "stopped", to continue
+    (row,) = list_runs([spec.runs_dir])
+    retry_run = study.get_trials()[-1].user_attrs["run_dir"]
+    assert row.run_dir == str(killed_run) and row.status == "failed", log.read_text()[-3000:]
+    assert row.note.startswith(f"superseded: its trial's retry started over in {retry_run} (trial 3)")
     states = [t.state.name for t in study.get_trials()]
     assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1 and len(states) == 4
     assert sorted(_complete_per_point(study).values()) == [1, 1, 1]
@@ -136,6 +147,18 @@ def test_kill_9_mid_trial_then_resume(tmp_path, trial_start):
     assert calls.count((0.001, 0)) == 1  # completed before the kill: not rerun
     assert calls.count((0.002, 0)) == 2  # killed, then retried
     assert calls.count((0.003, 0)) == 1
+
+
+def _killed_before_its_checkpoint(spec, study, trial_pid: int) -> Path:
+    """The run of the RUNNING trial as ``run_experiment`` leaves it when killed before its first checkpoint
+    (the stand-in runner writes none): run.json says running, its process is gone, the trial names it."""
+    run_dir = spec.runs_dir / "killed"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"status": "running", "pid": trial_pid, "pid_start": 1,
+                                                  "host": socket.gethostname(), "tags": ["kind:sft"]}))
+    (running,) = study.get_trials(states=(TrialState.RUNNING,))
+    study._storage.set_trial_user_attr(running._trial_id, RUN_DIR_ATTR, str(run_dir))
+    return run_dir
 
 
 def test_pruned_trials_and_compare_command(tmp_path):

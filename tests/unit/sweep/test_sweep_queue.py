@@ -478,6 +478,81 @@ def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_p
     assert resumable_run(study, other._trial_id, cfg) is None  # another point: nothing to continue
 
 
+def test_a_retry_that_started_over_supersedes_its_predecessors_run(tmp_path):
+    """A trial killed (``kill -9``) before its first checkpoint was retried in a new run directory; the killed
+    run said "running" for ever (``klear-lab runs``: stopped, "run the sweep again", which did nothing)."""
+    from klear_lab.sweep.record import RUN_DIR_ATTR
+    from klear_lab.sweep.retry import queue_retry, superseded_runs
+
+    spec, arms, url, study, lock = _setup(tmp_path)
+    prepare_study(study, spec, arms, lock)
+    storage = study._storage
+
+    def failed_attempt(run_dir: str) -> int:
+        trial_id = take_trial(study, spec, lock)
+        trial_values(optuna.trial.Trial(study, trial_id), spec)  # records the point, as a worker does
+        storage.set_trial_user_attr(trial_id, RUN_DIR_ATTR, run_dir)
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        return trial_id
+
+    killed = failed_attempt("run-a")
+    retry = queue_retry(study, storage.get_trial(killed))
+    assert retry.user_attrs[RUN_DIR_ATTR] == "run-a"  # inherited until its own run starts: nothing superseded
+    assert superseded_runs(study, retry._trial_id) == []
+    assert take_trial(study, spec, lock) == retry._trial_id
+    storage.set_trial_user_attr(retry._trial_id, RUN_DIR_ATTR, "run-b")  # started over (RecordRunDir)
+    assert superseded_runs(study, retry._trial_id) == [("run-a", "run-b", retry.number)]
+    storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)  # killed too; the next attempt resumes it
+    again = queue_retry(study, storage.get_trial(retry._trial_id))
+    assert take_trial(study, spec, lock) == again._trial_id
+    storage.set_trial_state_values(again._trial_id, TrialState.COMPLETE, [0.5])
+    assert superseded_runs(study, again._trial_id) == [("run-a", "run-b", retry.number)]
+
+    other = failed_attempt("run-c")  # another point: its runs are its own; enqueued again (no retry left)
+    assert superseded_runs(study, other) == [] and prepare_study(study, spec, arms, lock)[1] == 1
+    point = storage.get_trial(other).user_attrs["point"]
+    fresh = next(t for t in study.get_trials(states=(TrialState.WAITING,)) if t.user_attrs["point"] == point)
+    assert RUN_DIR_ATTR not in fresh.user_attrs
+    storage.set_trial_user_attr(fresh._trial_id, RUN_DIR_ATTR, "run-d")
+    assert superseded_runs(study, other) == [("run-c", "run-d", fresh.number)]
+
+
+def test_only_a_dead_or_interrupted_run_is_recorded_superseded(tmp_path):
+    """Never a run a live process writes (resumed by hand), one on another machine, or one that ended
+    otherwise; ``klear-lab runs`` then lists the superseded run as failed, saying why."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from klear_lab.run_list import list_runs
+    from klear_lab.run_owner import running_process
+    from klear_lab.sweep.run_status import mark_superseded
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = socket.gethostname()
+    records = {"killed": {"status": "running", "pid": gone.pid, "pid_start": 1, "host": here},
+               "ctrl-c": {"status": "failed", "error": "interrupted (Ctrl-C)"},
+               "live": {"status": "running", **running_process()},
+               "elsewhere": {"status": "running", "pid": os.getpid(), "host": "elsewhere"},
+               "crashed": {"status": "failed", "error": "RuntimeError: boom"},
+               "done": {"status": "completed"}}
+    for name, record in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps({**record, "tags": ["kind:sft"]}))
+    marked = {name for name in records if mark_superseded(str(tmp_path / name), "runs/new", 7)}
+    assert marked == {"killed", "ctrl-c"} and not mark_superseded(str(tmp_path / "missing"), "runs/new", 7)
+    killed = json.loads((tmp_path / "killed" / "run.json").read_text())
+    assert killed == {"status": "failed", "host": here, "tags": ["kind:sft"],
+                      "error": "superseded: its trial's retry started over in runs/new (trial 7)"}
+    assert json.loads((tmp_path / "live" / "run.json").read_text())["status"] == "running"
+    (row,) = list_runs([tmp_path / "killed"])
+    assert row.status == "failed" and row.note.startswith("superseded: its trial's retry started over in runs/new")
+    assert not mark_superseded(str(tmp_path / "killed"), "runs/other", 8)  # once
+
+
 def test_a_ddp_trial_pruned_after_its_run_recorded_completion_is_recorded_pruned(tmp_path):
     """Under DDP the pruning decision surfaces after run_experiment wrote ``completed``: the stopped run
     looked finished to `klear-lab runs` and to model.init_from."""
