@@ -75,6 +75,11 @@ def check_finite(value: float, name: str, step: int) -> None:
                             "the update (weights as after the step before; lower optim.lr or check the data)")
 
 
+REPEATING_ERRORS = (ConfigError, DataError, DivergedError)
+"""Errors the same config and data raise alike again: a sweep does not retry a trial that failed on one, and
+``klear-lab runs`` says to fix the config or data before a rerun."""
+
+
 INTERRUPTED = "interrupted (Ctrl-C)"  # the error a run, or a sweep's trial, stopped by Ctrl-C records
 
 

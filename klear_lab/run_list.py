@@ -9,7 +9,9 @@ The status comes from ``run.json``, checked against this machine's processes:
 - ``unknown``: recorded as running on another machine, whose processes cannot be checked here.
 
 A stopped or failed SFT/RL run with a checkpoint can continue, and the table says how: ``klear-lab
-resume RUN_DIR``, or for a sweep's trial the sweep command again (the sweep retries its trials).
+resume RUN_DIR``, or for a sweep's trial the command that continues its sweep (the sweep retries its
+trials). A run that failed on its config or data, or diverged, would fail the same way again: the
+table says to fix the config first.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from __future__ import annotations
 import contextlib
 import csv
 import difflib
+import importlib
 import json
 import math
-import socket
+import re
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from klear_lab.distributed import recorded_error
-from klear_lab.errors import KlearError
+from klear_lab.errors import REPEATING_ERRORS, DivergedError, KlearError
 from klear_lab.resume import checkpoint_path
-from klear_lab.run_owner import still_running
+from klear_lab.run_owner import live_status
+from klear_lab.sweep.run_status import SUPERSEDED
 from klear_lab.tracking import csv_rows
 
 STATUSES = ("running", "stopped", "failed", "pruned", "completed", "unknown")
@@ -109,12 +114,8 @@ def _attempts(identity: dict[str, Any]) -> int:
 
 
 def _status(identity: dict[str, Any]) -> str:
-    recorded = identity.get("status", "unknown")
-    if recorded != "running":
-        return recorded if recorded in STATUSES else "unknown"
-    if identity.get("host") not in (None, socket.gethostname()):
-        return "unknown"
-    return "running" if still_running(identity) else "stopped"
+    status = live_status(identity)
+    return status if status in STATUSES else "unknown"
 
 
 def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None, list[str]]:
@@ -153,10 +154,16 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
     if status not in ("stopped", "failed"):
         return ""
     error = recorded_error(run_dir, identity)
-    if kind not in ("sft", "rl"):
+    if error.startswith(SUPERSEDED):  # its retry finished the point in another run: nothing to continue
+        return error
+    sweep = _sweep_rerun(run_dir) if kind in ("sft", "rl") else None
+    repeats = repeating_error(error)
+    if repeats is not None:
+        how = _fix_first(repeats, run_dir, sweep is not None)
+    elif kind not in ("sft", "rl"):
         how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"
-    elif (sweep := _sweep_spec(run_dir)) is not None:
-        how = f"sweep trial: run the sweep again: klear-lab sweep {sweep}"
+    elif sweep is not None:
+        how = f"sweep trial: run the sweep again: {sweep}"
     elif has_ckpt:
         how = f"klear-lab resume {run_dir}"
     else:
@@ -164,17 +171,54 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
     return f"{error} -> {how}" if error else how
 
 
-def _sweep_spec(run_dir: Path) -> str | None:
-    """The spec of the sweep whose trial (or starting point) this run is, if it is one."""
-    sweep_json = run_dir.parent.parent / "sweep.json"
-    if run_dir.parent.name != "runs" or not sweep_json.is_file():
+_ERROR_CLASS = re.compile(r"(?:^|; )(?:rank \d+: )?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): ")
+
+
+def repeating_error(error: str) -> type[BaseException] | None:
+    """The class of the first error in ``error`` (``run.json``'s, ``module.Class: message``; a DDP run's
+    ``rank 1: ...; rank 0: ...``) that a rerun of the same config repeats (:data:`REPEATING_ERRORS`), or None.
+    Only classes of modules imported here, or of klear_lab's, are known: a file is no reason to import code."""
+    for match in _ERROR_CLASS.finditer(error or ""):
+        module_name, _, name = match.group(1).rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is None and module_name.startswith("klear_lab."):
+            with contextlib.suppress(Exception):  # a module since renamed: not this run's advice to fail
+                module = importlib.import_module(module_name)
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, REPEATING_ERRORS):
+            return cls
+    return None
+
+
+def _fix_first(error: type[BaseException], run_dir: Path, sweep_trial: bool) -> str:
+    """Advice for a run that failed on its config or data, or diverged: a rerun (or resume, or a rerun of
+    its sweep) fails the same way, so the config comes first (as ``klear-lab sweep`` says of such trials)."""
+    diverged = issubclass(error, DivergedError)
+    fix = "fix the config first (a lower optim.lr, say)" if diverged else "fix the config or data first"
+    if sweep_trial:
+        return f"sweep trial: {fix} in the sweep spec: a rerun of the sweep would likely repeat it"
+    change = "optim.lr=..." if diverged else "KEY=VALUE"
+    return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
+
+
+def _sweep_rerun(run_dir: Path) -> str | None:
+    """The command that continues the sweep whose trial (or starting point) this run is, if it is one."""
+    sweep_dir = run_dir.parent.parent
+    if run_dir.parent.name != "runs" or not (sweep_dir / "sweep.json").is_file():
         return None
+    from klear_lab.sweep.locate import rerun_command
+
+    return rerun_command(sweep_dir) or f"klear-lab sweep {_sweep_spec(sweep_dir)}"
+
+
+def _sweep_spec(sweep_dir: Path) -> str:
+    """The spec ``sweep.json`` names (a damaged one: the frozen spec beside it)."""
     try:
-        spec = json.loads(sweep_json.read_text())
+        spec = json.loads((sweep_dir / "sweep.json").read_text())
     except (OSError, ValueError):
         spec = None
-    spec = spec.get("spec") if isinstance(spec, dict) else None  # a damaged sweep.json: the spec beside it
-    return str(spec) if spec else str(sweep_json.parent / "spec.yaml")
+    spec = spec.get("spec") if isinstance(spec, dict) else None
+    return str(spec) if spec else str(sweep_dir / "spec.yaml")
 
 
 def list_runs(paths: list[str | Path], metric: str = "val/acc", statuses: list[str] | None = None) -> list[RunRow]:

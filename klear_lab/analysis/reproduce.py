@@ -97,10 +97,11 @@ def mapped_metrics(analysis: Analysis, ref: SweepRef) -> dict[str, str]:
 
 def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord],
               source: Path | None = None) -> Reproduction:
-    """The tables for ``records`` of the sweep ``spec`` (pure: no files, no study); ``source``: the spec
-    file the sweep was launched from (default ``spec.path``), named in the command that finishes it."""
+    """The tables for ``records`` of the sweep ``spec`` (no study: ``records`` are its trials); ``source``:
+    the spec file the sweep was launched from (default ``spec.path``), named in the command that finishes
+    it unless the sweep directory says otherwise (:func:`rerun_of`)."""
     metrics = mapped_metrics(analysis, ref)
-    rerun = f"klear-lab sweep {source or spec.path}"
+    rerun = rerun_of(spec, source)
     values = _by_arm(records, ref.labels, spec.metric)
     per_bench = {bench: _by_arm(records, ref.labels, metric) for bench, metric in metrics.items()}
     why = _why_empty(analysis, ref, spec, records, spec.metric, values, rerun)
@@ -121,6 +122,15 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
                         n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
                         unfinished=unfinished, rerun=rerun, failed=failed,
                         failure=_failure(failures[0]) if failures else "")
+
+
+def rerun_of(spec: SweepSpec, source: Path | None = None) -> str:
+    """The command that continues the sweep: its launch spec with the ``--name``/``--out-dir`` it was run
+    with, or its frozen spec (``locate.rerun_command``); ``klear-lab sweep SOURCE`` without a sweep directory.
+    ``klear-lab sweep SOURCE`` alone continued another study than a sweep run with ``--name``/``--out-dir``."""
+    from klear_lab.sweep.locate import rerun_command
+
+    return rerun_command(spec.sweep_dir) or f"klear-lab sweep {source or spec.path}"
 
 
 def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, list[str], list[str]]:

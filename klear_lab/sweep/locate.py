@@ -1,9 +1,13 @@
-"""Find a sweep from a sweep directory or a spec file; serve its study with optuna-dashboard."""
+"""Find a sweep from a sweep directory or a spec file, and the command that continues it; serve its study
+with optuna-dashboard."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
+
+from sqlalchemy.engine import make_url
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
@@ -11,24 +15,105 @@ from klear_lab.sweep.storage import default_storage_url
 
 
 def locate(target: str | Path) -> tuple[SweepSpec, str]:
-    """(spec, storage URL) from ``SWEEP_DIR`` (its frozen ``spec.yaml`` + ``sweep.json``) or a spec file."""
+    """(spec, storage URL) from ``SWEEP_DIR`` (its frozen ``spec.yaml`` + ``sweep.json``) or a spec file.
+
+    A sweep directory moved or copied elsewhere (same name) is the sweep there: its runs, and its study
+    when that is the default ``study.db`` inside it (:func:`study_url`).
+
+    Raises:
+        ConfigError: not a sweep directory or spec file, or a moved sweep directory lacks its own ``study.db``.
+    """
     path = user_path(target)
     if path.is_dir():
-        meta_path, frozen = path / "sweep.json", path / "spec.yaml"
-        if not meta_path.is_file() or not frozen.is_file():
-            raise ConfigError(f"{path}: not a sweep directory (no sweep.json / spec.yaml); "
-                              "give the sweep's directory or its spec file")
-        meta = json.loads(meta_path.read_text())
-        spec = load_spec(frozen)
+        meta, spec = recorded_sweep(path)
+        url = _checked(path, study_url(path, meta, spec), meta, spec)
         spec.out_dir = path.resolve().parent  # the directory may have moved since the sweep ran
         spec.name = meta.get("name", spec.name)
-        return spec, meta["storage"]
+        return spec, url
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep directory or spec file")
     spec = load_spec(path)
-    meta_path = spec.sweep_dir / "sweep.json"
-    url = json.loads(meta_path.read_text())["storage"] if meta_path.is_file() else default_storage_url(spec)
-    return spec, url
+    if not (spec.sweep_dir / "sweep.json").is_file():
+        return spec, default_storage_url(spec)
+    meta, frozen = recorded_sweep(spec.sweep_dir)
+    return spec, _checked(spec.sweep_dir, study_url(spec.sweep_dir, meta, frozen), meta, frozen)
+
+
+def recorded_sweep(sweep_dir: Path) -> tuple[dict, SweepSpec]:
+    """``sweep_dir``'s ``sweep.json`` and frozen ``spec.yaml`` as the sweep wrote them (``out_dir``: where it ran)."""
+    meta_path, frozen = sweep_dir / "sweep.json", sweep_dir / "spec.yaml"
+    if not meta_path.is_file() or not frozen.is_file():
+        raise ConfigError(f"{sweep_dir}: not a sweep directory (no sweep.json / spec.yaml); "
+                          "give the sweep's directory or its spec file")
+    return json.loads(meta_path.read_text()), load_spec(frozen)
+
+
+def study_url(sweep_dir: Path, meta: dict, frozen: SweepSpec) -> str:
+    """The storage URL of the study of ``sweep_dir`` (``meta``, ``frozen``: :func:`recorded_sweep`).
+
+    ``sweep.json`` records an absolute URL. When it is the default SQLite file inside the directory the sweep
+    ran in, the study travels with the directory: a moved sweep read the old place (no study there), a copy
+    the original's study. A storage the spec gave (PostgreSQL, an SQLite file elsewhere) stays as recorded.
+    """
+    url = meta["storage"]
+    parsed = make_url(url)
+    ran_in = frozen.sweep_dir / "study.db"  # the frozen out_dir is absolute and resolved
+    if parsed.get_backend_name() != "sqlite" or Path(parsed.database or "") not in (ran_in, ran_in.resolve()):
+        return url
+    return _own_study(sweep_dir)
+
+
+def _own_study(sweep_dir: Path) -> str:
+    return f"sqlite:///{(sweep_dir / 'study.db').resolve()}"
+
+
+def _checked(sweep_dir: Path, url: str, meta: dict, frozen: SweepSpec) -> str:
+    """``url``, unless it is the own ``study.db`` of ``sweep_dir``, moved or copied from where it ran, and that
+    is missing: opening it said "no study ... start it with `klear-lab sweep SWEEP_DIR/spec.yaml`", which
+    starts a new study where the sweep once ran."""
+    moved = sweep_dir.resolve() != frozen.sweep_dir.resolve()
+    if moved and url == _own_study(sweep_dir) and not (sweep_dir / "study.db").is_file():
+        raise ConfigError(f"{sweep_dir}: no study.db in this sweep directory, moved or copied without it from "
+                          f"{frozen.sweep_dir}, where the sweep ran (its study {meta.get('name')!r} is kept in it)")
+    return url
+
+
+def rerun_command(sweep_dir: Path) -> str | None:
+    """The ``klear-lab sweep ...`` that continues the study of ``sweep_dir``, or None (not a sweep directory,
+    or no spec here that continues it).
+
+    The spec it was launched from when that names this study in this directory (from the working
+    directory, as ``out_dir`` is read), with ``--name`` / ``--out-dir`` where the sweep was given them; else
+    the frozen ``SWEEP_DIR/spec.yaml`` (the spec edited or gone, or command-line overrides), with
+    ``--out-dir`` if the directory moved. Advice without ``--name``/``--out-dir`` continued another study.
+    """
+    try:
+        meta, frozen = recorded_sweep(sweep_dir)
+        want = (sweep_dir.resolve(), meta["name"], study_url(sweep_dir, meta, frozen), frozen.absolute_overrides())
+    except (ConfigError, OSError, ValueError, KeyError, TypeError):
+        return None
+    for path in (meta.get("spec"), sweep_dir / "spec.yaml"):
+        command = _continuing(Path(path), *want) if path else None
+        if command:
+            return command
+    return None
+
+
+def _continuing(spec_path: Path, sweep_dir: Path, name: str, url: str, overrides: list[str]) -> str | None:
+    """``klear-lab sweep SPEC [--name N] [--out-dir D]`` if that runs the study ``name`` in ``url`` with its
+    runs in ``sweep_dir`` and the same ``overrides``, else None."""
+    try:
+        spec = load_spec(spec_path)
+    except (ConfigError, OSError):
+        return None
+    flags = []
+    if spec.name != name:
+        spec.name, flags = name, ["--name", name]
+    if spec.sweep_dir.resolve() != sweep_dir:
+        spec.out_dir, flags = sweep_dir.parent, [*flags, "--out-dir", str(sweep_dir.parent)]
+    if default_storage_url(spec) != url or spec.absolute_overrides() != overrides:
+        return None
+    return shlex.join(["klear-lab", "sweep", str(spec_path), *flags])
 
 
 def serve_dashboard(target: str | Path, host: str = "127.0.0.1", port: int = 8080) -> None:

@@ -48,6 +48,9 @@ def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None) -> 
     return None
 
 
+SUPERSEDED = "superseded: "  # how the error of a run whose trial's retry started over elsewhere begins
+
+
 def mark_superseded(run_dir: str, successor: str, trial_number: int) -> bool:
     """Record a run that its trial's retry (trial ``trial_number``) started over in ``successor`` instead of
     continuing as failed, "superseded". Its ``run.json`` said running with its process gone (``klear-lab
@@ -69,6 +72,6 @@ def mark_superseded(run_dir: str, successor: str, trial_number: int) -> bool:
     if state != "stopped" and not (state == "failed" and record.get("error") == INTERRUPTED):
         return False
     kept = {k: v for k, v in record.items() if k not in ("pid", "pid_start")}  # as run.py's failed record
-    error = f"superseded: its trial's retry started over in {successor} (trial {trial_number})"
+    error = f"{SUPERSEDED}its trial's retry started over in {successor} (trial {trial_number})"
     write_json(path, {**kept, "status": "failed", "error": error})
     return True

@@ -135,10 +135,10 @@ def run_job(job: dict[str, Any]) -> int:
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
-        from klear_lab.errors import ConfigError, DataError, DivergedError, TransientError
+        from klear_lab.errors import REPEATING_ERRORS, TransientError
 
         traceback.print_exc()
-        if isinstance(exc, (ConfigError, DataError, DivergedError)):  # the same config or data fails alike again
+        if isinstance(exc, REPEATING_ERRORS):  # the same config or data fails alike again
             trial.set_user_attr(CONFIG_ERROR_ATTR, True)
         if isinstance(exc, TransientError):
             trial.set_user_attr(TRANSIENT_ATTR, True)

@@ -168,3 +168,52 @@ def test_a_run_id_keeps_the_runs_time_hash_and_seed():
     assert run_id_of(twin) != run_id and run_id_of(twin).startswith("quickstar-")
     assert run_id_of(Path("runs/rl-20261203-142857-a5ce14-s0-2")) == "rl-20261203-142857-a5ce14-s0-2"
     assert run_id_of(Path("x" * 50)) == "x" * 40 and run_id_of(Path("a.b")) == "a-b"
+
+
+def test_a_run_that_failed_on_its_config_or_data_or_diverged_is_told_to_fix_it_first(tmp_path):
+    """A diverged run was advised ``klear-lab train RUN/config.yaml`` (or ``resume`` with a checkpoint), which
+    diverges again identically; so was a run refused on its config or data. A sweep does not retry these."""
+    from klear_lab.errors import ComponentError, ConfigError, DataError, DivergedError
+    from klear_lab.resume import DataChangedError
+    from klear_lab.run import error_line
+
+    runs = tmp_path / "runs"
+    diverged = error_line(DivergedError("training diverged: grad_norm is nan at step 3, so the run stops"))
+    assert diverged.startswith("klear_lab.errors.DivergedError: ")  # as run.json records it
+    with_ckpt = make_run(runs, "a-diverged", "failed", error=diverged)
+    (with_ckpt / "checkpoints").mkdir()
+    (with_ckpt / "checkpoints" / "last.ckpt").write_bytes(b"")
+    make_run(runs, "b-diverged", "failed", error=diverged)
+    refused = {"c-config": ConfigError("trainer.strategy='fsdp': not for RL"),
+               "d-component": ComponentError("reward 'mine' returned 2 outputs for 4 completions"),
+               "e-data": DataError("data.sources[0].path: no such file"),
+               "f-data-changed": DataChangedError("the training records differ from those it started with")}
+    for name, exc in refused.items():
+        make_run(runs, name, "failed", error=error_line(exc))
+    ddp = "rank 1: klear_lab.errors.DataError: row 3: no answer; rank 0: RuntimeError: gloo: connection closed"
+    make_run(runs, "g-ddp", "failed", error=ddp)
+    make_run(runs, "h-crash", "failed", error="RuntimeError: CUDA error: an illegal memory access")
+    rows = {Path(r.run_dir).name: r for r in list_runs([runs])}
+    lower = "fix the config first (a lower optim.lr, say): a rerun would likely repeat it; klear-lab train"
+    for name in ("a-diverged", "b-diverged"):
+        assert rows[name].note == f"{diverged} -> {lower} {runs / name / 'config.yaml'} optim.lr=..."
+    for name in [*refused, "g-ddp"]:
+        assert rows[name].note.endswith(f" -> fix the config or data first: a rerun would likely repeat it; "
+                                        f"klear-lab train {runs / name / 'config.yaml'} KEY=VALUE"), rows[name].note
+    assert rows["h-crash"].note.endswith("-> no checkpoint: klear-lab train " + str(runs / "h-crash" / "config.yaml"))
+
+
+def test_a_sweep_trial_that_diverged_is_not_sent_to_the_sweep_again(tmp_path):
+    from klear_lab.errors import DivergedError
+    from klear_lab.run import error_line
+
+    sweep = tmp_path / "sweep_runs" / "quick"
+    diverged = error_line(DivergedError("training diverged: grad_norm is inf at step 7"))
+    make_run(sweep / "runs", "quick-lr-0.1-s0", "failed", error=diverged)
+    make_run(sweep / "runs", "quick-lr-0.01-s0", "stopped", error="KeyboardInterrupt")
+    (sweep / "sweep.json").write_text(json.dumps({"name": "quick", "spec": "sweeps/quickstart.yaml"}))
+    rows = {Path(r.run_dir).name: r for r in list_runs([sweep])}
+    assert rows["quick-lr-0.1-s0"].note == (f"{diverged} -> sweep trial: fix the config first (a lower optim.lr, "
+                                            "say) in the sweep spec: a rerun of the sweep would likely repeat it")
+    assert rows["quick-lr-0.01-s0"].note.endswith("sweep trial: run the sweep again: klear-lab sweep "
+                                                  "sweeps/quickstart.yaml")

@@ -204,3 +204,28 @@ def test_a_refused_seed_retried_since_is_unfinished(tmp_path):
     rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), sweep_dir, tmp_path / "r", Console(record=True),
                            wandb=False)
     assert (rep.unfinished, rep.failed) == (["lr=0.002 seed=1"], ["lr=0.002 seed=0"])
+
+
+def test_the_rerun_of_a_sweep_run_with_name_and_out_dir_keeps_them(tmp_path):
+    """``klear-lab sweep toy.yaml --name tintb --out-dir other``, interrupted: the report said to run
+    ``klear-lab sweep toy.yaml``, which continues the study 'toy' in out/, not this one."""
+    from klear_lab.analysis import run_reproduction
+    from klear_lab.sweep.launch import freeze_spec
+    from klear_lab.sweep.storage import default_storage_url, open_study
+
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1)), name="tintb")
+    spec.out_dir = tmp_path / "other"
+    url = default_storage_url(spec)
+    study = open_study(spec, url, create=True, heartbeat=False)
+    freeze_spec(spec, url)
+    for lr in (0.001, 0.003):
+        for seed in (0, 1):
+            add_trial(study, lr, seed, "COMPLETE", 100 * lr + seed / 1000)
+    rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), spec.sweep_dir, tmp_path / "r",
+                           Console(record=True, width=400), wandb=False)
+    rerun = f"klear-lab sweep {tmp_path / 'toy.yaml'} --name tintb --out-dir {tmp_path / 'other'}"
+    assert rep.rerun == rerun
+    assert progress_line(rep).endswith(f"2 not finished (lr=0.002 seed=0, lr=0.002 seed=1): run the sweep "
+                                       f"again: {rerun}")
+    why = f"no result (0.002: 0 of 2 seeds completed: run the sweep again: {rerun})"
+    assert rep.claims["verdict"].tolist()[0] == why
