@@ -147,3 +147,23 @@ def test_runs_advise_the_command_that_continues_the_trials_sweep(tmp_path):
     (row,) = list_runs([other])
     assert row.note == (f"interrupted (Ctrl-C) -> sweep trial: run the sweep again: klear-lab sweep "
                         f"{tmp_path / 'toy.yaml'} --name tintb --out-dir {other}")
+
+
+def test_a_moved_sweep_reads_the_metrics_its_own_runs_logged(tmp_path, capsys):
+    """A metric the study does not hold is read from the trial's metrics.csv: from the recorded run
+    directory, gone once the sweep moved, so the moved sweep's table lost it (and its curves)."""
+    sweep_dir = ran_sweep(tmp_path)
+    study = open_study(*locate(sweep_dir), create=False)
+    run_dir = sweep_dir / "runs" / "toy-lr-0.002-s0"
+    (run_dir / "csv").mkdir(parents=True)
+    (run_dir / "csv" / "metrics.csv").write_text("step,train/loss\n0,0.75\n1,0.625\n")
+    (trial,) = [t for t in study.get_trials() if t.user_attrs["arm"] == "lr=0.002"]
+    study._storage.set_trial_state_values(trial._trial_id, TrialState.RUNNING)
+    study._storage.set_trial_user_attr(trial._trial_id, "run_dir", str(run_dir))
+    study._storage.set_trial_user_attr(trial._trial_id, "metrics", {"val/acc": 0.2})
+    study._storage.set_trial_state_values(trial._trial_id, TrialState.COMPLETE, values=[0.2])
+    moved = tmp_path / "moved" / sweep_dir.name
+    moved.parent.mkdir()
+    shutil.move(sweep_dir, moved)
+    table = compared(moved, capsys)
+    assert "0.625" in next(row for row in table.splitlines() if row.startswith("lr=0.002,")), table
