@@ -206,9 +206,9 @@ def _sweep_rerun(run_dir: Path) -> str | None:
     sweep_dir = run_dir.parent.parent
     if run_dir.parent.name != "runs" or not (sweep_dir / "sweep.json").is_file():
         return None
-    from klear_lab.sweep.locate import rerun_command
+    from klear_lab.sweep.locate import continue_command
 
-    return rerun_command(sweep_dir) or f"klear-lab sweep {_sweep_spec(sweep_dir)}"
+    return continue_command(sweep_dir, _sweep_spec(sweep_dir))
 
 
 def _sweep_spec(sweep_dir: Path) -> str:

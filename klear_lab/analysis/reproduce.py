@@ -126,11 +126,11 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
 
 def rerun_of(spec: SweepSpec, source: Path | None = None) -> str:
     """The command that continues the sweep: its launch spec with the ``--name``/``--out-dir`` it was run
-    with, or its frozen spec (``locate.rerun_command``); ``klear-lab sweep SOURCE`` without a sweep directory.
+    with, or its frozen spec (``locate.continue_command``); ``klear-lab sweep SOURCE`` without a sweep directory.
     ``klear-lab sweep SOURCE`` alone continued another study than a sweep run with ``--name``/``--out-dir``."""
-    from klear_lab.sweep.locate import rerun_command
+    from klear_lab.sweep.locate import continue_command
 
-    return rerun_command(spec.sweep_dir) or f"klear-lab sweep {source or spec.path}"
+    return continue_command(spec.sweep_dir, source or spec.path)
 
 
 def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, list[str], list[str]]:

@@ -82,18 +82,10 @@ def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
     else:
         label_sampled_points(spec, records)
     for r in records:  # runs from before a metric was added to the spec, or that only logged it
-        r.run_dir = own_run_dir(spec, r.run_dir)
+        r.run_dir = spec.own_run_dir(r.run_dir)
         if r.state == "COMPLETE":
             fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
     return records
-
-
-def own_run_dir(spec: SweepSpec, run_dir: str | None) -> str | None:
-    """A trial's run directory as the study recorded it, or the one of that name in the sweep's own ``runs/``
-    when there is one: a sweep directory moved (or copied) since keeps its trials' runs with it, and the
-    recorded path is where they were (gone, or the original's)."""
-    here = spec.runs_dir / Path(run_dir).name if run_dir else None
-    return str(here) if here is not None and here.is_dir() else run_dir
 
 
 def label_sampled_points(spec: SweepSpec, records: list[TrialRecord]) -> None:

@@ -188,12 +188,15 @@ def _next_step(failures: list[Any], retry: str) -> str:
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:
-    """Write ``spec.yaml`` (absolute paths, merged overrides, storage) and ``sweep.json``."""
+    """Write ``spec.yaml`` (absolute paths, merged overrides, the storage a spec gave) and ``sweep.json``
+    (the storage URL, always). The default storage, ``study.db`` in the sweep directory, is left out of
+    ``spec.yaml``: the study goes with the directory, so ``klear-lab sweep DIR/spec.yaml --out-dir NEW``
+    continues a sweep moved to NEW, where an absolute URL pointed back at the old place."""
     from klear_lab.config.yaml_io import dump_yaml, load_yaml
     from klear_lab.tracking import atomic_write
 
     raw = load_yaml(spec.path)  # the config loader: 1e-5 is a number, as load_spec read it
-    raw.update({"name": spec.name, "overrides": spec.absolute_overrides(), "storage": url,
+    raw.update({"name": spec.name, "overrides": spec.absolute_overrides(), "storage": url if spec.storage else None,
                 "out_dir": str(spec.out_dir.resolve()), "workers": spec.workers})
     if spec.experiment is not None:
         raw["experiment"] = str(spec.experiment.resolve())

@@ -89,8 +89,9 @@ def rerun_command(sweep_dir: Path) -> str | None:
     """
     try:
         meta, frozen = recorded_sweep(sweep_dir)
-        want = (sweep_dir.resolve(), meta["name"], study_url(sweep_dir, meta, frozen), frozen.absolute_overrides())
-    except (ConfigError, OSError, ValueError, KeyError, TypeError):
+        url = _checked(sweep_dir, study_url(sweep_dir, meta, frozen), meta, frozen)  # moved without its study
+        want = (sweep_dir.resolve(), meta["name"], url, frozen.absolute_overrides())
+    except Exception:  # noqa: BLE001 - a damaged sweep directory: no advice, not a traceback in `runs`
         return None
     for path in (meta.get("spec"), sweep_dir / "spec.yaml"):
         command = _continuing(Path(path), *want) if path else None
@@ -99,19 +100,37 @@ def rerun_command(sweep_dir: Path) -> str | None:
     return None
 
 
+def continue_command(sweep_dir: Path, fallback: str | Path) -> str:
+    """:func:`rerun_command`, else ``klear-lab sweep FALLBACK`` (the launch spec), unless the directory was
+    moved or copied from where the sweep ran (its frozen spec names that place's study, from an older
+    version): then no command continues it from here, and saying one would start a study anew or continue
+    the original's."""
+    command = rerun_command(sweep_dir)
+    if command:
+        return command
+    try:
+        _, frozen = recorded_sweep(sweep_dir)
+        moved = frozen.sweep_dir.resolve() != sweep_dir.resolve()
+    except Exception:  # noqa: BLE001 - a damaged sweep directory: the launch spec, as before
+        moved = False
+    if moved:
+        return f"(no command continues it from {sweep_dir}: the sweep ran in {frozen.sweep_dir})"
+    return f"klear-lab sweep {fallback}"
+
+
 def _continuing(spec_path: Path, sweep_dir: Path, name: str, url: str, overrides: list[str]) -> str | None:
     """``klear-lab sweep SPEC [--name N] [--out-dir D]`` if that runs the study ``name`` in ``url`` with its
     runs in ``sweep_dir`` and the same ``overrides``, else None."""
     try:
         spec = load_spec(spec_path)
-    except (ConfigError, OSError):
-        return None
-    flags = []
-    if spec.name != name:
-        spec.name, flags = name, ["--name", name]
-    if spec.sweep_dir.resolve() != sweep_dir:
-        spec.out_dir, flags = sweep_dir.parent, [*flags, "--out-dir", str(sweep_dir.parent)]
-    if default_storage_url(spec) != url or spec.absolute_overrides() != overrides:
+        flags = []
+        if spec.name != name:
+            spec.name, flags = name, ["--name", name]
+        if spec.sweep_dir.resolve() != sweep_dir:
+            spec.out_dir, flags = sweep_dir.parent, [*flags, "--out-dir", str(sweep_dir.parent)]
+        if default_storage_url(spec) != url or spec.absolute_overrides() != overrides:
+            return None
+    except Exception:  # noqa: BLE001 - an edited spec that no longer loads (a bad storage URL...): not this one
         return None
     return shlex.join(["klear-lab", "sweep", str(spec_path), *flags])
 

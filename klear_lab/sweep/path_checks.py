@@ -39,18 +39,22 @@ def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = Fals
     if blocker is not None:
         raise ConfigError(f"{out_dir}: {blocker} is a file, not a directory: the sweep writes its directory "
                           f"{spec.sweep_dir} (study, trials, runs) there; give a directory")
-    longest = max(_run_dir_names(spec, arms), key=lambda n: len(n.encode()))
+    started = (spec.sweep_dir / "sweep.json").is_file()  # its trials' names are what they are: not refused now
+    longest = max(_run_dir_names(spec, arms, evaluations=not started), key=lambda n: len(n.encode()))
     if len(longest.encode()) > limit:
-        raise ConfigError(f"{name}: the run directory of a trial's evaluation (`klear-lab compare --rescore`) "
-                          f"would be named like {_short(longest)}, {len(longest.encode())} bytes, but a directory "
-                          f"name may have at most {limit} here ({found}) (a cut name would lose the arm's label); "
-                          "shorten the sweep name (or an axis's value labels, `labels:`)")
+        what = "a trial's run directory" if started else (
+            "the run directory of a trial's evaluation (`klear-lab compare --rescore`; a cut name would lose "
+            "the arm's label)")
+        raise ConfigError(f"{name}: {what} would be named like {_short(longest)}, {len(longest.encode())} bytes, "
+                          f"but a directory name may have at most {limit} here ({found}); shorten the sweep "
+                          "name (or an axis's value labels, `labels:`)")
 
 
-def _run_dir_names(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """The longest names ``create_run_dir`` may give each arm's runs: its trials' evaluation runs, whose
-    names are the trials' own with a suffix (no config is composed: this runs before the checks that compose
-    them, whose refusal would blame an axis)."""
+def _run_dir_names(spec: SweepSpec, arms: list[Arm], evaluations: bool = True) -> list[str]:
+    """The longest names ``create_run_dir`` may give each arm's runs: with ``evaluations``, its trials'
+    evaluation runs, whose names are the trials' own with a suffix (no config is composed: this runs before
+    the checks that compose them, whose refusal would blame an axis). A sweep that started before this
+    check counted the suffix is measured by its trials' names, so that it still continues."""
     from klear_lab.tracking import longest_run_dir_name
 
     if arms:
@@ -59,7 +63,8 @@ def _run_dir_names(spec: SweepSpec, arms: list[Arm]) -> list[str]:
         labels = [arm_label(spec.axes, {a.key: max(_label_probes(a), key=lambda v, a=a: len(value_label(a, v)))
                                         for a in spec.axes})]
     seed = max(spec.seeds, key=lambda s: len(str(s)))
-    return [longest_run_dir_name(eval_run_name(trial_run_name(spec, label)), seed) for label in labels]
+    names = [trial_run_name(spec, label) for label in labels]
+    return [longest_run_dir_name(eval_run_name(n) if evaluations else n, seed) for n in names]
 
 
 def eval_run_name(run_name: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, load_records, own_run_dir, summarize, table_baseline
+from klear_lab.sweep.compare import TrialRecord, load_records, summarize, table_baseline
 from klear_lab.sweep.compare_text import to_markdown
 from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
@@ -60,14 +60,14 @@ def plan_trial(spec: SweepSpec, r: TrialRecord, overrides: list[str],
     """(the trial's record, its eval config), or (its record, None) when there is nothing to score: a
     failed record when its run is gone or unusable. Bad overrides raise :class:`ConfigError`.
 
-    A sweep directory moved since keeps its trials' runs in its own ``runs/`` (:func:`own_run_dir`).
+    A sweep directory moved since keeps its trials' runs in its own ``runs/`` (``SweepSpec.own_run_dir``).
     """
     from klear_lab.stages.eval import eval_config, unscorable
 
     blank = TrialRecord(r.arm, r.seed, r.state, {}, r.run_dir, r.point)
     if r.state != "COMPLETE":
         return blank, None
-    run_dir = Path(own_run_dir(spec, r.run_dir) or "")
+    run_dir = Path(spec.own_run_dir(r.run_dir) or "")
     problem = unscorable(run_dir) if r.run_dir else "the trial recorded no run directory"
     if problem:
         log(f"rescore: trial {r.arm} seed {r.seed}: cannot be scored, counted as failed: {problem}")

@@ -17,6 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
+from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
 
 NOT_BEFORE_ATTR = "klear.not_before"  # a WAITING retry is not taken before this time (time.time())
@@ -54,10 +55,11 @@ def hold_retry(study: optuna.Study, retry: optuna.trial.FrozenTrial, base_s: flo
     return delay
 
 
-def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> str | None:
+def resumable_run(study: optuna.Study, spec: SweepSpec, trial_id: int, cfg: dict[str, Any]) -> str | None:
     """The run directory a trial continues: that of the latest failed trial of its point (grid point and
     seed; a retry's killed predecessor, or a trial the rerun enqueued again once the retries were used
-    up), when that run left a checkpoint and its saved config hashes like ``cfg``."""
+    up), when that run left a checkpoint and its saved config hashes like ``cfg``. Looked for in the
+    sweep's own ``runs/`` first (``SweepSpec.own_run_dir``): a copied sweep trained on in the original's."""
     from klear_lab.resume import as_resolved, resume_config
     from klear_lab.sweep.grid import canonical_point
     from klear_lab.sweep.record import RUN_DIR_ATTR
@@ -67,7 +69,7 @@ def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> st
     earlier = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
                if point is not None and canonical_point(t.user_attrs.get("point")) == point]
     for trial in sorted(earlier, key=lambda t: t.number, reverse=True):  # the latest attempt first (it may
-        run_dir = trial.user_attrs.get(RUN_DIR_ATTR)                      # have resumed an earlier one)
+        run_dir = spec.own_run_dir(trial.user_attrs.get(RUN_DIR_ATTR))    # have resumed an earlier one)
         if run_dir:
             try:
                 saved = resume_config(run_dir)
@@ -77,12 +79,13 @@ def resumable_run(study: optuna.Study, trial_id: int, cfg: dict[str, Any]) -> st
     return None
 
 
-def superseded_runs(study: optuna.Study, trial_id: int) -> list[tuple[str, str, int]]:
+def superseded_runs(study: optuna.Study, spec: SweepSpec, trial_id: int) -> list[tuple[str, str, int]]:
     """The runs of ``trial_id``'s point (grid point and seed) that a later attempt started over instead of
     continuing (no checkpoint yet, another config): (the failed trial's run directory, the next attempt's,
     that attempt's trial number), oldest first. A retry inherits its predecessor's ``run_dir`` (Optuna copies
     the user attributes) until its own run starts, so one that resumed it, or never got as far as a run of
-    its own, names the same directory and supersedes nothing."""
+    its own, names the same directory and supersedes nothing. Each in the sweep's own ``runs/`` where there
+    is one of its name (``SweepSpec.own_run_dir``): a copied sweep marked the original's runs."""
     from klear_lab.sweep.grid import canonical_point
     from klear_lab.sweep.record import RUN_DIR_ATTR
 
@@ -91,6 +94,7 @@ def superseded_runs(study: optuna.Study, trial_id: int) -> list[tuple[str, str, 
         return []
     attempts = sorted((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(RUN_DIR_ATTR)
                        and canonical_point(t.user_attrs.get("point")) == point), key=lambda t: t.number)
-    return [(old.user_attrs[RUN_DIR_ATTR], new.user_attrs[RUN_DIR_ATTR], new.number)
-            for old, new in zip(attempts, attempts[1:])
-            if old.state == TrialState.FAIL and old.user_attrs[RUN_DIR_ATTR] != new.user_attrs[RUN_DIR_ATTR]]
+    dirs = [spec.own_run_dir(t.user_attrs[RUN_DIR_ATTR]) for t in attempts]
+    return [(old_dir, new_dir, new.number)
+            for old, new, old_dir, new_dir in zip(attempts, attempts[1:], dirs, dirs[1:])
+            if old.state == TrialState.FAIL and old_dir != new_dir]

@@ -105,6 +105,13 @@ class SweepSpec:
         """Absolute directory of the trials' run directories (and of a shared starting point's)."""
         return self.sweep_dir.resolve() / "runs"
 
+    def own_run_dir(self, run_dir: str | None) -> str | None:
+        """A trial's run directory as the study recorded it, or the one of that name in this sweep's own
+        ``runs/`` when there is one: a sweep directory moved (or copied) since keeps its trials' runs with
+        it, and the recorded path is where they were (gone, or the original's)."""
+        here = self.runs_dir / Path(run_dir).name if run_dir else None
+        return str(here) if here is not None and here.is_dir() else run_dir
+
     def override_layers(self) -> list[Layer]:
         """``overrides`` as config layers labelled by where each came from (the spec or the command line),
         so an error in one names its source; the spec's relative plugins and ``model.init_from`` are read

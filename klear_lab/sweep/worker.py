@@ -200,7 +200,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         return TrialState.FAIL
     job = _job(ctx, trial, cfg)
     with _COMPOSE_LOCK:  # composes the killed run's saved config
-        job["resume"] = resumable_run(study, trial_id, cfg)
+        job["resume"] = resumable_run(study, ctx.spec, trial_id, cfg)
     job_path.write_text(json.dumps(job, indent=1, default=str))
     resuming = f", resuming {job['resume']}" if job["resume"] else ""
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: started (log {log_path}){resuming}")
@@ -241,7 +241,7 @@ def _mark_superseded(ctx: WorkerContext, study: optuna.Study, trial_id: int, ind
     them stopped, for a rerun that has nothing left to do). After the trial, whose run directory is known
     only once its run started (``record.RecordRunDir``); a run left behind by a sweep killed during the
     retry that started over is caught by the point's next attempt."""
-    for old, new, number in superseded_runs(study, trial_id):
+    for old, new, number in superseded_runs(study, ctx.spec, trial_id):
         if mark_superseded(old, new, number):
             ctx.log(f"[worker {index}] {old}: superseded by trial {number}'s run {new} (its retry started over)")
 

@@ -105,7 +105,8 @@ def test_locate_from_dir_or_spec(tmp_path):
         found, found_url = locate(target)
         assert found.name == "toy" and found_url == url and found.sweep_dir == spec.sweep_dir
     frozen = yaml.safe_load((spec.sweep_dir / "spec.yaml").read_text())
-    assert frozen["experiment"] == str((tmp_path / "exp.yaml").resolve()) and frozen["storage"] == url
+    assert frozen["experiment"] == str((tmp_path / "exp.yaml").resolve()) and frozen["storage"] is None  # default:
+    assert json.loads((spec.sweep_dir / "sweep.json").read_text())["storage"] == url  # the directory's own
 
 
 def _study(tmp_path):

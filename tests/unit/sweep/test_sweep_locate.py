@@ -21,7 +21,7 @@ from klear_lab.cli_sweep import main
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.launch import freeze_spec
-from klear_lab.sweep.locate import locate, rerun_command
+from klear_lab.sweep.locate import continue_command, locate, rerun_command
 from klear_lab.sweep.queue import prepare_study
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
@@ -102,6 +102,10 @@ def test_a_moved_sweep_without_its_study_file_is_not_told_to_start_it(tmp_path, 
         locate(moved)
     assert main(["compare", str(moved)]) == 2
     assert "start it" not in capsys.readouterr().err
+    shutil.rmtree(sweep_dir)  # the original gone too: a command here would start the study anew
+    assert rerun_command(moved) is None
+    assert continue_command(moved, "toy.yaml") == (f"(no command continues it from {moved}: the sweep ran in "
+                                                   f"{sweep_dir.resolve()})")
 
 
 def test_the_rerun_of_a_sweep_run_with_name_and_out_dir_keeps_them(tmp_path, capsys):
@@ -129,6 +133,20 @@ def test_without_its_launch_spec_a_sweep_is_rerun_from_its_frozen_spec(tmp_path,
     assert rerun_command(sweep_dir) == f"klear-lab sweep {sweep_dir / 'spec.yaml'}"
     assert continues(rerun_command(sweep_dir), capsys) == "tintb"
     assert rerun_command(tmp_path) is None  # not a sweep directory
+    moved = tmp_path / "moved" / "tintb"  # and moved: its frozen spec continues it there, not where it ran
+    moved.parent.mkdir()
+    shutil.move(sweep_dir, moved)
+    assert rerun_command(moved) == f"klear-lab sweep {moved / 'spec.yaml'} --out-dir {moved.parent}"
+    assert continues(rerun_command(moved), capsys) == "tintb"
+    assert not sweep_dir.exists()  # (its validation made nothing at the old place)
+
+
+def test_a_launch_spec_edited_past_loading_is_not_a_traceback_in_runs(tmp_path):
+    """A storage URL edited into something SQLAlchemy cannot parse raised from the advice, so ``klear-lab
+    runs`` of the sweep's runs crashed (exit 1)."""
+    sweep_dir = ran_sweep(tmp_path)
+    (tmp_path / "toy.yaml").write_text((tmp_path / "toy.yaml").read_text() + "storage: 'not a url'\n")
+    assert rerun_command(sweep_dir) == f"klear-lab sweep {sweep_dir / 'spec.yaml'}"  # the frozen one instead
 
 
 def test_runs_advise_the_command_that_continues_the_trials_sweep(tmp_path):
@@ -167,3 +185,38 @@ def test_a_moved_sweep_reads_the_metrics_its_own_runs_logged(tmp_path, capsys):
     shutil.move(sweep_dir, moved)
     table = compared(moved, capsys)
     assert "0.625" in next(row for row in table.splitlines() if row.startswith("lr=0.002,")), table
+
+
+def test_a_copied_sweep_continues_and_supersedes_its_own_runs_not_the_originals(tmp_path, monkeypatch):
+    """Continuing a copy (as its advice says) took a killed trial's recorded run directory, the
+    original's: its retry resumed training there, or marked the original's run superseded."""
+    from klear_lab.sweep.record import RUN_DIR_ATTR
+    from klear_lab.sweep.retry import resumable_run, superseded_runs
+
+    sweep_dir = ran_sweep(tmp_path)
+    study = open_study(*locate(sweep_dir), create=False)
+    (killed,) = [t for t in study.get_trials() if t.user_attrs["arm"] == "lr=0.002"]
+    original_run = sweep_dir / "runs" / "toy-lr-0.002-a"
+    original_run.mkdir(parents=True)
+    study._storage.set_trial_state_values(killed._trial_id, TrialState.RUNNING)
+    study._storage.set_trial_user_attr(killed._trial_id, RUN_DIR_ATTR, str(original_run))
+    study._storage.set_trial_state_values(killed._trial_id, TrialState.FAIL)
+    copy = tmp_path / "copy" / sweep_dir.name
+    shutil.copytree(sweep_dir, copy)
+    spec, url = locate(copy)
+    copied = open_study(spec, url, create=False)
+    retry = copied._storage.create_new_trial(copied._study_id)
+    copied._storage.set_trial_user_attr(retry, "point", killed.user_attrs["point"])
+    looked_in = []
+
+    def no_checkpoint(run_dir):
+        looked_in.append(run_dir)
+        raise ConfigError(f"{run_dir}: no checkpoint")
+
+    monkeypatch.setattr("klear_lab.resume.resume_config", no_checkpoint)
+    assert resumable_run(copied, spec, retry, spec.compose()) is None
+    assert looked_in == [str(spec.runs_dir / "toy-lr-0.002-a")]  # the copy's run, not the original's
+    copied._storage.set_trial_user_attr(retry, RUN_DIR_ATTR, str(copy / "runs" / "toy-lr-0.002-b"))
+    ((old, new, _),) = superseded_runs(copied, spec, retry)
+    assert (old, new) == (str(spec.runs_dir / "toy-lr-0.002-a"), str(copy / "runs" / "toy-lr-0.002-b"))
+    assert Path(old).resolve().is_relative_to(copy.resolve())

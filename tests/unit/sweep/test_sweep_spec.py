@@ -466,7 +466,8 @@ def test_an_out_dir_that_is_a_file_is_refused_by_validation(tmp_path, capsys):
 
 @pytest.mark.parametrize("length, what", [(300, "is 300 bytes, but a directory name may have at most 255"),
                                           (240, "the run directory of a trial's evaluation (`klear-lab compare "
-                                                "--rescore`) would be named like 'xxx")])
+                                                "--rescore`; a cut name would lose the arm's label) would be "
+                                                "named like 'xxx")])
 def test_a_name_too_long_for_a_directory_is_refused_by_validation(tmp_path, capsys, length, what):
     """A 300-character ``--name`` (the sweep's directory), or one that leaves no room for a trial run's time,
     hash and seed, said OK; the sweep or each of its trials failed later, creating its directory."""
@@ -510,3 +511,23 @@ def test_the_longest_name_validation_accepts_gives_trials_and_evaluations_their_
     long = load_spec(path, name="x" * (accepted[-1] + 1))
     trial, evaluation = run_names(long, grid_arms(long)[0], max(long.seeds))
     assert evaluation != f"{trial}-eval"  # one byte more and it is cut: validation refuses no name that fits
+
+
+def test_a_sweep_started_before_evaluation_names_were_counted_still_continues(tmp_path, capsys):
+    """Counting the ``-eval`` of the evaluations' names made validation stricter: a sweep already started
+    with a name between the two limits could no longer be rerun or joined. Its trials are measured as before."""
+    from klear_lab.cli_sweep import main
+
+    path = write_spec(tmp_path)
+    accepted = [n for n in range(200, 240) if main(["sweep", str(path), "--validate-only", "--name", "x" * n]) == 0]
+    name = "x" * (accepted[-1] + 3)  # its trials' directories fit; its evaluations' whole names do not
+    assert main(["sweep", str(path), "--validate-only", "--name", name]) == 2
+    assert "the run directory of a trial's evaluation" in capsys.readouterr().err
+    (tmp_path / "out" / name).mkdir(parents=True)
+    (tmp_path / "out" / name / "sweep.json").write_text("{}")  # as a started sweep leaves it
+    assert main(["sweep", str(path), "--validate-only", "--name", name]) == 0, capsys.readouterr().err
+    longer = "x" * (accepted[-1] + 6)  # its trials' directories do not fit either: refused, started or not
+    (tmp_path / "out" / longer).mkdir()
+    (tmp_path / "out" / longer / "sweep.json").write_text("{}")
+    assert main(["sweep", str(path), "--validate-only", "--name", longer]) == 2
+    assert "a trial's run directory would be named like" in capsys.readouterr().err
