@@ -14,6 +14,7 @@ from klear_lab.config.validate import component_args
 from klear_lab.data.filters.base import filtered_records
 from klear_lab.data.mixes.base import share_metrics
 from klear_lab.data.records import Record, require_gradeable
+from klear_lab.data.sources.base import SplitExhausted
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.hardware import auto_threads
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, REWARD, ROLLOUT, SOURCE
@@ -89,7 +90,10 @@ def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
         if label in pools:  # a hand-written "math#2" label, say: the earlier pool would be replaced silently
             raise DataError(f"{section}.{i}: source label {label!r} is already taken by {where[label]}; "
                             "give the sources distinct labels")
-        pools[label] = source.records(seed, split) if read is None else read(node)
+        try:
+            pools[label] = source.records(seed, split) if read is None else read(node)
+        except SplitExhausted as exc:
+            raise ConfigError(f"{section}.{i}.{exc}") from None
         ranks[label] = source.quality_rank
         path = source_path(node, split)
         where[label] = f"{section}.{i}" + (f" ({path})" if path else "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import keyword
 import random
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -124,8 +125,8 @@ class CodeExecReward:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.total_timeout_s is not None and not self.total_timeout_s > 0:
             raise ValueError(f"total_timeout_s must be > 0 or None, got {self.total_timeout_s}")
-        if not self.func_name.isidentifier():
-            raise ValueError(f"func_name must be a Python identifier, got {self.func_name!r}")
+        if not self.func_name.isidentifier() or keyword.iskeyword(self.func_name):  # `def class(...)`: a syntax
+            raise ValueError(f"func_name must be a Python identifier, not a keyword, got {self.func_name!r}")
 
     def unavailable(self) -> str | None:
         """Why this reward cannot run on this machine (no ``bwrap``, or host root without CAP_SYS_ADMIN: it runs

@@ -229,7 +229,7 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
         if not said:  # (it said nothing for up to 10 minutes)
             said = True
             print(f"--join: waiting up to {JOIN_WAIT_S}s for study {spec.name!r} to be created and filled by "
-                  f"`klear-lab sweep {spec.path}` (without --join)", file=sys.stderr, flush=True)
+                  f"`{spec.launch_command()}` (without --join)", file=sys.stderr, flush=True)
         if time.time() > deadline:
             waiting = (f"{len(unqueued)} grid point(s) of the spec have no trial yet ({', '.join(unqueued[:4])})"
                        if unqueued else "not ready")

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,18 @@ class SweepSpec:
     def runs_dir(self) -> Path:
         """Absolute directory of the trials' run directories (and of a shared starting point's)."""
         return self.sweep_dir.resolve() / "runs"
+
+    def launch_command(self) -> str:
+        """``klear-lab sweep SPEC``, with the ``--name`` / ``--out-dir`` this sweep was given where they differ
+        from the spec file's own: advice without them started or joined another study."""
+        try:
+            own = load_spec(self.path)
+        except Exception:  # noqa: BLE001 - the file edited or gone since: say both
+            own = None
+        flags = [] if own is not None and own.name == self.name else ["--name", self.name]
+        if own is None or own.out_dir.resolve() != self.out_dir.resolve():
+            flags += ["--out-dir", str(self.out_dir)]
+        return shlex.join(["klear-lab", "sweep", str(self.path), *flags])
 
     def own_run_dir(self, run_dir: str | None) -> str | None:
         """A trial's run directory as the study recorded it, or the one of that name in this sweep's own

@@ -110,7 +110,7 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
 
 def _no_study(spec: SweepSpec, url: str) -> ConfigError:
     return ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
-                       f"`klear-lab sweep {spec.path}` first")
+                       f"`{spec.launch_command()}` first")
 
 
 def _missing_sqlite_file(url: str) -> bool:

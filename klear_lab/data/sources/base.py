@@ -49,6 +49,16 @@ def check_teacher_fields(src, styles: tuple[str, ...], levels: tuple[int, ...]) 
         raise ValueError(f"level_weights must be >= 0 with a positive sum, got {list(src.level_weights)}")
 
 
+class SplitExhausted(ValueError):
+    """A generated source asked for more distinct prompts than its split holds (its message starts with the
+    key at fault, ``n_prompts: ...``; the builder prefixes the source's config key)."""
+
+
+MAX_MISSES = 100_000
+"""Draws in a row without a new prompt after which a split counts as exhausted (a new prompt is then rarer
+than 1 in 100,000 draws: the split is as good as all drawn)."""
+
+
 def distinct_prompts(rng, n: int, split: str, draw):
     """Yield ``(index, level, item, prompt)`` for ``n`` distinct prompts of ``split``.
 
@@ -58,9 +68,16 @@ def distinct_prompts(rng, n: int, split: str, draw):
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     seen: set[str] = set()
+    misses = 0  # draws in a row that gave no new prompt
     while len(seen) < n:
         level, item, prompt = draw(rng)
         if prompt in seen or is_heldout(prompt) != (split == "eval"):
+            misses += 1
+            if misses >= MAX_MISSES:  # the split holds fewer prompts than asked: it looped for ever
+                raise SplitExhausted(f"n_prompts: {n} distinct {split} prompts asked, but {MAX_MISSES:,} draws "
+                                     f"in a row after the {len(seen)}th gave none new: this source's {split} "
+                                     "split (its levels) holds about that many; ask for fewer")
             continue
+        misses = 0
         seen.add(prompt)
         yield len(seen) - 1, level, item, prompt

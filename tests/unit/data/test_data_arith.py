@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,23 @@ def test_column_facts_agree_with_padded_traces():
         if int(c) == 0 and (op == "+" or int(x) >= int(y)):
             assert f"{x}{op}{y}{op}0={column_fact(int(x), op, int(y), 0)}" in trace
     assert column_fact(9, "+", 6, 1) == "16" and column_fact(1, "-", 8, 0) == "13"
+
+
+def test_a_split_asked_for_more_prompts_than_it_holds_is_refused_not_looped_on(monkeypatch):
+    """``distinct_prompts`` drew until it had ``n_prompts`` new ones: a split holding fewer looped for ever."""
+    from klear_lab.builders import build_train_records
+    from klear_lab.config.compose import compose
+    from klear_lab.data.sources import base
+    from klear_lab.data.sources.arith import ArithSource
+    from klear_lab.errors import ConfigError
+
+    monkeypatch.setattr(base, "MAX_MISSES", 2000)  # (100,000 in use: a new prompt is rarer than that)
+    few = [arithmetic.make_problem(random.Random(k), 1) for k in range(40)]  # about 36 train, 4 held out
+    monkeypatch.setattr(ArithSource, "_draw", lambda self, rng: (1, p := rng.choice(few), arithmetic.prompt_text(p)))
+    cfg = compose(Path(__file__).parents[3] / "experiments/quickstart/sft.yaml",
+                  ["data.sources=[{name: arith, n_prompts: 50}]", "data.mix={name: all}"])
+    with pytest.raises(ConfigError, match=r"^data\.sources\.0\.n_prompts: 50 distinct train prompts asked, but "
+                                          r"2,000 draws in a row after the \d+th gave none new"):
+        build_train_records(cfg)
+    held = sum(is_heldout(arithmetic.prompt_text(p)) for p in few)
+    assert len(ArithSource(n_prompts=40 - held, levels=(1,), level_weights=(1.0,)).records(0, "train")) == 40 - held

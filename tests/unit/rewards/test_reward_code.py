@@ -152,7 +152,8 @@ def test_extract_code_takes_last_python_block():
 def test_registry_defaults_and_validation():
     r = REWARD.build({"name": "code"})
     assert (r.mode, r.no_code, r.max_tests, r.timeout_s, r.func_name) == ("soft", -1.0, 16, 35.0, "f")
-    for field, value in [("mode", "binary"), ("max_tests", 0), ("timeout_s", -1.0), ("func_name", "f()")]:
+    for field, value in [("mode", "binary"), ("max_tests", 0), ("timeout_s", -1.0), ("func_name", "f()"),
+                         ("func_name", "class")]:  # a keyword: `def class(...)` is a syntax error in the sandbox
         with pytest.raises(ValueError, match=field):
             CodeExecReward(**{field: value})
 

@@ -162,8 +162,20 @@ def test_compare_and_dashboard_of_a_sweep_never_run_create_nothing(tmp_path, cap
     before = sorted(tmp_path.rglob("*"))
     for command in ("compare", "dashboard"):
         assert main([command, str(spec)]) == 2
-        assert "no study 'toy'" in capsys.readouterr().err
+        assert f"no study 'toy' in sqlite:///{tmp_path / 'sweep_runs/toy/study.db'}; start it with `klear-lab " \
+               f"sweep {spec}` first" in capsys.readouterr().err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_the_command_that_starts_a_sweep_keeps_its_name_and_out_dir(tmp_path):
+    """"Start it with `klear-lab sweep SPEC`" (a --join or compare that found no study) dropped the --name
+    and --out-dir the sweep was given: that command starts or joins another study."""
+    path = write_spec(tmp_path)
+    assert load_spec(path).launch_command() == f"klear-lab sweep {path}"
+    assert load_spec(path, name="b").launch_command() == f"klear-lab sweep {path} --name b"
+    moved = load_spec(path)
+    moved.out_dir = tmp_path / "other dir"
+    assert moved.launch_command() == f"klear-lab sweep {path} --out-dir '{tmp_path / 'other dir'}'"
 
 
 def test_trials_failed_on_a_config_error_are_not_sent_to_a_rerun(tmp_path):
