@@ -208,17 +208,7 @@ def _sweep_rerun(run_dir: Path) -> str | None:
         return None
     from klear_lab.sweep.locate import continue_command
 
-    return continue_command(sweep_dir, _sweep_spec(sweep_dir))
-
-
-def _sweep_spec(sweep_dir: Path) -> str:
-    """The spec ``sweep.json`` names (a damaged one: the frozen spec beside it)."""
-    try:
-        spec = json.loads((sweep_dir / "sweep.json").read_text())
-    except (OSError, ValueError):
-        spec = None
-    spec = spec.get("spec") if isinstance(spec, dict) else None
-    return str(spec) if spec else str(sweep_dir / "spec.yaml")
+    return continue_command(sweep_dir)
 
 
 def list_runs(paths: list[str | Path], metric: str = "val/acc", statuses: list[str] | None = None) -> list[RunRow]:

@@ -3,8 +3,8 @@ with optuna-dashboard."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import shlex
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -89,6 +89,42 @@ def rerun_command(sweep_dir: Path) -> str | None:
     """
     try:
         meta, frozen = recorded_sweep(sweep_dir)
+    except Exception:  # noqa: BLE001 - a damaged sweep directory: no advice, not a traceback in `runs`
+        return None
+    return _rerun_of(sweep_dir, meta, frozen)
+
+
+def continue_command(sweep_dir: Path, fallback: str | Path | None = None) -> str:
+    """:func:`rerun_command`, else ``klear-lab sweep FALLBACK`` (default: the launch spec ``sweep.json``
+    names, or the frozen one), unless the directory was moved or copied from where the sweep ran (its
+    frozen spec names that place's study, from an older version): then no command continues it from here,
+    and saying one would start a study anew or continue the original's."""
+    try:
+        meta, frozen = recorded_sweep(sweep_dir)
+    except Exception:  # noqa: BLE001 - a damaged sweep directory: the launch spec, as before
+        return f"klear-lab sweep {fallback or _launch_spec(sweep_dir)}"
+    command = _rerun_of(sweep_dir, meta, frozen)
+    if command:
+        return command
+    if frozen.sweep_dir.resolve() != sweep_dir.resolve():
+        return f"(no command continues it from {sweep_dir}: the sweep ran in {frozen.sweep_dir})"
+    return f"klear-lab sweep {fallback or meta.get('spec') or sweep_dir / 'spec.yaml'}"
+
+
+def _launch_spec(sweep_dir: Path) -> str:
+    """The spec ``sweep.json`` names, read alone (a damaged one, or no frozen spec: :func:`recorded_sweep`
+    refused the directory); else the frozen spec's path."""
+    try:
+        meta = json.loads((sweep_dir / "sweep.json").read_text())
+    except (OSError, ValueError):
+        meta = None
+    spec = meta.get("spec") if isinstance(meta, dict) else None
+    return str(spec) if spec else str(sweep_dir / "spec.yaml")
+
+
+def _rerun_of(sweep_dir: Path, meta: dict, frozen: SweepSpec) -> str | None:
+    """:func:`rerun_command` of a sweep directory already read (:func:`recorded_sweep`)."""
+    try:
         url = _checked(sweep_dir, study_url(sweep_dir, meta, frozen), meta, frozen)  # moved without its study
         want = (sweep_dir.resolve(), meta["name"], url, frozen.absolute_overrides())
     except Exception:  # noqa: BLE001 - a damaged sweep directory: no advice, not a traceback in `runs`
@@ -100,39 +136,17 @@ def rerun_command(sweep_dir: Path) -> str | None:
     return None
 
 
-def continue_command(sweep_dir: Path, fallback: str | Path) -> str:
-    """:func:`rerun_command`, else ``klear-lab sweep FALLBACK`` (the launch spec), unless the directory was
-    moved or copied from where the sweep ran (its frozen spec names that place's study, from an older
-    version): then no command continues it from here, and saying one would start a study anew or continue
-    the original's."""
-    command = rerun_command(sweep_dir)
-    if command:
-        return command
-    try:
-        _, frozen = recorded_sweep(sweep_dir)
-        moved = frozen.sweep_dir.resolve() != sweep_dir.resolve()
-    except Exception:  # noqa: BLE001 - a damaged sweep directory: the launch spec, as before
-        moved = False
-    if moved:
-        return f"(no command continues it from {sweep_dir}: the sweep ran in {frozen.sweep_dir})"
-    return f"klear-lab sweep {fallback}"
-
-
 def _continuing(spec_path: Path, sweep_dir: Path, name: str, url: str, overrides: list[str]) -> str | None:
     """``klear-lab sweep SPEC [--name N] [--out-dir D]`` if that runs the study ``name`` in ``url`` with its
     runs in ``sweep_dir`` and the same ``overrides``, else None."""
     try:
-        spec = load_spec(spec_path)
-        flags = []
-        if spec.name != name:
-            spec.name, flags = name, ["--name", name]
-        if spec.sweep_dir.resolve() != sweep_dir:
-            spec.out_dir, flags = sweep_dir.parent, [*flags, "--out-dir", str(sweep_dir.parent)]
+        own = load_spec(spec_path)
+        spec = dataclasses.replace(own, name=name, out_dir=sweep_dir.parent)
         if default_storage_url(spec) != url or spec.absolute_overrides() != overrides:
             return None
     except Exception:  # noqa: BLE001 - an edited spec that no longer loads (a bad storage URL...): not this one
         return None
-    return shlex.join(["klear-lab", "sweep", str(spec_path), *flags])
+    return spec.launch_command(own)
 
 
 def serve_dashboard(target: str | Path, host: str = "127.0.0.1", port: int = 8080) -> None:

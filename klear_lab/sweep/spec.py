@@ -106,13 +106,15 @@ class SweepSpec:
         """Absolute directory of the trials' run directories (and of a shared starting point's)."""
         return self.sweep_dir.resolve() / "runs"
 
-    def launch_command(self) -> str:
+    def launch_command(self, own: SweepSpec | None = None) -> str:
         """``klear-lab sweep SPEC``, with the ``--name`` / ``--out-dir`` this sweep was given where they differ
-        from the spec file's own: advice without them started or joined another study."""
-        try:
-            own = load_spec(self.path)
-        except Exception:  # noqa: BLE001 - the file edited or gone since: say both
-            own = None
+        from the spec file's own (``own``: that file as loaded, else loaded here): advice without them
+        started or joined another study."""
+        if own is None:
+            try:
+                own = load_spec(self.path)
+            except Exception:  # noqa: BLE001 - the file edited or gone since: say both
+                own = None
         flags = [] if own is not None and own.name == self.name else ["--name", self.name]
         if own is None or own.out_dir.resolve() != self.out_dir.resolve():
             flags += ["--out-dir", str(self.out_dir)]
