@@ -60,12 +60,16 @@ def probe_failure(axis: str, component: Any, probe: str, exc: BaseException) -> 
                                             f"({frame.filename}:{frame.lineno})")
 
 
-def did_you_mean(word: str, choices: Any) -> str:
-    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``word``, or "" when none is close."""
+def did_you_mean(word: str, choices: Any, *, prefix: str = "") -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``word``, or "" when none is close.
+
+    ``prefix`` goes before the suggestion, not into the comparison: a section's path, so that ``optim.lrr``
+    gets ``'optim.lr'`` from the section's keys ``lr, ...`` with ``prefix="optim."``.
+    """
     import difflib
 
-    hint = difflib.get_close_matches(word, sorted(choices), n=1)
-    return f" (did you mean {hint[0]!r}?)" if hint else ""
+    hint = difflib.get_close_matches(str(word), sorted(map(str, choices)), n=1)
+    return f" (did you mean {prefix + hint[0]!r}?)" if hint else ""
 
 
 def check_finite(value: float, name: str, step: int) -> None:

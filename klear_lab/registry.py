@@ -14,7 +14,6 @@ package, so adding a file is the only edit. Out-of-tree entries arrive through t
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import pkgutil
@@ -22,7 +21,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -105,11 +104,10 @@ class Registry:
     def get(self, name: str) -> type:
         self.load_builtins()
         if name not in self._entries:
-            hint = difflib.get_close_matches(str(name), self._entries, n=1)
-            did = f" (did you mean {hint[0]!r}?)" if hint else ""
+            did = did_you_mean(name, self._entries)
             elsewhere = [r.axis for r in REGISTRIES.values() if r is not self and name in r._entries]
             where = (f"; {name!r} is registered as a {elsewhere[0]}, not a {self.axis}" if elsewhere else
-                     "; a plugin's component needs its file under `plugins:`" if not hint else "")
+                     "; a plugin's component needs its file under `plugins:`" if not did else "")
             raise ConfigError(
                 f"unknown {self.axis} {name!r}{did}; registered: {', '.join(self.names())}{where}"
             )

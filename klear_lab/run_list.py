@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import difflib
 import importlib
 import json
 import math
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.distributed import recorded_error
-from klear_lab.errors import REPEATING_ERRORS, DivergedError, KlearError
+from klear_lab.errors import REPEATING_ERRORS, DivergedError, KlearError, did_you_mean
 from klear_lab.resume import checkpoint_path
 from klear_lab.run_owner import live_status
 from klear_lab.sweep.run_status import SUPERSEDED
@@ -232,8 +231,7 @@ def missing_metric(rows: list[RunRow], metric: str) -> tuple[str, bool] | None:
         return f"no listed run has the metric {metric!r}", False
     if logged:
         return f"no listed run has logged {metric!r} yet", False
-    hint = difflib.get_close_matches(metric, have, n=1)
-    did = f" (did you mean {hint[0]!r}?)" if hint else ""
+    did = did_you_mean(metric, have)
     prefix = metric.split("/", 1)[0] + "/"
     same = [m for m in have if m.startswith(prefix)] if "/" in metric else []
     listed = f"; they have{f' under {prefix}' if same else ''}: {', '.join(same or have)}" if have else \

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import inspect
 import json
 import re
@@ -16,7 +15,7 @@ import textwrap
 from typing import Any
 
 from klear_lab.config.schema import ExperimentConfig
-from klear_lab.errors import ConfigError, KlearError
+from klear_lab.errors import ConfigError, KlearError, did_you_mean
 
 _SECTION = re.compile(r"^(Args|Arguments|Attributes|Parameters):\s*$")
 _ENTRY = re.compile(r"^(\s+)(\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
@@ -109,8 +108,7 @@ def resolve_axes(word: str) -> list[str]:
     in_section = list(dict.fromkeys(a for k, a in keys.items() if k.startswith(word + ".")))
     if in_section:
         return in_section
-    hint = difflib.get_close_matches(word, [*REGISTRIES, *keys, *by_last], n=1)
-    did = f" (did you mean {hint[0]!r}?)" if hint else ""
+    did = did_you_mean(word, [*REGISTRIES, *keys, *by_last])
     axes = ", ".join(f"{a} ({', '.join(k for k, x in keys.items() if x == a) or 'no config key'})" for a in REGISTRIES)
     raise KlearError(f"unknown axis {word!r}{did}; axes (and the config keys naming one): {axes}")
 
@@ -157,8 +155,7 @@ def key_rows(config: dict[str, Any], prefix: str = "") -> list[tuple[str, str, s
         rows += [r for r in node if not prefix or r[0] == prefix or r[0].startswith(prefix + ".")]
     if not rows:
         sections = sorted({k.split(".")[0] for k in everything})
-        hint = difflib.get_close_matches(prefix, everything + sections, n=1)
-        did = f" (did you mean {hint[0]!r}?)" if hint else ""
+        did = did_you_mean(prefix, everything + sections)
         raise ConfigError(f"no config key at or under {prefix!r}{did}; sections: {', '.join(sections)}")
     return rows
 

@@ -9,14 +9,13 @@ components. Components are instantiated once here, so value checks in their ``__
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import types
 import typing
 from typing import Any, Union
 
 from klear_lab.config.schema import ExperimentConfig
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, did_you_mean
 from klear_lab.registry import REGISTRIES
 
 
@@ -36,8 +35,7 @@ def _where(path: str, provenance: dict[str, str]) -> str:
 
 def _unknown(path: str, key: str, allowed: list[str], provenance: dict[str, str], what: str = "key") -> ConfigError:
     full = f"{path}{key}"
-    hint = difflib.get_close_matches(key, allowed, n=1)
-    did = f" (did you mean {path + hint[0]!r}?)" if hint else ""
+    did = did_you_mean(key, allowed, prefix=path)
     said = f"unknown key {full!r}" if what == "key" else f"{full!r} is not a {what}"
     return ConfigError(f"{_where(full, provenance)}: {said}{did}; "
                        f"allowed under {path.rstrip('.') or 'top level'}: {', '.join(sorted(allowed))}")

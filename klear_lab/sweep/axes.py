@@ -11,8 +11,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, did_you_mean
 
+LIST_KEYS = ("values", "labels")
 RANGE_KEYS = {"low", "high", "log", "step"}
 
 
@@ -54,9 +55,9 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: expected a list of values, {{values, labels}} or {{low, high, log}}")
     if "values" in body:
-        extra = set(body) - {"values", "labels"}
+        extra = set(body) - set(LIST_KEYS)
         if extra:
-            raise ConfigError(f"{where}: unknown key {sorted(extra)[0]!r} (allowed: values, labels)")
+            raise _unknown_key(where, extra, LIST_KEYS)
         values, labels = body["values"], body.get("labels")
         if not isinstance(values, list):
             raise ConfigError(f"{where}.values: expected a list of values, got {values!r}")
@@ -71,7 +72,10 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
             raise ConfigError(f"{where}: labels must be {len(values)} distinct strings, one per value")
         return Axis(key, list(values), [str(x) for x in labels])
     extra = set(body) - RANGE_KEYS
-    if extra or not {"low", "high"} <= set(body):
+    if extra:  # a misspelt range key (hihg), or, with no range key there, a list's misspelt values: (valuse)
+        range_keys = ("low", "high", "log", "step")
+        raise _unknown_key(where, extra, range_keys if set(body) & RANGE_KEYS else LIST_KEYS + range_keys)
+    if not {"low", "high"} <= set(body):
         raise ConfigError(f"{where}: a range needs low and high (and optional log, step); got {sorted(body)}")
     low, high = body["low"], body["high"]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or low >= high:
@@ -87,6 +91,12 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
         raise ConfigError(f"{where}: step {step} does not divide the range [{low}, {high}]: the sampler would "
                           f"never draw above {fit}; give {give}")
     return Axis(key, low=low, high=high, log=log, step=step)
+
+
+def _unknown_key(where: str, extra: set[Any], allowed: tuple[str, ...]) -> ConfigError:
+    """The error for the first of an axis body's ``extra`` keys, with a did-you-mean from ``allowed``."""
+    key = sorted(map(str, extra))[0]
+    return ConfigError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(allowed)}")
 
 
 def _fitting_high(low: float, high: float, step: float) -> float:

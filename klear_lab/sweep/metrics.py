@@ -8,8 +8,9 @@ difficulty level. A name added to the logging code belongs here too.
 
 from __future__ import annotations
 
-import difflib
 import re
+
+from klear_lab.errors import did_you_mean
 
 EVAL = ("val/acc", "val/acc_macro", "val/n", "val/pass_at_k", "val/samples", "val/<source>/acc",
         "val/<source>/samples", "val/<source>/pass_at_k", "val/level<k>/acc")
@@ -99,9 +100,7 @@ def unlogged_message(name: str, kind: str) -> str:
     """Why ``name`` is refused: a did-you-mean, and the names of its namespace (or all) that ``kind`` runs log."""
     names = logged_metrics(kind)
     others = [k for k in KINDS if k != kind and is_logged(name, k)]
-    hint = difflib.get_close_matches(name, names, n=1)
-    did = (f" (only {'/'.join(others)} runs do)" if others else
-           f" (did you mean {hint[0]!r}?)" if hint else "")
+    did = f" (only {'/'.join(others)} runs do)" if others else did_you_mean(name, names)
     prefix = name.split("/", 1)[0] + "/"
     same = [n for n in names if n.startswith(prefix)] if "/" in name else []
     shown = f" under {prefix}" if same else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     from klear_lab.sweep.spec import SweepSpec
@@ -65,12 +65,11 @@ class Getter:
 def parse_objective(path: Path, raw: Any) -> tuple[str, str]:
     if isinstance(raw, str):
         raw = {"metric": raw}
+    if isinstance(raw, dict):  # before the metric check: {metrc: val/acc} is a typo, said so
+        _check_keys(path, "objective", raw, ("metric", "direction"))
     if not isinstance(raw, dict) or not isinstance(raw.get("metric"), str):
         raise ConfigError(f"{path}: objective: expected {{metric: NAME, direction: maximize|minimize}}, "
                           f"got {raw!r}")
-    extra = set(raw) - {"metric", "direction"}
-    if extra:
-        raise ConfigError(f"{path}: objective: unknown key {sorted(extra)[0]!r} (allowed: metric, direction)")
     direction = raw.get("direction", "maximize")
     if direction not in DIRECTIONS:
         raise ConfigError(f"{path}: objective.direction: expected maximize or minimize, got {direction!r}")
@@ -80,12 +79,21 @@ def parse_objective(path: Path, raw: Any) -> tuple[str, str]:
 def parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:
     if raw is None:
         return None, None
-    if not isinstance(raw, dict) or set(raw) - {"project", "group"}:
+    if not isinstance(raw, dict):
         raise ConfigError(f"{path}: wandb: expected {{project, group}}, got {raw!r}")
+    _check_keys(path, "wandb", raw, ("project", "group"))
     for key in ("project", "group"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ConfigError(f"{path}: wandb.{key}: expected a name (a string), got {raw[key]!r}")
     return raw.get("project"), raw.get("group")
+
+
+def _check_keys(path: Path, section: str, raw: dict[Any, Any], allowed: tuple[str, ...]) -> None:
+    """Refuse the first key of ``raw`` (the spec's ``section:``) not in ``allowed``, with a did-you-mean."""
+    extra = sorted(str(k) for k in raw if k not in allowed)
+    if extra:
+        raise ConfigError(f"{path}: {section}: unknown key {extra[0]!r}{did_you_mean(extra[0], allowed)}; "
+                          f"allowed: {', '.join(allowed)}")
 
 
 def check_sampler(spec: SweepSpec) -> None:

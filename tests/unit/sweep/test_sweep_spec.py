@@ -52,6 +52,35 @@ def test_a_misspelt_top_level_key_gets_a_did_you_mean(tmp_path):
     assert "unknown key 'zzz'; allowed:" in _error(_edit(path, seedz=None, zzz=1))  # nothing near: no guess
 
 
+@pytest.mark.parametrize(("body", "said"), [
+    ({"valuse": [0.1, 0.2]}, "axes.optim.lr: unknown key 'valuse' (did you mean 'values'?); allowed: values, labels,"),
+    ({"low": 0.1, "hihg": 0.2}, "axes.optim.lr: unknown key 'hihg' (did you mean 'high'?); allowed: low, high, log, "
+                                "step"),
+    ({"values": [0.1], "lables": ["a"]}, "axes.optim.lr: unknown key 'lables' (did you mean 'labels'?); allowed: "
+                                         "values, labels"),
+    ({"low": 0.1, "high": 0.2, "zzz": 1}, "axes.optim.lr: unknown key 'zzz'; allowed: low, high, log, step"),
+])
+def test_a_misspelt_key_in_an_axis_body_gets_a_did_you_mean(tmp_path, body, said):
+    """``{valuse: [...]}`` was refused as "a range needs low and high", ``{low, hihg}`` the same: no hint."""
+    assert said in _error(_edit(write_spec(tmp_path), axes={"optim.lr": body}))
+
+
+@pytest.mark.parametrize(("objective", "said"), [
+    ({"metric": "val/acc", "direcion": "minimize"},
+     "objective: unknown key 'direcion' (did you mean 'direction'?); allowed: metric, direction"),
+    ({"metrc": "val/acc"}, "objective: unknown key 'metrc' (did you mean 'metric'?)"),  # was "expected {metric: ..."
+])
+def test_a_misspelt_objective_key_gets_a_did_you_mean(tmp_path, objective, said):
+    assert said in _error(_edit(write_spec(tmp_path), objective=objective))
+
+
+def test_a_misspelt_wandb_key_gets_a_did_you_mean(tmp_path):
+    """It said "wandb: expected {project, group}, got {'projet': 'p'}"."""
+    msg = _error(_edit(write_spec(tmp_path), wandb={"projet": "p"}))
+    assert "wandb: unknown key 'projet' (did you mean 'project'?); allowed: project, group" in msg
+    assert "wandb: expected {project, group}" in _error(_edit(write_spec(tmp_path), wandb="p"))
+
+
 def test_an_experiment_config_given_as_a_spec_is_named_so(repo_root):
     """It said "unknown key 'data'; allowed: axes, ...", as if the experiment were a misspelt spec."""
     with pytest.raises(ConfigError, match=r"sft\.yaml: an experiment config \(keys data, .*\), not a sweep spec"):
