@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.errors import ConfigError
+from klear_lab.modules.eval_step import is_evaluation_row
 from klear_lab.run_owner import still_running
 from klear_lab.tracking import atomic_write, config_hash, csv_table
 
@@ -266,6 +267,15 @@ def _load_failure(ckpt: Path, exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+def _before_checkpoint(row: dict[str, str], log_step: int) -> bool:
+    """A row the resumed run will not log again: up to the checkpoint's logging step, and the evaluation
+    after its update, logged one step on (:mod:`klear_lab.modules.eval_step`; a resume never repeats it)."""
+    if not row.get("step"):
+        return True
+    step = int(float(row["step"]))
+    return step <= log_step or (step == log_step + 1 and is_evaluation_row(row))
+
+
 def set_aside_later_rows(run_dir: Path, resumable: Resumable, attempt: int) -> Path | None:
     """Keep the whole ``csv/metrics.csv`` as ``csv/metrics.before-resume-<attempt>.csv``, and in
     ``metrics.csv`` only the rows logged up to the checkpoint's step (later ones will be logged again).
@@ -284,7 +294,7 @@ def set_aside_later_rows(run_dir: Path, resumable: Resumable, attempt: int) -> P
         with tmp.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
-            writer.writerows(r for r in rows if not r.get("step") or int(float(r["step"])) <= resumable.log_step)
+            writer.writerows(r for r in rows if _before_checkpoint(r, resumable.log_step))
 
     atomic_write(path, write)
     return backup

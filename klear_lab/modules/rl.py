@@ -23,6 +23,7 @@ from klear_lab.distributed import rank_and_world
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import EvalResult, evaluate_sharded
+from klear_lab.modules.eval_step import log_at_updates_done
 from klear_lab.modules.optim import (
     OptimSettings,
     check_grad_norm,
@@ -299,6 +300,11 @@ class RLModule(L.LightningModule):
                                   self.eval_engine, rank, world)
         self.evals.append((self.global_step, result))
         self.log_dict(result.metrics("val"), sync_dist=world > 1)  # equal on every rank: the mean is the value
+        log_at_updates_done(self, self.updates_done(), sync_dist=world > 1)
+
+    def updates_done(self) -> int:
+        """Rollout steps trained: the step of an evaluation's row and of its pruning report."""
+        return self.trainer.fit_loop.epoch_loop.batch_progress.total.processed
 
     def configure_optimizers(self):
         return configure_adamw(self.policy, self.optim, self._ndims, noise_stream(self.trainer))

@@ -14,6 +14,7 @@ from klear_lab.data.sft import IGNORE
 from klear_lab.distributed import rank_and_world
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.eval.heldout import GREEDY, EvalResult, Sampling, evaluate_sharded
+from klear_lab.modules.eval_step import log_at_updates_done
 from klear_lab.modules.optim import OptimSettings, check_grad_norm, configure_adamw, noise_stream, parameter_ndims
 
 
@@ -47,7 +48,10 @@ class SFTModule(L.LightningModule):
         self.eval_sampling, self.eval_engine = eval_sampling, eval_engine
         self.last_eval: EvalResult | None = None
         self._tokens = 0.0  # real tokens trained by the finished steps, every rank's (kept in checkpoints)
-        self._tokens_at_start, self._t0 = 0.0, None  # of this process: what perf/tokens_per_s divides
+        # perf/tokens_per_s: this process's tokens over its training seconds (from its first batch, not
+        # counting evaluations inside fit), updated at each step's end
+        self._tokens_at_start, self._t0, self._eval_s, self._train_s = 0.0, None, 0.0, 0.0
+        self._eval_t0: float | None = None
         self._window: torch.Tensor | None = None  # [4] this step's loss sum, loss tokens, real, total tokens
         self._window_all = torch.zeros(4)  # [4] the same, summed over ranks
 
@@ -57,8 +61,6 @@ class SFTModule(L.LightningModule):
         return self._train_forward(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        if self._t0 is None:
-            self._t0, self._tokens_at_start = time.perf_counter(), self._tokens
         logits = self(batch["input_ids"], batch["position_ids"])  # [B, L, V]
         loss_sum, n_tokens = masked_token_ce(logits, batch["labels"])
         if self.loss_kind == "token-mean":  # the mean of the step's micro-batch means
@@ -66,17 +68,39 @@ class SFTModule(L.LightningModule):
         else:
             objective = loss_sum * self._step_scale(batch)
         seen = self._add_to_window(loss_sum, n_tokens, batch)  # [4] the step so far, every rank's
-        elapsed = max(time.perf_counter() - self._t0, 1e-6)
         step_loss = seen[0] / seen[1].clamp(min=1)  # what is logged: the step's loss per response token
         # Lightning logs a step's last value: at the step's last micro-batch, the whole step's
         self.log_dict({
             "train/loss": step_loss,
             "perf/packing_efficiency": seen[2] / seen[3].clamp(min=1),
-            "perf/tokens_per_s": (self._tokens + float(seen[2]) - self._tokens_at_start) / elapsed,
             "train/tokens": self._tokens + float(seen[2]),
         }, prog_bar=False, on_step=True, on_epoch=False)
         self.log("loss", step_loss, prog_bar=True, logger=False)
         return objective
+
+    def on_train_batch_start(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        if self._t0 is None:
+            self._t0, self._tokens_at_start = time.perf_counter(), self._tokens
+
+    def on_train_batch_end(self, outputs, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        """At a step's end (its tokens counted by ``_end_window``), log the throughput so far. It was computed
+        in the step's first forward: the first row divided a step's tokens by one forward's seconds (about
+        twice the rate) and the summary by fit's whole time, evaluations included."""
+        if self._window is None and self._t0 is not None:
+            self._train_s = time.perf_counter() - self._t0 - self._eval_s
+            self.log("perf/tokens_per_s", self.tokens_per_s(), on_step=True, on_epoch=False)
+
+    def tokens_per_s(self) -> float:
+        """Tokens trained (every rank's real tokens) per second of training, this process's steps."""
+        return (self._tokens - self._tokens_at_start) / max(self._train_s, 1e-9)
+
+    def on_validation_start(self) -> None:
+        self._eval_t0 = time.perf_counter()
+
+    def on_validation_end(self) -> None:
+        if self._eval_t0 is not None and self._t0 is not None:  # inside fit: not training time
+            self._eval_s += time.perf_counter() - self._eval_t0
+        self._eval_t0 = None
 
     def _add_to_window(self, loss_sum: torch.Tensor, n_tokens: torch.Tensor,
                        batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -153,6 +177,11 @@ class SFTModule(L.LightningModule):
         metrics = result.metrics("val")
         self.log_dict(metrics, prog_bar=False, sync_dist=True)  # equal on every rank: the mean is the value
         self.log("val_acc", metrics["val/acc"], prog_bar=True, logger=False, sync_dist=True)
+        log_at_updates_done(self, self.updates_done(), sync_dist=True)
+
+    def updates_done(self) -> int:
+        """Optimizer steps taken: the step of an evaluation's row and of its pruning report."""
+        return self.global_step
 
     def configure_optimizers(self):
         return configure_adamw(self.model, self.optim, self._ndims, noise_stream(self.trainer))

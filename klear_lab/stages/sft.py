@@ -87,7 +87,7 @@ class SFTStage:
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
                         # all ranks, this process's steps (a resumed run's earlier ones took other seconds)
-                        "perf/tokens_per_s": (self.module._tokens - self.module._tokens_at_start) / max(train_s, 1e-9),
+                        "perf/tokens_per_s": self.module.tokens_per_s(),
                         "perf/torch_threads": float(torch.get_num_threads()),
                         "perf/world_size": float(trainer.world_size)})
         if self.module.last_eval:

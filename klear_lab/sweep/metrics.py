@@ -54,7 +54,7 @@ def one_batch(metric: str) -> bool:
     (``rl/clip_frac`` and plugins' ``rl/...``) are too, except the run's totals."""
     totals = {"rl/rollout_steps", "data/dropped_long_prompts"}
     return metric not in totals and (metric.startswith(("reward/", "rl/")) or metric in (
-        "train/loss", "train/pg_loss", "train/grad_norm", "perf/tokens_per_s", "perf/step_s",
+        "train/loss", "train/pg_loss", "train/grad_norm", "perf/step_s",
         "perf/generated_tokens_per_s", *(f"perf/time_{phase}_s" for phase in PHASES)))
 
 

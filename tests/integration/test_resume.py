@@ -130,8 +130,8 @@ def test_sft_evaluates_after_every_nth_step_over_short_windows_and_resumes_exact
                  "trainer.checkpoint_every=2", "trainer.log_every_n_steps=1"]
     whole, run_dir = crash_then_resume(overrides, SFT, Crash(5, lambda t: t.global_step), tmp_path)
     assert whole.metrics["plan/steps_per_epoch"] == 3 and whole.metrics["train/steps"] == 6
-    # Lightning logs a step's rows at its 0-based index: the evaluations after steps 2, 4, 6 sit at 1, 3, 5
-    assert [s for s, _ in rows(whole.run_dir, "val/acc")] == [1, 3, 5]
+    # an evaluation's row sits at the steps done (a training row, Lightning's, at its step's 0-based index)
+    assert [s for s, _ in rows(whole.run_dir, "val/acc")] == [2, 4, 6]
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 4 and ckpt["klear_resume"]["epoch"] == 1  # mid second epoch, after an evaluation
     resumed = run_experiment(resume_config(run_dir), resume=run_dir)

@@ -247,6 +247,17 @@ def test_without_evaluations_during_training_the_run_evaluates_twice(tmp_path, r
     assert len([r for r in rows if r.get("reward/mean")]) == 2 and len([r for r in rows if r.get("train/loss")]) == 2
 
 
+def test_evaluations_are_logged_at_the_rollout_steps_done(tmp_path, reward_plugin):
+    """With rl.eval_every=1 the starting evaluation and the one after step 1 were both logged at step 0 (a
+    curve kept only the second), and every later one a step early; the final one, after fit, was not."""
+    from klear_lab.tracking import csv_rows
+
+    cfg = tiny_rl(tmp_path, reward_plugin, "ppo", 4, "rl.steps=3", "rl.eval_every=1", "trainer.log_every_n_steps=1")
+    rows = csv_rows(run_experiment(cfg).run_dir / "csv" / "metrics.csv")
+    assert [int(r["step"]) for r in rows if r.get("val/acc")] == [0, 1, 2, 3]  # the start, then after each step
+    assert [int(r["step"]) for r in rows if r.get("reward/mean")] == [0, 1, 2]  # Lightning's 0-based index
+
+
 @pytest.mark.parametrize(("unit", "expected"), [("update", [0.25, 0.75, 1.0]), ("rollout_step", [0.25, 0.5, 0.75])])
 def test_the_lr_schedule_counts_updates_or_rollout_steps(tmp_path, reward_plugin, unit, expected):
     """verl steps the LR schedule once per rollout step: the paper's 10 warmup steps are 10 rollout steps, not

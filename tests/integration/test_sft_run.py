@@ -162,6 +162,23 @@ def test_without_evaluations_during_training_sft_evaluates_once_at_the_end(tiny_
     assert evaluated == [30]
 
 
+def test_tokens_per_second_counts_training_time_and_the_summary_is_the_last_row(tiny_sft_overrides):
+    """perf/tokens_per_s was computed in a step's first forward (the first row: a step's tokens over one forward's
+    seconds) and the summary's over fit's whole time, evaluations included; both are now the tokens trained
+    over the training seconds at a step's end, and evaluations are logged at the steps done."""
+    from klear_lab.tracking import csv_rows
+
+    cfg = compose(Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.yaml",
+                  [*tiny_sft_overrides, "eval.every_n_steps=1"])
+    result = run_experiment(cfg)
+    rows = csv_rows(result.run_dir / "csv" / "metrics.csv")
+    logged = [float(r["perf/tokens_per_s"]) for r in rows if r.get("perf/tokens_per_s")]
+    assert len(logged) == 3 and result.metrics["perf/tokens_per_s"] == pytest.approx(logged[-1])
+    # the evaluation after each step (inside fit) is not training time
+    assert logged[-1] > result.metrics["train/tokens"] / result.metrics["perf/train_seconds"]
+    assert [int(r["step"]) for r in rows if r.get("val/acc")] == [1, 2, 3]
+
+
 def test_an_epoch_trains_every_batch_with_gradient_accumulation(tiny_sft_overrides):
     """12 batches with sft.grad_accum=5: Lightning steps at batches 5, 10 and 12 (the epoch's short last
     window); the plan said 12 // 5 = 2 steps, and sft.epochs=1 left 2 batches untrained."""

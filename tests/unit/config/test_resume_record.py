@@ -240,3 +240,16 @@ def test_a_damaged_earlier_run_directory_does_not_stop_a_new_run(tmp_path):
     for text in ("run: [unclosed", "- a list\n"):
         (twin / "config.yaml").write_text(text)
         assert resumable_twins(cfg) == []
+
+
+def test_a_resume_keeps_the_rows_up_to_its_checkpoint_and_the_evaluation_after_it():
+    """An evaluation is logged at the steps done, one past its update's training row (Lightning's 0-based
+    index, the checkpoint's logging step): the resume does not repeat it, so its row stays; the next
+    update's training row at that step is logged again and goes."""
+    from klear_lab.resume import _before_checkpoint
+
+    train = {"step": "4", "train/loss": "0.5", "val/acc": ""}
+    evaluation = {"step": "4", "train/loss": "", "val/acc": "1"}
+    assert _before_checkpoint(evaluation, 3) and not _before_checkpoint(train, 3)
+    assert _before_checkpoint(train, 4) and _before_checkpoint(evaluation, 4)
+    assert not _before_checkpoint(evaluation, 2) and _before_checkpoint({"step": "", "x": "1"}, 0)
