@@ -128,8 +128,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
             steps = int(s["epochs"] * n * max_len / 2 / tokens_per_step)
             rows += [("examples (declared)", f"{n:,}"), ("epochs", str(s["epochs"])),
                      ("optimizer steps (est., mean length = max/2)", f"{steps:,}")]
-        o = cfg["optim"]
-        rows.append(("lr schedule", f"warmup {o['warmup_steps']} -> {o['lr']:g} cosine -> {o['min_lr']:g}"))
+        rows.append(("lr schedule", lr_schedule_text(cfg["optim"])))
         scheduled = s["max_steps"]  # 0 (by epochs): an estimate is not enough to warn on
     else:
         from klear_lab.stages.rl_plan import rl_plan_rows, schedule_steps
@@ -140,6 +139,13 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
 
     warning = warmup_problem(cfg["optim"], scheduled)
     return [*rows, *([("warning", warning)] if warning else []), eval_row(cfg)]
+
+
+def lr_schedule_text(o: dict[str, Any]) -> str:
+    """``warmup 30 -> 0.003 cosine -> 0.0001``, ``warmup 10 -> 1e-06 constant``: ``optim.min_lr`` only for the
+    schedule that decays to it (``modules/optim.lr_lambda``). The SFT and RL plans print it."""
+    floor = f" -> {o['min_lr']:g}" if o["schedule"] == "cosine" else ""
+    return f"warmup {o['warmup_steps']} -> {o['lr']:g} {o['schedule']}{floor}"
 
 
 def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:

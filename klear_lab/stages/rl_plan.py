@@ -14,6 +14,8 @@ def schedule_steps(rl: dict[str, Any]) -> int:
 
 
 def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
+    from klear_lab.dry_run import lr_schedule_text
+
     rl = cfg["rl"]
     b, g = rl["prompts_per_step"], rl["group_size"]
     trained = rl["max_kept_prompts"] or b
@@ -49,6 +51,5 @@ def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
         ("rollout steps / total updates", f"{rl['steps']:,} / up to {rl['steps'] * updates:,}"),
         ("loss extras",
          f"alpha {rl['alpha']}, entropy {rl['entropy_coef']}, kl {rl['kl_coef']} ({rl['kl_estimator']})"),
-        ("lr", f"{cfg['optim']['lr']:g} {cfg['optim']['schedule']}, warmup {cfg['optim']['warmup_steps']} "
-               f"(the schedule counts: {rl['lr_schedule_unit']})"),
+        ("lr", f"{lr_schedule_text(cfg['optim'])} (the schedule counts: {rl['lr_schedule_unit']})"),
     ]

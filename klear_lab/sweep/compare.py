@@ -247,14 +247,20 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     atomic_write(out_dir / "table.csv", lambda tmp: df.to_csv(tmp, index=False))
     markdown = to_markdown(df, spec.metric, spec.metrics, baseline)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(markdown))
-    png = plot_curves(records, [spec.metric, *spec.metrics], out_dir / "curves.png", order)
+    curve_notes: list[str] = []  # arms whose seeds share no logged step: no mean curve
+    png = plot_curves(records, [spec.metric, *spec.metrics], out_dir / "curves.png", order, curve_notes)
     print_table(df, spec, baseline, out_dir, png, console)
+    from rich.markup import escape
+
+    from klear_lab.console import make_console
+
+    console = console or make_console()
+    for note in curve_notes:
+        console.print(f"note: curves: {escape(note)}", style="yellow")
     finished = [r for r in records if r.state == "COMPLETE"]
     never = [m for m in spec.metrics if finished and not any(m in r.metrics for r in finished)]
     if never:  # with plugins, rl/ and reward/ names cannot be checked before the runs
-        from klear_lab.console import make_console
-
         columns = "its column is" if len(never) == 1 else "their columns are"
-        (console or make_console()).print(f"note: no finished trial logged {', '.join(never)}: {columns} "
-                                          "empty; check the names against the runs' metrics.csv")
+        console.print(f"note: no finished trial logged {', '.join(never)}: {columns} "
+                      "empty; check the names against the runs' metrics.csv")
     return df

@@ -20,13 +20,15 @@ def table_metrics(objective: str, metrics: list[str]) -> list[str]:
 
 
 def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
-    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals."""
+    """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals
+    (no delta columns without a baseline: a sweep with no arm yet)."""
     names = table_metrics(objective, metrics)
-    head = ["arm", *names, f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI", "pruned", "failed"]
+    deltas = [f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI"] if baseline is not None else []
+    head = ["arm", *names, *deltas, "pruned", "failed"]
     lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
     for _, row in df.iterrows():
         arm = f"**{row['arm']}** ★" if row["best"] else row["arm"]
-        cells = [arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row),
+        cells = [arm, *[cell(row, m) for m in names], *([delta_cell(row), welch_cell(row)] if deltas else []),
                  str(row["pruned"]), str(row["failed"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
     notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline),

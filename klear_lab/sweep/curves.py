@@ -50,30 +50,41 @@ def arm_curves(records: list[Any], metric: str, order: list[str] | None = None) 
 
     Seeds that logged at different steps are each interpolated between their own logged steps, and only
     steps where every seed has a value are kept: the mean over whichever seeds logged a step jumped from
-    one seed's value to another's, and a step only one seed logged drew that seed's value with no band."""
+    one seed's value to another's, and a step only one seed logged drew that seed's value with no band.
+    An arm whose seeds' step ranges never overlap has no such step: its DataFrame is empty (no curve;
+    :func:`no_curve_note` names it), not a "mean" that hops from seed to seed."""
     out: dict[str, pd.DataFrame] = {}
     for arm in arm_order(records, order):
         series = trial_curves(records, arm, metric, "COMPLETE")
         if not series:
             continue
         table = pd.concat(series, axis=1).sort_index()
-        if table.isna().to_numpy().any():
-            table = table.interpolate(method="index", limit_area="inside")
-            table = table[table.count(axis=1) == table.count(axis=1).max()]
+        table = table.interpolate(method="index", limit_area="inside").dropna()
         out[arm] = pd.DataFrame({"step": table.index, "mean": table.mean(axis=1).to_numpy(),
                                  "std": table.std(axis=1, ddof=1).fillna(0.0).to_numpy(),
                                  "n": table.count(axis=1).to_numpy()})
     return out
 
 
+def no_curve_note(curves: dict[str, pd.DataFrame], metric: str) -> str:
+    """``val/acc: no mean curve for a, b (their seeds logged it at no common step)``, or ""."""
+    empty = [arm for arm, c in curves.items() if c.empty]
+    if not empty:
+        return ""
+    return f"{metric}: no mean curve for {', '.join(empty)} (their seeds logged it at no common step)"
+
+
 def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: list[str] | None = None,
-                ) -> Path | None:
-    """One subplot per metric that has curves; returns the PNG path or None if nothing to plot."""
+                notes: list[str] | None = None) -> Path | None:
+    """One subplot per metric that has curves; returns the PNG path or None if nothing to plot.
+    ``notes`` gets a line per metric with arms that have no mean curve (:func:`no_curve_note`)."""
     arms = arm_order(records, order)
     per_metric = {m: (arm_curves(records, m, order),
                       {a: c for a in arms for c in [trial_curves(records, a, m, "PRUNED")] if c})
                   for m in dict.fromkeys(metrics)}
     per_metric = {m: (done, pruned) for m, (done, pruned) in per_metric.items() if done or pruned}
+    if notes is not None:
+        notes += [note for m, (done, _) in per_metric.items() for note in [no_curve_note(done, m)] if note]
     if not per_metric:
         return None
     import matplotlib
@@ -87,6 +98,9 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
     colors = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
     for ax, (metric, (curves, pruned)) in zip(axes[0], per_metric.items(), strict=False):
         for arm, c in curves.items():
+            if c.empty:  # a legend entry saying so, no line
+                ax.plot([], [], linestyle="none", color=colors[arm], label=f"{arm}: no mean (seeds share no step)")
+                continue
             ax.plot(c["step"], c["mean"], marker="o", markersize=3, color=colors[arm],
                     label=f"{arm} (n={int(c['n'].max())})")
             ax.fill_between(c["step"], c["mean"] - c["std"], c["mean"] + c["std"], color=colors[arm],

@@ -32,18 +32,21 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     names = table_metrics(spec.metric, spec.metrics)
     # every header is escaped: Rich reads "[bootstrap 95% CI]" as a markup tag and drops it
     rescored = title is not None
-    table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}), baseline {baseline}"))
+    versus = f", baseline {baseline}" if baseline is not None else ", no baseline"
+    table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}){versus}"))
     table.add_column("arm", style="bold")
     for m in names:
         table.add_column(escape(m), justify="right")
-    table.add_column(escape(f"Δ {spec.metric} [bootstrap 95% CI]"), justify="right")
-    table.add_column("Welch t 95% CI", justify="right")
+    deltas = baseline is not None  # no baseline (no arm yet): no delta columns
+    if deltas:
+        table.add_column(escape(f"Δ {spec.metric} [bootstrap 95% CI]"), justify="right")
+        table.add_column("Welch t 95% CI", justify="right")
     table.add_column("pruned/failed", justify="right")
     for _, row in df.iterrows():
         arm = escape(f"★ {row['arm']}" if row["best"] else row["arm"])  # axis values may hold brackets
         counts = f"{row['pruned']}/{row['failed']}"
-        table.add_row(arm, *[cell(row, m) for m in names], delta_cell(row), welch_cell(row), counts,
-                      style="green" if row["best"] else None)
+        table.add_row(arm, *[cell(row, m) for m in names], *([delta_cell(row), welch_cell(row)] if deltas else []),
+                      counts, style="green" if row["best"] else None)
     console.print(table)
     for note in [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, spec.metric, baseline),
                  one_batch_note(spec.metric, spec.metrics) if len(df) else ""]:

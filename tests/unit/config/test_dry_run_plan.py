@@ -175,3 +175,29 @@ def test_a_hub_model_missing_from_the_cache_offline_is_marked_not_available(tmp_
     monkeypatch.delenv("HF_HUB_OFFLINE")
     shutil.rmtree(repo)
     assert dict(plan_rows(cfg, PARAMS))["model"] == name  # online, the run downloads it
+
+
+
+def plan_table(out: str) -> dict[str, str]:
+    """The printed plan's rows, item -> value (a wrapped value's lines joined)."""
+    rows: dict[str, str] = {}
+    key = ""
+    for line in out.splitlines():
+        if line.startswith("│"):
+            item, value = (c.strip() for c in line.strip().strip("│").split("│"))
+            key = item or key
+            rows[key] = f"{rows.get(key, '')} {value}".strip()
+    return rows
+
+
+@pytest.mark.parametrize(("experiment", "overrides", "key", "expected"), [
+    ("sft.yaml", [], "lr schedule", "warmup 30 -> 0.003 cosine -> 0.0001"),
+    # the plan said "cosine -> 0.0001" whatever the schedule
+    ("sft.yaml", ["optim.schedule=constant"], "lr schedule", "warmup 30 -> 0.003 constant"),
+    ("rl.yaml", [], "lr", "warmup 5 -> 3e-05 cosine -> 3e-06 (the schedule counts: update)"),
+    ("rl.yaml", ["optim.schedule=constant"], "lr", "warmup 5 -> 3e-05 constant (the schedule counts: update)"),
+])
+def test_the_plan_prints_the_configured_lr_schedule(experiment, overrides, key, expected, capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)  # a wide table: one line per row
+    assert main(["train", str(ROOT / "experiments/quickstart" / experiment), "--dry-run", *overrides]) == 0
+    assert plan_table(capsys.readouterr().out)[key] == expected

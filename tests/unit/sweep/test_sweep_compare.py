@@ -343,3 +343,48 @@ def test_seeds_logged_at_different_steps_are_averaged_in_step_order(tmp_path):
     assert list(curve["step"]) == [20, 30, 40, 50, 60]  # where both seeds have a value (each interpolated)
     assert list(curve["n"]) == [2] * 5
     np.testing.assert_allclose(curve["mean"], [0.2, 0.3, 0.4, 0.5, 0.6])
+
+
+def _write_curve(tmp_path, arm, seed, points):
+    run_dir = tmp_path / f"{arm}-{seed}"
+    (run_dir / "csv").mkdir(parents=True)
+    (run_dir / "csv" / "metrics.csv").write_text("step,val/acc\n" + "".join(f"{s},{v}\n" for s, v in points))
+    return TrialRecord(arm, seed, "COMPLETE", {"val/acc": points[-1][1]}, str(run_dir))
+
+
+def test_seeds_that_share_no_step_give_no_mean_curve(tmp_path):
+    """Seed 0 logged steps 0 and 10, seed 1 steps 20 and 30: the rows with the most seeds were kept, each
+    with one seed, and the "mean" curve hopped from seed to seed (0, 1, 5, 6) with std 0 (found by a review)."""
+    points = {("a", 0): [(0, 0.0), (10, 1.0)], ("a", 1): [(20, 5.0), (30, 6.0)],
+              ("b", 0): [(0, 0.0), (20, 2.0)], ("b", 1): [(10, 3.0), (30, 3.0)]}
+    records = [_write_curve(tmp_path, arm, seed, p) for (arm, seed), p in points.items()]
+    curves = arm_curves(records, "val/acc", ["a", "b"])
+    assert curves["a"].empty  # no step where both seeds have a value: no curve, not a fake mean
+    assert list(curves["b"]["step"]) == [10, 20] and list(curves["b"]["n"]) == [2, 2]  # overlap of 10..20 and 10..30
+    np.testing.assert_allclose(curves["b"]["mean"], [(1.0 + 3.0) / 2, (2.0 + 3.0) / 2])
+    from rich.console import Console
+
+    spec = load_spec(write_spec(tmp_path))
+    spec.metrics = []
+    console = Console(record=True, width=200)
+    write_comparison(records, spec, "b", ["a", "b"], tmp_path / "cmp", console)
+    assert (tmp_path / "cmp" / "curves.png").is_file()
+    note = "note: curves: val/acc: no mean curve for a (their seeds logged it at no common step)"
+    assert note in console.export_text()
+
+
+def test_a_table_without_a_baseline_has_no_delta_columns(tmp_path):
+    """The header read "Δ val/acc vs None" (a sweep with no arm to be the baseline yet)."""
+    df = summarize(_records(), "val/acc", [], "maximize", None, ["ppo", "gppo", "cispo"])
+    md = to_markdown(df, "val/acc", [], None)
+    header = md.splitlines()[0]
+    assert header == "| arm | val/acc | pruned | failed |" and "None" not in md
+    assert all(line.count("|") == 5 for line in md.splitlines()[:5])  # 4 cells per row, as the header
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    write_comparison(_records(), load_spec(write_spec(tmp_path)), None, None, tmp_path / "cmp", console)
+    text = console.export_text()
+    assert "None" not in text and "Δ val/acc" not in text and "no baseline" in text
+    with_base = to_markdown(summarize(_records(), "val/acc", [], "maximize", "ppo"), "val/acc", [], "ppo")
+    assert "Δ val/acc vs ppo [bootstrap 95% CI] | Welch t 95% CI |" in with_base.splitlines()[0]
