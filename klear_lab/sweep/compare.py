@@ -138,13 +138,14 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     """The comparison table as a DataFrame (one row per arm, in ``arm_order``)."""
     order = list(arm_order or [])
     order = list(dict.fromkeys([*order, *(r.arm for r in records)]))
+    records = one_per_seed(records)
     done = [r for r in records if r.state == "COMPLETE"]
     names = table_metrics(objective, metrics)
     rows = []
     for arm in order:
         mine = [r for r in done if r.arm == arm]
         row: dict[str, Any] = {"arm": arm, "n": len(mine),
-                               "pruned": sum(r.arm == arm and r.state == "PRUNED" for r in records),
+                               "pruned": len({r.seed for r in records if r.arm == arm and r.state == "PRUNED"}),
                                "failed": failed_seeds([r for r in records if r.arm == arm])}
         for m in names:
             vals = _values(mine, m)
@@ -157,6 +158,20 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
     star_best(df, objective, direction, seeds=len({r.seed for r in records}))
     df["baseline"] = df["arm"] == baseline
     return df
+
+
+def one_per_seed(records: list[TrialRecord]) -> list[TrialRecord]:
+    """``records`` with one completed trial per arm and seed (the latest), and a seed's pruned or failed
+    trials only while it has none: a tpe or random sampler that draws an arm again runs a seed again,
+    and the same config and seed is the same run (reproducible), so the table counted one measurement
+    as several seeds (``n=3`` of one seed, a narrower interval, an arm "complete" on a seed it lacks)."""
+    latest: dict[tuple[str, int], TrialRecord] = {}
+    for r in records:
+        if r.state == "COMPLETE":
+            mine = latest.get((r.arm, r.seed))
+            if mine is None or (r.number or 0) >= (mine.number or 0):
+                latest[(r.arm, r.seed)] = r
+    return [r for r in records if latest.get((r.arm, r.seed), r) is r]
 
 
 def failed_seeds(records: list[TrialRecord]) -> int:

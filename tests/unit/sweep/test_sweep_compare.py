@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 from sweep_fixtures import write_spec
 
 from klear_lab.sweep.compare import (
@@ -388,3 +389,17 @@ def test_a_table_without_a_baseline_has_no_delta_columns(tmp_path):
     assert "None" not in text and "Δ val/acc" not in text and "no baseline" in text
     with_base = to_markdown(summarize(_records(), "val/acc", [], "maximize", "ppo"), "val/acc", [], "ppo")
     assert "Δ val/acc vs ppo [bootstrap 95% CI] | Welch t 95% CI |" in with_base.splitlines()[0]
+
+
+def test_a_seed_a_sampler_ran_twice_counts_once():
+    """tpe/random draw an arm again and run a seed again (the same config and seed: the same run); the table
+    counted each as a seed: n=3 and a std of one measurement, and an arm complete on a seed it lacked."""
+    ran = [("a", 0, "COMPLETE", 0.1), ("b", 0, "COMPLETE", 0.2), ("a", 0, "COMPLETE", 0.1), ("b", 1, "COMPLETE", 0.4),
+           ("b", 1, "PRUNED", None), ("a", 1, "PRUNED", None), ("a", 1, "PRUNED", None)]
+    records = [TrialRecord(arm, seed, state, {"m": v} if v is not None else {}, number=i)
+               for i, (arm, seed, state, v) in enumerate(ran)]
+    df = summarize(records, "m", [], "maximize", "a").set_index("arm")
+    assert (df.loc["a", "n"], df.loc["a", "m n"], df.loc["a", "pruned"]) == (1, 1, 1)
+    assert math.isnan(df.loc["a", "m std"])  # one measurement: no spread
+    assert (df.loc["b", "n"], df.loc["b", "pruned"]) == (2, 0) and df.loc["b", "m mean"] == pytest.approx(0.3)
+    assert not df.loc["a", "best"] and df.loc["b", "best"]  # a lacks seed 1 (pruned): not complete
