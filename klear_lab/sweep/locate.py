@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
-from klear_lab.sweep.storage import default_storage_url
+from klear_lab.sweep.storage import default_storage_url, own_study_url
 
 
 def locate(target: str | Path) -> tuple[SweepSpec, str]:
@@ -60,11 +60,7 @@ def study_url(sweep_dir: Path, meta: dict, frozen: SweepSpec) -> str:
     ran_in = frozen.sweep_dir / "study.db"  # the frozen out_dir is absolute and resolved
     if parsed.get_backend_name() != "sqlite" or Path(parsed.database or "") not in (ran_in, ran_in.resolve()):
         return url
-    return _own_study(sweep_dir)
-
-
-def _own_study(sweep_dir: Path) -> str:
-    return f"sqlite:///{(sweep_dir / 'study.db').resolve()}"
+    return own_study_url(sweep_dir)
 
 
 def _checked(sweep_dir: Path, url: str, meta: dict, frozen: SweepSpec) -> str:
@@ -72,7 +68,7 @@ def _checked(sweep_dir: Path, url: str, meta: dict, frozen: SweepSpec) -> str:
     is missing: opening it said "no study ... start it with `klear-lab sweep SWEEP_DIR/spec.yaml`", which
     starts a new study where the sweep once ran."""
     moved = sweep_dir.resolve() != frozen.sweep_dir.resolve()
-    if moved and url == _own_study(sweep_dir) and not (sweep_dir / "study.db").is_file():
+    if moved and url == own_study_url(sweep_dir) and not (sweep_dir / "study.db").is_file():
         raise ConfigError(f"{sweep_dir}: no study.db in this sweep directory, moved or copied without it from "
                           f"{frozen.sweep_dir}, where the sweep ran (its study {meta.get('name')!r} is kept in it)")
     return url
@@ -83,9 +79,11 @@ def rerun_command(sweep_dir: Path) -> str | None:
     or no spec here that continues it).
 
     The spec it was launched from when that names this study in this directory (from the working
-    directory, as ``out_dir`` is read), with ``--name`` / ``--out-dir`` where the sweep was given them; else
-    the frozen ``SWEEP_DIR/spec.yaml`` (the spec edited or gone, or command-line overrides), with
-    ``--out-dir`` if the directory moved. Advice without ``--name``/``--out-dir`` continued another study.
+    directory, as ``out_dir`` is read), with ``--name`` / ``--out-dir`` where the sweep was given them, and
+    still runs the sweep the study recorded (:func:`same_sweep`: its experiment, axes, seeds, sampler and
+    objective); else the frozen ``SWEEP_DIR/spec.yaml`` (the spec edited or gone, or command-line overrides),
+    with ``--out-dir`` if the directory moved. Advice without ``--name``/``--out-dir`` continued another study,
+    and the launch spec edited since (another experiment, an axis value added) started another sweep in it.
     """
     try:
         meta, frozen = recorded_sweep(sweep_dir)
@@ -126,7 +124,7 @@ def _rerun_of(sweep_dir: Path, meta: dict, frozen: SweepSpec) -> str | None:
     """:func:`rerun_command` of a sweep directory already read (:func:`recorded_sweep`)."""
     try:
         url = _checked(sweep_dir, study_url(sweep_dir, meta, frozen), meta, frozen)  # moved without its study
-        want = (sweep_dir.resolve(), meta["name"], url, frozen.absolute_overrides())
+        want = (sweep_dir.resolve(), meta["name"], url, frozen)
     except Exception:  # noqa: BLE001 - a damaged sweep directory: no advice, not a traceback in `runs`
         return None
     for path in (meta.get("spec"), sweep_dir / "spec.yaml"):
@@ -136,17 +134,34 @@ def _rerun_of(sweep_dir: Path, meta: dict, frozen: SweepSpec) -> str | None:
     return None
 
 
-def _continuing(spec_path: Path, sweep_dir: Path, name: str, url: str, overrides: list[str]) -> str | None:
+def _continuing(spec_path: Path, sweep_dir: Path, name: str, url: str, frozen: SweepSpec) -> str | None:
     """``klear-lab sweep SPEC [--name N] [--out-dir D]`` if that runs the study ``name`` in ``url`` with its
-    runs in ``sweep_dir`` and the same ``overrides``, else None."""
+    runs in ``sweep_dir``, the same overrides as ``frozen`` (the sweep's frozen spec) and the same sweep
+    (:func:`same_sweep`), else None."""
     try:
         own = load_spec(spec_path)
         spec = dataclasses.replace(own, name=name, out_dir=sweep_dir.parent)
-        if default_storage_url(spec) != url or spec.absolute_overrides() != overrides:
+        if default_storage_url(spec) != url or spec.absolute_overrides() != frozen.absolute_overrides() \
+                or same_sweep(spec, frozen) is not None:
             return None
     except Exception:  # noqa: BLE001 - an edited spec that no longer loads (a bad storage URL...): not this one
         return None
     return spec.launch_command(own)
+
+
+def same_sweep(spec: SweepSpec, recorded: SweepSpec) -> str | None:
+    """None when ``spec`` runs the sweep ``recorded`` (a sweep directory's frozen spec) ran, else what differs
+    (``experiment``, ``axes``...): the same base experiment file, axes (keys, values, labels, ranges), seeds,
+    sampler and objective. A launch spec edited since the sweep ran otherwise continued its study as another
+    sweep (widened with the values added, or with the finished trials of another experiment). ``n_trials``,
+    ``workers`` and the like may change: the study stays the same."""
+    def experiment(s: SweepSpec) -> Path | None:
+        return s.experiment.resolve() if s.experiment is not None else None
+
+    parts = {"experiment": experiment, "axes": lambda s: s.axes, "seeds": lambda s: list(s.seeds),
+             "sampler": lambda s: s.sampler, "objective": lambda s: (s.metric, s.direction)}
+    changed = [key for key, part in parts.items() if part(spec) != part(recorded)]
+    return ", ".join(changed) or None
 
 
 def serve_dashboard(target: str | Path, host: str = "127.0.0.1", port: int = 8080) -> None:

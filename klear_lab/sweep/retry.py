@@ -3,14 +3,17 @@
 Optuna queues the retry of a dead worker's trial itself (heartbeats, ``storage.py``); here the same is done
 for a trial whose end the worker saw, a network failure's retry waits longer each time, and a retry continues
 its predecessor's run from its checkpoint instead of starting over (and a run a retry started over in a
-new directory is named superseded, ``superseded_runs``).
+new directory is named superseded, ``superseded_runs``: one its trial recorded, or one it made and was killed
+before recording, ``unrecorded_runs``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -18,7 +21,7 @@ from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.spec import SweepSpec
-from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, job_stem
 
 NOT_BEFORE_ATTR = "klear.not_before"  # a WAITING retry is not taken before this time (time.time())
 
@@ -84,17 +87,72 @@ def superseded_runs(study: optuna.Study, spec: SweepSpec, trial_id: int) -> list
     continuing (no checkpoint yet, another config): (the failed trial's run directory, the next attempt's,
     that attempt's trial number), oldest first. A retry inherits its predecessor's ``run_dir`` (Optuna copies
     the user attributes) until its own run starts, so one that resumed it, or never got as far as a run of
-    its own, names the same directory and supersedes nothing. Each in the sweep's own ``runs/`` where there
-    is one of its name (``SweepSpec.own_run_dir``): a copied sweep marked the original's runs."""
+    its own, names the same directory and supersedes nothing; a failed attempt killed after it made its run
+    directory and before it recorded it (:func:`unrecorded_runs`) has that run for its own. Each in the
+    sweep's own ``runs/`` where there is one of its name (``SweepSpec.own_run_dir``): a copied sweep marked
+    the original's runs."""
     from klear_lab.sweep.grid import canonical_point
     from klear_lab.sweep.record import RUN_DIR_ATTR
 
     point = canonical_point(study._storage.get_trial(trial_id).user_attrs.get("point"))
     if point is None:
         return []
-    attempts = sorted((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(RUN_DIR_ATTR)
-                       and canonical_point(t.user_attrs.get("point")) == point), key=lambda t: t.number)
-    dirs = [spec.own_run_dir(t.user_attrs[RUN_DIR_ATTR]) for t in attempts]
+    trials = study.get_trials(deepcopy=False)
+    attempts = sorted((t for t in trials if canonical_point(t.user_attrs.get("point")) == point),
+                      key=lambda t: t.number)
+    recorded = {Path(t.user_attrs[RUN_DIR_ATTR]).name for t in trials if t.user_attrs.get(RUN_DIR_ATTR)}
+    runs: list[tuple[optuna.trial.FrozenTrial, str]] = []  # (attempt, a run directory of its), in order
+    for attempt in attempts:
+        orphans = unrecorded_runs(spec, attempt, recorded) if attempt.state == TrialState.FAIL else []
+        own = spec.own_run_dir(attempt.user_attrs.get(RUN_DIR_ATTR))
+        inherited = bool(orphans) and own in {run_dir for _, run_dir in runs}  # its run was the orphan
+        runs += [(attempt, run_dir) for run_dir in orphans] + ([(attempt, own)] if own and not inherited else [])
     return [(old_dir, new_dir, new.number)
-            for old, new, old_dir, new_dir in zip(attempts, attempts[1:], dirs, dirs[1:])
+            for (old, old_dir), (new, new_dir) in zip(runs, runs[1:])
             if old.state == TrialState.FAIL and old_dir != new_dir]
+
+
+CLOCK_SLACK_S = 60.0  # a run's files may carry a time a little before its trial's start (another clock: NFS)
+
+
+def unrecorded_runs(spec: SweepSpec, trial: optuna.trial.FrozenTrial, recorded: set[str]) -> list[str]:
+    """The run directories in the sweep's ``runs/`` that ``trial`` made but no trial of the study records
+    (``recorded``: their names), oldest first: a trial killed (``kill -9``, the OOM killer, its sweep killed)
+    after ``run_experiment`` made its run directory and before training started (``record.RecordRunDir``)
+    left one its study never heard of, said "running" for ever, and no retry named superseded. Told by the
+    ``run`` section of the config it saved (``run.notes`` names the sweep and the trial's number; ``run.name``,
+    ``run.seed``), as in the trial's job file, written while the trial ran (a study made anew in the sweep
+    directory numbers its trials from 0 again; and only those configs are read). None without the job file
+    or a ``config.yaml`` (a runner of its own that writes none)."""
+    import yaml
+
+    from klear_lab.tracking import saved_config
+
+    try:
+        want = _run_identity(json.loads(job_stem(spec.sweep_dir, trial.number).with_suffix(".json").read_text())
+                             .get("config"))
+    except (OSError, ValueError, AttributeError):  # no job file (trials/ cleared), or a damaged one
+        return []
+    if want is None:
+        return []
+    since = trial.datetime_start.timestamp() - CLOCK_SLACK_S if trial.datetime_start else 0.0
+    until = trial.datetime_complete.timestamp() + CLOCK_SLACK_S if trial.datetime_complete else float("inf")
+    found = []
+    for config in spec.runs_dir.glob("*/config.yaml"):
+        if config.parent.name in recorded:
+            continue
+        try:
+            written = config.stat().st_mtime
+            if since <= written <= until and _run_identity(saved_config(config.parent)) == want:
+                found.append((written, str(config.parent)))
+        except (OSError, yaml.YAMLError):  # gone meanwhile, or damaged: not this one
+            continue
+    return [run_dir for _, run_dir in sorted(found)]
+
+
+def _run_identity(cfg: Any) -> tuple[Any, ...] | None:
+    """What names the trial that composed ``cfg``: its ``run.notes``, ``run.name`` and ``run.seed``."""
+    run = cfg.get("run") if isinstance(cfg, dict) else None
+    if not isinstance(run, dict) or not run.get("notes"):
+        return None
+    return run.get("notes"), run.get("name"), run.get("seed")

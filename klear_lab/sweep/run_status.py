@@ -2,7 +2,8 @@
 
 A run the pruner stopped under DDP recorded itself completed before the pruning decision surfaced
 (``trial.run_job``); a trial process a Ctrl-C of its sweep SIGKILLed left its run "running" (the worker); a
-run whose trial's retry started over elsewhere is no longer the point's run (``kill -9`` before a checkpoint).
+run whose trial's retry started over elsewhere is no longer the point's run (``kill -9`` before a checkpoint,
+or a crash of its own).
 """
 
 from __future__ import annotations
@@ -53,11 +54,13 @@ SUPERSEDED = "superseded: "  # how the error of a run whose trial's retry starte
 
 def mark_superseded(run_dir: str, successor: str, trial_number: int) -> bool:
     """Record a run that its trial's retry (trial ``trial_number``) started over in ``successor`` instead of
-    continuing as failed, "superseded". Its ``run.json`` said running with its process gone (``klear-lab
-    runs``: stopped, "run the sweep again", which does nothing once the retry finished the point) or
-    interrupted (Ctrl-C). A run a live process writes (resumed by hand, say), one written on another
-    machine, or one that ended otherwise is left as it is. Returns whether it was marked."""
-    from klear_lab.errors import INTERRUPTED
+    continuing as failed, "superseded", followed by the error it recorded itself, if any. Its ``run.json``
+    said running with its process gone (``klear-lab runs``: stopped, "run the sweep again", which does
+    nothing once the retry finished the point), interrupted (Ctrl-C), or failed on its own error (advice to
+    fix and rerun a run the sweep already ran again; the error stays, after the prefix, for what it says of
+    the config). A run a live process writes (resumed by hand, say), one written on another machine, one
+    that ended otherwise (completed, pruned) or one already marked is left as it is. Returns whether it was
+    marked."""
     from klear_lab.run_owner import live_status
     from klear_lab.tracking import write_json
 
@@ -68,10 +71,10 @@ def mark_superseded(run_dir: str, successor: str, trial_number: int) -> bool:
         return False
     if not isinstance(record, dict):
         return False
-    state = live_status(record)
-    if state != "stopped" and not (state == "failed" and record.get("error") == INTERRUPTED):
+    own = record.get("error") if isinstance(record.get("error"), str) else ""
+    if live_status(record) not in ("stopped", "failed") or own.startswith(SUPERSEDED):
         return False
     kept = {k: v for k, v in record.items() if k not in ("pid", "pid_start")}  # as run.py's failed record
     error = f"{SUPERSEDED}its trial's retry started over in {successor} (trial {trial_number})"
-    write_json(path, {**kept, "status": "failed", "error": error})
+    write_json(path, {**kept, "status": "failed", "error": f"{error}; its own error: {own}" if own else error})
     return True

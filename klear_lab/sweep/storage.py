@@ -36,12 +36,18 @@ def default_storage_url(spec: SweepSpec) -> str:
     made a new, empty database beside them.
     """
     if not spec.storage:
-        return f"sqlite:///{(spec.sweep_dir / 'study.db').resolve()}"
+        return own_study_url(spec.sweep_dir)
     url = make_url(spec.storage)
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
             or Path(url.database).is_absolute():
         return spec.storage
     return url.set(database=str(user_path(url.database).resolve())).render_as_string(hide_password=False)
+
+
+def own_study_url(sweep_dir: Path) -> str:
+    """The URL of the SQLite file ``study.db`` in ``sweep_dir`` (absolute): where a sweep keeps its study when
+    its spec gives no ``storage``, and where a moved or copied sweep directory keeps it (``locate.study_url``)."""
+    return f"sqlite:///{(sweep_dir / 'study.db').resolve()}"
 
 
 def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int | None = 3,

@@ -39,6 +39,12 @@ NO_OBJECTIVE_ATTR = "objective_missing"
 """Set on a trial whose run finished without the objective: the other trials' runs lack it too."""
 
 
+def job_stem(sweep_dir: Path, number: int) -> Path:
+    """Where trial ``number`` of the sweep in ``sweep_dir`` keeps its job file (``.json``, written by the worker
+    before the trial starts: its composed config) and log (``.log``)."""
+    return sweep_dir / "trials" / f"trial-{number:04d}"
+
+
 def die_with(sweep_pid: int | None) -> None:
     """SIGKILL this process as soon as the sweep process ``sweep_pid`` exits (kill -9 included).
 

@@ -35,7 +35,7 @@ from klear_lab.sweep.retry import hold_retry, queue_retry, resumable_run, supers
 from klear_lab.sweep.run_status import mark_interrupted, mark_superseded
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
-from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, job_stem
 
 _COMPOSE_LOCK = threading.Lock()
 STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
@@ -182,9 +182,8 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         ctx.log(f"[worker {index}] trial {trial.number}: parameters refused: {exc}")
         return TrialState.FAIL
-    trials_dir = ctx.spec.sweep_dir / "trials"
-    trials_dir.mkdir(parents=True, exist_ok=True)
-    stem = trials_dir / f"trial-{trial.number:04d}"
+    stem = job_stem(ctx.spec.sweep_dir, trial.number)
+    stem.parent.mkdir(parents=True, exist_ok=True)
     job_path, log_path = stem.with_suffix(".json"), stem.with_suffix(".log")
     trial.set_user_attr("log", str(log_path.resolve()))
     try:
@@ -238,9 +237,10 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
 
 def _mark_superseded(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> None:
     """Record the point's runs that a retry started over elsewhere as superseded (``klear-lab runs`` showed
-    them stopped, for a rerun that has nothing left to do). After the trial, whose run directory is known
-    only once its run started (``record.RecordRunDir``); a run left behind by a sweep killed during the
-    retry that started over is caught by the point's next attempt."""
+    them stopped, for a rerun that has nothing left to do, or failed, to be fixed and rerun). After the
+    trial, whose run directory is known only once its run started (``record.RecordRunDir``); a run left
+    behind by a sweep killed during the retry that started over, or by an attempt killed before it recorded
+    its run (``retry.unrecorded_runs``), is caught by the point's next attempt."""
     for old, new, number in superseded_runs(study, ctx.spec, trial_id):
         if mark_superseded(old, new, number):
             ctx.log(f"[worker {index}] {old}: superseded by trial {number}'s run {new} (its retry started over)")

@@ -21,10 +21,10 @@ from klear_lab.cli_sweep import main
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.launch import freeze_spec
-from klear_lab.sweep.locate import continue_command, locate, rerun_command
+from klear_lab.sweep.locate import continue_command, locate, recorded_sweep, rerun_command, same_sweep
 from klear_lab.sweep.queue import prepare_study
 from klear_lab.sweep.spec import load_spec
-from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study, own_study_url
 
 
 def ran_sweep(tmp: Path, name: str | None = None, out_dir: Path | None = None, **spec_keys) -> Path:
@@ -139,6 +139,36 @@ def test_without_its_launch_spec_a_sweep_is_rerun_from_its_frozen_spec(tmp_path,
     assert rerun_command(moved) == f"klear-lab sweep {moved / 'spec.yaml'} --out-dir {moved.parent}"
     assert continues(rerun_command(moved), capsys) == "tintb"
     assert not sweep_dir.exists()  # (its validation made nothing at the old place)
+
+
+def test_a_launch_spec_edited_into_another_sweep_is_not_the_rerun(tmp_path, capsys):
+    """An axis value added to the launch spec since the sweep ran, or another experiment: its advice,
+    ``klear-lab sweep SPEC``, continued the study as another sweep (widened, or on another base); the frozen
+    spec continues the sweep that ran. An edit that leaves the sweep as it was keeps the launch spec."""
+    sweep_dir = ran_sweep(tmp_path)
+    spec_path, frozen = tmp_path / "toy.yaml", f"klear-lab sweep {sweep_dir / 'spec.yaml'}"
+    original = spec_path.read_text()
+    write_spec(tmp_path, lrs=(0.001, 0.002, 0.003, 0.004))
+    assert same_sweep(load_spec(spec_path), recorded_sweep(sweep_dir)[1]) == "axes"
+    assert rerun_command(sweep_dir) == frozen
+    assert continues(rerun_command(sweep_dir), capsys) == "toy"
+    (tmp_path / "other.yaml").write_text("run: {name: toy, kind: sft}\nsft: {max_steps: 3}\n")
+    spec_path.write_text(original.replace("experiment: exp.yaml", "experiment: other.yaml"))
+    assert same_sweep(load_spec(spec_path), recorded_sweep(sweep_dir)[1]) == "experiment"
+    assert rerun_command(sweep_dir) == frozen
+    spec_path.write_text(original.replace("seeds:\n- 0", "seeds:\n- 0\n- 1"))
+    assert same_sweep(load_spec(spec_path), recorded_sweep(sweep_dir)[1]) == "seeds"
+    spec_path.write_text(original + "description: the same sweep, described\n")
+    assert rerun_command(sweep_dir) == f"klear-lab sweep {spec_path}"
+
+
+def test_the_study_url_of_a_sweep_directory_is_built_in_one_place(tmp_path):
+    """``locate`` of a moved sweep and a spec without ``storage`` name the study file as ``own_study_url`` does."""
+    sweep_dir = ran_sweep(tmp_path)
+    assert default_storage_url(load_spec(tmp_path / "toy.yaml")) == own_study_url(sweep_dir)
+    moved = tmp_path / "moved" / sweep_dir.name
+    shutil.copytree(sweep_dir, moved)
+    assert locate(moved)[1] == own_study_url(moved) == f"sqlite:///{(moved / 'study.db').resolve()}"
 
 
 def test_a_launch_spec_edited_past_loading_is_not_a_traceback_in_runs(tmp_path):

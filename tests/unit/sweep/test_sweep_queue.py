@@ -517,9 +517,10 @@ def test_a_retry_that_started_over_supersedes_its_predecessors_run(tmp_path):
     assert superseded_runs(study, spec, other) == [("run-c", "run-d", fresh.number)]
 
 
-def test_only_a_dead_or_interrupted_run_is_recorded_superseded(tmp_path):
+def test_only_a_dead_interrupted_or_failed_run_is_recorded_superseded(tmp_path):
     """Never a run a live process writes (resumed by hand), one on another machine, or one that ended
-    otherwise; ``klear-lab runs`` then lists the superseded run as failed, saying why."""
+    otherwise (completed); ``klear-lab runs`` then lists the superseded run as failed, saying why. A run that
+    failed on its own error keeps it after the prefix."""
     import json
     import os
     import socket
@@ -543,7 +544,9 @@ def test_only_a_dead_or_interrupted_run_is_recorded_superseded(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "run.json").write_text(json.dumps({**record, "tags": ["kind:sft"]}))
     marked = {name for name in records if mark_superseded(str(tmp_path / name), "runs/new", 7)}
-    assert marked == {"killed", "ctrl-c"} and not mark_superseded(str(tmp_path / "missing"), "runs/new", 7)
+    assert marked == {"killed", "ctrl-c", "crashed"} and not mark_superseded(str(tmp_path / "missing"), "runs/new", 7)
+    assert json.loads((tmp_path / "crashed" / "run.json").read_text())["error"] == (
+        "superseded: its trial's retry started over in runs/new (trial 7); its own error: RuntimeError: boom")
     killed = json.loads((tmp_path / "killed" / "run.json").read_text())
     assert killed == {"status": "failed", "host": here, "tags": ["kind:sft"],
                       "error": "superseded: its trial's retry started over in runs/new (trial 7)"}
