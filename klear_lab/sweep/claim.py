@@ -80,15 +80,26 @@ def trial_values(trial: optuna.trial.Trial, spec: SweepSpec) -> tuple[dict[str, 
             suggest = trial.suggest_int if is_int else trial.suggest_float
             values[axis.key] = suggest(axis.key, dist.low, dist.high, log=dist.log, step=dist.step)
     attrs = trial.user_attrs
+    label = attrs.get("arm") or arm_label(spec.axes, values)
     if spec.sampler == "grid":
         seed = trial.suggest_categorical(SEED_PARAM, study_choices.get(SEED_PARAM) or list(spec.seeds))
     else:
-        seed = attrs.get("seed", spec.seeds[trial.number % len(spec.seeds)])
-    label = attrs.get("arm") or arm_label(spec.axes, values)
+        seed = attrs["seed"] if "seed" in attrs else drawn_seed(trial, label, spec.seeds)
     for key, value in (("arm", label), ("seed", seed), ("point", point_key(values, seed))):
         if key not in attrs:
             trial.set_user_attr(key, value)
     return values, seed, label
+
+
+def drawn_seed(trial: optuna.trial.Trial, label: str, seeds: list[int]) -> int:
+    """A tpe/random trial's seed: the one its arm has run least (running, finished, pruned or queued; a failed
+    one's retry keeps its seed), the seeds taking turns by trial number among equals. By trial number alone,
+    an arm a sampler drew again ran a seed again (the same run) while its other seeds never ran."""
+    runs = [t.user_attrs.get("seed") for t in trial.study.get_trials(deepcopy=False, states=(
+        TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING))
+        if t.number != trial.number and t.user_attrs.get("arm") == label]
+    turn = trial.number % len(seeds)
+    return min([*seeds[turn:], *seeds[:turn]], key=runs.count)  # min keeps the first of equals
 
 
 def _heartbeat(storage: Any, trial_id: int) -> None:

@@ -194,6 +194,23 @@ def test_tpe_asks_up_to_n_trials(tmp_path):
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_an_arm_drawn_again_gets_a_seed_it_has_not_run(tmp_path, sampler):
+    """Seeds went by trial number alone: an arm drawn at trials 0, 2 and 4 ran seed 0 three times (the same
+    run) and never seed 1. Now a draw takes the seed the arm has run least."""
+    spec, arms, url, study, lock = _setup(tmp_path, sampler=sampler, n_trials=8, axes={"optim.lr": [0.001, 0.002]})
+    prepare_study(study, spec, arms, lock)
+    runs = []
+    while (tid := take_trial(study, spec, lock)) is not None:
+        trial = claimed_trial(study, tid, spec)
+        values, seed, label = trial_values(trial, spec)
+        runs.append((label, seed))
+        study.tell(trial, 1.0)
+    for arm in {label for label, _ in runs}:
+        seeds = [seed for label, seed in runs if label == arm]
+        assert abs(seeds.count(0) - seeds.count(1)) <= 1, runs  # each draw ran the seed it had run least
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
 def test_workers_and_reruns_draw_different_values(tmp_path, sampler):
     """Each worker (and each rerun) builds its own sampler: seeded alike, they drew the same values."""
     spec, arms, url, study, lock = _setup(tmp_path, sampler=sampler, n_trials=4,
