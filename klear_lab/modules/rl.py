@@ -112,8 +112,7 @@ class RLModule(L.LightningModule):
             rows = group_rows(trained, self.s.group_size)
             dev = self.device  # rollouts, rewards and advantages are host tensors; the loss is on the policy's
             mask, adv, acc = mask.to(dev), adv.to(dev), groups.acc.reshape(-1).to(dev)
-            largest = max(len(mb) for mb in plan) * self.s.group_size  # this rank's largest update forward
-            old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask, largest)
+            old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask, plan)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
             update = self._update(rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world)
             summed += [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step") and not is_extreme(k)]
@@ -194,23 +193,26 @@ class RLModule(L.LightningModule):
                                    f"squares per rank: {prints.tolist()}): a gradient all-reduce was missed")
 
     @torch.no_grad()
-    def _behaviour_logp(self, rollout, rows, mask, minibatch_rows: int):
+    def _behaviour_logp(self, rollout, rows, mask, plan):
         """Old (and reference) log-probs [len(rows), T] from the training policy before the first update
-        (the engine's own may differ), ``rl.micro_batch_seqs`` rows at a time as the update runs (0:
-        ``minibatch_rows``, the rank's largest minibatch, as the update's forward): all kept rows at once
-        would hold [rows, T, V] float32 log-probs, more than any update does.
+        (the engine's own may differ), in the update's own batches: each minibatch of ``plan`` (``rows`` is
+        their rows in order) ``rl.micro_batch_seqs`` rows at a time. Log-probs depend on which rows share a
+        forward (padding width, kernel shapes: up to 4e-3 a token in bf16), and batched otherwise the first,
+        on-policy update's ratio was not exactly 1 (GSPO's clip range is 3e-4).
 
         None when this rank kept no group (under DDP it still joins the updates, with zero gradients)."""
         if not len(rows):
             return None, None
         old, ref = [], []
-        for chunk in split_rows(rows, self.s.micro_batch_seqs or minibatch_rows):
-            prompts = [rollout.prompt_ids[i] for i in chunk.tolist()]
-            args = (prompts, rollout.response_ids[chunk], mask[chunk], self.tokenizer.pad_token_id,
-                    self.s.temperature)
-            old.append(response_logp(self.policy, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
-            if self.reference is not None:
-                ref.append(response_logp(self.reference, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
+        for mb_groups in plan:
+            mb = group_rows(mb_groups, self.s.group_size)
+            for chunk in split_rows(mb, self.s.micro_batch_seqs) if len(mb) else []:
+                prompts = [rollout.prompt_ids[i] for i in chunk.tolist()]
+                args = (prompts, rollout.response_ids[chunk], mask[chunk], self.tokenizer.pad_token_id,
+                        self.s.temperature)
+                old.append(response_logp(self.policy, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
+                if self.reference is not None:
+                    ref.append(response_logp(self.reference, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
         return torch.cat(old), torch.cat(ref) if ref else None
 
     def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world) -> dict[str, float]:

@@ -105,6 +105,26 @@ def test_old_log_probs_take_a_minibatch_at_a_time(tmp_path, reward_plugin, monke
     assert rows and max(rows) == 8, rows
 
 
+def test_old_log_probs_are_batched_as_the_update_forwards(tmp_path, reward_plugin, monkeypatch):
+    """Log-probs depend on which rows share a forward (padding width, kernel shapes; up to 4e-3 a token in
+    bf16): the old ones were cut from all kept rows in chunks of rl.micro_batch_seqs (3, 3, 3, 3, 3, 1) while
+    the update forwards each minibatch's (3, 3, 2, 3, 3, 2), so the on-policy ratio was not exactly 1."""
+    import torch
+
+    import klear_lab.modules.rl as rl_module
+
+    real, calls = rl_module.response_logp, []
+
+    def spy(model, prompts, *args, **kwargs):
+        calls.append((torch.is_grad_enabled(), len(prompts)))
+        return real(model, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(rl_module, "response_logp", spy)
+    run_experiment(tiny_rl(tmp_path, reward_plugin, "gppo", 2, "rl.micro_batch_seqs=3"))  # 2 minibatches of 8 rows
+    old = [n for grad, n in calls if not grad]
+    assert old == [n for grad, n in calls if grad] == [3, 3, 2, 3, 3, 2], calls
+
+
 PLUGIN_CLIP = textwrap.dedent('''
     from dataclasses import dataclass
     import torch
