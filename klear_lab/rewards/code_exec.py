@@ -95,8 +95,10 @@ class CodeExecReward:
     workers: int = 4
     """Completions scored at a time (threads, each running its own sandbox)."""
     seed: int = 0
-    """Seed of the test subset when a record has more than ``max_tests``: ``random.Random(f"{seed}/{uid}")``,
-    so a record is judged on the same subset on every call."""
+    """Seed of the test subset when a record has more than ``max_tests``: each completion draws its own
+    (paper.md §3.2: sampled at random per evaluation), ``random.Random(f"{seed}/{uid}/{code}")``, so a run
+    is reproducible and the same code is judged on the same tests. One subset per record, as before, left
+    a problem's other tests out of training altogether."""
     func_name: str = "f"
     """The function a function test calls (a Python identifier; the embedded code world's is ``f``); program
     tests (stdin/stdout) do not use it."""
@@ -145,7 +147,7 @@ class CodeExecReward:
             if outs[i] is None and code is None:
                 outs[i] = RewardOutput(self.no_code, False, False, "no code block")
             elif outs[i] is None:
-                jobs[i] = (code, self.draw_tests(record), self.limits(record)[1])  # type: ignore[assignment]
+                jobs[i] = (code, self.draw_tests(record, code), self.limits(record)[1])  # type: ignore[assignment]
         if jobs:
             require_bwrap()  # fail once, before any thread starts
             with ThreadPoolExecutor(min(self.workers, len(jobs)), thread_name_prefix="klear-code") as ex:
@@ -162,8 +164,9 @@ class CodeExecReward:
         timeout, cap = own_test_limits(record)
         return (self.max_tests if cap is None else cap), float(self.timeout_s if timeout is None else timeout)
 
-    def draw_tests(self, record: Record) -> list[dict[str, Any]]:
-        """At most the record's test cap (``limits``) of its tests, the same subset on every call."""
+    def draw_tests(self, record: Record, code: str = "") -> list[dict[str, Any]]:
+        """At most the record's test cap (``limits``) of its tests: a random subset drawn for ``code`` (see
+        ``seed``)."""
         if not record.tests:
             raise DataError(f"code record {record.uid!r} has no tests (Record.tests is empty)")
         tests = list(record.tests)
@@ -171,7 +174,7 @@ class CodeExecReward:
         cap = self.limits(record)[0]
         if cap is None or len(tests) <= cap:
             return tests
-        return random.Random(f"{self.seed}/{record.uid}").sample(tests, cap)
+        return random.Random(f"{self.seed}/{record.uid}/{code}").sample(tests, cap)
 
     def score_run(self, run: TestRun) -> RewardOutput:
         """Map per-test verdicts to the reward of ``mode``."""

@@ -132,6 +132,18 @@ def test_draw_tests_is_seeded_and_capped():
     assert CodeExecReward(max_tests=None).draw_tests(rec) == list(rec.tests)  # evaluation: all, as LiveCodeBench
 
 
+def test_each_completion_draws_its_own_tests():
+    """paper.md §3.2: at most 16 tests sampled at random per evaluation. One subset per record left the
+    problem's other 24 tests out of every reward; the same code still gets the same tests (reproducible)."""
+    rec = Record(uid="c/1", source="t", task="code", prompt="p", answer="",
+                 tests=tuple({"input": [i], "output": i} for i in range(40)))
+    r = CodeExecReward(max_tests=16)
+    subsets = [frozenset(t["output"] for t in r.draw_tests(rec, f"def f(x):\n    return x + {k}\n")) for k in range(8)]
+    assert all(len(s) == 16 for s in subsets) and len(set(subsets)) == 8
+    assert len(frozenset().union(*subsets)) > 32  # eight draws reach most of the 40 tests
+    assert r.draw_tests(rec, "def f(x): return x") == r.draw_tests(rec, "def f(x): return x")
+
+
 def test_the_paper_code_config_evaluates_on_every_test():
     """A program failing only tests outside the 16 drawn counted as solved: LiveCodeBench pass@1 ran high."""
     from pathlib import Path
