@@ -22,8 +22,8 @@ class TopKMix:
     """
 
     k: int | None = 1
-    """How many sources to keep, by ``quality_rank`` (ties by name): the paper's TopK (paper.md §4.2 Tables
-    4-5); 0 or None keeps all, more than are configured is an error."""
+    """How many sources to keep, by ``quality_rank``: the paper's TopK (paper.md §4.2 Tables 4-5); 0 or None
+    keeps all, more than are configured is an error, and so is a cut between sources of equal rank."""
     budget: int = 31600
     """Records drawn in all, split evenly over the kept sources (the remainder one each to the best); the
     paper's 31,600 per setting (paper.md §4.2 Tables 4-5)."""
@@ -46,6 +46,11 @@ class TopKMix:
         ranked = by_rank(list(sizes), ranks)
         if self.k and self.k > len(ranked):
             raise ValueError(f"k={self.k} but only {len(ranked)} sources are configured: {ranked}")
+        if self.k and self.k < len(ranked) and ranks[ranked[self.k - 1]] == ranks[ranked[self.k]]:
+            tied = [name for name in ranked if ranks[name] == ranks[ranked[self.k]]]
+            raise ValueError(f"k={self.k} would keep some and drop others of the sources tied at quality_rank "
+                             f"{ranks[ranked[self.k]]} ({', '.join(tied)}), by their names: give each source a "
+                             "distinct quality_rank (a file source's default is 1)")
         return split_evenly(self.budget, ranked[: self.k or None])
 
     def __call__(self, pools: dict[str, list[Record]], ranks: dict[str, int], seed: int) -> list[Record]:

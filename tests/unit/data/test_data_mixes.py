@@ -87,6 +87,19 @@ def test_weights_for_unlabelled_files_say_to_label_them():
         DATA_MIX.build({"name": "weighted", "weights": {"sft": 1.0}}).plan({"file": 3, "file#1": 3}, {})
 
 
+def test_top_k_refuses_to_cut_between_sources_of_equal_rank():
+    """File sources default to quality_rank 1: an unranked Top1 of two files took the one whose name sorts
+    first, and the table compared a meaningless arm."""
+    mix = DATA_MIX.build({"name": "top_k", "k": 1, "budget": 10})
+    with pytest.raises(ValueError, match=r"k=1 would keep some and drop others of the sources tied at "
+                                         r"quality_rank 1 \(src_a, src_b\)"):
+        mix.plan({"src_b": 5, "src_a": 5, "other": 5}, {"src_a": 1, "src_b": 1, "other": 2})
+    assert mix.plan({"src_a": 5, "other": 5}, {"src_a": 1, "other": 1 + 1}) == {"src_a": 10}
+    both = DATA_MIX.build({"name": "top_k", "k": 2, "budget": 10})  # the cut falls after the tie: no choice made
+    assert both.plan({"src_b": 5, "src_a": 5, "other": 5}, {"src_a": 1, "src_b": 1, "other": 2}) == {
+        "src_a": 5, "src_b": 5}
+
+
 def test_weighted_ratios():
     out = _mix({"name": "weighted", "weights": {"best": 3, "bad": 1}, "budget": 100})
     assert Counter(r.source for r in out) == {"best": 75, "bad": 25}
