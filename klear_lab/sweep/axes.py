@@ -71,10 +71,11 @@ def _parse_axis(path: Path, key: str, body: Any) -> Axis:
         if not distinct or len(labels) != len(values):
             raise ConfigError(f"{where}: labels must be {len(values)} distinct strings, one per value")
         return Axis(key, list(values), [str(x) for x in labels])
-    extra = set(body) - RANGE_KEYS
+    ranged = bool(set(body) & RANGE_KEYS)
+    extra = set(body) - RANGE_KEYS - (set() if ranged else set(LIST_KEYS))
     if extra:  # a misspelt range key (hihg), or, with no range key there, a list's misspelt values: (valuse)
         range_keys = ("low", "high", "log", "step")
-        raise _unknown_key(where, extra, range_keys if set(body) & RANGE_KEYS else LIST_KEYS + range_keys)
+        raise _unknown_key(where, extra, range_keys if ranged else LIST_KEYS + range_keys)
     if not {"low", "high"} <= set(body):
         raise ConfigError(f"{where}: a range needs low and high (and optional log, step); got {sorted(body)}")
     low, high = body["low"], body["high"]

@@ -66,7 +66,8 @@ def records_from_study(study: Any) -> list[TrialRecord]:
 
 
 def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
-    """The study's trial records, with objective/table metrics a run logged but did not return.
+    """The study's trial records, with objective/table metrics a run logged but did not return, one
+    completed trial per arm and seed (:func:`one_per_seed`).
 
     A grid keeps the spec's points only: a study may hold seeds or axis values the spec has dropped.
     Its trials take the spec's arm labels (a value the spec now writes ``1.0`` was run as ``1``).
@@ -85,7 +86,7 @@ def load_records(spec: SweepSpec, study: Any) -> list[TrialRecord]:
         r.run_dir = spec.own_run_dir(r.run_dir)
         if r.state == "COMPLETE":
             fill_from_csv(r.metrics, r.run_dir, [spec.metric, *spec.metrics])
-    return records
+    return one_per_seed(records)  # the table, curves, rescore and reproduce count a seed once
 
 
 def label_sampled_points(spec: SweepSpec, records: list[TrialRecord]) -> None:

@@ -40,11 +40,9 @@ def arm_order(records: list[Any], order: list[str] | None) -> list[str]:
 
 
 def trial_curves(records: list[Any], arm: str, metric: str, state: str) -> list[pd.Series]:
-    """The curves of ``arm``'s trials in ``state`` that logged ``metric`` on this machine, one per seed
-    (``compare.one_per_seed``)."""
-    from klear_lab.sweep.compare import one_per_seed
-
-    return [s for r in one_per_seed(records) if r.arm == arm and r.state == state
+    """The curves of ``arm``'s trials in ``state`` that logged ``metric`` on this machine (``records`` from
+    ``compare.load_records``: one completed trial per seed)."""
+    return [s for r in records if r.arm == arm and r.state == state
             for s in [read_curve(r.run_dir, metric)] if s is not None]
 
 

@@ -403,3 +403,13 @@ def test_a_seed_a_sampler_ran_twice_counts_once():
     assert math.isnan(df.loc["a", "m std"])  # one measurement: no spread
     assert (df.loc["b", "n"], df.loc["b", "pruned"]) == (2, 0) and df.loc["b", "m mean"] == pytest.approx(0.3)
     assert not df.loc["a", "best"] and df.loc["b", "best"]  # a lacks seed 1 (pruned): not complete
+
+
+def test_records_of_a_seed_that_ran_twice_are_one_for_reproduce_too(tmp_path):
+    """The table counted a seed once, but ``klear-lab reproduce`` read the records as loaded: seed 0 run twice
+    was two seeds in its verdicts and intervals. ``load_records`` now keeps one completed trial per seed."""
+    from klear_lab.analysis.reproduce import objective_values
+
+    spec, study = _sampled_study(tmp_path, [(0.001, 0, 0.5), (0.001, 0, 0.5), (0.001, 1, 0.6)])
+    records = load_records(spec, study)
+    assert sorted(objective_values(records, "lr=0.001", "val/acc")) == [0.5, 0.6]

@@ -54,6 +54,8 @@ def test_a_misspelt_top_level_key_gets_a_did_you_mean(tmp_path):
 
 @pytest.mark.parametrize(("body", "said"), [
     ({"valuse": [0.1, 0.2]}, "axes.optim.lr: unknown key 'valuse' (did you mean 'values'?); allowed: values, labels,"),
+    ({"valuse": [0.1, 0.2], "labels": ["a", "b"]},  # labels itself is no unknown key (it sorts first)
+     "axes.optim.lr: unknown key 'valuse' (did you mean 'values'?)"),
     ({"low": 0.1, "hihg": 0.2}, "axes.optim.lr: unknown key 'hihg' (did you mean 'high'?); allowed: low, high, log, "
                                 "step"),
     ({"values": [0.1], "lables": ["a"]}, "axes.optim.lr: unknown key 'lables' (did you mean 'labels'?); allowed: "
