@@ -40,6 +40,7 @@ from klear_lab.resume import checkpoint_path
 from klear_lab.tracking import replace_durably
 
 POSITION_KEY = "klear_resume"
+EVAL_ROWS_KEY, EVAL_ROWS = "eval_rows", "updates_done"  # where evaluation rows sit (modules/eval_step.py)
 
 
 class ResumeCheckpoint(L.Callback):
@@ -228,6 +229,7 @@ class ResumeCheckpoint(L.Callback):
             "epoch": trainer.current_epoch, "batches": progress.processed,  # the saving batch is trained on
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            EVAL_ROWS_KEY: EVAL_ROWS,  # a resume keeps the row of the evaluation after this step (resume.py)
         }
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:

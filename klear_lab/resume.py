@@ -80,10 +80,14 @@ class Resumable:
     Attributes:
         log_step: the logging step of the batch that wrote the checkpoint (:func:`checkpoint_log_step`).
         logged: ``csv/metrics.csv``'s header and whole rows, or None when the run logged none.
+        eval_after: the run logs an evaluation at the updates done, one step past its update's training
+            row (:mod:`klear_lab.modules.eval_step`); False for a checkpoint of an older version, which
+            logged it at the training row's step (an evaluation row one past is the next update's).
     """
 
     log_step: int
     logged: tuple[list[str], list[dict[str, str]]] | None
+    eval_after: bool = True
 
 
 def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> Resumable:
@@ -124,7 +128,7 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> Resumable:
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "
                           "trainer.checkpoint was false)")
     step = checkpoint_log_step(checkpoint_path(run_dir))  # one that cannot load: refused here, not after the build
-    return Resumable(step, logged_rows(run_dir))
+    return Resumable(step, logged_rows(run_dir), evaluations_at_updates_done(checkpoint_path(run_dir)))
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -224,6 +228,17 @@ def checkpoint_path(run_dir: Path) -> Path:
     return run_dir / "checkpoints" / "last.ckpt"
 
 
+def evaluations_at_updates_done(ckpt: Path) -> bool:
+    """Whether the run that wrote ``ckpt`` (a loadable one: :func:`checkpoint_log_step` checked it) logs its
+    evaluations at the updates done (``checkpointing.EVAL_ROWS``)."""
+    import torch
+
+    from klear_lab.checkpointing import EVAL_ROWS, EVAL_ROWS_KEY, POSITION_KEY
+
+    state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
+    return (state.get(POSITION_KEY) or {}).get(EVAL_ROWS_KEY) == EVAL_ROWS
+
+
 def checkpoint_log_step(ckpt: Path) -> int:
     """The logging step (Lightning's ``_batches_that_stepped``) of the batch that wrote ``ckpt``: rows up to
     it belong to the resumed run, later ones will be logged again.
@@ -267,13 +282,14 @@ def _load_failure(ckpt: Path, exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def _before_checkpoint(row: dict[str, str], log_step: int) -> bool:
-    """A row the resumed run will not log again: up to the checkpoint's logging step, and the evaluation
-    after its update, logged one step on (:mod:`klear_lab.modules.eval_step`; a resume never repeats it)."""
+def _before_checkpoint(row: dict[str, str], log_step: int, eval_after: bool = True) -> bool:
+    """A row the resumed run will not log again: up to the checkpoint's logging step, and (``eval_after``)
+    the evaluation after its update, logged one step on (:mod:`klear_lab.modules.eval_step`; a resume never
+    repeats it)."""
     if not row.get("step"):
         return True
     step = int(float(row["step"]))
-    return step <= log_step or (step == log_step + 1 and is_evaluation_row(row))
+    return step <= log_step or (eval_after and step == log_step + 1 and is_evaluation_row(row))
 
 
 def set_aside_later_rows(run_dir: Path, resumable: Resumable, attempt: int) -> Path | None:
@@ -294,7 +310,7 @@ def set_aside_later_rows(run_dir: Path, resumable: Resumable, attempt: int) -> P
         with tmp.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
-            writer.writerows(r for r in rows if _before_checkpoint(r, resumable.log_step))
+            writer.writerows(r for r in rows if _before_checkpoint(r, resumable.log_step, resumable.eval_after))
 
     atomic_write(path, write)
     return backup

@@ -253,3 +253,6 @@ def test_a_resume_keeps_the_rows_up_to_its_checkpoint_and_the_evaluation_after_i
     assert _before_checkpoint(evaluation, 3) and not _before_checkpoint(train, 3)
     assert _before_checkpoint(train, 4) and _before_checkpoint(evaluation, 4)
     assert not _before_checkpoint(evaluation, 2) and _before_checkpoint({"step": "", "x": "1"}, 0)
+    # a checkpoint of an older version, which logged an evaluation at its update's training row: one a step
+    # past the checkpoint is the next update's, and the resume logs it again
+    assert not _before_checkpoint(evaluation, 3, eval_after=False) and _before_checkpoint(evaluation, 4, False)
