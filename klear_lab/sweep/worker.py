@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,21 +134,21 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
                 return
             ctx.stop.wait(ctx.poll_s)
             continue
-        state = run_trial(ctx, study, trial_id, index)
+        state = run_trial(ctx, study, trial_id, index, lock)
         ctx.failed_in_a_row = 0 if state in (TrialState.COMPLETE, TrialState.PRUNED) else ctx.failed_in_a_row + 1
         if ctx.spec.sampler != "grid" and not ctx.asks():
             ctx.log(f"[worker {index}] {ctx.failed_in_a_row} trials failed in a row: no new trials are asked for; "
                     "see the trial logs")
 
 
-def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
+def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int, lock: StudyLock) -> TrialState:
     """Run one claimed trial in a child process; return its final state.
 
     A thread records the trial's heartbeat from the claim to the end, so a slow start (composing
     the config, the forkserver still importing) never looks like a dead worker to the others.
     """
     with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
-        return _run_claimed(ctx, study, trial_id, index)
+        return _run_claimed(ctx, study, trial_id, index, lock)
 
 
 @contextmanager
@@ -172,11 +172,12 @@ def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
         thread.join()
 
 
-def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int) -> TrialState:
+def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int, lock: StudyLock) -> TrialState:
     storage = study._storage  # public storage API behind the study
     trial = claimed_trial(study, trial_id, ctx.spec)
-    try:
-        values, seed, label = trial_values(trial, ctx.spec)
+    try:  # tpe/random under the study's lock: two workers drawing one arm at once took the same seed
+        with lock.hold() if ctx.spec.sampler != "grid" else nullcontext():
+            values, seed, label = trial_values(trial, ctx.spec)
     except ValueError as exc:  # Optuna refused the parameters: fail the trial rather than leave it RUNNING
         trial.set_user_attr("error", str(exc))
         storage.set_trial_state_values(trial_id, TrialState.FAIL)

@@ -421,7 +421,7 @@ def test_a_running_worker_follows_the_grid_to_its_copy(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "open_study", lambda *a, **k: study)  # opened before the widening
     ran = []
 
-    def fake_run(ctx, own, trial_id, index):
+    def fake_run(ctx, own, trial_id, index, lock):
         trial = optuna.trial.Trial(own, trial_id)
         values, seed, label = trial_values(trial, spec)
         ran.append((own.study_name, label, seed))
@@ -632,3 +632,30 @@ def test_what_changed_reads_plainly():
     assert config_changes(old, new) == ("eval.per_source.lcb: (unset) -> 4; lr: 0.001 -> 0.002; x.0.a: (unset) -> 1; "
                                         "a model.init_from starting point added")
     assert config_changes(old, old) == ""
+
+
+def test_tpe_and_random_draw_a_trial_under_the_study_lock(tmp_path, monkeypatch):
+    """Two workers drawing one arm at once both counted its seeds before either recorded its own: both ran
+    the seed the arm had run least. The draw and its recorded seed now happen under the study's lock."""
+    import fcntl
+
+    from klear_lab.sweep import worker
+
+    spec, arms, url, study, lock = _setup(tmp_path, sampler="random", n_trials=2, axes={"optim.lr": [0.001, 0.002]})
+    prepare_study(study, spec, arms, lock)
+    trial_id = take_trial(study, spec, lock)
+    held = []
+
+    def look(trial, spec):
+        with open(lock.lock_file, "a") as fh:  # another open file: refused while the worker holds the lock
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+        raise ValueError("drawn")  # the worker fails the trial here: nothing runs
+
+    ctx = worker.WorkerContext(spec, url, tmp_path / "spec.yaml", 1, 1, poll_s=0.01)
+    monkeypatch.setattr(worker, "trial_values", look)
+    assert worker._run_claimed(ctx, study, trial_id, 0, lock) == TrialState.FAIL and held == [True]
