@@ -18,6 +18,7 @@ import time
 import lightning as L
 import torch
 
+from klear_lab.checkpointing import batches_trained
 from klear_lab.data.records import Record
 from klear_lab.distributed import rank_and_world
 from klear_lab.errors import ConfigError
@@ -306,7 +307,7 @@ class RLModule(L.LightningModule):
 
     def updates_done(self) -> int:
         """Rollout steps trained: the step of an evaluation's row and of its pruning report."""
-        return self.trainer.fit_loop.epoch_loop.batch_progress.total.processed
+        return batches_trained(self.trainer)
 
     def configure_optimizers(self):
         return configure_adamw(self.policy, self.optim, self._ndims, noise_stream(self.trainer))

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.strategies import FSDPStrategy
 
+from klear_lab.checkpointing import optimizer_steps
 from klear_lab.data.records import Record
 from klear_lab.data.sft import IGNORE
 from klear_lab.distributed import rank_and_world
@@ -181,7 +182,7 @@ class SFTModule(L.LightningModule):
 
     def updates_done(self) -> int:
         """Optimizer steps taken: the step of an evaluation's row and of its pruning report."""
-        return self.global_step
+        return optimizer_steps(self.trainer)
 
     def configure_optimizers(self):
         return configure_adamw(self.model, self.optim, self._ndims, noise_stream(self.trainer))

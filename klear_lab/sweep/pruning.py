@@ -25,7 +25,9 @@ class StepPruningCallback(PyTorchLightningPruningCallback):
         score = trainer.callback_metrics.get(self.monitor)
         if score is None:
             return super().on_validation_end(trainer, pl_module)  # warns about the missing key
-        updates_done = getattr(pl_module, "updates_done", None)  # a custom runner's module may lack it
+        # a custom runner's module may lack it: its optimizer steps (where Lightning logs the evaluation
+        # after step k inside fit is k - 1, but the steps of all its reports line up alike)
+        updates_done = getattr(pl_module, "updates_done", None)
         step = int(updates_done() if callable(updates_done) else trainer.global_step)
         self._trial.report(float(score), step=step)
         if self._trial.should_prune():
