@@ -135,8 +135,10 @@ def spread(values: np.ndarray) -> bool:
 
 
 def summarize(records: list[TrialRecord], objective: str, metrics: list[str], direction: str,
-              baseline: str | None, arm_order: list[str] | None = None, seed: int = 0) -> pd.DataFrame:
-    """The comparison table as a DataFrame (one row per arm, in ``arm_order``)."""
+              baseline: str | None, arm_order: list[str] | None = None, seed: int = 0,
+              seeds_per_arm: int | None = None) -> pd.DataFrame:
+    """The comparison table as a DataFrame (one row per arm, in ``arm_order``); ``seeds_per_arm``: the
+    seeds an arm is complete with (:func:`arm_seeds`; None: every seed the records hold)."""
     order = list(arm_order or [])
     order = list(dict.fromkeys([*order, *(r.arm for r in records)]))
     records = one_per_seed(records)
@@ -156,9 +158,16 @@ def summarize(records: list[TrialRecord], objective: str, metrics: list[str], di
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(names))  # no arm yet (a tpe sweep before its first trial): empty
     _add_deltas(df, done, objective, baseline, seed)
-    star_best(df, objective, direction, seeds=len({r.seed for r in records}))
+    star_best(df, objective, direction, seeds=seeds_per_arm or len({r.seed for r in records}))
     df["baseline"] = df["arm"] == baseline
     return df
+
+
+def arm_seeds(spec: SweepSpec) -> int | None:
+    """1 for a tpe/random sweep over a float range without a step: each arm is a point drawn once, with the
+    seed its turn gives, and never gets the others (the star's note called each "1 seed not finished");
+    else None (every seed)."""
+    return 1 if spec.sampler != "grid" and any(a.is_continuous for a in spec.axes) else None
 
 
 def one_per_seed(records: list[TrialRecord]) -> list[TrialRecord]:
@@ -258,7 +267,7 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     from klear_lab.sweep.render import print_table
     from klear_lab.tracking import atomic_write
 
-    df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order)
+    df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order, seeds_per_arm=arm_seeds(spec))
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / "table.csv", lambda tmp: df.to_csv(tmp, index=False))
     markdown = to_markdown(df, spec.metric, spec.metrics, baseline)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, load_records, summarize, table_baseline
+from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_baseline
 from klear_lab.sweep.compare_text import to_markdown
 from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
@@ -102,7 +102,8 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
     baseline = table_baseline(spec, order or sorted({r.arm for r in records}))
     table_spec = dataclasses.replace(spec, metrics=held_out_metrics(spec, records))
-    df = summarize(records, table_spec.metric, table_spec.metrics, spec.direction, baseline, order)
+    df = summarize(records, table_spec.metric, table_spec.metrics, spec.direction, baseline, order,
+                   seeds_per_arm=arm_seeds(spec))
     out_dir = spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})

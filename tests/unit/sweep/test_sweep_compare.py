@@ -413,3 +413,21 @@ def test_records_of_a_seed_that_ran_twice_are_one_for_reproduce_too(tmp_path):
     spec, study = _sampled_study(tmp_path, [(0.001, 0, 0.5), (0.001, 0, 0.5), (0.001, 1, 0.6)])
     records = load_records(spec, study)
     assert sorted(objective_values(records, "lr=0.001", "val/acc")) == [0.5, 0.6]
+
+
+def test_an_arm_of_a_continuous_random_sweep_is_complete_with_its_one_seed(tmp_path):
+    """Over a float range each tpe/random arm is a point drawn once, with one seed: the star's note called the
+    best "starred on 1 of 2 seeds ... (1 seed not finished)" for a seed it would never get."""
+    from klear_lab.sweep.best import best_notes
+    from klear_lab.sweep.compare import arm_seeds
+
+    ranged = {"optim.lr": {"low": 1e-4, "high": 1e-2, "log": True}}
+    spec = load_spec(write_spec(tmp_path, seeds=(0, 1), sampler="random", n_trials=2, axes=ranged))
+    assert arm_seeds(spec) == 1
+    assert arm_seeds(load_spec(write_spec(tmp_path, name="grid", seeds=(0, 1)))) is None
+    records = [TrialRecord("lr=0.001", 0, "COMPLETE", {"val/acc": 0.5}), TrialRecord("lr=0.002", 1, "COMPLETE",
+                                                                                     {"val/acc": 0.6})]
+    df = summarize(records, "val/acc", [], "maximize", "lr=0.001", seeds_per_arm=arm_seeds(spec))
+    assert list(df["best"]) == [False, True] and best_notes(df) == []
+    before = summarize(records, "val/acc", [], "maximize", "lr=0.001")
+    assert "1 seed not finished" in best_notes(before)[0]
