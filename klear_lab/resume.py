@@ -127,8 +127,8 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> Resumable:
         raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "
                           "trainer.checkpoint was false)")
-    step = checkpoint_log_step(checkpoint_path(run_dir))  # one that cannot load: refused here, not after the build
-    return Resumable(step, logged_rows(run_dir), evaluations_at_updates_done(checkpoint_path(run_dir)))
+    step, eval_after = checkpoint_marks(checkpoint_path(run_dir))  # one that cannot load: refused here
+    return Resumable(step, logged_rows(run_dir), eval_after)
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -228,20 +228,16 @@ def checkpoint_path(run_dir: Path) -> Path:
     return run_dir / "checkpoints" / "last.ckpt"
 
 
-def evaluations_at_updates_done(ckpt: Path) -> bool:
-    """Whether the run that wrote ``ckpt`` (a loadable one: :func:`checkpoint_log_step` checked it) logs its
-    evaluations at the updates done (``checkpointing.EVAL_ROWS``)."""
-    import torch
-
-    from klear_lab.checkpointing import EVAL_ROWS, EVAL_ROWS_KEY, POSITION_KEY
-
-    state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
-    return (state.get(POSITION_KEY) or {}).get(EVAL_ROWS_KEY) == EVAL_ROWS
-
-
 def checkpoint_log_step(ckpt: Path) -> int:
     """The logging step (Lightning's ``_batches_that_stepped``) of the batch that wrote ``ckpt``: rows up to
-    it belong to the resumed run, later ones will be logged again.
+    it belong to the resumed run, later ones will be logged again (:func:`checkpoint_marks`)."""
+    return checkpoint_marks(ckpt)[0]
+
+
+def checkpoint_marks(ckpt: Path) -> tuple[int, bool]:
+    """What a resume reads of ``ckpt``, in one load: its logging step (:func:`checkpoint_log_step`) and
+    whether its run logs evaluations at the updates done (``checkpointing.EVAL_ROWS``; not a checkpoint of
+    an older version, see :class:`Resumable`).
 
     Raises:
         ConfigError: ``ckpt`` cannot be read, or is not a checkpoint Lightning wrote (empty, cut short by a
@@ -251,11 +247,14 @@ def checkpoint_log_step(ckpt: Path) -> int:
 
     import torch
 
+    from klear_lab.checkpointing import EVAL_ROWS, EVAL_ROWS_KEY, POSITION_KEY
+
     advice = (f"the run cannot continue from it: put back an intact copy of the file, or start a new run: "
               f"klear-lab train {ckpt.parent.parent / 'config.yaml'}")
     try:
         state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
-        return int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
+        step = int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
+        return step, (state.get(POSITION_KEY) or {}).get(EVAL_ROWS_KEY) == EVAL_ROWS
     except (PermissionError, FileNotFoundError, IsADirectoryError) as exc:  # the file itself may be fine
         raise ConfigError(f"{ckpt}: cannot read the checkpoint ({exc.strerror or exc}); {advice}") from None
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, KeyError, IndexError,
