@@ -22,6 +22,7 @@ from klear_lab.console import make_console
 from klear_lab.distributed import device_count
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
+from klear_lab.stages.rl_plan import lr_schedule_text
 
 UNSUPPORTED = "NOT SUPPORTED"  # a row that says the config cannot run: the command exits 2 after the plan
 NOT_HERE = "NOT AVAILABLE HERE"  # a row that says this machine lacks something (a package, a GPU, a file)
@@ -139,13 +140,6 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
 
     warning = warmup_problem(cfg["optim"], scheduled)
     return [*rows, *([("warning", warning)] if warning else []), eval_row(cfg)]
-
-
-def lr_schedule_text(o: dict[str, Any]) -> str:
-    """``warmup 30 -> 0.003 cosine -> 0.0001``, ``warmup 10 -> 1e-06 constant``: ``optim.min_lr`` only for the
-    schedule that decays to it (``modules/optim.lr_lambda``). The SFT and RL plans print it."""
-    floor = f" -> {o['min_lr']:g}" if o["schedule"] == "cosine" else ""
-    return f"warmup {o['warmup_steps']} -> {o['lr']:g} {o['schedule']}{floor}"
 
 
 def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:

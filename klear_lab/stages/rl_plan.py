@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def lr_schedule_text(o: dict[str, Any]) -> str:
+    """``warmup 30 -> 0.003 cosine -> 0.0001``, ``warmup 10 -> 1e-06 constant``: ``optim.min_lr`` only for the
+    schedule that decays to it (``modules/optim.lr_lambda``). The SFT and RL plans print it (``dry_run.plan_rows``)."""
+    floor = f" -> {o['min_lr']:g}" if o["schedule"] == "cosine" else ""
+    return f"warmup {o['warmup_steps']} -> {o['lr']:g} {o['schedule']}{floor}"
+
+
 def schedule_steps(rl: dict[str, Any]) -> int:
     """What the LR schedule counts over the run: its optimizer updates (at most: a filter may keep fewer
     groups) or its rollout steps (``rl.lr_schedule_unit``)."""
@@ -14,8 +21,6 @@ def schedule_steps(rl: dict[str, Any]) -> int:
 
 
 def rl_plan_rows(cfg: dict[str, Any], devices: int) -> list[tuple[str, str]]:
-    from klear_lab.dry_run import lr_schedule_text
-
     rl = cfg["rl"]
     b, g = rl["prompts_per_step"], rl["group_size"]
     trained = rl["max_kept_prompts"] or b
