@@ -115,14 +115,16 @@ def test_old_log_probs_are_batched_as_the_update_forwards(tmp_path, reward_plugi
 
     real, calls = rl_module.response_logp, []
 
-    def spy(model, prompts, *args, **kwargs):
-        calls.append((torch.is_grad_enabled(), len(prompts)))
-        return real(model, prompts, *args, **kwargs)
+    def spy(model, prompts, response_ids, *args, **kwargs):  # which rows each forward holds, in order
+        rows = tuple((tuple(map(int, p)), tuple(r.tolist())) for p, r in zip(prompts, response_ids))
+        calls.append((torch.is_grad_enabled(), rows))
+        return real(model, prompts, response_ids, *args, **kwargs)
 
     monkeypatch.setattr(rl_module, "response_logp", spy)
     run_experiment(tiny_rl(tmp_path, reward_plugin, "gppo", 2, "rl.micro_batch_seqs=3"))  # 2 minibatches of 8 rows
-    old = [n for grad, n in calls if not grad]
-    assert old == [n for grad, n in calls if grad] == [3, 3, 2, 3, 3, 2], calls
+    old, update = ([rows for grad, rows in calls if grad == g] for g in (False, True))
+    assert [len(rows) for rows in old] == [3, 3, 2, 3, 3, 2], calls
+    assert old == update  # the same rows in the same forwards and order, not only the same sizes
 
 
 PLUGIN_CLIP = textwrap.dedent('''
