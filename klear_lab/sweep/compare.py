@@ -204,11 +204,13 @@ def _values(records: list[TrialRecord], metric: str) -> np.ndarray:
     return np.array([v for v in vals if v is not None and math.isfinite(v)], dtype=float)
 
 
+DELTA_COLUMNS = ("delta", "delta ci low", "delta ci high", "welch ci low", "welch ci high")
+
+
 def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, baseline: str | None,
                 seed: int) -> None:
     base = _values([r for r in done if r.arm == baseline], objective) if baseline else np.array([])
-    cols: dict[str, list[float]] = {k: [] for k in ("delta", "delta ci low", "delta ci high",
-                                                     "welch ci low", "welch ci high")}
+    cols: dict[str, list[float]] = {k: [] for k in DELTA_COLUMNS}
     for arm in df["arm"]:
         vals = _values([r for r in done if r.arm == arm], objective)
         both = len(vals) and len(base)
@@ -234,9 +236,16 @@ def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, cons
         states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(Counter(r.state for r in records).items()))
         raise ConfigError(f"{spec.sweep_dir}: no finished trial to compare ({states or 'no trials'}); run "
                           "the sweep's command again to finish them")
-    order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
-    baseline = table_baseline(spec, order or sorted({r.arm for r in records}))
+    order, baseline = table_arms(spec, records)
     return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)
+
+
+def table_arms(spec: SweepSpec, records: list[TrialRecord]) -> tuple[list[str] | None, str | None]:
+    """The table's arm order (a grid's arms in spec order; None for tpe/random: the trials' order) and its
+    baseline label (:func:`table_baseline`; None only for a tpe/random sweep with no trial and no ``baseline:``).
+    ``compare`` and ``compare --rescore`` both lay out their tables with it."""
+    order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
+    return order, table_baseline(spec, order or sorted({r.arm for r in records}))
 
 
 def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
@@ -269,7 +278,7 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
 
     df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order, seeds_per_arm=arm_seeds(spec))
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / "table.csv", lambda tmp: df.to_csv(tmp, index=False))
+    write_csv(df, out_dir / "table.csv", baseline)
     markdown = to_markdown(df, spec.metric, spec.metrics, baseline)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(markdown))
     curve_notes: list[str] = []  # arms whose seeds share no logged step: no mean curve
@@ -289,3 +298,11 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
         console.print(f"note: no finished trial logged {', '.join(never)}: {columns} "
                       "empty; check the names against the runs' metrics.csv")
     return df
+
+
+def write_csv(df: pd.DataFrame, path: Path, baseline: str | None) -> None:
+    """``table.csv``; without a baseline, no delta columns (empty), as in ``table.md`` and the Rich table."""
+    from klear_lab.tracking import atomic_write
+
+    table = df if baseline is not None else df.drop(columns=list(DELTA_COLUMNS))
+    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))

@@ -32,8 +32,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     names = table_metrics(spec.metric, spec.metrics)
     # every header is escaped: Rich reads "[bootstrap 95% CI]" as a markup tag and drops it
     rescored = title is not None
-    versus = f", baseline {baseline}" if baseline is not None else ", no baseline"
-    table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}){versus}"))
+    table = Table(title=escape(title or f"sweep {spec.name}: {spec.metric} ({spec.direction}){versus(baseline)}"))
     table.add_column("arm", style="bold")
     for m in names:
         table.add_column(escape(m), justify="right")
@@ -57,3 +56,9 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
         console.print(f"curves: {png}" if png else "curves: none (no metrics.csv with them in the run dirs)")
     console.print(f"runs: {spec.sweep_dir / 'runs'} (W&B offline runs inside; `wandb sync` them), "
                   f"W&B group {spec.wandb_group or spec.name}")
+
+
+def versus(baseline: str | None) -> str:
+    """The end of a table's title: ``, baseline lr=0.001``, or ``, no baseline`` (a tpe/random sweep with no
+    trial yet), never ``baseline None``."""
+    return f", baseline {baseline}" if baseline is not None else ", no baseline"

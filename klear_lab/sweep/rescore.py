@@ -22,9 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_baseline
+from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_arms, write_csv
 from klear_lab.sweep.compare_text import to_markdown
-from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
 
 
@@ -96,21 +95,20 @@ def score(cfg: dict[str, Any], log: Any = print) -> tuple[dict[str, float], Path
 def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str], runs: dict[str, str],
                 console: Any = None) -> pd.DataFrame:
     """table.csv, table.md and rescore.json in ``SWEEP_DIR/rescore-<tag>/``; the Rich table printed."""
-    from klear_lab.sweep.render import print_table
+    from klear_lab.sweep.render import print_table, versus
     from klear_lab.tracking import atomic_write, write_json
 
-    order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
-    baseline = table_baseline(spec, order or sorted({r.arm for r in records}))
+    order, baseline = table_arms(spec, records)
     table_spec = dataclasses.replace(spec, metrics=held_out_metrics(spec, records))
     df = summarize(records, table_spec.metric, table_spec.metrics, spec.direction, baseline, order,
                    seeds_per_arm=arm_seeds(spec))
     out_dir = spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})
-    atomic_write(out_dir / "table.csv", lambda tmp: df.to_csv(tmp, index=False))
+    write_csv(df, out_dir / "table.csv", baseline)
     markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(f"Rescored: {' '.join(overrides)}\n\n{markdown}"))
-    title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {spec.metric}, baseline {baseline}"
+    title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {spec.metric}{versus(baseline)}"
     print_table(df, table_spec, baseline, out_dir, None, console, title=title)
     return df
 
