@@ -12,6 +12,9 @@ A stopped or failed SFT/RL run with a checkpoint can continue, and the table say
 resume RUN_DIR``, or for a sweep's trial the command that continues its sweep (the sweep retries its
 trials). A run that failed on its config or data, or diverged, would fail the same way again: the
 table says to fix the config first.
+
+Its ``steps`` are the steps done as ``csv/metrics.csv`` shows them (:func:`steps_done`): optimizer steps for
+SFT, rollout steps for RL, alike whether a stopped run's last row was a training row or an evaluation.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class RunRow:
     kind: str
     status: str
     attempts: int
-    step: int | None  # the last logged step in csv/metrics.csv
+    steps: int | None  # steps done (SFT: optimizer steps, RL: rollout steps) as csv/metrics.csv shows them
     metric: float | None  # the summary's value, else the last logged one
     checkpoint: bool
     note: str  # the error, or how to continue
@@ -97,11 +100,11 @@ def run_row(run_dir: Path, metric: str) -> RunRow:
     kind = next((t.split(":", 1)[1] for t in tags if str(t).startswith("kind:")), "?") \
         if isinstance(tags, list) else "?"
     status = _status(identity)
-    step, value, damaged = _progress(run_dir, metric)
+    steps, value, damaged = _progress(run_dir, metric)
     has_ckpt = checkpoint_path(run_dir).is_file()
     changed = max(_mtime(record), _mtime(run_dir / "csv" / "metrics.csv"))
     note = "; ".join(n for n in (*damaged, _note(run_dir, identity, status, kind, has_ckpt)) if n)
-    return RunRow(str(run_dir), kind, status, _attempts(identity), step, value, has_ckpt, note,
+    return RunRow(str(run_dir), kind, status, _attempts(identity), steps, value, has_ckpt, note,
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "")
 
 
@@ -118,8 +121,8 @@ def _status(identity: dict[str, Any]) -> str:
 
 
 def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None, list[str]]:
-    """The last logged step, ``metric`` from ``summary.json`` or else its last logged value, and what is wrong
-    with either file (each is left out of the row, not the run out of the table)."""
+    """The steps done (:func:`steps_done`), ``metric`` from ``summary.json`` or else its last logged value, and
+    what is wrong with either file (each is left out of the row, not the run out of the table)."""
     damaged: list[str] = []
     metrics_csv, rows = run_dir / "csv" / "metrics.csv", []
     if metrics_csv.is_file():
@@ -127,8 +130,6 @@ def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None, lis
             rows = csv_rows(metrics_csv)
         except (OSError, ValueError, csv.Error) as exc:  # ValueError: bytes that are not UTF-8
             damaged.append(f"unreadable {metrics_csv}: {exc}")
-    steps = [float(r["step"]) for r in rows if r.get("step")]
-    steps = [int(s) for s in steps if math.isfinite(s)]
     logged = [float(r[metric]) for r in rows if r.get(metric)]
     value = logged[-1] if logged else None
     summary = run_dir / "summary.json"
@@ -144,7 +145,35 @@ def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None, lis
                 value = float(saved[metric])
             elif saved.get(metric) is not None:
                 damaged.append(f"{summary}: {metric} is {saved[metric]!r}, not a number")
-    return (max(steps) if steps else None), value, damaged
+    return steps_done(rows), value, damaged
+
+
+# Keys of a metrics.csv row logged at the steps done (a row of only these at index k: k steps done): an
+# evaluation's (val/..., an eval run's perf/...), the data and plan rows logged at 0 before training, the learning
+# rate Lightning's LearningRateMonitor logs as a step starts (lr-AdamW/pg1 at k, before step k + 1), and the
+# row's step and epoch. Any other key (train/..., rl/..., reward/..., perf/tokens_per_s, a plugin's) is a
+# training metric, logged at Lightning's 0-based index of the step it ends (step k at k - 1; see
+# klear_lab/modules/eval_step.py).
+AT_STEPS_DONE_PREFIXES = ("val/", "data/", "plan/", "lr-")
+AT_STEPS_DONE_KEYS = frozenset({"step", "epoch", "perf/eval_seconds", "perf/torch_threads",
+                                "perf/packing_efficiency_data"})
+
+
+def steps_done(rows: list[dict[str, str]]) -> int | None:
+    """The steps (SFT: optimizer steps, RL: rollout steps) ``metrics.csv``'s ``rows`` show done: a row with a
+    training metric at index i means i + 1, any other row at k means k (a stopped run's count was one short
+    when its last row was a training row); the most of them, or None when no row has a step."""
+    done = [_row_steps_done(row) for row in rows]
+    return max((d for d in done if d is not None), default=None)
+
+
+def _row_steps_done(row: dict[str, str]) -> int | None:
+    index = float(row.get("step") or "nan")  # csv_rows keeps rows whose cells are numbers or empty
+    if not math.isfinite(index):
+        return None
+    trained = any(value != "" and key not in AT_STEPS_DONE_KEYS and not key.startswith(AT_STEPS_DONE_PREFIXES)
+                  for key, value in row.items())
+    return int(index) + trained
 
 
 def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_ckpt: bool) -> str:
@@ -276,11 +305,11 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
     colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "pruned": "magenta", "completed": "green",
                "unknown": "yellow"}
     table = Table(show_header=True)
-    for col in ("run", "kind", "status", "updated", "attempts", "step", metric, "ckpt", "note"):
-        table.add_column(col, justify="right" if col in ("attempts", "step", metric) else "left")
+    for col in ("run", "kind", "status", "updated", "attempts", "steps", metric, "ckpt", "note"):
+        table.add_column(col, justify="right" if col in ("attempts", "steps", metric) else "left")
     for r in rows:
         table.add_row(escape(r.run_dir), r.kind, f"[{colours[r.status]}]{r.status}[/]", r.updated, str(r.attempts),
-                      "" if r.step is None else str(r.step), "" if r.metric is None else f"{r.metric:.4g}",
+                      "" if r.steps is None else str(r.steps), "" if r.metric is None else f"{r.metric:.4g}",
                       "yes" if r.checkpoint else "", escape(_shorten(r.note)))
     console = make_console()
     console.print(table)

@@ -21,7 +21,7 @@ def make_run(parent: Path, name: str, status: str, kind: str = "rl", **extra) ->
     (run_dir / "csv").mkdir(parents=True)
     record = {"status": status, "tags": [f"kind:{kind}", "seed:0"], **extra}
     (run_dir / "run.json").write_text(json.dumps(record))
-    rows = "step,train/loss,val/acc\n0,1.5,\n1,1.2,0.25\n2,1.0,\n3,0.9,\n4,0."  # a kill cut the last row
+    rows = "step,train/loss,val/acc\n0,1.5,\n1,1.2,0.25\n2,1.0,\n3,0.9,\n4,0."  # a kill cut the last row: 4 steps done
     (run_dir / "csv" / "metrics.csv").write_text(rows)
     return run_dir
 
@@ -56,7 +56,7 @@ def test_statuses_from_the_record_and_the_processes(tmp_path, live_klear_process
         "a-done": "completed", "b-live": "running", "c-killed": "stopped", "d-crashed": "failed",
         "e-elsewhere": "unknown", "f-broken": "unknown", "g-live-since": "running", "h-pid-reused": "stopped"}
     assert rows["a-done"].metric == 0.75 and rows["b-live"].metric == 0.25  # summary, else last logged value
-    assert rows["b-live"].step == 3 and rows["c-killed"].checkpoint and not rows["d-crashed"].checkpoint
+    assert rows["b-live"].steps == 4 and rows["c-killed"].checkpoint and not rows["d-crashed"].checkpoint
     assert rows["c-killed"].note == f"klear-lab resume {stopped}"
     assert rows["d-crashed"].note.startswith("ValueError: bad batch -> no checkpoint: klear-lab train ")
     assert "not checked from here" in rows["e-elsewhere"].note and "f-broken" in rows["f-broken"].note
@@ -82,10 +82,10 @@ def test_a_damaged_run_is_listed_with_a_note_naming_the_file(tmp_path, capsys):
     assert main(["runs", str(runs), "--json"]) == 0
     out, err = capsys.readouterr()
     rows = {Path(r["run_dir"]).name: r for r in map(json.loads, out.splitlines())}
-    assert {name: (r["status"], r["step"], r["metric"]) for name, r in rows.items()} == {
+    assert {name: (r["status"], r["steps"], r["metric"]) for name, r in rows.items()} == {
         "a-record-list": ("unknown", None, None), "b-binary-csv": ("failed", None, None),
-        "c-summary-list": ("completed", 3, 0.25), "d-odd-values": ("completed", 3, 0.25),
-        "e-whole": ("completed", 3, 0.25), "f-rank-error": ("failed", 3, 0.25)}  # the CSV's value for a bad summary
+        "c-summary-list": ("completed", 4, 0.25), "d-odd-values": ("completed", 4, 0.25),
+        "e-whole": ("completed", 4, 0.25), "f-rank-error": ("failed", 4, 0.25)}  # the CSV's value for a bad summary
     assert rows["a-record-list"]["note"] == f"unreadable {record / 'run.json'}: a JSON list, not an object"
     assert rows["b-binary-csv"]["note"].startswith(f"unreadable {binary / 'csv' / 'metrics.csv'}: 'utf-8' codec")
     assert rows["b-binary-csv"]["note"].endswith(f"ValueError: bad batch -> no checkpoint: klear-lab train "
@@ -119,7 +119,7 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
     (line,) = capsys.readouterr().out.splitlines()
     listed = json.loads(line)
     assert listed | {"run_dir": "-", "updated": "-"} == {
-        "run_dir": "-", "kind": "sft", "status": "completed", "attempts": 1, "step": 3, "metric": 0.25,
+        "run_dir": "-", "kind": "sft", "status": "completed", "attempts": 1, "steps": 4, "metric": 0.25,
         "checkpoint": False, "note": "", "updated": "-"}
     changed = max(p.stat().st_mtime for p in (tmp_path / "runs/x/run.json", tmp_path / "runs/x/csv/metrics.csv"))
     assert listed["updated"] == time.strftime("%Y-%m-%d %H:%M", time.localtime(changed))
