@@ -49,10 +49,11 @@ class SFTModule(L.LightningModule):
         self.eval_sampling, self.eval_engine = eval_sampling, eval_engine
         self.last_eval: EvalResult | None = None
         self._tokens = 0.0  # real tokens trained by the finished steps, every rank's (kept in checkpoints)
-        # perf/tokens_per_s: this process's tokens over its training seconds (from its first batch, not
-        # counting evaluations inside fit), updated at each step's end
-        self._tokens_at_start, self._t0, self._eval_s, self._train_s = 0.0, None, 0.0, 0.0
-        self._eval_t0: float | None = None
+        # perf/tokens_per_s: this process's tokens over its training seconds (see on_train_batch_end)
+        self._tokens_at_start, self._train_s = 0.0, 0.0
+        self._batch_t0: float | None = None  # when this micro-batch's training began
+        self._trained_until: float | None = None  # when its training work (backward, optimizer step) ended
+        self.eval_seconds = 0.0  # perf/eval_seconds: this process's evaluations, fit's and the final one
         self._window: torch.Tensor | None = None  # [4] this step's loss sum, loss tokens, real, total tokens
         self._window_all = torch.zeros(4)  # [4] the same, summed over ranks
 
@@ -80,28 +81,37 @@ class SFTModule(L.LightningModule):
         return objective
 
     def on_train_batch_start(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        if self._t0 is None:
-            self._t0, self._tokens_at_start = time.perf_counter(), self._tokens
+        self._batch_t0, self._trained_until = time.perf_counter(), None
+
+    def on_after_backward(self) -> None:
+        self._trained_until = time.perf_counter()  # a micro-batch within an accumulation window ends here
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        if self.device.type == "cuda":  # the step's kernels run now, not in the next host sync (a checkpoint's)
+            torch.cuda.synchronize(self.device)
+        self._trained_until = time.perf_counter()
 
     def on_train_batch_end(self, outputs, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        """At a step's end (its tokens counted by ``_end_window``), log the throughput so far. It was computed
-        in the step's first forward: the first row divided a step's tokens by one forward's seconds (about
-        twice the rate) and the summary by fit's whole time, evaluations included."""
-        if self._window is None and self._t0 is not None:
-            self._train_s = time.perf_counter() - self._t0 - self._eval_s
+        """Count this micro-batch's training seconds; at a step's end (its tokens counted by ``_end_window``)
+        log the throughput so far.
+
+        Training seconds are the micro-batches' own, summed: each from this module's ``on_train_batch_start``
+        to its backward's end, a step's last micro-batch to its optimizer step's end. Not counted: loading
+        the batch, the callbacks' batch hooks (a checkpoint written at a step's end, by ``ResumeCheckpoint``
+        whose ``on_train_batch_end`` runs before this one, or renamed into place at the next batch's start),
+        logging, and the evaluations between steps (and a checkpoint written after one). Measured as fit's
+        time less its evaluations, it counted a checkpoint written at a step's end, not one after an evaluation."""
+        if self._batch_t0 is not None:
+            end = time.perf_counter() if self._trained_until is None else self._trained_until
+            self._train_s += end - self._batch_t0
+            self._batch_t0 = None
+        if self._window is None:
             self.log("perf/tokens_per_s", self.tokens_per_s(), on_step=True, on_epoch=False)
 
     def tokens_per_s(self) -> float:
         """Tokens trained (every rank's real tokens) per second of training, this process's steps."""
         return (self._tokens - self._tokens_at_start) / max(self._train_s, 1e-9)
-
-    def on_validation_start(self) -> None:
-        self._eval_t0 = time.perf_counter()
-
-    def on_validation_end(self) -> None:
-        if self._eval_t0 is not None and self._t0 is not None:  # inside fit: not training time
-            self._eval_s += time.perf_counter() - self._eval_t0
-        self._eval_t0 = None
 
     def _add_to_window(self, loss_sum: torch.Tensor, n_tokens: torch.Tensor,
                        batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -170,6 +180,7 @@ class SFTModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self.eval_records or self.trainer.sanity_checking:
             return
+        start = time.perf_counter()  # the evaluation only: not a checkpoint its callbacks' hooks write
         rank, world = rank_and_world(self)
         result = evaluate_sharded(self.model, self.tokenizer, self.eval_records, self.eval_rewards,
                                   self.max_new_tokens, self.eval_batch_size, self.eval_sampling, self.eval_engine,
@@ -179,6 +190,7 @@ class SFTModule(L.LightningModule):
         self.log_dict(metrics, prog_bar=False, sync_dist=True)  # equal on every rank: the mean is the value
         self.log("val_acc", metrics["val/acc"], prog_bar=True, logger=False, sync_dist=True)
         log_at_updates_done(self, self.updates_done(), sync_dist=True)
+        self.eval_seconds += time.perf_counter() - start
 
     def updates_done(self) -> int:
         """Optimizer steps taken: the step of an evaluation's row and of its pruning report."""

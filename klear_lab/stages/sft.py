@@ -48,7 +48,13 @@ class SFTStage:
 
     def execute(self, run_dir: Path, identity: dict[str, Any], callbacks: list,
                 resume: Path | None = None) -> tuple[dict[str, float], Path | None]:
-        """Train and evaluate into ``run_dir``; ``resume``: a ``last.ckpt`` of this run to continue from."""
+        """Train and evaluate into ``run_dir``; ``resume``: a ``last.ckpt`` of this run to continue from.
+
+        ``perf/train_seconds`` is ``trainer.fit``'s wall time, as RL's: the evaluations and checkpoints during
+        fit included (``perf/tokens_per_s`` counts the training steps' own seconds). ``perf/eval_seconds``:
+        this process's evaluations, those during fit and the final one (SFT has no starting evaluation), and
+        starting the evaluation engine; not the checkpoints written after them.
+        """
         cfg = self.cfg
         loggers = make_loggers(cfg, run_dir, identity)
         every = cfg["eval"]["every_n_steps"]  # optimizer steps
@@ -66,12 +72,15 @@ class SFTStage:
             for logger in loggers:
                 logger.log_hyperparams({})
                 logger.log_metrics(self.plan, step=0)
-        start = time.perf_counter()
+        engine_s = 0.0  # starting the evaluation engine (once, here, when fit evaluates): evaluation time
         try:
             if every and self.module.eval_engine is not None:  # needed mid-training: fail now, not after N steps
+                start = time.perf_counter()
                 engine = self.module.eval_engine.runtime(self.module.model, self.module.tokenizer)
                 engine.check_fits([r.prompt for r in self.module.eval_records], cfg["eval"]["max_new_tokens"],
                                   "data.eval_sources")
+                engine_s = time.perf_counter() - start
+            start = time.perf_counter()
             trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=resume, weights_only=True)
             train_s = time.perf_counter() - start
             last_train = {k: float(v) for k, v in trainer.callback_metrics.items()
@@ -86,6 +95,7 @@ class SFTStage:
         metrics = {**last_train, **{k: float(v) for k, v in trainer.callback_metrics.items() if "/" in k}}
         metrics.update(self.plan)
         metrics.update({"perf/train_seconds": train_s, "train/steps": float(trainer.global_step),
+                        "perf/eval_seconds": engine_s + self.module.eval_seconds,
                         # all ranks, this process's steps (a resumed run's earlier ones took other seconds)
                         "perf/tokens_per_s": self.module.tokens_per_s(),
                         "perf/torch_threads": float(torch.get_num_threads()),

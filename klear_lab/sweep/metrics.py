@@ -22,6 +22,7 @@ TRAINED = ("train/steps", "perf/train_seconds", "perf/torch_threads", "perf/worl
 """Added to the final metrics by stages/sft.py and stages/rl.py."""
 SFT = ("train/loss", "train/grad_norm", "train/tokens", "perf/tokens_per_s",  # modules/sft.py
        "perf/packing_efficiency",
+       "perf/eval_seconds",  # stages/sft.py
        "perf/packing_efficiency_data", "plan/total_steps", "plan/steps_per_epoch", "plan/examples",  # sft_plan
        "plan/dropped_too_long", "plan/tokens_per_step", "plan/params", "plan/dropped_no_response")
 GAIN = ("val/acc_start", "val/acc_final", "val/gain", "val/gain_ci95_low", "val/gain_ci95_high", "val/acc_best",
