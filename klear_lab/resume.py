@@ -20,6 +20,7 @@ from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.modules.eval_step import is_evaluation_row
+from klear_lab.resume_checkpoint import checkpoint_marks
 from klear_lab.run_owner import still_running
 from klear_lab.tracking import atomic_write, config_hash, csv_table
 
@@ -42,8 +43,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
 
     run_dir = Path(run_dir)
     saved = run_dir / "config.yaml"
-    check_run_dir(run_dir)
-    check_record(run_dir / "run.json", read_record(run_dir / "run.json"))
+    stopped_record(run_dir)  # before composing: a completed run says so, whatever the overrides
     for item in overrides or []:
         check_override_form(item, f"resume {run_dir}")
         key = override_key(item)
@@ -103,13 +103,8 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> Resumable:
 
     from klear_lab.distributed import joined_run_dir  # a DDP rank > 0 of this resume: rank 0 is alive
 
-    check_run_dir(run_dir)
     saved, record = run_dir / "config.yaml", run_dir / "run.json"
-    identity = read_record(record)
-    if cfg["run"]["kind"] not in ("sft", "rl"):
-        raise ConfigError(f"{saved}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs resume "
-                          "(run the evaluation again instead)")
-    check_record(record, identity)
+    identity = stopped_record(run_dir, cfg)
     if identity["status"] == "running" and joined_run_dir() is None and still_running(identity):
         raise ConfigError(f"{record}: the run is still running (pid {identity['pid']} on this machine); "
                           "stop it before resuming, or two processes would write one run")
@@ -137,6 +132,25 @@ def check_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"{run_dir}: no such directory (klear-lab runs lists the runs under an output directory)")
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "run.json").is_file():
         raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
+
+
+def stopped_record(run_dir: Path, cfg: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``run_dir``'s ``run.json`` once it is a stopped sft or rl run's record: what :func:`resume_config` checks
+    before composing the config, and :func:`check_resumable` first. ``cfg``, the config to resume with, has
+    its kind checked before the record's status (a completed eval run is told to run the evaluation again).
+
+    Raises:
+        ConfigError: not a run directory, a damaged or hand-edited ``run.json`` (:func:`read_record`,
+            :func:`check_record`), a completed run, or a ``cfg`` of another kind.
+    """
+    check_run_dir(run_dir)
+    record = run_dir / "run.json"
+    identity = read_record(record)
+    if cfg is not None and cfg["run"]["kind"] not in ("sft", "rl"):
+        raise ConfigError(f"{run_dir / 'config.yaml'}: run.kind is {cfg['run']['kind']!r}; only sft and rl runs "
+                          "resume (run the evaluation again instead)")
+    check_record(record, identity)
+    return identity
 
 
 RESUMABLE_STATUSES = ("running", "failed", "pruned")  # running: its process died (checked apart)
@@ -232,53 +246,6 @@ def checkpoint_log_step(ckpt: Path) -> int:
     """The logging step (Lightning's ``_batches_that_stepped``) of the batch that wrote ``ckpt``: rows up to
     it belong to the resumed run, later ones will be logged again (:func:`checkpoint_marks`)."""
     return checkpoint_marks(ckpt)[0]
-
-
-def checkpoint_marks(ckpt: Path) -> tuple[int, bool]:
-    """What a resume reads of ``ckpt``, in one load: its logging step (:func:`checkpoint_log_step`) and
-    whether its run logs evaluations at the updates done (``checkpointing.EVAL_ROWS``; not a checkpoint of
-    an older version, see :class:`Resumable`).
-
-    Raises:
-        ConfigError: ``ckpt`` cannot be read, or is not a checkpoint Lightning wrote (empty, cut short by a
-            full disk or a copy, overwritten), naming it and what to do instead of a torch traceback.
-    """
-    import pickle
-
-    import torch
-
-    from klear_lab.checkpointing import EVAL_ROWS, EVAL_ROWS_KEY, POSITION_KEY
-
-    advice = (f"the run cannot continue from it: put back an intact copy of the file, or start a new run: "
-              f"klear-lab train {ckpt.parent.parent / 'config.yaml'}")
-    try:
-        state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
-        step = int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
-        return step, (state.get(POSITION_KEY) or {}).get(EVAL_ROWS_KEY) == EVAL_ROWS
-    except (PermissionError, FileNotFoundError, IsADirectoryError) as exc:  # the file itself may be fine
-        raise ConfigError(f"{ckpt}: cannot read the checkpoint ({exc.strerror or exc}); {advice}") from None
-    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, KeyError, IndexError,
-            TypeError) as exc:  # OSError: a zip reader's EINVAL on a file cut short; EIO, the disk
-        raise ConfigError(f"{ckpt}: cannot load the checkpoint (corrupt or truncated: {_load_failure(ckpt, exc)}); "
-                          f"{advice}") from None
-
-
-def _load_failure(ckpt: Path, exc: BaseException) -> str:
-    """What is wrong with ``ckpt`` in a few words (torch's messages run to several sentences of advice)."""
-    if ckpt.stat().st_size == 0:
-        return "the file is empty"
-    if isinstance(exc, (KeyError, IndexError, TypeError)):
-        return f"no Lightning loop state in it ({type(exc).__name__}: {exc})"
-    if isinstance(exc, OSError):
-        return f"it does not read as a zip archive ({exc.strerror or exc})"
-    text = str(exc).strip()
-    if text.startswith("mmap can only be used with files saved with"):  # not a zip archive at all
-        return "not a zip archive as torch.save writes"
-    if "WeightsUnpickler error: " in text:  # objects other than tensors and plain values: not what Lightning wrote
-        text = "not a checkpoint Lightning wrote: " + text.partition("WeightsUnpickler error: ")[2]
-    text = text.partition("\n")[0]
-    text = text.partition(". ")[0].rstrip(".") or type(exc).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _before_checkpoint(row: dict[str, str], log_step: int, eval_after: bool = True) -> bool:

@@ -1,7 +1,7 @@
 """A SIGTERM during the final training step of a 2-rank DDP run lets the run finish, as in one process.
 
 Training is done at the final step: stopping there would record a finished run as failed, without its final
-evaluation and model. In one process ``test_resume.py`` checks this with a callback; under DDP the ranks
+evaluation and model. In one process ``test_resume_signals.py`` checks this with a callback; under DDP the ranks
 must also agree on it (each only notes the signal; they agree at each step's end), whichever rank gets it.
 """
 
