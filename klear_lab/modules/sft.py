@@ -84,6 +84,8 @@ class SFTModule(L.LightningModule):
         self._batch_t0, self._trained_until = time.perf_counter(), None
 
     def on_after_backward(self) -> None:
+        if self.device.type == "cuda":  # backward's queued kernels: else the progress bar's .item() waits for
+            torch.cuda.synchronize(self.device)  # them after the stamp, and that wait went uncounted
         self._trained_until = time.perf_counter()  # a micro-batch within an accumulation window ends here
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:

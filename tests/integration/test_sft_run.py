@@ -174,9 +174,9 @@ def test_tokens_per_second_counts_training_time_and_the_summary_is_the_last_row(
     rows = csv_rows(result.run_dir / "csv" / "metrics.csv")
     logged = [float(r["perf/tokens_per_s"]) for r in rows if r.get("perf/tokens_per_s")]
     assert len(logged) == 3 and result.metrics["perf/tokens_per_s"] == pytest.approx(logged[-1])
-    # the evaluation after each step (inside fit) is not training time; perf/train_seconds (fit's) holds it
-    assert logged[-1] > result.metrics["train/tokens"] / result.metrics["perf/train_seconds"]
-    assert result.metrics["perf/eval_seconds"] > 0  # test_sft_timing.py checks what it holds
+    # perf/train_seconds is fit's wall time, and eval_seconds the evaluations: test_sft_timing.py checks
+    # which seconds each holds
+    assert result.metrics["perf/eval_seconds"] > 0
     assert [int(r["step"]) for r in rows if r.get("val/acc")] == [1, 2, 3]
 
 
