@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.config.validate import component_args
 from klear_lab.data.filters.base import filtered_records
 from klear_lab.data.mixes.base import share_metrics
@@ -194,8 +195,6 @@ def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
     return records
 
 
-EVAL_GRADERS = (("math", "reward"), ("code", "code_reward"))
-"""(``Record.task``, key under ``eval``) of each held-out verifier: a record is graded by its task's."""
 
 
 def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:

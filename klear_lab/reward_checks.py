@@ -12,7 +12,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from klear_lab.builders import EVAL_GRADERS, build, source_nodes, source_path
+from klear_lab.builders import build, source_nodes, source_path
+from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.errors import ConfigError
 from klear_lab.registry import REWARD, SOURCE
 from klear_lab.rl.rollout.base import preserve_rng

@@ -11,12 +11,14 @@ from klear_lab.distributed import several_devices
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import ENGINES
 from klear_lab.models.tokenizer import MIN_VOCAB
-from klear_lab.registry import ADVANTAGE, CLIP, ROLLOUT
+from klear_lab.registry import ADVANTAGE, CLIP, REWARD, ROLLOUT
 
 OVERLONG = ("none", "mask", "penalty")
 KL = ("k1", "k2", "k3", "kl", "mse", "low_var_kl")
 DTYPES = ("float32", "bfloat16", "float16", "float64", "float", "half", "double")  # torch's names
 WANDB_MODES = ("offline", "online", "disabled")
+EVAL_GRADERS = (("math", "reward"), ("code", "code_reward"))
+"""(``Record.task``, key under ``eval``) of each held-out verifier: a record is graded by its task's."""
 
 
 def check(cfg: dict[str, Any]) -> None:
@@ -164,6 +166,26 @@ def check_eval(ev: dict[str, Any]) -> None:
     _require(ev["every_n_steps"] >= 0, "eval.every_n_steps",
              f"must be >= 0 (0 = none during training), got {ev['every_n_steps']}")
     _require(ev["engine"] in ENGINES, "eval.engine", f"must be one of {ENGINES}, got {ev['engine']!r}")
+    check_eval_graders(ev)
+
+
+def check_eval_graders(ev: dict[str, Any]) -> None:
+    """Each held-out verifier grades its task's records (``EVAL_GRADERS``): a reward that declares ``tasks``
+    without that task (``eval.reward=code``) would mark every right answer wrong, and ``val/acc`` read 0
+    with no error. A reward that declares no ``tasks`` is trusted, as ``rl.reward``'s check does."""
+    for task, key in EVAL_GRADERS:
+        name = ev[key]["name"]
+        tasks = getattr(REWARD.get(name), "tasks", None)
+        if tasks is not None and task not in tasks:
+            fitting = ", ".join(n for n in REWARD.names() if task in _tasks(n))
+            error = ConfigError(f"eval.{key} grades the held-out {task} records, but {name!r} scores "
+                                f"{'/'.join(tasks)} tasks: choose a reward of {task} tasks ({fitting})")
+            error.key = f"eval.{key}.name"  # type: ignore[attr-defined]  # compose names where it was set
+            raise error
+
+
+def _tasks(reward: str) -> tuple[str, ...]:
+    return tuple(getattr(REWARD.get(reward), "tasks", None) or ())
 
 
 def check_samples_per_source(ev: dict[str, Any]) -> None:
