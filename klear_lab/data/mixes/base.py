@@ -1,10 +1,11 @@
 """Shared pieces of the data mixes: the call contract, budget splitting and seeded sampling.
 
-A mix is a registered frozen dataclass with two methods:
+A mix is a registered frozen dataclass called as ``mix(pools, ranks, seed) -> list[Record]``: the records
+drawn from the pools, shuffled. The run logs ``data/mix_share/<source>`` from the records it returns
+(``share_metrics``). The built-in mixes split the call in two, a convention a new mix may follow:
 
-* ``plan(sizes, ranks) -> {source: count}``: pure, how many records each source contributes
-  (the caller logs ``data/mix_share/<source>`` from it via ``share_metrics``);
-* ``__call__(pools, ranks, seed) -> list[Record]``: draws that plan from the pools, shuffled.
+* ``plan(sizes, ranks) -> {source: count}``: pure, how many records each source contributes;
+* ``__call__`` draws that plan from the pools (``draw``).
 
 A pool may be empty (the difficulty filter removed all its records). It stays in ``pools`` so that
 a plan giving it a share fails, naming it, instead of quietly handing its place to another source
