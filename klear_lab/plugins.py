@@ -70,12 +70,12 @@ def _reason(exc: Exception, plugin: str) -> str:
         return f"syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
     if isinstance(exc, KeyError):  # a name registered twice
         return str(exc.args[0])
-    if isinstance(exc, (ImportError, FileNotFoundError)):
-        return f"cannot import it: {exc}"
     package = str(Path(__file__).resolve().parent) + os.sep
     frames = [f for f in traceback.extract_tb(exc.__traceback__)  # the plugin's line, not ours or importlib's
               if not f.filename.startswith((package, "<"))]
     own = [f for f in frames if plugin.endswith(".py") and Path(f.filename).resolve() == Path(plugin).resolve()]
+    if isinstance(exc, (ImportError, FileNotFoundError)) and not own:  # the plugin itself: not found, say
+        return f"cannot import it: {exc}"
     frames = own or frames
     at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     return f"failed to import: {type(exc).__name__}: {exc}{at}"

@@ -246,3 +246,14 @@ def test_an_eval_reward_returning_too_few_verdicts_is_named():
     records = [SimpleNamespace(task="math")] * 2
     with pytest.raises(ComponentError, match=r"reward 'first_only' \(.*\) returned a list of 1 for 4 completions"):
         score(records, [["a", "b"], ["c", "d"]], {"math": FirstOnly()})
+
+
+def test_a_missing_import_inside_a_plugin_names_its_line(tmp_path):
+    """It said "cannot import it: No module named ...", as if the plugin file itself were not found."""
+    (tmp_path / "p.py").write_text(mix("imports_a_missing_module") + "\nimport no_such_helper_module_xyz\n")
+    refused = (r"plugin '.*p\.py': failed to import: ModuleNotFoundError: No module named "
+               rf"'no_such_helper_module_xyz' at {re.escape(str(tmp_path / 'p.py'))}:\d+")
+    with pytest.raises(ConfigError, match=refused):
+        compose(EXPERIMENT, [f"plugins=[{tmp_path / 'p.py'}]"])
+    with pytest.raises(ConfigError, match=r"plugin '.*gone\.py': cannot import it: no such file"):
+        compose(EXPERIMENT, [f"plugins=[{tmp_path / 'gone.py'}]"])
