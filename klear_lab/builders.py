@@ -195,8 +195,6 @@ def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
     return records
 
 
-
-
 def build_eval_rewards(cfg: dict[str, Any]) -> dict[str, Any]:
     """Verifier per task family: ``math`` and ``code``."""
     return {task: build(REWARD, cfg["eval"][key]) for task, key in EVAL_GRADERS}
