@@ -84,13 +84,16 @@ class SFTModule(L.LightningModule):
         self._batch_t0, self._trained_until = time.perf_counter(), None
 
     def on_after_backward(self) -> None:
-        if self.device.type == "cuda":  # backward's queued kernels: else the progress bar's .item() waits for
-            torch.cuda.synchronize(self.device)  # them after the stamp, and that wait went uncounted
-        self._trained_until = time.perf_counter()  # a micro-batch within an accumulation window ends here
+        self._mark_trained()  # a micro-batch within an accumulation window ends here
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
-        if self.device.type == "cuda":  # the step's kernels run now, not in the next host sync (a checkpoint's)
+        self._mark_trained()
+
+    def _mark_trained(self) -> None:
+        """Stamp the end of training work, its CUDA kernels finished first: else the next host sync (the progress
+        bar's ``.item()``, a checkpoint's state dict) waits for them outside the counted seconds."""
+        if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._trained_until = time.perf_counter()
 
