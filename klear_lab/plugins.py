@@ -204,8 +204,8 @@ def _import_file(path: Path) -> None:
         raise FileNotFoundError(f"{path} is a directory, not a .py file")
     if not path.is_file():
         raise FileNotFoundError(f"no such file {path}")
-    code = code_digest(path)[:8]  # an edited file is imported again
-    name = f"{FILE_MODULE_PREFIX}{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_{code}"
+    versions = f"{FILE_MODULE_PREFIX}{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_"  # this path's modules
+    name = versions + code_digest(path)[:8]  # an edited file is imported again
     if name in sys.modules:
         return
     if str(path.parent) not in sys.path:
@@ -219,3 +219,21 @@ def _import_file(path: Path) -> None:
     except BaseException:
         del sys.modules[name]
         raise
+    _forget_earlier_versions(versions, name)
+
+
+def _forget_earlier_versions(versions: str, current: str) -> None:
+    """After an edited plugin file imported again (a notebook): the modules of its earlier versions go, and
+    the entries their classes hold that the current version did not register again, so that a name the edit
+    renamed or removed no longer resolves, as in a fresh process. Done once the current version imported:
+    one that fails leaves the earlier one in place. Entries are told by their class's module; a class that
+    a helper module defines stays (the helper is not imported again)."""
+    from klear_lab.registry import REGISTRIES
+
+    earlier = {m for m in sys.modules if m.startswith(versions) and m != current}
+    if not earlier:
+        return
+    for registry in REGISTRIES.values():
+        registry.restore({k: cls for k, cls in registry.snapshot().items() if cls.__module__ not in earlier})
+    for module in earlier:
+        del sys.modules[module]

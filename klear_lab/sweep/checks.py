@@ -156,6 +156,7 @@ def check_objective(spec: SweepSpec, kind: str, plugins: bool = False,
     With plugins loaded, a plugin clip variant's statistics are logged as ``rl/<key>``: the names every
     registered clip returns at its defaults, and each clip the trials configure (``clips``), are asked of
     them (``clip_metric_names``); where one cannot be asked, names under ``rl/`` get the namespace check only.
+    A refused name's did-you-mean considers the plugins' names too.
     """
     clip_names = clip_metric_names(clips or []) if plugins and kind == "rl" else set()
     named = [("objective.metric", spec.metric), *[(f"metrics[{i}]", m) for i, m in enumerate(spec.metrics)]]
@@ -167,7 +168,7 @@ def check_objective(spec: SweepSpec, kind: str, plugins: bool = False,
                 raise spec.err(key, f"{name!r} is not a metric that runs log; expected a name starting with "
                                     f"{', '.join(METRIC_PREFIXES)} (e.g. val/acc)")
         elif not is_logged(name, kind):
-            raise spec.err(key, unlogged_message(name, kind))
+            raise spec.err(key, unlogged_message(name, kind, clip_names or ()))
 
 
 def runnable_problem(cfg: dict[str, Any]) -> str | None:

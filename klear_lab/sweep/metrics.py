@@ -9,6 +9,7 @@ difficulty level. A name added to the logging code belongs here too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from klear_lab.errors import did_you_mean
 
@@ -97,9 +98,12 @@ def is_logged(name: str, kind: str) -> bool:
     return any(_pattern(p).fullmatch(name) for p in logged_metrics(kind))
 
 
-def unlogged_message(name: str, kind: str) -> str:
-    """Why ``name`` is refused: a did-you-mean, and the names of its namespace (or all) that ``kind`` runs log."""
-    names = logged_metrics(kind)
+def unlogged_message(name: str, kind: str, extra: Iterable[str] = ()) -> str:
+    """Why ``name`` is refused: a did-you-mean, and the names of its namespace (or all) that ``kind`` runs log.
+    ``extra``: names these runs log besides :func:`logged_metrics` (a plugin clip's ``rl/<key>``), candidates
+    too, so that ``rl/my_clip_fracc`` gets ``rl/my_clip_frac``."""
+    builtin = logged_metrics(kind)
+    names = (*builtin, *sorted(set(extra) - set(builtin)))
     others = [k for k in KINDS if k != kind and is_logged(name, k)]
     did = f" (only {'/'.join(others)} runs do)" if others else did_you_mean(name, names)
     prefix = name.split("/", 1)[0] + "/"
