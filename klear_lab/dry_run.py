@@ -1,11 +1,12 @@
 """``klear-lab train --dry-run``: build the model on the meta device and print the plan.
 
-No weights are allocated and no data is read or downloaded, so a paper-scale config (Qwen3-8B,
-32K context, 8 GPUs) is checked on a laptop. Data sizes come from the config: embedded sources
-declare ``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that says NOT
-SUPPORTED is a config problem (the run would stop with a ConfigError): the command exits 2 after the
-plan; NOT AVAILABLE HERE (a package, device, data file or sandbox this machine lacks: a ``code`` reward the run
-would call without bubblewrap) leaves it at 0.
+No weights are allocated and no data file is read or downloaded, so a paper-scale config (Qwen3-8B,
+32K context, 8 GPUs) is checked on a laptop; an RL run's embedded world is generated (a second or two) to
+check ``rl.reward`` scores its task. Data sizes come from the config: embedded sources declare
+``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that says NOT SUPPORTED is a
+config problem (the run would stop with a ConfigError: an ``rl.reward`` of another task than the training
+sources, say): the command exits 2 after the plan; NOT AVAILABLE HERE (a package, device, data file or
+sandbox this machine lacks: a ``code`` reward the run would call without bubblewrap) leaves it at 0.
 """
 
 from __future__ import annotations
@@ -102,13 +103,15 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     devices = device_count(t)
     from klear_lab.build_model import unavailable_model
     from klear_lab.builders import unavailable_data
-    from klear_lab.reward_checks import unavailable_rewards
+    from klear_lab.reward_checks import reward_task_problem, unavailable_rewards
 
     missing = cfg["model"]["name_or_path"] and unavailable_model(cfg["model"]["name_or_path"])
+    mismatch = reward_task_problem(cfg, read=False)  # the run's refusal at its start: no file is read to know
     rows = [("model", model_name(cfg) + (f" ({NOT_HERE}: {missing})" if missing else "")),
             ("parameters", f"{params / 1e6:,.1f} M"),
             *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg)),
-            *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_rewards(cfg, read=False))]
+            *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_rewards(cfg, read=False)),
+            *([("rl.reward tasks", f"{UNSUPPORTED}: {mismatch}")] if mismatch else [])]
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"

@@ -3,19 +3,22 @@
 A run that would call one is refused before any data, model or starting point is built and before its
 run directory is written (:func:`check_rewards_available`), instead of at its first score after minutes
 of loading and training; the dry run marks it NOT AVAILABLE HERE and a sweep refuses to start. A reward
-says so itself with an optional ``unavailable()`` (:class:`klear_lab.rewards.base.RewardFn`). Like
-:mod:`klear_lab.builders`, this reads the config.
+says so itself with an optional ``unavailable()`` (:class:`klear_lab.rewards.base.RewardFn`). Also an RL
+``rl.reward`` of another task than its training sources (:func:`reward_task_problem`), which the run refuses at its
+start: the dry run and a sweep's up-front checks refuse it too, before a sweep trains its shared starting point.
+Like :mod:`klear_lab.builders`, this reads the config.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
 from klear_lab.builders import build, source_nodes, source_path
 from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.errors import ConfigError
-from klear_lab.registry import REWARD, SOURCE
+from klear_lab.registry import DATA_MIX, REWARD, SOURCE
 from klear_lab.rl.rollout.base import preserve_rng
 
 
@@ -27,31 +30,109 @@ def reward_unavailable(node: dict[str, Any]) -> str | None:
     return build(REWARD, node).unavailable()
 
 
-def eval_tasks(cfg: dict[str, Any], read: bool = True) -> tuple[set[str], list[str]]:
-    """The tasks of the held-out records a run of ``cfg`` grades, and the keys of the eval sources whose tasks
-    stay unknown. A source that sets its ``task`` (a file's ``task: code``) is not read; a generated world is
-    generated (no file is read); a file of ``task: auto`` is read only with ``read`` (the dry run reads no data).
-    One that cannot be read here or fails to (its own checks say why) is unknown."""
-    tasks: set[str] = set()
+def source_key(node: dict[str, Any], split: str, seed: int) -> str:
+    """What decides the records a source node gives: the node, the split, ``data.world_seed``."""
+    return json.dumps([node, split, seed], sort_keys=True, default=str)
+
+
+def source_tasks(cfg: dict[str, Any], split: str, read: bool = True, cache: dict[str, set[str]] | None = None,
+                 ) -> tuple[dict[str, set[str]], list[str]]:
+    """``({key: tasks}, unknown keys)`` of the ``split`` sources a run of ``cfg`` reads (``data.sources.0``...).
+    A source that sets its ``task`` (a file's ``task: code``) is not read; a generated world is generated (no
+    file is read); a file of ``task: auto`` is read only with ``read`` (the dry run reads no data). One that
+    cannot be read here or fails to (its own checks say why) is unknown. ``cache``: tasks by
+    :func:`source_key`, looked up and filled (a sweep generates each distinct world once, reads no file twice)."""
+    found: dict[str, set[str]] = {}
     unknown: list[str] = []
-    for section, split, i, node in source_nodes(cfg):
-        if split != "eval":
+    seed = cfg["data"]["world_seed"]
+    for section, node_split, i, node in source_nodes(cfg):
+        if node_split != split:
             continue
+        key, cached = f"data.{section}.{i}", (cache or {}).get(source_key(node, split, seed))
         if node.get("task") not in (None, "auto"):
-            tasks.add(node["task"])
+            found[key] = {node["task"]}
+            continue
+        if cached is not None:
+            found[key] = cached
             continue
         source = build(SOURCE, node)
         missing = getattr(source, "unavailable", lambda _split: None)(split)
         if missing or (source_path(node, split) is not None and not read):
-            unknown.append(f"data.{section}.{i}")
+            unknown.append(key)
             continue
-        try:  # the global RNGs as they were: an eval run reads its data unseeded, after this
+        try:  # the global RNGs as they were: a run reads its data after this
             with warnings.catch_warnings(), preserve_rng():  # a repeated uid, say: the run's own read warns
                 warnings.simplefilter("ignore")
-                tasks.update(r.task for r in source.records(cfg["data"]["world_seed"], split))
+                found[key] = {r.task for r in source.records(seed, split)}
         except Exception:  # noqa: BLE001 - a bad row, an unreadable file: the data checks and the run say so
-            unknown.append(f"data.{section}.{i}")
-    return tasks, unknown
+            unknown.append(key)
+            continue
+        if cache is not None:
+            cache[source_key(node, split, seed)] = found[key]
+    return found, unknown
+
+
+def eval_tasks(cfg: dict[str, Any], read: bool = True) -> tuple[set[str], list[str]]:
+    """The tasks of the held-out records a run of ``cfg`` grades, and the keys of the eval sources whose tasks
+    stay unknown (:func:`source_tasks`)."""
+    found, unknown = source_tasks(cfg, "eval", read)
+    return set().union(*found.values()), unknown
+
+
+def reward_task_message(reward: str, held: str, tasks: set[str]) -> str:
+    """Why ``rl.reward`` cannot score the training prompts: ``held`` says which hold the ``tasks`` it does not
+    score. One wording for the run's refusal (``stages.rl.check_reward_tasks``) and the up-front checks."""
+    scored = REWARD.get(reward).tasks
+    fits = [name for name in REWARD.names() if tasks <= set(getattr(REWARD.get(name), "tasks", None) or ())]
+    choose = (f"choose the reward of their task ({' or '.join(f'rl.reward={name}' for name in fits)})" if fits
+              else f"no one reward scores {' and '.join(sorted(tasks))}: train on one task")
+    return (f"rl.reward {reward!r} scores {'/'.join(scored)} tasks, but {held}: {choose} or leave them out of "
+            "the sources")
+
+
+def reward_task_problem(cfg: dict[str, Any], read: bool = True, cache: dict[str, set[str]] | None = None,
+                        ) -> str | None:
+    """Why an RL run of ``cfg`` would refuse its ``rl.reward`` for the tasks of its training prompts
+    (``stages.rl.check_reward_tasks``), found from the config (:func:`source_tasks`), or None: each source the
+    data mix draws from must hold tasks the reward declares (a reward that declares no ``tasks`` is trusted,
+    and a source of unknown task is let be; the run checks its records)."""
+    reward = cfg["rl"]["reward"]["name"]
+    scored = getattr(REWARD.get(reward), "tasks", None) if cfg["run"]["kind"] == "rl" else None
+    if scored is None:
+        return None
+    found, _ = source_tasks(cfg, "train", read, cache)
+    held, other = [], set()
+    for i in sorted(_drawn_sources(cfg)):
+        tasks = sorted(found.get(f"data.sources.{i}", set()) - set(scored))
+        if tasks:
+            held.append(f"data.sources.{i} ({_describe(cfg['data']['sources'][i])}) holds {'/'.join(tasks)} records")
+            other.update(tasks)
+    return reward_task_message(reward, " and ".join(held), other) if held else None
+
+
+def _describe(node: dict[str, Any]) -> str:
+    path = source_path(node, "train")
+    return f"{node['name']} {path}" if path else node["name"]
+
+
+def _drawn_sources(cfg: dict[str, Any]) -> set[int]:
+    """The indices of ``data.sources`` the data mix draws records from, by its ``plan`` (a ``top_k`` mix keeps
+    the best k, a ``weighted`` one those of a positive weight); every source where the mix has no plan or its
+    plan refuses the sources (the run says why)."""
+    nodes = cfg["data"]["sources"]
+    labels: list[str] = []
+    ranks: dict[str, int] = {}
+    for i, node in enumerate(nodes):  # labelled as builders.build_pools labels the pools
+        source = build(SOURCE, node)
+        name = getattr(source, "label", None) or node["name"]
+        labels.append(name if name not in labels else f"{name}#{i}")
+        ranks[labels[-1]] = source.quality_rank
+    plan = getattr(build(DATA_MIX, cfg["data"]["mix"]), "plan", None)
+    try:
+        counts = plan(dict.fromkeys(labels, 1), ranks) if plan else dict.fromkeys(labels, 1)
+    except ValueError:
+        counts = dict.fromkeys(labels, 1)
+    return {i for i, label in enumerate(labels) if counts.get(label, 0) > 0}
 
 
 def _unavailable_rewards(cfg: dict[str, Any], read: bool) -> list[tuple[str, str, str]]:

@@ -27,6 +27,7 @@ from klear_lab.modules.rl import RLModule
 from klear_lab.modules.rl_parts import RLSettings
 from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWARD, ROLLOUT
 from klear_lab.resumable_loader import ResumableLoader
+from klear_lab.reward_checks import reward_task_message
 from klear_lab.rl.advantages.base import probe_advantage
 from klear_lab.rl.clip.base import probe_clip
 from klear_lab.rl.objective import ObjectiveWeights
@@ -150,16 +151,16 @@ def rl_callbacks() -> list:
 def check_reward_tasks(reward: str, records: list[Record]) -> None:
     """RL scores every prompt with the one ``rl.reward``: a math reward would grade code records by
     matching the reference program's text, and run nothing. A reward that declares ``tasks`` must
-    cover every training record's task (one that declares none is trusted)."""
+    cover every training record's task (one that declares none is trusted). The dry run and a sweep's
+    up-front checks refuse it from the config already (``reward_checks.reward_task_problem``)."""
     tasks = getattr(REWARD.get(reward), "tasks", None)
     if tasks is None:
         return
     other = Counter(r.task for r in records if r.task not in tasks)
     if other:
         found = ", ".join(f"{n} {task}" for task, n in other.most_common())
-        raise ConfigError(f"rl.reward {reward!r} scores {'/'.join(tasks)} tasks, but data.sources hold {found} "
-                          f"record(s) of {len(records)}: choose the reward of their task (rl.reward=code for code) "
-                          "or leave them out of the sources")
+        raise ConfigError(reward_task_message(reward, f"data.sources hold {found} record(s) of {len(records)}",
+                                              set(other)))
 
 
 def drop_long_prompts(records: list[Record], tokenizer: Any, cap: int) -> tuple[list[Record], int]:

@@ -1,6 +1,7 @@
 """The up-front checks of what trials would read: data files and rewards this machine cannot use
 (``unavailable_trial_inputs``), and the records of each distinct data configuration, built once
-(``check_trial_data``), so a bad row stops the sweep instead of failing every trial that reads it.
+(``check_trial_data``), so a bad row stops the sweep instead of failing every trial that reads it; with them, an
+RL ``rl.reward`` of another task than the trials' training sources, which each trial would refuse at its start.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
     :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is shown once.
     Then each distinct list of sources goes through the refusals a run makes of the records its sources
-    gave (``builders.build_pools``: no records at all, an empty file beside others), from those reads.
+    gave (``builders.build_pools``: no records at all, an empty file beside others), from those reads, and
+    each distinct RL reward, sources and mix through the run's refusal of a reward of another task
+    (:func:`_check_reward_tasks`, its ConfigError).
 
     Raises:
         DataError: the source's message (file, row, key), or the run's refusal of a list of sources that
@@ -70,10 +73,13 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
 
     reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}
     lists: dict[str, tuple[dict[str, Any], str, str, list[str]]] = {}  # (cfg, section, split, labels)
+    rewards: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides rl.reward's fit -> (cfg, labels)
     points = _trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
         seed = cfg["data"]["world_seed"]
+        fit = [cfg["run"]["kind"], cfg["rl"]["reward"]["name"], cfg["data"]["sources"], cfg["data"]["mix"], seed]
+        rewards.setdefault(json.dumps(fit, sort_keys=True, default=str), (cfg, []))[1].append(label)
         for section, split in source_sections(cfg):
             key = json.dumps([cfg["data"][section], split, seed], sort_keys=True, default=str)
             lists.setdefault(key, (cfg, section, split, []))[3].append(label)
@@ -89,6 +95,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         return DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started")
 
     gave: dict[str, list[Record]] = {}  # read key -> a record of each source name in the file's (none: empty)
+    tasks: dict[str, set[str]] = {}  # read key -> the tasks of its records (reward_checks.source_tasks' cache)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -99,6 +106,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
                 except (ConfigError, DataError) as exc:
                     raise refused(where, labels, exc) from None
                 gave[_read_key(node, split, seed)] = list({r.source: r for r in records}.values())
+                tasks[_read_key(node, split, seed)] = {r.task for r in records}
             for cfg, section, split, labels in lists.values():
                 seed = cfg["data"]["world_seed"]
                 try:  # a source not read (a generated world, a file not here) is taken as giving records
@@ -110,11 +118,33 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         shown = {(w.category, str(w.message)): w for w in caught}
         for w in shown.values():
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    _check_reward_tasks(spec, list(rewards.values()), tasks, len(arms) or len(points), bool(arms))
+
+
+def _check_reward_tasks(spec: SweepSpec, groups: list[tuple[dict[str, Any], list[str]]], tasks: dict[str, set[str]],
+                        total: int, grid: bool) -> None:
+    """Refuse an RL ``rl.reward`` of another task than the training sources of the trials (each distinct reward,
+    sources and mix once; ``reward_checks.reward_task_problem``), which each trial refuses at its start, before
+    the sweep trains their shared starting point. ``tasks``: the tasks of the files read, by read key; each
+    distinct generated world is generated once into it.
+
+    Raises:
+        ConfigError: the run's refusal, with the trials it is of and the spec's overrides of the keys deciding it.
+    """
+    from klear_lab.reward_checks import reward_task_problem
+
+    found = [(problem, labels) for cfg, labels in groups if (problem := reward_task_problem(cfg, True, tasks))]
+    if found:
+        said = "; ".join(f"in {_data_origin(spec, labels, total, grid, RUN_KEYS)}, {problem}"
+                         for problem, labels in found)
+        raise ConfigError(f"{spec.path}: {said}; no trial was started")
 
 
 def _read_key(node: dict[str, Any], split: str, seed: int) -> str:
-    """What decides the records a source node gives: the node, the split, ``data.world_seed``."""
-    return json.dumps([node, split, seed], sort_keys=True, default=str)
+    """What decides the records a source node gives (``reward_checks.source_key``, the tasks' cache key too)."""
+    from klear_lab.reward_checks import source_key
+
+    return source_key(node, split, seed)
 
 
 def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:
@@ -125,8 +155,12 @@ def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str,
     return [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in probe_values(a)]
 
 
-def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool) -> str:
-    """Which trials read a data configuration, and the overrides of ``data.`` keys they share."""
+DATA_KEYS = ("data", "run.kind")  # the overrides that decide what trials read
+RUN_KEYS = (*DATA_KEYS, "rl.reward")  # ... and which reward scores it
+
+
+def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool, keys: tuple[str, ...] = DATA_KEYS) -> str:
+    """Which trials read a data configuration, and the overrides of the ``keys`` (and keys under them) they share."""
     if len(labels) == total:
         who = "every arm" if grid else "every trial"
     else:
@@ -134,7 +168,7 @@ def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool) -> 
     own = len(spec.overrides) - len(spec.cli_overrides)
     data: dict[str, list[str]] = {"overrides": [], "command line": []}  # each named once: "overrides: a; b"
     for i, item in enumerate(spec.overrides):
-        if override_key(item).split(".")[0] == "data" or override_key(item) == "run.kind":
+        if any(override_key(item) == key or override_key(item).startswith(f"{key}.") for key in keys):
             data["command line" if i >= own else "overrides"].append(item)
     said = [f"{where}: {'; '.join(items)}" for where, items in data.items() if items]
     return f"{who} ({'; '.join(said)})" if said else who
