@@ -13,8 +13,9 @@ resume RUN_DIR``, or for a sweep's trial the command that continues its sweep (t
 trials). A run that failed on its config or data, or diverged, would fail the same way again: the
 table says to fix the config first.
 
-Its ``steps`` are the steps done as ``csv/metrics.csv`` shows them (:func:`steps_done`): optimizer steps for
-SFT, rollout steps for RL, alike whether a stopped run's last row was a training row or an evaluation.
+Its ``steps`` are the steps done as ``csv/metrics.csv`` shows them (:func:`klear_lab.run_progress.steps_done`):
+optimizer steps for SFT, rollout steps for RL, alike whether a stopped run's last row was a training row or an
+evaluation.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import contextlib
 import csv
 import importlib
 import json
-import math
 import re
 import sys
 import time
@@ -35,8 +35,8 @@ from klear_lab.distributed import recorded_error
 from klear_lab.errors import REPEATING_ERRORS, DivergedError, KlearError, did_you_mean
 from klear_lab.resume import checkpoint_path
 from klear_lab.run_owner import live_status
+from klear_lab.run_progress import run_progress
 from klear_lab.sweep.run_status import SUPERSEDED
-from klear_lab.tracking import csv_rows
 
 STATUSES = ("running", "stopped", "failed", "pruned", "completed", "unknown")
 # Where run directories sit below a given path: runs/<run>, sweep_runs/<sweep>/runs/<run> (given a runs
@@ -100,7 +100,7 @@ def run_row(run_dir: Path, metric: str) -> RunRow:
     kind = next((t.split(":", 1)[1] for t in tags if str(t).startswith("kind:")), "?") \
         if isinstance(tags, list) else "?"
     status = _status(identity)
-    steps, value, damaged = _progress(run_dir, metric)
+    steps, value, damaged = run_progress(run_dir, metric)
     has_ckpt = checkpoint_path(run_dir).is_file()
     changed = max(_mtime(record), _mtime(run_dir / "csv" / "metrics.csv"))
     note = "; ".join(n for n in (*damaged, _note(run_dir, identity, status, kind, has_ckpt)) if n)
@@ -118,62 +118,6 @@ def _attempts(identity: dict[str, Any]) -> int:
 def _status(identity: dict[str, Any]) -> str:
     status = live_status(identity)
     return status if status in STATUSES else "unknown"
-
-
-def _progress(run_dir: Path, metric: str) -> tuple[int | None, float | None, list[str]]:
-    """The steps done (:func:`steps_done`), ``metric`` from ``summary.json`` or else its last logged value, and
-    what is wrong with either file (each is left out of the row, not the run out of the table)."""
-    damaged: list[str] = []
-    metrics_csv, rows = run_dir / "csv" / "metrics.csv", []
-    if metrics_csv.is_file():
-        try:
-            rows = csv_rows(metrics_csv)
-        except (OSError, ValueError, csv.Error) as exc:  # ValueError: bytes that are not UTF-8
-            damaged.append(f"unreadable {metrics_csv}: {exc}")
-    logged = [float(r[metric]) for r in rows if r.get(metric)]
-    value = logged[-1] if logged else None
-    summary = run_dir / "summary.json"
-    if summary.is_file():  # written atomically: damaged by hand or by the disk, it leaves the CSV's value
-        try:
-            saved = json.loads(summary.read_text())
-        except (OSError, ValueError) as exc:
-            damaged.append(f"unreadable {summary}: {exc}")
-        else:
-            if not isinstance(saved, dict):
-                damaged.append(f"unreadable {summary}: a JSON {type(saved).__name__}, not an object")
-            elif isinstance(saved.get(metric), (int, float)) and not isinstance(saved[metric], bool):
-                value = float(saved[metric])
-            elif saved.get(metric) is not None:
-                damaged.append(f"{summary}: {metric} is {saved[metric]!r}, not a number")
-    return steps_done(rows), value, damaged
-
-
-# Keys of a metrics.csv row logged at the steps done (a row of only these at index k: k steps done): an
-# evaluation's (val/..., an eval run's perf/...), the data and plan rows logged at 0 before training, the learning
-# rate Lightning's LearningRateMonitor logs as a step starts (lr-AdamW/pg1 at k, before step k + 1), and the
-# row's step and epoch. Any other key (train/..., rl/..., reward/..., perf/tokens_per_s, a plugin's) is a
-# training metric, logged at Lightning's 0-based index of the step it ends (step k at k - 1; see
-# klear_lab/modules/eval_step.py).
-AT_STEPS_DONE_PREFIXES = ("val/", "data/", "plan/", "lr-")
-AT_STEPS_DONE_KEYS = frozenset({"step", "epoch", "perf/eval_seconds", "perf/torch_threads",
-                                "perf/packing_efficiency_data"})
-
-
-def steps_done(rows: list[dict[str, str]]) -> int | None:
-    """The steps (SFT: optimizer steps, RL: rollout steps) ``metrics.csv``'s ``rows`` show done: a row with a
-    training metric at index i means i + 1, any other row at k means k (a stopped run's count was one short
-    when its last row was a training row); the most of them, or None when no row has a step."""
-    done = [_row_steps_done(row) for row in rows]
-    return max((d for d in done if d is not None), default=None)
-
-
-def _row_steps_done(row: dict[str, str]) -> int | None:
-    index = float(row.get("step") or "nan")  # csv_rows keeps rows whose cells are numbers or empty
-    if not math.isfinite(index):
-        return None
-    trained = any(value != "" and key not in AT_STEPS_DONE_KEYS and not key.startswith(AT_STEPS_DONE_PREFIXES)
-                  for key, value in row.items())
-    return int(index) + trained
 
 
 def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_ckpt: bool) -> str:

