@@ -1,12 +1,13 @@
 """``klear-lab train --dry-run``: build the model on the meta device and print the plan.
 
 No weights are allocated and no data file is read or downloaded, so a paper-scale config (Qwen3-8B,
-32K context, 8 GPUs) is checked on a laptop; an RL run's embedded world is generated (a second or two) to
-check ``rl.reward`` scores its task. Data sizes come from the config: embedded sources declare
-``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that says NOT SUPPORTED is a
-config problem (the run would stop with a ConfigError: an ``rl.reward`` of another task than the training
-sources, say): the command exits 2 after the plan; NOT AVAILABLE HERE (a package, device, data file or
-sandbox this machine lacks: a ``code`` reward the run would call without bubblewrap) leaves it at 0.
+32K context, 8 GPUs) is checked on a laptop; an RL run's ``rl.reward`` is checked against the tasks its
+sources declare (a generated world that declares none is generated). Data sizes come from the config:
+embedded sources declare ``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that
+says NOT SUPPORTED is a config problem (the run would stop with a ConfigError: an ``rl.reward`` of another
+task than the training sources, say): the command exits 2 after the plan; NOT AVAILABLE HERE (a package,
+device, data file or sandbox this machine lacks: a ``code`` reward the run would call without bubblewrap)
+leaves it at 0.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ from klear_lab.errors import ConfigError
 from klear_lab.registry import DATA_MIX, REWARD, SOURCE
 from klear_lab.rl.rollout.base import preserve_rng
 
+ONE_TASK = ("math", "code")  # a source whose ``task`` is one of these gives only records of it
+BUILTIN_MIXES = "klear_lab.data.mixes."  # whose ``plan(sizes, ranks)`` says which sources they draw
+
 
 def reward_unavailable(node: dict[str, Any]) -> str | None:
     """Why the reward of config node ``node`` cannot run on this machine, as the reward says (its optional
@@ -38,10 +41,11 @@ def source_key(node: dict[str, Any], split: str, seed: int) -> str:
 def source_tasks(cfg: dict[str, Any], split: str, read: bool = True, cache: dict[str, set[str]] | None = None,
                  ) -> tuple[dict[str, set[str]], list[str]]:
     """``({key: tasks}, unknown keys)`` of the ``split`` sources a run of ``cfg`` reads (``data.sources.0``...).
-    A source that sets its ``task`` (a file's ``task: code``) is not read; a generated world is generated (no
-    file is read); a file of ``task: auto`` is read only with ``read`` (the dry run reads no data). One that
-    cannot be read here or fails to (its own checks say why) is unknown. ``cache``: tasks by
-    :func:`source_key`, looked up and filled (a sweep generates each distinct world once, reads no file twice)."""
+    A source that sets its ``task`` (a file's ``task: code``, the embedded worlds' class ``task``) is not read
+    or generated; another generated world is generated (no file is read); a file of ``task: auto`` is read
+    only with ``read`` (the dry run reads no data). One that cannot be read here or fails to (its own checks
+    say why) is unknown. ``cache``: tasks by :func:`source_key`, looked up and filled (a sweep generates each
+    distinct world once, reads no file twice)."""
     found: dict[str, set[str]] = {}
     unknown: list[str] = []
     seed = cfg["data"]["world_seed"]
@@ -56,6 +60,9 @@ def source_tasks(cfg: dict[str, Any], split: str, read: bool = True, cache: dict
             found[key] = cached
             continue
         source = build(SOURCE, node)
+        if getattr(source, "task", "auto") in ONE_TASK:  # a generated world says its task: not generated
+            found[key] = {source.task}
+            continue
         missing = getattr(source, "unavailable", lambda _split: None)(split)
         if missing or (source_path(node, split) is not None and not read):
             unknown.append(key)
@@ -95,18 +102,24 @@ def reward_task_problem(cfg: dict[str, Any], read: bool = True, cache: dict[str,
     """Why an RL run of ``cfg`` would refuse its ``rl.reward`` for the tasks of its training prompts
     (``stages.rl.check_reward_tasks``), found from the config (:func:`source_tasks`), or None: each source the
     data mix draws from must hold tasks the reward declares (a reward that declares no ``tasks`` is trusted,
-    and a source of unknown task is let be; the run checks its records)."""
+    and a source of unknown task is let be; the run checks its records). Where the sources drawn are not known
+    from the config (:func:`_drawn_sources`), only a run whose every source holds other tasks is refused."""
     reward = cfg["rl"]["reward"]["name"]
     scored = getattr(REWARD.get(reward), "tasks", None) if cfg["run"]["kind"] == "rl" else None
     if scored is None:
         return None
     found, _ = source_tasks(cfg, "train", read, cache)
+    tasks = {i: found.get(f"data.sources.{i}") for i in range(len(cfg["data"]["sources"]))}  # None: unknown
+    off = {i: sorted(t - set(scored)) for i, t in tasks.items() if t is not None}
+    drawn = _drawn_sources(cfg)
+    if drawn is None:  # which sources give records is not known here: refuse only where every record is off-task
+        every_off = all(t and not t & set(scored) for t in tasks.values())
+        drawn = set(off) if every_off else set()
     held, other = [], set()
-    for i in sorted(_drawn_sources(cfg)):
-        tasks = sorted(found.get(f"data.sources.{i}", set()) - set(scored))
-        if tasks:
-            held.append(f"data.sources.{i} ({_describe(cfg['data']['sources'][i])}) holds {'/'.join(tasks)} records")
-            other.update(tasks)
+    for i in sorted(drawn & set(off)):
+        if off[i]:
+            held.append(f"data.sources.{i} ({_describe(cfg['data']['sources'][i])}) holds {'/'.join(off[i])} records")
+            other.update(off[i])
     return reward_task_message(reward, " and ".join(held), other) if held else None
 
 
@@ -115,23 +128,26 @@ def _describe(node: dict[str, Any]) -> str:
     return f"{node['name']} {path}" if path else node["name"]
 
 
-def _drawn_sources(cfg: dict[str, Any]) -> set[int]:
-    """The indices of ``data.sources`` the data mix draws records from, by its ``plan`` (a ``top_k`` mix keeps
-    the best k, a ``weighted`` one those of a positive weight); every source where the mix has no plan or its
-    plan refuses the sources (the run says why)."""
-    nodes = cfg["data"]["sources"]
+def _drawn_sources(cfg: dict[str, Any]) -> set[int] | None:
+    """The indices of ``data.sources`` a built-in data mix draws records from, by its ``plan`` (a ``top_k`` mix
+    keeps the best k, a ``weighted`` one those of a positive weight), or None where that is not known from the
+    config: a plugin mix (its ``plan``, if any, may take other arguments or be what it draws by), a difficulty
+    filter (it may empty a source), or a plan that refuses the sources (the run says why, a ``top_k`` tie)."""
+    mix = build(DATA_MIX, cfg["data"]["mix"])
+    plan = getattr(mix, "plan", None)
+    if plan is None or not type(mix).__module__.startswith(BUILTIN_MIXES) or cfg["data"]["filter"]["name"] != "none":
+        return None
     labels: list[str] = []
     ranks: dict[str, int] = {}
-    for i, node in enumerate(nodes):  # labelled as builders.build_pools labels the pools
+    for i, node in enumerate(cfg["data"]["sources"]):  # labelled as builders.build_pools labels the pools
         source = build(SOURCE, node)
         name = getattr(source, "label", None) or node["name"]
         labels.append(name if name not in labels else f"{name}#{i}")
         ranks[labels[-1]] = source.quality_rank
-    plan = getattr(build(DATA_MIX, cfg["data"]["mix"]), "plan", None)
     try:
-        counts = plan(dict.fromkeys(labels, 1), ranks) if plan else dict.fromkeys(labels, 1)
-    except ValueError:
-        counts = dict.fromkeys(labels, 1)
+        counts = plan(dict.fromkeys(labels, 1), ranks)
+    except Exception:  # noqa: BLE001 - the run's own mix call says why
+        return None
     return {i for i, label in enumerate(labels) if counts.get(label, 0) > 0}
 
 

@@ -127,8 +127,9 @@ def test_tpe_and_an_override_name_the_trials_and_the_override(tmp_path, capsys):
     assert f"in every trial (overrides: rl.reward=code), {CODE_ON_MATH}" in err, err
 
 
-def test_a_matching_reward_validates_and_each_world_is_generated_once(tmp_path, monkeypatch, capsys):
-    """Three arms of three data mixes over one source: the arithmetic world's train split is generated once."""
+def test_a_matching_reward_validates_and_a_declared_world_is_not_generated(tmp_path, monkeypatch, capsys):
+    """The embedded worlds declare their task (``ArithSource.task``): three arms of three data mixes over one
+    source validate without generating its train split for the check."""
     from klear_lab.data.sources.arith import ArithSource
 
     calls = []
@@ -139,4 +140,77 @@ def test_a_matching_reward_validates_and_each_world_is_generated_once(tmp_path, 
                     overrides=["data.mix={name: top_k, k: 1, budget: 64}"])
     assert sweep_main(["sweep", str(spec), "--validate-only"]) == 0, capsys.readouterr().err
     assert "3 arm(s) x 1 seed(s) = 3 trials" in capsys.readouterr().out
-    assert calls.count("train") == 1, calls
+    assert calls.count("train") == 0, calls
+
+
+def test_a_task_auto_file_is_read_once_across_arms(tmp_path, monkeypatch, capsys):
+    """A file of ``task: auto`` is read once for the sweep (its rows, then its tasks from the same read)."""
+    import klear_lab.data.sources.file as file_source
+
+    data = tmp_path / "code.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"Write f {i}", "answer": "def f(x): return x",
+                                        "tests": [{"stdin": "1", "stdout": "1"}]}) + "\n" for i in range(8)))
+    reads = []
+    real = file_source.read_rows
+    monkeypatch.setattr(file_source, "read_rows", lambda path: reads.append(path) or real(path))
+    spec = _rl_spec(tmp_path, {"data.mix.budget": [4, 8]},
+                    overrides=[f"data.sources=[{{name: file, path: {data}}}]",
+                               "data.mix={name: top_k, k: 1, budget: 4}"])
+    assert sweep_main(["sweep", str(spec), "--validate-only"]) == 2
+    assert "data.sources.0 (file " in _one_line(capsys.readouterr().err)  # code rows, a math reward
+    assert reads.count(str(data)) == 1, reads
+
+
+MIXES = """
+from dataclasses import dataclass
+from klear_lab.registry import DATA_MIX
+
+@DATA_MIX.register("rtc_first_only")
+@dataclass(frozen=True)
+class FirstOnly:
+    \"\"\"A mix without ``plan``: the first source's records.\"\"\"
+    def __call__(self, pools, ranks, seed):
+        return list(next(iter(pools.values())))
+
+@DATA_MIX.register("rtc_seeded_plan")
+@dataclass(frozen=True)
+class SeededPlan:
+    \"\"\"A mix whose ``plan`` takes a seed too: the first source.\"\"\"
+    def plan(self, sizes, ranks, seed):
+        return {next(iter(sizes)): 1}
+    def __call__(self, pools, ranks, seed):
+        return list(pools[next(iter(self.plan({k: len(v) for k, v in pools.items()}, ranks, seed)))])
+"""
+TWO_WORLDS = ("data.sources=[{name: arith, n_prompts: 64, levels: [1], level_weights: [1]}, "
+              "{name: code, n_prompts: 64, levels: [3], level_weights: [1]}]")
+
+
+@pytest.fixture(scope="module")
+def plugin_mixes(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("mixes") / "rtc_mixes.py"  # one file per process: its names register once
+    path.write_text(MIXES)
+    return path
+
+
+@pytest.mark.parametrize("overrides", [
+    ["data.mix={name: rtc_first_only}"],  # no plan: which sources it draws is the mix's
+    ["data.mix={name: rtc_seeded_plan}"],  # a plan of another signature is not called
+    ["data.mix={name: all}", "data.filter={name: band, min_level: 3}"],  # the filter empties arith
+    ["data.mix={name: top_k, k: 1, budget: 64}"],  # a top_k tie the run refuses for what it is
+])
+def test_where_the_sources_drawn_are_not_known_a_mixed_run_is_left_to_the_run(overrides, plugin_mixes, capsys):
+    """A plugin mix (its ``plan`` may take other arguments), a difficulty filter, a plan that refuses: the
+    records the run draws may all be of the reward's task, so only the run can tell; the dry run does not
+    fail or refuse (it crashed with a TypeError on the seeded plan, and refused the rest)."""
+    reward = "code" if "data.filter={name: band, min_level: 3}" in overrides else "math_verify"
+    args = [f"plugins=[{plugin_mixes}]", TWO_WORLDS, *overrides, f"rl.reward={reward}"]
+    assert reward_task_problem(compose(QUICK / "rl.yaml", args)) is None
+    assert main(["train", str(QUICK / "rl.yaml"), *args, "--dry-run"]) == 0, capsys.readouterr().err
+
+
+def test_where_the_sources_drawn_are_not_known_a_run_of_only_other_tasks_is_refused(plugin_mixes):
+    cfg = compose(QUICK / "rl.yaml", [f"plugins=[{plugin_mixes}]", "data.mix={name: rtc_first_only}",
+                                      "data.sources=[{name: arith, n_prompts: 64}, {name: arith_r1, n_prompts: 64}]",
+                                      "rl.reward=code"])
+    problem = reward_task_problem(cfg)
+    assert problem is not None and "data.sources.0 (arith) holds math records and data.sources.1 (arith_r1)" in problem

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 from klear_lab.data.records import Record
 from klear_lab.data.sources.base import check_teacher_fields, distinct_prompts
@@ -24,6 +25,8 @@ class ArithSource:
     (``sources.base.is_heldout``), so no eval prompt is ever trained on.
     """
 
+    task: ClassVar[str] = "math"
+    """The task of every record (``Record.task``): read by the up-front ``rl.reward`` check without generating."""
     n_prompts: int = 2000
     """Distinct prompts per split: ``n_prompts * responses_per_prompt`` train records, ``n_prompts`` eval
     records."""
@@ -70,7 +73,7 @@ class ArithSource:
                 err = rng.randrange(len(problem.steps)) if wrong else None
                 response, stated = arithmetic.solve(problem, style=self.style, error_step=err, rng=rng)
                 out.append(Record(
-                    uid=f"{self.name}/{split}/{i}/{j}", source=self.name, task="math",
+                    uid=f"{self.name}/{split}/{i}/{j}", source=self.name, task=self.task,
                     prompt=prompt, answer=str(problem.answer), difficulty=level, response=response,
                     response_correct=stated == problem.answer,
                 ))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 from klear_lab.data.records import Record
 from klear_lab.registry import SOURCE
@@ -28,6 +29,8 @@ def column_fact(x: int, op: str, y: int, carry: int) -> str:
 class ArithFacts:
     """Column-fact drill (x, y in 0..9, carry in 0..1, + and -): 400 distinct facts, sampled."""
 
+    task: ClassVar[str] = "math"
+    """The task of every record (``Record.task``): read by the up-front ``rl.reward`` check without generating."""
     n_records: int = 3000
     """Train records, each a fact drawn uniformly with replacement (seeded by the world seed), so every fact
     appears about ``n_records / 400`` times; the eval split is always empty."""
@@ -46,7 +49,7 @@ class ArithFacts:
         for i in range(self.n_records):
             x, y, c, op = rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 1), rng.choice("+-")
             fact = column_fact(x, op, y, c)
-            out.append(Record(uid=f"arith_facts/{i}", source="arith_facts", task="math",
+            out.append(Record(uid=f"arith_facts/{i}", source="arith_facts", task=self.task,
                               prompt=f"Column {x}{op}{y}{op}{c}.", answer=fact, difficulty=1,
                               response=f"<think>{x}{op}{y}{op}{c}={fact}</think>\\boxed{{{fact}}}",
                               response_correct=True))

@@ -14,7 +14,9 @@ class Source(Protocol):
     """A registered source: ``records(seed, split)`` returns its records for that split.
 
     ``quality_rank`` (1 = best) orders sources for the ``top_k`` data mix, as the paper's
-    Tables 4-5 rank OpenThoughts sources by quality.
+    Tables 4-5 rank OpenThoughts sources by quality. An optional ``task`` (``math`` or ``code``; a class
+    attribute of the embedded worlds, a field of ``file``) says that every record has that task, so the
+    up-front ``rl.reward`` check (``reward_checks.source_tasks``) need not build the records to know it.
     """
 
     quality_rank: int

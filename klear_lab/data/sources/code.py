@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 from klear_lab.data.records import Record
 from klear_lab.data.sources.base import check_teacher_fields, distinct_prompts
@@ -27,6 +28,8 @@ class CodeSource:
     seed (``data.world_seed``) plus ``seed_offset``; eval prompts are the held-out partition's.
     """
 
+    task: ClassVar[str] = "code"
+    """The task of every record (``Record.task``): read by the up-front ``rl.reward`` check without generating."""
     n_prompts: int = 2000
     """Distinct prompts (tasks) per split: ``n_prompts * responses_per_prompt`` train records, ``n_prompts``
     eval records."""
@@ -82,7 +85,7 @@ class CodeSource:
                 wrong = rng.random() < self.teacher_error
                 response, correct = programs.solve(task, style=self.style, wrong=wrong, rng=rng)
                 out.append(Record(
-                    uid=f"{uid}/{j}", source=self.name, task="code",
+                    uid=f"{uid}/{j}", source=self.name, task=self.task,
                     prompt=prompt, answer=programs.source(task.family, task.family.ref), difficulty=level,
                     response=response, response_correct=correct, tests=graded.tests,
                     meta={"family": task.family.name, "pass_rate": pass_rate},

@@ -12,6 +12,24 @@ from klear_lab.plugins import FILE_MODULE_PREFIX, load_plugins
 from klear_lab.registry import CLIP
 
 
+@pytest.fixture(autouse=True)
+def registries_as_they_were():
+    """These plugins' clips raise when called: left registered, they would stop a later test in this worker
+    from asking every registered clip its statistics (``sweep.metrics.clip_metric_names``)."""
+    from klear_lab.registry import REGISTRIES
+
+    for registry in REGISTRIES.values():
+        registry.load_builtins()  # before the snapshot: restoring it must not drop them
+    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    modules = set(sys.modules)
+    yield
+    for axis, entries in before.items():
+        REGISTRIES[axis].restore(entries)
+    for name in set(sys.modules) - modules:
+        if name.startswith(FILE_MODULE_PREFIX):
+            del sys.modules[name]
+
+
 def clip(name: str, eps: float = 0.2, tail: str = "") -> str:
     """A clip plugin registering ``name`` with default ``eps``."""
     return f'''
