@@ -171,12 +171,13 @@ def _runs(args: argparse.Namespace) -> int:
               file=sys.stderr if args.json else sys.stdout)  # --json: stdout stays JSON lines
         return 0
     rows = list_runs(paths, args.metric, args.status)
-    print_runs(rows, args.metric, args.json)
     missing = missing_metric(rows, args.metric)  # a misspelt --metric printed an empty column and exit 0
-    if missing is not None:
-        message, error = missing
-        print(f"klear-lab: {'error' if error else 'note'}: {message}", file=sys.stderr)
-        return 2 if error else 0
+    if missing is not None and missing[1]:  # an error: said before any table (or JSON line), nothing on stdout
+        print(f"klear-lab: error: {missing[0]}", file=sys.stderr)
+        return 2
+    print_runs(rows, args.metric, args.json)
+    if missing is not None:  # a metric not logged yet: the table, then the note
+        print(f"klear-lab: note: {missing[0]}", file=sys.stderr)
     return 0
 
 

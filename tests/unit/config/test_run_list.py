@@ -95,9 +95,9 @@ def test_a_damaged_run_is_listed_with_a_note_naming_the_file(tmp_path, capsys):
     assert (rows["d-odd-values"]["kind"], rows["d-odd-values"]["attempts"]) == ("?", 1)
     assert rows["e-whole"]["note"] == "" and "Traceback" not in err
     assert rows["f-rank-error"]["note"].startswith("rank 1: RuntimeError: \ufffd -> no checkpoint: klear-lab train")
-    assert main(["runs", str(runs), "--metric", "val/acx"]) == 2  # the table, then the did-you-mean
+    assert main(["runs", str(runs), "--metric", "val/acx"]) == 2  # the did-you-mean, and no table of empty cells
     out, err = capsys.readouterr()
-    assert "2 failed, 3 completed, 1 unknown" in out and "(did you mean 'val/acc'?)" in err
+    assert out == "" and "(did you mean 'val/acc'?)" in err
 
 
 def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
@@ -131,19 +131,19 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
 
 
 def test_a_metric_no_listed_run_has_is_said_with_a_did_you_mean(tmp_path, capsys):
-    """``--metric val/acx`` printed an empty column and exited 0."""
+    """``--metric val/acx`` printed an empty column and exited 0; then the table, and the error after it."""
     runs = tmp_path / "runs"
     make_run(runs, "a", "completed", kind="sft")
     (runs / "a" / "summary.json").write_text(json.dumps({"val/acc": 0.5, "perf/train_seconds": 3.0, "_identity": {}}))
     make_run(runs, "b", "failed", kind="rl", error="ValueError: bad batch")
     assert main(["runs", str(runs), "--metric", "val/acx"]) == 2
     out, err = capsys.readouterr()
-    assert "1 failed, 1 completed" in out  # the table still prints
+    assert out == ""  # no table with an empty column before the error
     assert err.strip() == ("klear-lab: error: no listed run has the metric 'val/acx' (did you mean 'val/acc'?); "
                            "they have under val/: val/acc")
     assert main(["runs", str(runs), "--metric", "trian/loss", "--json"]) == 2
     out, err = capsys.readouterr()
-    assert [json.loads(line)["metric"] for line in out.splitlines()] == [None, None]  # stdout stays JSON lines
+    assert out == ""  # no JSON lines of empty metrics before the error
     assert "(did you mean 'train/loss'?)" in err and "perf/train_seconds" in err and "_identity" not in err
     assert main(["runs", str(runs), "--metric", "perf/train_seconds"]) == 0  # one run has it: no message
     assert capsys.readouterr().err == ""
