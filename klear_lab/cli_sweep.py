@@ -24,9 +24,11 @@ def _sweep(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from klear_lab.sweep.compare import compare_study
     from klear_lab.sweep.locate import locate
+    from klear_lab.sweep.spec import with_baseline
     from klear_lab.sweep.storage import open_study
 
     spec, url = locate(args.target)
+    spec = with_baseline(spec, args.baseline)  # a wrong one stops before the study is read
     study = open_study(spec, url, create=False, heartbeat=False)
     if args.rescore:
         from klear_lab.sweep.rescore import rescore_study
@@ -116,8 +118,16 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default=None, help="study name (default: the spec's name or file stem)")
     p.add_argument("--out-dir", default=None, help="parent of the sweep directory (default: spec out_dir)")
     p.set_defaults(func=_sweep)
-    p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)")
-    p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
+    p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)",
+                              description="The table of a sweep's study in SWEEP_DIR/compare/. The baseline is "
+                                          "--baseline, else the `baseline:` of the target: the spec file as it "
+                                          "is now, or for a sweep directory the spec.yaml frozen when the sweep "
+                                          "ran; the table's notes say which.")
+    p.add_argument("target", help="sweep directory (sweep_runs/NAME: baseline from its frozen spec.yaml) or a "
+                                  "spec file (baseline from that file as it is now)")
+    p.add_argument("--baseline", default=None, metavar="ARM",
+                   help="the arm the deltas are taken against, as `baseline:` takes it: a label such as "
+                        "clip=gppo, or a mapping such as '{rl.clip.name: gppo}'")
     p.add_argument("--rescore", nargs="+", metavar="KEY=VALUE", default=None,
                    help="score every finished trial again with these eval overrides (e.g. eval.samples=8 "
                         "eval.temperature=0.6 eval.top_p=0.95), as eval runs, then compare those numbers")
@@ -135,8 +145,9 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_reproduce)
     p = subparsers.add_parser("dashboard", help="serve optuna-dashboard for a sweep's study")
     p.add_argument("target", help="sweep directory (sweep_runs/NAME) or its spec file")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine "
+                   "only; reach it from elsewhere through an SSH tunnel)")
+    p.add_argument("--port", type=int, default=8080, help="port to serve on (default: 8080)")
     p.set_defaults(func=_dashboard)
 
 

@@ -115,8 +115,8 @@ def _source_spec(target: Path) -> Path:
 def _ref_for(analysis: Analysis, spec: Any, source: Path) -> SweepRef:
     """The analysis's entry for this sweep: the one naming its spec file, else the one of the same sweep
     name and arm labels (a sweep launched from another checkout), else the one with the same arm labels,
-    else a new entry matching arms by label (checked like the listed ones)."""
-    from klear_lab.analysis.spec import grid_labels, make_ref
+    else a new entry (:func:`_unlisted_ref`)."""
+    from klear_lab.analysis.spec import grid_labels
 
     labels = grid_labels(spec)
     for ref in analysis.sweeps:
@@ -128,7 +128,37 @@ def _ref_for(analysis: Analysis, spec: Any, source: Path) -> SweepRef:
             return ref
     if same_labels:
         return same_labels[0]
-    return make_ref(analysis, f"sweep {source}", Path(spec.path), {}, labels)
+    return _unlisted_ref(analysis, spec, source, labels)
+
+
+def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]) -> SweepRef:
+    """An entry for a sweep whose spec the analysis does not list (a shrunk copy of a shipped sweep, say):
+    its arms match paper arms by label, and by the ``arms:`` entries of the first listed sweep that has
+    every one of its arm labels (the copy's arms are the original's), else of the first listed sweep whose
+    ``arms:`` name one of them; ``metrics:`` entries it records come along. A copy of
+    ``sweeps/sft_sources.yaml`` with arms ``[top1, all]`` keeps ``{"k=all": top10}``.
+
+    Raises:
+        ConfigError: no arm of the sweep stands for the paper's baseline (named once: the sweep's directory).
+    """
+    from klear_lab.analysis.spec import SweepRef, make_ref
+
+    donors = [r for r in analysis.sweeps if set(labels) <= set(r.labels)]
+    donors += [r for r in analysis.sweeps if r not in donors and set(r.arms) & set(labels)]
+    donor = donors[0] if donors else SweepRef(source)
+    arms = {label: arm for label, arm in donor.arms.items() if label in labels}
+    recorded = {spec.metric, *spec.metrics}
+    metrics = {bench: metric for bench, metric in donor.metrics.items() if metric in recorded}
+    probe = SweepRef(source, arms, labels)
+    if analysis.baseline not in {probe.paper_arm(label, list(analysis.paper)) for label in labels}:
+        raise ConfigError(
+            f"{analysis.path}: no arm of the sweep in {spec.sweep_dir} matches the baseline {analysis.baseline!r} "
+            f"(its arms: {', '.join(labels)}); the analysis does not list its spec ({_display(source)}): add it "
+            f"under `sweeps:` with `arms:` naming the paper arm of each sweep arm, e.g. "
+            f"`- {{spec: {_display(source)}, arms: {{\"{labels[0]}\": \"{analysis.baseline}\"}}}}`")
+    ref = make_ref(analysis, f"sweep {spec.sweep_dir}", source, arms, labels, metrics)
+    ref.name = spec.name
+    return ref
 
 
 def _display(path: Path) -> str:

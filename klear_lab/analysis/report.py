@@ -65,6 +65,10 @@ def ours(row: Any, scale: float = 1.0) -> str:
     return f"{row['ours mean'] * scale:.4g}{std} (n={row['n']})"
 
 
+# a claim's seeds with a finite value of each side: "2/0" is 2 of `better` and none of `than`
+SEEDS = "seeds (better/than)"
+
+
 def arm_cells(rep: Reproduction, row: Any) -> list[str]:
     dec = paper_decimals(rep)
     paper = [("–" if not row["in paper"] else num(row[f"paper {b}"], decimals=dec) if row["baseline"]
@@ -90,11 +94,11 @@ def arm_header(rep: Reproduction) -> list[str]:
 
 def claim_header(rep: Reproduction) -> list[str]:
     return ["paper's claim", *[f"paper Δ {b}" for b in rep.analysis.benchmarks],
-            f"ours Δ{unit(ours_scale(rep, rep.sweep.metric))} [95% CI]", "seeds", "verdict"]
+            f"ours Δ{unit(ours_scale(rep, rep.sweep.metric))} [95% CI]", SEEDS, "verdict"]
 
 
 def benchmark_header() -> list[str]:
-    return ["paper's claim", "benchmark", "metric", "paper Δ", "ours Δ [95% CI]", "seeds", "verdict"]
+    return ["paper's claim", "benchmark", "metric", "paper Δ", "ours Δ [95% CI]", SEEDS, "verdict"]
 
 
 def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:
@@ -239,7 +243,7 @@ def summary_interval(rep: Reproduction, row: Any) -> str:
     return interval(row, scale) + (" pp" if scale == 100.0 and not math.isnan(row["ours Δ"]) else "")
 
 
-SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", "seeds", "verdict"]
+SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", SEEDS, "verdict"]
 
 
 def tested_claims(reps: list[Reproduction]) -> int:

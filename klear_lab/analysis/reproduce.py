@@ -184,8 +184,15 @@ def _why_empty(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list
                values: dict[str, np.ndarray], rerun: str) -> dict[str, str]:
     """Paper arm -> why it has no value of ``metric``, for each arm without one: a claim on it said a bare
     "no result" whether the sweep lacks the arm or has yet to finish it."""
-    return {arm: _why(arm, ref.label_of.get(arm), spec.seeds, records, metric, rerun, spec.sweep_dir / "trials")
-            for arm in analysis.paper if not len(values.get(ref.label_of.get(arm, ""), []))}
+    why = {arm: _why(arm, ref.label_of.get(arm), spec.seeds, records, metric, rerun, spec.sweep_dir / "trials")
+           for arm in analysis.paper if not len(values.get(ref.label_of.get(arm, ""), []))}
+    spare = [label for label in ref.labels if label not in ref.label_of.values()]
+    for arm in why:
+        if spare and arm not in ref.label_of:  # the sweep may have it under another label: say how to map it
+            why[arm] += (f"; sweep arm(s) {', '.join(spare)} stand for no paper arm: map one to {arm} with "
+                         f"`arms: {{\"{spare[0]}\": {arm}}}` in the `sweeps:` entry for {Path(ref.spec_path).name} "
+                         f"in {analysis.path}")
+    return why
 
 
 def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecord], metric: str,

@@ -27,7 +27,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.stats import negligible, welch_interval
 from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.best import star_best
-from klear_lab.sweep.compare_text import table_metrics, to_markdown
+from klear_lab.sweep.compare_text import table_metrics, table_notes, to_markdown
 from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
 
@@ -273,30 +273,24 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
                      order: list[str] | None, out_dir: Path, console: Any = None) -> pd.DataFrame:
     """Summarize ``records``, write table.csv / table.md / curves.png, print the Rich table."""
     from klear_lab.sweep.curves import plot_curves
-    from klear_lab.sweep.render import print_table
+    from klear_lab.sweep.render import print_run_notes, print_table
     from klear_lab.tracking import atomic_write
 
     df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order, seeds_per_arm=arm_seeds(spec))
+    notes = table_notes(spec, baseline, records)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(df, out_dir / "table.csv", baseline)
-    markdown = to_markdown(df, spec.metric, spec.metrics, baseline)
+    markdown = to_markdown(df, spec.metric, spec.metrics, baseline, notes)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(markdown))
     curve_notes: list[str] = []  # arms whose seeds share no logged step: no mean curve
     png = plot_curves(records, [spec.metric, *spec.metrics], out_dir / "curves.png", order, curve_notes)
-    print_table(df, spec, baseline, out_dir, png, console)
-    from rich.markup import escape
-
     from klear_lab.console import make_console
 
     console = console or make_console()
-    for note in curve_notes:
-        console.print(f"note: curves: {escape(note)}", style="yellow")
+    print_table(df, spec, baseline, out_dir, png, console, extra=notes)
     finished = [r for r in records if r.state == "COMPLETE"]
     never = [m for m in spec.metrics if finished and not any(m in r.metrics for r in finished)]
-    if never:  # with plugins, rl/ and reward/ names cannot be checked before the runs
-        columns = "its column is" if len(never) == 1 else "their columns are"
-        console.print(f"note: no finished trial logged {', '.join(never)}: {columns} "
-                      "empty; check the names against the runs' metrics.csv")
+    print_run_notes(console, curve_notes, never)
     return df
 
 

@@ -6,12 +6,19 @@ notes under the table (a baseline never sampled, too few seeds, one-batch traini
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from klear_lab.sweep.best import best_notes
+
+if TYPE_CHECKING:
+    from klear_lab.sweep.compare import TrialRecord
+    from klear_lab.sweep.spec import SweepSpec
 
 
 def table_metrics(objective: str, metrics: list[str]) -> list[str]:
@@ -19,9 +26,11 @@ def table_metrics(objective: str, metrics: list[str]) -> list[str]:
     return list(dict.fromkeys([objective, *metrics]))
 
 
-def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None) -> str:
+def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: str | None,
+                extra: tuple[str, ...] = ()) -> str:
     """GitHub markdown: the best arm in bold with a star, deltas with their bootstrap and Welch intervals
-    (no delta columns without a baseline: a sweep with no arm yet)."""
+    (no delta columns without a baseline: a sweep with no arm yet); ``extra`` notes first (where the baseline
+    came from, arms that never trained: :func:`table_notes`)."""
     names = table_metrics(objective, metrics)
     deltas = [f"Δ {objective} vs {baseline} [bootstrap 95% CI]", "Welch t 95% CI"] if baseline is not None else []
     head = ["arm", *names, *deltas, "pruned", "failed"]
@@ -31,7 +40,7 @@ def to_markdown(df: pd.DataFrame, objective: str, metrics: list[str], baseline: 
         cells = [arm, *[cell(row, m) for m in names], *([delta_cell(row), welch_cell(row)] if deltas else []),
                  str(row["pruned"]), str(row["failed"])]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")  # an axis value may hold "|"
-    notes = [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline),
+    notes = [*extra, missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, objective, baseline),
              one_batch_note(objective, metrics) if len(df) else ""]
     return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes if note)
 
@@ -99,3 +108,71 @@ def missing_baseline_note(df: pd.DataFrame, baseline: str | None) -> str:
     if baseline is None or baseline in set(df["arm"]):
         return ""
     return f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in `baseline:`)"
+
+
+def table_notes(spec: SweepSpec, baseline: str | None, records: list[TrialRecord]) -> tuple[str, ...]:
+    """The notes that open the table's: where its baseline came from, and the arms with trials that never
+    updated the policy."""
+    return tuple(n for n in (baseline_note(spec, baseline), *untrained_notes(records)) if n)
+
+
+def baseline_note(spec: SweepSpec, baseline: str | None) -> str:
+    """Where the baseline came from, when that is not plain: ``--baseline``; a sweep directory's frozen spec
+    (``compare SWEEP_DIR``: the spec the sweep ran); or a spec file edited since the sweep ran
+    (``compare SPEC`` reads it as it is now), which names the baseline the sweep ran with. Both forms write
+    ``SWEEP_DIR/compare/``, so the table says which it is."""
+    if baseline is None:
+        return ""
+    if spec.baseline_from:
+        return f"baseline {baseline}: from {spec.baseline_from}"
+    path = Path(spec.path)
+    if path.name == "spec.yaml" and (path.parent / "sweep.json").is_file():
+        how = "`baseline:` of" if spec.baseline is not None else "the first arm (no `baseline:` in"
+        return f"baseline {baseline}: {how} {path}, the spec the sweep ran" + ("" if spec.baseline is not None else ")")
+    ran = _frozen_baseline(spec)
+    if ran is None:
+        return ""
+    return (f"baseline {baseline}: `baseline:` of {path} as it is now; the sweep ran with baseline {ran} "
+            f"({spec.sweep_dir / 'spec.yaml'}; `klear-lab compare {spec.sweep_dir}` uses that one)")
+
+
+def _frozen_baseline(spec: SweepSpec) -> str | None:
+    """The baseline in the sweep directory's frozen spec when it differs from ``spec``'s, else None."""
+    from klear_lab.sweep.grid import grid_arms, resolve_baseline
+    from klear_lab.sweep.spec import load_spec
+
+    frozen = spec.sweep_dir / "spec.yaml"
+    try:
+        ran = load_spec(frozen)
+        if ran.baseline == spec.baseline:
+            return None
+        return str(resolve_baseline(ran, [a.label for a in grid_arms(ran)] if ran.sampler == "grid" else []))
+    except Exception:  # noqa: BLE001 - no sweep run yet, or a frozen spec that no longer reads: nothing to say
+        return None
+
+
+def never_updated(record: TrialRecord) -> bool:
+    """Whether a completed RL trial never updated its policy: rollout steps but no optimizer step (every group
+    filtered out, ``rl/trained_groups`` 0 at each step), as the run's own warning says. Its evaluations are of
+    the starting model. Read from the trial's metrics, else its run's ``summary.json``."""
+    metrics = record.metrics
+    if "train/steps" not in metrics and record.run_dir:
+        with contextlib.suppress(OSError, ValueError):  # no summary: a run from before, or a moved one
+            metrics = {**json.loads((Path(record.run_dir) / "summary.json").read_text()), **metrics}
+    steps, rollouts = metrics.get("train/steps"), metrics.get("rl/rollout_steps")
+    return record.state == "COMPLETE" and steps == 0 and bool(rollouts)
+
+
+def untrained_notes(records: list[TrialRecord]) -> list[str]:
+    """``arm X: 2 of 2 trials never updated the policy (rl/trained_groups 0): their val/acc is the starting
+    model's``, one per arm with such trials (counted among its completed ones)."""
+    done: dict[str, list[TrialRecord]] = {}
+    for r in records:
+        if r.state == "COMPLETE":
+            done.setdefault(r.arm, []).append(r)
+    notes = []
+    for arm, mine in done.items():
+        if n := sum(map(never_updated, mine)):
+            notes.append(f"arm {arm}: {n} of {len(mine)} trial(s) never updated the policy (rl/trained_groups 0 at "
+                         "every rollout step; see the trial logs): their evaluations are the starting model's")
+    return notes

@@ -11,7 +11,7 @@ from klear_lab.sweep.spec import SweepSpec
 
 
 def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir: Path,
-                png: Path | None, console: Any = None, title: str | None = None) -> None:
+                png: Path | None, console: Any = None, title: str | None = None, extra: tuple[str, ...] = ()) -> None:
     """One row per arm; best arm starred, notes under the table; where the CSV, markdown, PNG and W&B runs are."""
     from rich.markup import escape
     from rich.table import Table
@@ -47,8 +47,8 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
         table.add_row(arm, *[cell(row, m) for m in names], *([delta_cell(row), welch_cell(row)] if deltas else []),
                       counts, style="green" if row["best"] else None)
     console.print(table)
-    for note in [missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, spec.metric, baseline),
-                 one_batch_note(spec.metric, spec.metrics) if len(df) else ""]:
+    notes = [*extra, missing_baseline_note(df, baseline), *best_notes(df), few_seeds_note(df, spec.metric, baseline)]
+    for note in [*notes, one_batch_note(spec.metric, spec.metrics) if len(df) else ""]:
         if note:
             console.print(escape(note), style="yellow")
     console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")
@@ -62,3 +62,15 @@ def versus(baseline: str | None) -> str:
     """The end of a table's title: ``, baseline lr=0.001``, or ``, no baseline`` (a tpe/random sweep with no
     trial yet), never ``baseline None``."""
     return f", baseline {baseline}" if baseline is not None else ", no baseline"
+
+
+def print_run_notes(console: Any, curve_notes: list[str], never: list[str]) -> None:
+    """Notes after the table: arms with no mean curve, table metrics no finished trial logged."""
+    from rich.markup import escape
+
+    for note in curve_notes:
+        console.print(f"note: curves: {escape(note)}", style="yellow")
+    if never:  # with plugins, rl/ and reward/ names cannot be checked before the runs
+        columns = "its column is" if len(never) == 1 else "their columns are"
+        console.print(f"note: no finished trial logged {escape(', '.join(never))}: {columns} "
+                      "empty; check the names against the runs' metrics.csv")

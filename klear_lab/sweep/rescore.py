@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_arms, write_csv
-from klear_lab.sweep.compare_text import to_markdown
+from klear_lab.sweep.compare_text import baseline_note, to_markdown
 from klear_lab.sweep.spec import SweepSpec
 
 
@@ -106,10 +106,11 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})
     write_csv(df, out_dir / "table.csv", baseline)
-    markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline)
+    notes = (baseline_note(spec, baseline),) if baseline is not None else ()  # where the baseline came from
+    markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline, notes)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(f"Rescored: {' '.join(overrides)}\n\n{markdown}"))
     title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {spec.metric}{versus(baseline)}"
-    print_table(df, table_spec, baseline, out_dir, None, console, title=title)
+    print_table(df, table_spec, baseline, out_dir, None, console, title=title, extra=notes)
     return df
 
 

@@ -80,6 +80,7 @@ class SweepSpec:
     cli_overrides: list[str] = field(default_factory=list)  # the last of ``overrides``, for error labels
     metrics: list[str] = field(default_factory=list)
     baseline: dict[str, Any] | str | None = None
+    baseline_from: str = ""  # where ``baseline`` came from when not this file (``--baseline``)
     sampler: str = "grid"
     sampler_seed: int = 0
     n_trials: int | None = None
@@ -213,10 +214,64 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         trial_start=get.choice("trial_start", TRIAL_STARTS, "preloaded"),
         description=get.text("description", ""),
     )
+    if experiment and not (path.parent / "sweep.json").is_file():  # a sweep directory's frozen copy still reads
+        check_experiment(path, experiment, spec.experiment)
     spec.metric, spec.direction = parse_objective(path, raw.get("objective"))
     spec.wandb_project, spec.wandb_group = parse_wandb(path, raw.get("wandb"))
     check_sampler(spec)
     return spec
+
+
+def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> None:
+    """Refuse an ``experiment:`` file that does not exist, naming it as written in the spec (and where that
+    resolved from the spec's directory) with the closest file of that directory: the check after loading
+    named only the resolved path (``experiments/quickstart/sftt.yaml`` for ``../experiments/...``).
+
+    Not for a sweep directory's frozen ``spec.yaml``: comparing a finished sweep needs no base experiment.
+    """
+    if resolved is None or resolved.is_file():
+        return
+    where = f" (relative to the spec's directory: {resolved})" if str(resolved) != written else ""
+    folder, name = resolved.parent, resolved.name
+    head = written[:len(written) - len(Path(written).name)]  # the directory part as written: "../experiments/x/"
+    if resolved.is_dir():
+        hint = "; that is a directory: name a YAML file in it"
+    elif folder.is_dir():
+        files = [p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")]
+        hint = did_you_mean(name, files, prefix=head) or (f"; YAML files there: {', '.join(sorted(files)[:8])}"
+                                                         if files else f"; no YAML file in {folder}")
+    else:
+        hint = f"; no directory {folder}"
+    raise ConfigError(f"{spec_path}: experiment: {written!r} not found{where}{hint}")
+
+
+def with_baseline(spec: SweepSpec, text: str | None) -> SweepSpec:
+    """``spec`` with ``klear-lab compare --baseline TEXT`` as its ``baseline:`` (an arm label such as
+    ``clip=gppo``, or a YAML mapping such as ``{rl.clip.name: gppo}``), checked as the spec's own is: a
+    wrong one names ``--baseline`` and lists the arms. ``text`` None: ``spec`` unchanged.
+
+    Raises:
+        ConfigError: not a label or mapping, an unknown axis key, or no such arm.
+    """
+    import dataclasses
+
+    import yaml
+
+    from klear_lab.sweep.grid import grid_arms, resolve_baseline
+
+    if text is None:
+        return spec
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    new = dataclasses.replace(spec, baseline=value if isinstance(value, dict) else text, baseline_from="--baseline")
+    try:
+        resolve_baseline(new, [a.label for a in grid_arms(new)] if new.sampler == "grid" else [])
+    except ConfigError as exc:
+        where = str(exc).removeprefix(f"{spec.path}: baseline").removeprefix(".").removeprefix(":")
+        raise ConfigError(f"--baseline {text}: {where.strip()}") from None
+    return new
 
 
 def user_path(value: str | Path) -> Path:
