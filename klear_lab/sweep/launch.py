@@ -31,6 +31,7 @@ from klear_lab.sweep.queue import (
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
 from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
 from klear_lab.sweep.successor import superseded_note
+from klear_lab.sweep.terminate import SweepTerminated
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
 from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
 
@@ -126,6 +127,10 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     except KeyboardInterrupt:  # the workers have stopped and their trial processes are killed
         log("interrupted: rerun the same command to resume")
         return 130
+    except SweepTerminated:  # the trials stopped at a checkpoint (or were killed) and their retries are queued
+        log("terminated (SIGTERM): rerun the same command to resume (its stopped trials continue from their "
+            "checkpoints)")
+        return 143
     study = current_study(study)  # a sweep started alongside may have widened the grid meanwhile
     log(f"sweep {spec.name}: workers done in {time.time() - started:.1f}s; trials {grid_status(study)}")
     if ctx.no_objective:

@@ -37,6 +37,8 @@ TRANSIENT_ATTR = "transient_error"
 """Set on a trial failed by a ``TransientError`` (the hub could not serve a download): retried at once."""
 NO_OBJECTIVE_ATTR = "objective_missing"
 """Set on a trial whose run finished without the objective: the other trials' runs lack it too."""
+TERMINATED = "terminated (SIGTERM)"
+"""The error of a trial stopped by SIGTERM (its sweep's, forwarded: ``terminate.py``), as its run records it."""
 
 
 def job_stem(sweep_dir: Path, number: int) -> Path:
@@ -140,6 +142,11 @@ def run_job(job: dict[str, Any]) -> int:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         print(f"trial {trial.number}: pruned ({exc})", flush=True)
         return 0
+    except SystemExit as exc:
+        if type(exc).__name__ != "SIGTERMException":  # Lightning's, after the step a SIGTERM came in (checkpointed)
+            raise
+        _fail(study, trial, TERMINATED)  # (uncaught, it exited 0 and left the trial RUNNING)
+        return 143
     except Exception as exc:  # noqa: BLE001 - any failure fails this trial only
         from klear_lab.errors import REPEATING_ERRORS, TransientError
 

@@ -32,13 +32,21 @@ from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import count
 from klear_lab.sweep.retry import hold_retry, queue_retry, resumable_run, superseded_runs
-from klear_lab.sweep.run_status import mark_interrupted, mark_superseded
+from klear_lab.sweep.run_status import mark_superseded
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
+from klear_lab.sweep.terminate import (
+    KILL_WAIT_S,
+    SweepTerminated,
+    grace_s,
+    mark_stopped,
+    noting_sigterm,
+    stop_on_sigterm,
+    wait_for_workers,
+)
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, job_stem
 
 _COMPOSE_LOCK = threading.Lock()
-STOP_WAIT_S = 20.0  # Ctrl-C: how long the workers get to record their killed trials and return
 MAX_FAILED_IN_A_ROW = 5  # tpe/random: stop asking for new trials after this many failed in a row here
 
 
@@ -57,6 +65,7 @@ class WorkerContext:
     progress: Progress | None = None
     failed_in_a_row: int = 0  # trials of this process, any worker; a finished one resets it
     no_objective: str | None = None  # a run finished without the objective: no worker claims another trial
+    stop_error: str = INTERRUPTED  # why ``stop`` was set (Ctrl-C, or SIGTERM): what the trials it stopped record
 
     def asks(self) -> bool:
         """Whether a worker may ask the sampler for a new trial: not once trials keep failing (an
@@ -77,27 +86,28 @@ def run_workers(ctx: WorkerContext) -> None:
     the workers to record them (in the study, and as interrupted in their runs' ``run.json``) and return,
     so the process never exits with a worker inside a storage call. Each worker sets an event when it
     returns: a ``Thread.join`` that Ctrl-C interrupted leaves the thread looking finished while it still
-    runs (Python < 3.13).
+    runs (Python < 3.13). SIGTERM (:class:`SweepTerminated`, once the trials stopped): the same, except that
+    the trials are sent SIGTERM, to stop at a checkpoint, and get a grace period (``terminate.py``).
     """
     reset_stop()  # an earlier Ctrl-C in this process (a notebook's rerun) must not kill these trials
+    grace = grace_s()
     done = [threading.Event() for _ in range(ctx.workers)]
-    for i in range(ctx.workers):
-        threading.Thread(target=_worker_main, args=(ctx, i, done[i]), name=f"sweep-worker-{i}", daemon=True).start()
-    try:
-        for event in done:
-            while not event.wait(0.5):
-                pass
-    except KeyboardInterrupt:
-        ctx.stop.set()
-        kill_all()
-        deadline = time.time() + STOP_WAIT_S
-        for event in done:
-            event.wait(max(0.0, deadline - time.time()))
-        late = [i for i, event in enumerate(done) if not event.is_set()]
-        if late:
-            ctx.log(f"worker(s) {late} still busy after {STOP_WAIT_S:.0f}s: their trials are retried once their "
-                    "heartbeats are stale")
-        raise
+    with noting_sigterm() as noted:
+        for i in range(ctx.workers):
+            threading.Thread(target=_worker_main, args=(ctx, i, done[i]), name=f"sweep-worker-{i}",
+                             daemon=True).start()
+        try:
+            for event in done:
+                while not event.wait(0.5) and not noted.count:
+                    pass
+        except KeyboardInterrupt:
+            ctx.stop.set()
+            kill_all()
+            wait_for_workers(ctx, done, KILL_WAIT_S)
+            raise
+        if noted.count:  # (also one that came as the last worker returned: the sweep was told to stop)
+            stop_on_sigterm(ctx, done, noted, grace)
+            raise SweepTerminated
 
 
 def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
@@ -207,16 +217,16 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     started = time.time()
     outcome, process = _run_process(ctx, cfg, job_path, log_path)
     final = storage.get_trial(trial_id)
-    interrupted = ctx.stop.is_set()  # Ctrl-C: a terminal's SIGINT may also have failed the trial itself
+    interrupted = ctx.stop.is_set()  # Ctrl-C or SIGTERM: the trial may have failed itself (a SIGTERM'd one does)
     if interrupted and process is not None:  # SIGKILLed, the trial could not record its run as interrupted
-        mark_interrupted(ctx.spec.runs_dir, *process)
+        mark_stopped(ctx.spec.runs_dir, process, ctx.stop_error)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
-        trial.set_user_attr("error", INTERRUPTED if interrupted else outcome)
+        trial.set_user_attr("error", ctx.stop_error if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
     _mark_superseded(ctx, study, trial_id, index)
     if interrupted and final.state == TrialState.FAIL:
-        ctx.log(f"[worker {index}] trial {trial.number}: killed; " + (
+        ctx.log(f"[worker {index}] trial {trial.number}: {_stopped(ctx)}; " + (
             "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
             else "rerun the sweep to start it again"))
     elif final.state == TrialState.FAIL and final.user_attrs.get(TRANSIENT_ATTR):
@@ -250,11 +260,17 @@ def _mark_superseded(ctx: WorkerContext, study: optuna.Study, trial_id: int, ind
 def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_path: Path,
                  ) -> tuple[str, tuple[int, int | None] | None]:
     """Run a trial's process to its end: (what became of it, its pid and start time; None when none started)."""
+    if ctx.stop.is_set():  # Ctrl-C or SIGTERM before it started: nothing to stop
+        return "not started: the sweep was stopping", None
     try:
         code, process = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
     except (OSError, EOFError) as exc:  # no process: fork/exec failed, or the preloaded server died
         return f"could not start the trial process ({ctx.spec.trial_start}): {type(exc).__name__}: {exc}", None
     return f"trial process exited with code {code}; see {log_path}", process
+
+
+def _stopped(ctx: WorkerContext) -> str:
+    return "killed" if ctx.stop_error == INTERRUPTED else f"stopped, {ctx.stop_error}"
 
 
 def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> dict[str, Any]:
