@@ -13,12 +13,16 @@ command line of the process it runs in, which only a fresh ``python -m`` trial h
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -83,7 +87,12 @@ def warm_up(mode: str, runner: str) -> None:
     """Start the preloaded server now, so its imports overlap the study setup and the parent run."""
     if mode == "preloaded":
         forkserver(runner)
-        multiprocessing.forkserver.ensure_running()
+
+
+def live_pids() -> list[int]:
+    """The pids of the trial processes this sweep process started that have not been waited for yet."""
+    with _LIVE_LOCK:
+        return [proc.pid for proc in _LIVE]
 
 
 def kill_all() -> None:
@@ -113,7 +122,23 @@ def forkserver(runner: str) -> Any:
         if _CONTEXT is None:
             _CONTEXT = multiprocessing.get_context("forkserver")
             _CONTEXT.set_forkserver_preload(PRELOAD_RUN if runner == DEFAULT_RUNNER else PRELOAD_BASE)
+        resource_tracker.ensure_running()  # first: starting its process unblocks SIGTERM in this thread
+        with sigterm_blocked():  # the server started here (or again, if it died), not by a Process.start
+            multiprocessing.forkserver.ensure_running()
         return _CONTEXT
+
+
+@contextlib.contextmanager
+def sigterm_blocked() -> Iterator[None]:
+    """SIGTERM blocked in this thread while it starts the preloaded server, which keeps the mask: ``scancel``
+    signals every process of the job, and a server it ended took with it the news of how its forked trials
+    ended (the workers saw them fail at once; the sweep exited and killed them before their checkpoints).
+    Each forked trial unblocks it (``trial.forked_main``); the server ends when the sweep process does."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def needs_fresh(cfg: dict[str, Any]) -> bool:

@@ -102,8 +102,7 @@ def stop_on_sigterm(ctx: Any, done: list[threading.Event], noted: SigtermNoted, 
 def forward_sigterm(sent: set[int]) -> int:
     """SIGTERM each trial process of this sweep process not yet sent one (their pids are added to ``sent``);
     returns how many are running."""
-    with launcher._LIVE_LOCK:  # launcher has no public way yet to signal its live trials other than kill_all
-        pids = [proc.pid for proc in launcher._LIVE]
+    pids = launcher.live_pids()
     for pid in pids:
         if pid not in sent:
             sent.add(pid)

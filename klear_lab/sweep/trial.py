@@ -255,6 +255,7 @@ def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> 
     working directory (also on ``sys.path``), torch threads from ``OMP_NUM_THREADS`` (torch was
     imported before the environment changed, so its default would be the server's).
     """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # the server's block (launcher.sigterm_blocked)
     _redirect_output(log_path)
     os.environ.clear()
     os.environ.update(env)

@@ -112,15 +112,23 @@ def _train_rows(runs_dir: Path) -> list[int]:
     return [int(r["step"]) for r in csv_rows(found[0]) if r.get("train/loss")] if found else []
 
 
-def test_sigterm_checkpoints_real_trials_and_the_rerun_continues_them(tmp_path):
+@pytest.mark.parametrize("to", ["sweep", "job"])
+def test_sigterm_checkpoints_real_trials_and_the_rerun_continues_them(tmp_path, to):
+    """``sweep``: to the sweep process only, as docker stop and Kubernetes send it. ``job``: to every process of
+    the job, as scancel does: the preloaded server the trial was forked from got it too, and ended, and with it
+    the sweep's news of how the trial ended (it blocks SIGTERM now: ``launcher.sigterm_blocked``)."""
     spec_path = _real_spec(tmp_path)
     spec, log = load_spec(spec_path), tmp_path / "sweep.log"
     cmd = [*fx.sweep_cmd(spec_path), "--workers", "1"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     with log.open("ab") as out:
-        sweep = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        sweep = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
     _wait_for(lambda: len(_train_rows(spec.runs_dir)) >= 3, sweep, log)
-    os.kill(sweep.pid, signal.SIGTERM)  # to the sweep process only, as docker stop and Kubernetes send it
+    if to == "sweep":
+        os.kill(sweep.pid, signal.SIGTERM)
+    else:
+        os.killpg(sweep.pid, signal.SIGTERM)
     assert _wait(sweep, 120, log) == 143, log.read_text()[-3000:]
     (run_dir,) = spec.runs_dir.iterdir()
     record = json.loads((run_dir / "run.json").read_text())
@@ -129,6 +137,8 @@ def test_sigterm_checkpoints_real_trials_and_the_rerun_continues_them(tmp_path):
     assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") >= logged[-1] >= 2  # at the last step
     assert "SIGTERM: no new trials; 1 running trial(s) told to stop" in log.read_text()
     _assert_stopped_and_queued(spec, log)
+    if to == "job":  # the rerun is the same as after a SIGTERM to the sweep alone
+        return
 
     with log.open("ab") as out:
         again = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600)
