@@ -58,12 +58,7 @@ def _study(spec):
     return open_study(spec, default_storage_url(spec), create=False, heartbeat=False)
 
 
-def _wait(proc: subprocess.Popen, timeout: float, log: Path) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"sweep did not finish in {timeout}s:\n{log.read_text()[-3000:]}") from None
+_wait = fx.wait_sweep
 
 
 def _wait_for(what, sweep: subprocess.Popen, log: Path, timeout: float = 300) -> None:

@@ -42,12 +42,7 @@ def _complete_per_point(study) -> dict[str, int]:
     return out
 
 
-def _wait(proc: subprocess.Popen, timeout: float, log: Path) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"sweep did not finish in {timeout}s:\n{log.read_text()[-3000:]}") from None
+_wait = fx.wait_sweep
 
 
 def _hung_trial_pid(spec, sweep: subprocess.Popen, log: Path) -> int:

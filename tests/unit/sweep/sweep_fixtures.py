@@ -56,6 +56,15 @@ def start_sweep(spec: Path, *args: str, sleep: float = 0.3, log: Path | None = N
     return subprocess.Popen(sweep_cmd(spec, *args), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
+def wait_sweep(proc: subprocess.Popen, timeout: float, log: Path) -> int:
+    """The sweep process's exit code; killed, with its log's tail, if it runs past ``timeout``."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"sweep did not finish in {timeout}s:\n{log.read_text()[-3000:]}") from None
+
+
 def invocations(sweep_dir: Path) -> list[tuple[float, int, int, int]]:
     """(lr, seed, pid, sweep process pid) per runner call."""
     path = sweep_dir / "invocations.txt"

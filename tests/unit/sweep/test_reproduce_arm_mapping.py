@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 from sweep_fixtures import write_spec
+from test_reproduce import records
 
 from klear_lab.analysis import _ref_for
 from klear_lab.analysis.report import claim_header
 from klear_lab.analysis.reproduce import reproduce
 from klear_lab.analysis.spec import load_analysis
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.compare import TrialRecord
 from klear_lab.sweep.spec import load_spec
 
 
@@ -33,9 +33,6 @@ def write_analysis(tmp: Path, arms: dict[str, str] | None) -> Path:
     return path
 
 
-def records(values: dict[str, list[float]]) -> list[TrialRecord]:
-    return [TrialRecord(arm, seed, "COMPLETE", {"val/acc": v}) for arm, vals in values.items()
-            for seed, v in enumerate(vals)]
 
 
 def test_a_shrunk_copy_keeps_the_listed_sweeps_arms_map(tmp_path):
