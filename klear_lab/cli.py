@@ -17,6 +17,7 @@ from klear_lab.distributed import joined_run_dir, record_rank_failure
 from klear_lab.errors import ConfigError, KlearError, interrupted
 from klear_lab.resume import RESUME_OVERRIDABLE
 from klear_lab.run_list import STATUSES
+from klear_lab.run_report import print_result
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -30,7 +31,7 @@ def _train(args: argparse.Namespace) -> int:
     result = run_experiment(cfg)
     _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
-        _print_result(result)
+        print_result(result)
     return 0
 
 
@@ -41,7 +42,7 @@ def _resume(args: argparse.Namespace) -> int:
     result = run_experiment(resume_config(args.run_dir, args.overrides), resume=args.run_dir)
     _run_done()
     if joined_run_dir() is None:
-        _print_result(result)
+        print_result(result)
     return 0
 
 
@@ -54,7 +55,7 @@ def _eval(args: argparse.Namespace) -> int:
         return _dry_run(cfg)
     result = run_experiment(cfg)
     _run_done()
-    _print_result(result)
+    print_result(result)
     return 0
 
 
@@ -83,27 +84,6 @@ def _dry_run(cfg: dict) -> int:
     if problems:
         raise ConfigError(f"the plan above cannot run: {'; '.join(problems)}")
     return 0
-
-
-def _print_result(result) -> None:
-    from rich.table import Table
-
-    from klear_lab.console import make_console
-
-    console = make_console()
-    table = Table(title=f"run finished: {result.run_dir}", show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in sorted(result.metrics):
-        if key.startswith(("val/", "train/loss", "perf/", "rl/", "reward/")) and key.count("/") <= 2:
-            table.add_row(key, f"{result.metrics[key]:.4g}")
-    console.print(table)
-    console.print(f"run directory : {result.run_dir}")
-    console.print(f"resolved config: {result.run_dir / 'config.yaml'}")
-    console.print(f"metrics CSV   : {result.run_dir / 'csv' / 'metrics.csv'}")
-    console.print(f"summary JSON  : {result.run_dir / 'summary.json'}")
-    if result.wandb_dir:
-        console.print(f"W&B run       : {result.wandb_dir}  (offline: upload with `wandb sync {result.wandb_dir}`)")
 
 
 def _config(args: argparse.Namespace) -> int:

@@ -19,13 +19,13 @@ SIGTERM_AFTER_THE_RUN = """
 import atexit, os, signal, sys
 from klear_lab import cli
 
-report = cli._print_result
+report = cli.print_result
 
 def report_after_a_sigterm(result):
     os.kill(os.getpid(), signal.SIGTERM)
     report(result)
 
-cli._print_result = report_after_a_sigterm
+cli.print_result = report_after_a_sigterm
 atexit.register(os.kill, os.getpid(), signal.SIGTERM)
 sys.argv = ["klear-lab", *sys.argv[1:]]
 cli.entry()
