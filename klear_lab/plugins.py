@@ -17,8 +17,10 @@ import inspect
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from klear_lab.errors import ConfigError
 
@@ -41,6 +43,33 @@ def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None
             raise ConfigError(f"{where}: plugins entries name a .py file or an importable module, got {plugin!r}")
         with _refused_as_config_error(f"{where}: plugin {plugin!r}", plugin):
             _import_file(Path(plugin)) if plugin.endswith(".py") else _import_module(plugin)
+
+
+def with_kept_copies(plugins: list[Any], origins: list[str]) -> list[Any]:
+    """``plugins`` with each ``.py`` file that is gone replaced by the copy of its code that a run kept, where the
+    layer listing it is that run's saved ``config.yaml`` (warned): the run stays reproducible from its saved
+    config after the original file moved or was deleted. Its hash covers the code, not the path: unchanged."""
+    out = []
+    for plugin, where in zip(plugins, origins, strict=True):
+        gone = isinstance(plugin, str) and plugin.endswith(".py") and not Path(plugin).expanduser().is_file()
+        copy = _kept_copy(plugin, where) if gone else None
+        if copy is not None:
+            warnings.warn(f"{where}: plugin {plugin!r} is gone; the copy of its code this run kept is used: {copy}",
+                          stacklevel=2)
+        out.append(str(copy) if copy is not None else plugin)
+    return out
+
+
+def _kept_copy(plugin: str, where: str) -> Path | None:
+    """The copy a run kept of a ``.py`` plugin (``RUN_DIR/plugins/NAME-SHA8.py``, ``tracking.write_config``)
+    when the layer listing it is that run's saved ``config.yaml``, or None."""
+    for part in where.split(" + "):
+        layer = Path(part.strip())
+        if layer.name == "config.yaml":
+            copies = sorted((layer.parent / "plugins").glob(f"{Path(plugin).stem}-{'[0-9a-f]' * 8}.py"))
+            if copies:
+                return copies[-1]
+    return None
 
 
 @contextlib.contextmanager

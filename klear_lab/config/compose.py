@@ -26,7 +26,7 @@ from klear_lab.config.layers import Layer, dotlist_layer, file_label, file_layer
 from klear_lab.config.merge import merge_layers
 from klear_lab.config.validate import expand_and_validate
 from klear_lab.errors import ConfigError
-from klear_lab.plugins import load_entry_point_plugins, load_plugins
+from klear_lab.plugins import load_entry_point_plugins, load_plugins, with_kept_copies
 
 
 def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[str] | None = None,
@@ -50,8 +50,10 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
     if not isinstance(plugins, list):  # a string was read as its characters: plugin 'm' of 'my/p.py'
         raise ConfigError(f"{provenance.get('plugins', 'config')}: plugins: must be a list, got {plugins!r}; "
                           f"write plugins=[{plugins}] on a command line, or a YAML list")
-    load_plugins(plugins, [provenance.get(f"plugins.{i}", provenance.get("plugins", "config"))
-                           for i in range(len(plugins))])
+    origins = [provenance.get(f"plugins.{i}", provenance.get("plugins", "config")) for i in range(len(plugins))]
+    if (kept := with_kept_copies(plugins, origins)) != plugins:  # a run's saved config, its plugin file gone
+        config["plugins"] = plugins = kept
+    load_plugins(plugins, origins)
     config = _resolve_interpolations(config, provenance)
     expand_and_validate(config, provenance)
     try:
