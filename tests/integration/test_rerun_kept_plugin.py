@@ -4,10 +4,12 @@ Before, the rerun stopped on "cannot import it: no such file" and did not say th
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from resume_helpers import SFT  # noqa: I001 - beside this file
 
 from klear_lab.config.compose import compose
+from klear_lab.registry import REGISTRIES
 from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
 
@@ -25,6 +27,18 @@ class KeptCopyClip:
     def __call__(self, logp, old_logp, adv, mask):
         raise NotImplementedError
 '''
+
+
+@pytest.fixture(autouse=True)
+def registries_as_they_were():
+    """The plugin's clip raises when called: left registered, a later test in this worker that asks every
+    registered clip its statistics (``sweep.metrics.clip_metric_names``) would get nothing."""
+    for registry in REGISTRIES.values():
+        registry.load_builtins()
+    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    yield
+    for axis, entries in before.items():
+        REGISTRIES[axis].restore(entries)
 
 
 def test_a_saved_config_reruns_on_the_kept_copy_once_the_plugin_file_is_gone(tmp_path, tiny_sft_overrides, klear_cli):
