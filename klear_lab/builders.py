@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import torch
@@ -86,8 +86,7 @@ def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
     unlabelled: set[str] = set()  # pools of sources that take a label and were given none (a file's)
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
-        name = getattr(source, "label", None) or node["name"]  # a file source's label names its metrics too
-        label = name if name not in pools else f"{name}#{i}"
+        label = pool_label(source, node, i, pools)
         if label in pools:  # a hand-written "math#2" label, say: the earlier pool would be replaced silently
             raise DataError(f"{section}.{i}: source label {label!r} is already taken by {where[label]}; "
                             "give the sources distinct labels")
@@ -114,6 +113,13 @@ def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
     if split == "eval":  # training records of one name merge harmlessly (a share metric, a rollout seed)
         check_distinct_sources(pools, where, unlabelled)
     return pools, ranks
+
+
+def pool_label(source: Any, node: dict[str, Any], index: int, taken: Collection[str]) -> str:
+    """The pool label of source ``index`` (built from ``node``): its ``label`` (a file source's, which names
+    its metrics too) or its name, with ``#index`` where an earlier source took that."""
+    name = getattr(source, "label", None) or node["name"]
+    return name if name not in taken else f"{name}#{index}"
 
 
 def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str], unlabelled: set[str]) -> None:

@@ -15,8 +15,8 @@ import json
 import warnings
 from typing import Any
 
-from klear_lab.builders import build, source_nodes, source_path
-from klear_lab.config.checks import EVAL_GRADERS
+from klear_lab.builders import build, pool_label, source_nodes, source_path
+from klear_lab.config.checks import EVAL_GRADERS, reward_tasks
 from klear_lab.errors import ConfigError
 from klear_lab.registry import DATA_MIX, REWARD, SOURCE
 from klear_lab.rl.rollout.base import preserve_rng
@@ -90,7 +90,7 @@ def reward_task_message(reward: str, held: str, tasks: set[str]) -> str:
     """Why ``rl.reward`` cannot score the training prompts: ``held`` says which hold the ``tasks`` it does not
     score. One wording for the run's refusal (``stages.rl.check_reward_tasks``) and the up-front checks."""
     scored = REWARD.get(reward).tasks
-    fits = [name for name in REWARD.names() if tasks <= set(getattr(REWARD.get(name), "tasks", None) or ())]
+    fits = [name for name in REWARD.names() if tasks <= set(reward_tasks(name))]
     choose = (f"choose the reward of their task ({' or '.join(f'rl.reward={name}' for name in fits)})" if fits
               else f"no one reward scores {' and '.join(sorted(tasks))}: train on one task")
     return (f"rl.reward {reward!r} scores {'/'.join(scored)} tasks, but {held}: {choose} or leave them out of "
@@ -139,10 +139,9 @@ def _drawn_sources(cfg: dict[str, Any]) -> set[int] | None:
         return None
     labels: list[str] = []
     ranks: dict[str, int] = {}
-    for i, node in enumerate(cfg["data"]["sources"]):  # labelled as builders.build_pools labels the pools
+    for i, node in enumerate(cfg["data"]["sources"]):
         source = build(SOURCE, node)
-        name = getattr(source, "label", None) or node["name"]
-        labels.append(name if name not in labels else f"{name}#{i}")
+        labels.append(pool_label(source, node, i, labels))
         ranks[labels[-1]] = source.quality_rank
     try:
         counts = plan(dict.fromkeys(labels, 1), ranks)

@@ -177,14 +177,15 @@ def check_eval_graders(ev: dict[str, Any]) -> None:
         name = ev[key]["name"]
         tasks = getattr(REWARD.get(name), "tasks", None)
         if tasks is not None and task not in tasks:
-            fitting = ", ".join(n for n in REWARD.names() if task in _tasks(n))
+            fitting = ", ".join(n for n in REWARD.names() if task in reward_tasks(n))
             error = ConfigError(f"eval.{key} grades the held-out {task} records, but {name!r} scores "
                                 f"{'/'.join(tasks)} tasks: choose a reward of {task} tasks ({fitting})")
             error.key = f"eval.{key}.name"  # type: ignore[attr-defined]  # compose names where it was set
             raise error
 
 
-def _tasks(reward: str) -> tuple[str, ...]:
+def reward_tasks(reward: str) -> tuple[str, ...]:
+    """The tasks a registered reward declares it scores (none declared: ())."""
     return tuple(getattr(REWARD.get(reward), "tasks", None) or ())
 
 

@@ -22,12 +22,13 @@ def mark_pruned(run_dir: str | None, reason: str) -> None:
         write_json(path, {**json.loads(path.read_text()), "status": "pruned", "error": f"pruned: {reason}"})
 
 
-def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None) -> Path | None:
+def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None, error: str | None = None) -> Path | None:
     """Record the run that trial process ``pid`` (started at ``pid_start``) was writing when a Ctrl-C of its
     sweep SIGKILLed it as a Ctrl-C'd ``klear-lab train`` records itself: failed, "interrupted (Ctrl-C)" (its
     ``run.json`` said running, which ``klear-lab runs`` shows as stopped). Its retry continues it all the
     same. A record of another process given the same pid (a ``kill -9``ed sweep's, before a restart) is
-    told apart by its start time. Returns its directory."""
+    told apart by its start time. ``error``: another than the Ctrl-C's (a SIGTERM'd sweep's). Returns its
+    directory."""
     import socket
 
     from klear_lab.errors import INTERRUPTED
@@ -44,7 +45,7 @@ def mark_interrupted(runs_dir: Path, pid: int, pid_start: int | None = None) -> 
         if None not in (pid_start, record.get("pid_start")) and record["pid_start"] != pid_start:
             continue
         kept = {k: v for k, v in record.items() if k not in ("pid", "pid_start")}  # as run.py's failed record
-        write_json(path, {**kept, "status": "failed", "error": INTERRUPTED})
+        write_json(path, {**kept, "status": "failed", "error": error or INTERRUPTED})
         return path.parent
     return None
 

@@ -15,19 +15,16 @@ first with a SIGKILL of the sweep; the trials then die with it (``die_with``), a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from klear_lab.errors import INTERRUPTED, ConfigError
+from klear_lab.errors import ConfigError
 from klear_lab.sweep import launcher
-from klear_lab.sweep.run_status import mark_interrupted
 from klear_lab.sweep.trial import TERMINATED
 
 GRACE_ENV = "KLEAR_SWEEP_TERM_GRACE_S"
@@ -120,15 +117,3 @@ def wait_for_workers(ctx: Any, done: list[threading.Event], seconds: float) -> N
     if late:
         ctx.log(f"worker(s) {late} still busy after {seconds:.0f}s: their trials are retried once their "
                 "heartbeats are stale")
-
-
-def mark_stopped(runs_dir: Path, process: tuple[int, int | None], error: str) -> None:
-    """Record the run of a trial process that its sweep's stop ended before the run could (SIGKILLed, or
-    SIGTERM'd before its training caught the signal) as failed with ``error``, as ``klear-lab train``
-    records itself (``run_status.mark_interrupted``, which writes the Ctrl-C error)."""
-    from klear_lab.tracking import write_json
-
-    run_dir = mark_interrupted(runs_dir, *process)
-    if run_dir is not None and error != INTERRUPTED:
-        path = run_dir / "run.json"
-        write_json(path, {**json.loads(path.read_text()), "error": error})

@@ -32,14 +32,13 @@ from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import count
 from klear_lab.sweep.retry import hold_retry, queue_retry, resumable_run, superseded_runs
-from klear_lab.sweep.run_status import mark_superseded
+from klear_lab.sweep.run_status import mark_interrupted, mark_superseded
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 from klear_lab.sweep.terminate import (
     KILL_WAIT_S,
     SweepTerminated,
     grace_s,
-    mark_stopped,
     noting_sigterm,
     stop_on_sigterm,
     wait_for_workers,
@@ -219,7 +218,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     final = storage.get_trial(trial_id)
     interrupted = ctx.stop.is_set()  # Ctrl-C or SIGTERM: the trial may have failed itself (a SIGTERM'd one does)
     if interrupted and process is not None:  # SIGKILLed, the trial could not record its run as interrupted
-        mark_stopped(ctx.spec.runs_dir, process, ctx.stop_error)
+        mark_interrupted(ctx.spec.runs_dir, *process, error=ctx.stop_error)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
         trial.set_user_attr("error", ctx.stop_error if interrupted else outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
