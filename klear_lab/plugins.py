@@ -17,10 +17,8 @@ import inspect
 import os
 import sys
 import traceback
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from klear_lab.errors import ConfigError
 
@@ -43,33 +41,6 @@ def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None
             raise ConfigError(f"{where}: plugins entries name a .py file or an importable module, got {plugin!r}")
         with _refused_as_config_error(f"{where}: plugin {plugin!r}", plugin):
             _import_file(Path(plugin)) if plugin.endswith(".py") else _import_module(plugin)
-
-
-def with_kept_copies(plugins: list[Any], origins: list[str]) -> list[Any]:
-    """``plugins`` with each ``.py`` file that is gone replaced by the copy of its code that a run kept, where the
-    layer listing it is that run's saved ``config.yaml`` (warned): the run stays reproducible from its saved
-    config after the original file moved or was deleted. Its hash covers the code, not the path: unchanged."""
-    out = []
-    for plugin, where in zip(plugins, origins, strict=True):
-        gone = isinstance(plugin, str) and plugin.endswith(".py") and not Path(plugin).expanduser().is_file()
-        copy = _kept_copy(plugin, where) if gone else None
-        if copy is not None:
-            warnings.warn(f"{where}: plugin {plugin!r} is gone; the copy of its code this run kept is used: {copy}",
-                          stacklevel=2)
-        out.append(str(copy) if copy is not None else plugin)
-    return out
-
-
-def _kept_copy(plugin: str, where: str) -> Path | None:
-    """The copy a run kept of a ``.py`` plugin (``RUN_DIR/plugins/NAME-SHA8.py``, ``tracking.write_config``)
-    when the layer listing it is that run's saved ``config.yaml``, or None."""
-    for part in where.split(" + "):
-        layer = Path(part.strip())
-        if layer.name == "config.yaml":
-            copies = sorted((layer.parent / "plugins").glob(f"{Path(plugin).stem}-{'[0-9a-f]' * 8}.py"))
-            if copies:
-                return copies[-1]
-    return None
 
 
 @contextlib.contextmanager
@@ -153,24 +124,33 @@ def helper_modules(path: Path) -> list[Path]:
     x``), and those they import, found by reading the code (nothing is run). A name that imports from
     elsewhere (``random`` beside a ``random.py``: the plugin's directory comes last on ``sys.path``) is not
     one; packages and relative imports are not followed."""
-    import ast
-
     found: dict[str, Path] = {}
     todo = [path]
     while todo:
-        try:
-            tree = ast.parse(todo.pop().read_bytes())
-        except (OSError, SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-            for name in {n.split(".")[0] for n in names}:
-                helper = path.parent / f"{name}.py"
-                if helper.name not in found and _beside(helper, path) and os.access(helper, os.R_OK):
-                    found[helper.name] = helper
-                    todo.append(helper)
+        for name in imported_names(todo.pop()):
+            helper = path.parent / f"{name}.py"
+            if helper.name not in found and _beside(helper, path) and os.access(helper, os.R_OK):
+                found[helper.name] = helper
+                todo.append(helper)
     return sorted(found.values())
+
+
+def imported_names(path: Path) -> set[str]:
+    """The top-level module names ``path`` imports (``import a.b``: ``a``; not relative imports), read from
+    its code; none for a file that cannot be read or parsed."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def _beside(helper: Path, plugin: Path) -> bool:

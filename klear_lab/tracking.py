@@ -26,7 +26,8 @@ from typing import Any
 import yaml
 
 from klear_lab.errors import ConfigError
-from klear_lab.plugins import ENTRY_POINT_GROUP, code_digest, helper_modules, plugin_digests
+from klear_lab.plugin_copies import kept_copy_name, kept_sources
+from klear_lab.plugins import ENTRY_POINT_GROUP, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
                     ("run", "job_type"), ("run", "notes"), ("run", "experiment"), ("trainer", "num_threads"),
@@ -162,10 +163,12 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
     (``plugins/NAME-SHA8.py``): the saved config names the original file, which may change later."""
     for plugin in cfg.get("plugins") or []:
         if str(plugin).endswith(".py") and Path(plugin).is_file():
-            for source in (Path(plugin), *helper_modules(Path(plugin))):
+            for source in kept_sources(Path(plugin)):
                 try:
-                    copy = run_dir / "plugins" / f"{source.stem}-{code_digest(source)[:8]}.py"
+                    copy = run_dir / "plugins" / kept_copy_name(source)
                     copy.parent.mkdir(exist_ok=True)
+                    if copy.exists() and copy.samefile(source):  # a resume on the run's own kept copy
+                        continue
                     atomic_write(copy, lambda tmp, src=source: shutil.copyfile(src, tmp))
                 except OSError as exc:  # a record of the code, not needed to run: say so and go on
                     warnings.warn(f"could not keep a copy of plugin code {source}: {exc}", stacklevel=2)

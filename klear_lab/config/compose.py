@@ -26,7 +26,8 @@ from klear_lab.config.layers import Layer, dotlist_layer, file_label, file_layer
 from klear_lab.config.merge import merge_layers
 from klear_lab.config.validate import expand_and_validate
 from klear_lab.errors import ConfigError
-from klear_lab.plugins import load_entry_point_plugins, load_plugins, with_kept_copies
+from klear_lab.plugin_copies import with_kept_copies
+from klear_lab.plugins import load_entry_point_plugins, load_plugins
 
 
 def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[str] | None = None,

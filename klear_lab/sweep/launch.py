@@ -62,7 +62,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = load_spec(spec_path, overrides, name=name)
+    spec = load_spec(spec_path, overrides, name=name, check_base=True)
     if out_dir is not None:
         spec.out_dir = user_path(out_dir)
     if workers is not None:

@@ -164,7 +164,7 @@ class SweepSpec:
 
 
 def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: str | None = None,
-              ) -> SweepSpec:
+              check_base: bool = False) -> SweepSpec:
     """Parse ``path`` (structure only: no config composition, no storage access).
 
     Args:
@@ -172,6 +172,9 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         cli_overrides: ``key=value`` from the ``klear-lab sweep`` command line; they apply to the
             base experiment after the spec's own ``overrides``.
         name: replaces the spec's ``name`` (the study name).
+        check_base: refuse an ``experiment:`` file that does not exist (:func:`check_experiment`), for the
+            commands that compose trials; reading a finished sweep's results (``compare``, ``reproduce``)
+            needs no base experiment.
     """
     path = user_path(path)
     raw = load_yaml(path)
@@ -214,7 +217,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         trial_start=get.choice("trial_start", TRIAL_STARTS, "preloaded"),
         description=get.text("description", ""),
     )
-    if experiment and not (path.parent / "sweep.json").is_file():  # a sweep directory's frozen copy still reads
+    if check_base and experiment:
         check_experiment(path, experiment, spec.experiment)
     spec.metric, spec.direction = parse_objective(path, raw.get("objective"))
     spec.wandb_project, spec.wandb_group = parse_wandb(path, raw.get("wandb"))
@@ -227,7 +230,8 @@ def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> No
     resolved from the spec's directory) with the closest file of that directory: the check after loading
     named only the resolved path (``experiments/quickstart/sftt.yaml`` for ``../experiments/...``).
 
-    Not for a sweep directory's frozen ``spec.yaml``: comparing a finished sweep needs no base experiment.
+    Only where trials are composed (``load_spec(check_base=True)``): comparing a finished sweep needs no
+    base experiment.
     """
     if resolved is None or resolved.is_file():
         return

@@ -45,3 +45,14 @@ def test_compare_baseline_flag_and_where_the_baseline_came_from(tmp_path, capsys
     assert "--baseline lr=0.02: no arm is labelled 'lr=0.02'; arms: lr=0.001, lr=0.002" in capsys.readouterr().err
     assert main(["compare", str(sweep_dir), "--baseline", "{optim.lrr: 0.002}"]) == 2
     assert "optim.lrr: not an axis of this sweep (axes: optim.lr)" in capsys.readouterr().err
+
+
+def test_compare_spec_needs_the_results_not_the_base_experiment(tmp_path, capsys):
+    """The base experiment moved or deleted after the sweep: comparing still reads the results, while
+    running the spec again (which composes trials) is refused, naming the missing file."""
+    spec, sweep_dir = _finished_sweep(tmp_path)
+    (tmp_path / "exp.yaml").unlink()
+    assert main(["compare", str(spec)]) == 0, capsys.readouterr().err
+    assert "vs lr=0.001" in (sweep_dir / "compare" / "table.md").read_text()
+    assert main(["sweep", str(spec), "--validate-only"]) == 2
+    assert "experiment: 'exp.yaml' not found" in capsys.readouterr().err

@@ -37,7 +37,8 @@ def test_a_typo_in_the_experiment_gets_the_value_as_written_and_a_suggestion(tmp
     assert "(did you mean '../experiments/quickstart/sft.yaml'?)" in err
     with pytest.raises(ConfigError, match="no directory"):
         spec.write_text(spec.read_text().replace("quickstart/sftt.yaml", "quikstart/sft.yaml"))
-        load_spec(spec)
+        load_spec(spec, check_base=True)
+    assert load_spec(spec).experiment == tmp_path / "experiments" / "quikstart" / "sft.yaml"  # results need none
 
 
 def test_a_sweep_directorys_frozen_spec_loads_without_its_experiment(tmp_path):

@@ -1,0 +1,111 @@
+"""The copies of plugin code a run keeps (``RUN_DIR/plugins/NAME-SHA8.py``, :func:`klear_lab.tracking.write_config`),
+and a rerun or resume on them once the plugin file is gone: a run stays reproducible from its saved config."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from klear_lab.plugins import code_digest, helper_modules, imported_names
+
+SHA8 = "[0-9a-f]" * 8
+
+
+def kept_copy_name(source: Path) -> str:
+    """The name of the copy a run keeps of plugin code ``source``: ``NAME-SHA8.py``, or ``source``'s own name
+    when it already is such a copy (a rerun or resume on a kept copy keeps ``NAME-SHA8.py``, not
+    ``NAME-SHA8-SHA8.py``)."""
+    return source.name if is_kept_copy(source) else f"{source.stem}-{code_digest(source)[:8]}.py"
+
+
+def is_kept_copy(path: Path) -> bool:
+    """Whether ``path`` is named as the copy a run keeps of its code: ``NAME-`` and its digest's 8 digits."""
+    return path.stem.endswith(f"-{code_digest(path)[:8]}")
+
+
+def kept_sources(plugin: Path) -> list[Path]:
+    """The code files a run keeps a copy of for the ``.py`` plugin ``plugin``: the plugin and the helper modules
+    beside it that it imports, whether as ``helper.py`` or, for a kept copy, as the copy ``helper-SHA8.py``."""
+    helpers = helper_modules(plugin) + (list(_kept_helpers(plugin).values()) if is_kept_copy(plugin) else [])
+    return [plugin, *dict.fromkeys(helpers)]
+
+
+def with_kept_copies(plugins: list[Any], origins: list[str]) -> list[Any]:
+    """``plugins`` with each ``.py`` file that is gone replaced by the copy of its code that a run kept, where the
+    layer listing it is that run's saved ``config.yaml`` (warned): the run stays reproducible from its saved
+    config after the original file moved or was deleted. Its hash covers the code, not the path: unchanged.
+    The helper modules the copy imports are then imported from their kept copies by their own names."""
+    out = []
+    for plugin, where in zip(plugins, origins, strict=True):
+        gone = isinstance(plugin, str) and plugin.endswith(".py") and not Path(plugin).expanduser().is_file()
+        copy = _kept_copy(plugin, where) if gone else None
+        if copy is not None:
+            warnings.warn(f"{where}: plugin {plugin!r} is gone; the copy of its code this run kept is used: {copy}",
+                          stacklevel=2)
+            _serve_helpers(copy)
+        out.append(str(copy.resolve()) if copy is not None else plugin)  # the saved config works from any cwd
+    return out
+
+
+def _kept_copy(plugin: str, where: str) -> Path | None:
+    """The copy a run kept of a ``.py`` plugin when the layer listing it is that run's saved ``config.yaml``, or
+    None. A saved config may name a kept copy itself (a resume on one), in a run directory since moved."""
+    for part in where.split(" + "):
+        layer = Path(part.strip())
+        if layer.name == "config.yaml":
+            kept = layer.parent / "plugins"
+            exact = kept / Path(plugin).name
+            copies = [exact] if exact.is_file() else sorted(kept.glob(f"{Path(plugin).stem}-{SHA8}.py"))
+            if copies:
+                return copies[-1]
+    return None
+
+
+class _KeptHelperFinder(importlib.abc.MetaPathFinder):
+    """Imports ``helper`` from its kept copy ``helper-SHA8.py`` (``import helper`` in a kept plugin copy). Last
+    on ``sys.meta_path``: a module found elsewhere wins, as the plugin's directory came last on ``sys.path``."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, Path] = {}
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        file = self.files.get(name) if path is None else None
+        return importlib.util.spec_from_file_location(name, file) if file else None
+
+
+_FINDER = _KeptHelperFinder()
+
+
+def _serve_helpers(copy: Path) -> None:
+    """Make the helper modules ``copy`` imports importable by name from their kept copies beside it."""
+    helpers = _kept_helpers(copy)
+    if helpers:
+        _FINDER.files.update(helpers)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.append(_FINDER)
+
+
+def _kept_helpers(copy: Path) -> dict[str, Path]:
+    """The kept copies beside ``copy`` (``NAME-SHA8.py``) of the modules it imports, and those they import, by
+    module name; a name that imports from elsewhere is not one."""
+    found: dict[str, Path] = {}
+    todo = [copy]
+    while todo:
+        for name in imported_names(todo.pop()) - set(found):
+            matches = sorted(copy.parent.glob(f"{name}-{SHA8}.py"))
+            if matches and not _found_elsewhere(name):
+                found[name] = matches[-1].resolve()
+                todo.append(matches[-1])
+    return found
+
+
+def _found_elsewhere(name: str) -> bool:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and not (spec.origin and Path(spec.origin) in _FINDER.files.values())
