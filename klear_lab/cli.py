@@ -143,7 +143,8 @@ def _components(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from klear_lab.run_list import list_runs, missing_metric, print_runs
+    from klear_lab.run_list import list_runs, missing_metric
+    from klear_lab.run_table import print_runs
 
     paths = args.paths or [p for p in ("runs", "sweep_runs") if Path(p).is_dir()]
     if not paths:  # a fresh clone: nothing has run yet, which is an answer, not an error

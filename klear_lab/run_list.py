@@ -24,11 +24,10 @@ import contextlib
 import csv
 import importlib
 import json
-import os
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -234,69 +233,3 @@ def _is_logged(metric: str, kinds: set[str]) -> bool | None:
         return None
     known = kinds & set(KINDS)
     return any(is_logged(metric, kind) for kind in known) if known else None
-
-
-def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
-    """A Rich table (or JSON lines) of ``rows``, then a count per status."""
-    if as_json:
-        for row in rows:
-            print(json.dumps(asdict(row)))
-        return
-    from rich.markup import escape
-    from rich.table import Table
-
-    from klear_lab.console import make_console
-
-    colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "pruned": "magenta", "completed": "green",
-               "unknown": "yellow"}
-    console = make_console()
-    names, base = run_names(rows)
-    table = Table(show_header=True)
-    # The name tells the runs apart (seeds differ in the last characters): its width where the terminal has it,
-    # else folded onto more lines, whole; the date and the note (an error, a command to copy) wrap beside it.
-    table.add_column("run", overflow="fold", width=_name_width(names, metric, console.width))
-    for col in ("kind", "status", "updated", "attempts", "steps", metric, "ckpt"):
-        table.add_column(col, justify="right" if col in ("attempts", "steps", metric) else "left",
-                         no_wrap=col != "updated")
-    table.add_column("note", overflow="fold")
-    for r, name in zip(rows, names):
-        table.add_row(escape(name), r.kind, f"[{colours[r.status]}]{r.status}[/]", r.updated, str(r.attempts),
-                      "" if r.steps is None else str(r.steps), "" if r.metric is None else f"{r.metric:.4g}",
-                      "yes" if r.checkpoint else "", escape(_shorten(r.note)))
-    if base:  # the names are relative to it: said once, whole, however long
-        console.print(f"in {escape(base)}", soft_wrap=True)
-    console.print(table)
-    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
-    console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no runs")
-
-
-def run_names(rows: list[RunRow]) -> tuple[list[str], str]:
-    """Each row's run directory relative to the directory holding them all, and that directory ("" when they
-    share none): ``sweep_runs/NAME/runs/`` repeated on every row took the width the names need."""
-    dirs = [Path(r.run_dir) for r in rows]
-    try:
-        base = os.path.commonpath([d.parent for d in dirs]) if dirs else ""
-    except ValueError:  # absolute and relative paths mixed
-        base = ""
-    if base in ("", "."):  # nothing shared, or already relative to here
-        return [str(d) for d in dirs], ""
-    return [os.path.relpath(d, base) for d in dirs], base
-
-
-_BESIDE_NAME = 86  # the other columns at their narrowest (the date wrapped, the note 20 wide), borders, padding
-
-
-def _name_width(names: list[str], metric: str, width: int) -> int:
-    """The longest name where the terminal has room, else what the other columns leave (16 at least)."""
-    longest = max((len(n) for n in names), default=3)
-    room = width - _BESIDE_NAME - max(len(metric), 6) - 2
-    return min(longest, max(room, 16))
-
-
-def _shorten(note: str, limit: int = 160) -> str:
-    """A long error (a gloo message is 300 characters) cut in the middle, keeping how to continue."""
-    if len(note) <= limit:
-        return note
-    error, sep, how = note.rpartition(" -> ")
-    keep = max(limit - len(how) - 5, 40)
-    return f"{error[:keep]}... -> {how}" if sep else note[:limit] + "..."

@@ -273,7 +273,7 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
                      order: list[str] | None, out_dir: Path, console: Any = None) -> pd.DataFrame:
     """Summarize ``records``, write table.csv / table.md / curves.png, print the Rich table."""
     from klear_lab.sweep.curves import plot_curves
-    from klear_lab.sweep.render import print_run_notes, print_table
+    from klear_lab.sweep.render import print_run_notes, print_table, write_csv
     from klear_lab.tracking import atomic_write
 
     df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order, seeds_per_arm=arm_seeds(spec))
@@ -292,11 +292,3 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     never = [m for m in spec.metrics if finished and not any(m in r.metrics for r in finished)]
     print_run_notes(console, curve_notes, never)
     return df
-
-
-def write_csv(df: pd.DataFrame, path: Path, baseline: str | None) -> None:
-    """``table.csv``; without a baseline, no delta columns (empty), as in ``table.md`` and the Rich table."""
-    from klear_lab.tracking import atomic_write
-
-    table = df if baseline is not None else df.drop(columns=list(DELTA_COLUMNS))
-    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))

@@ -1,4 +1,4 @@
-"""Print the comparison table with Rich and say where the outputs are."""
+"""Print the comparison table with Rich and say where the outputs are; write its ``table.csv``."""
 
 from __future__ import annotations
 
@@ -74,3 +74,12 @@ def print_run_notes(console: Any, curve_notes: list[str], never: list[str]) -> N
         columns = "its column is" if len(never) == 1 else "their columns are"
         console.print(f"note: no finished trial logged {escape(', '.join(never))}: {columns} "
                       "empty; check the names against the runs' metrics.csv")
+
+
+def write_csv(df: pd.DataFrame, path: Path, baseline: str | None) -> None:
+    """``table.csv``; without a baseline, no delta columns (empty), as in ``table.md`` and the Rich table."""
+    from klear_lab.sweep.compare import DELTA_COLUMNS
+    from klear_lab.tracking import atomic_write
+
+    table = df if baseline is not None else df.drop(columns=list(DELTA_COLUMNS))
+    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))

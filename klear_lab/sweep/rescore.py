@@ -22,8 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_arms, write_csv
+from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_arms
 from klear_lab.sweep.compare_text import baseline_note, to_markdown
+from klear_lab.sweep.render import write_csv
 from klear_lab.sweep.spec import SweepSpec
 
 
