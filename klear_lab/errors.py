@@ -40,11 +40,13 @@ class ComponentError(ConfigError, TypeError):
 
 
 def component_error(axis: str, component: Any, problem: str) -> ComponentError:
-    """A :class:`ComponentError` naming ``component``: its registered name and where its class is defined."""
+    """A :class:`ComponentError` naming ``component``: its registered name and where its class (or function)
+    is defined."""
     cls = type(component)
     name = getattr(component, "registered_name", cls.__name__)
+    defined = getattr(cls, "component_function", cls)  # a registered function: its own line
     try:
-        where = f" ({inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]})"
+        where = f" ({inspect.getsourcefile(defined)}:{inspect.getsourcelines(defined)[1]})"
     except (OSError, TypeError):  # no source to point at (defined in a REPL, say)
         where = ""
     return ComponentError(f"{axis} {name!r}{where} {problem}")

@@ -35,33 +35,58 @@ class Registry:
         self._entries: dict[str, type] = {}
         self._loaded = False
 
-    def register(self, name: str) -> Callable[[type[T]], type[T]]:
-        """Class decorator: ``@CLIP.register("gppo")`` on a frozen dataclass."""
+    def register(self, name: str, params: type | None = None) -> Callable[[T], T]:
+        """Decorator: ``@CLIP.register("gppo")`` on a frozen dataclass whose instances are the component, or
+        ``@CLIP.register("my_clip", params=MyClipParams)`` on a function called as ``fn(params, *args)``,
+        ``params`` a frozen dataclass of its hyperparameters (the function is returned unchanged, so a test
+        can call it with a hand-made ``MyClipParams``)."""
 
-        def deco(cls: type[T]) -> type[T]:
-            if not dataclasses.is_dataclass(cls):
-                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be a frozen dataclass: "
-                                f"@dataclass(frozen=True) goes under @{self.axis.upper()}.register({name!r}) "
-                                "(decorators apply bottom-up)")
-            if not cls.__dataclass_params__.frozen:
-                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be frozen: @dataclass(frozen=True)")
-            self._check_call(name, cls)
-            required = [f.name for f in dataclasses.fields(cls) if _default(f) is _REQUIRED]
-            if required:
-                raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.{required[0]} has no default; every "
-                                "hyperparameter needs one (the source paper's value), so a config can name the "
-                                "component alone")
-            old = self._entries.get(name)
-            reimported = old is not None and old.__module__ != cls.__module__ and _source(old) == _source(cls)
-            if old is not None and old is not cls and not reimported:  # an edited plugin file, imported
-                # again, replaces its entries; nothing else may take a registered name
-                raise KeyError(f"{self.axis} {name!r} is already registered by {_registered_by(old)}")
-            self._entries[name] = cls
-            if "registered_name" not in cls.__dict__:
-                cls.registered_name = name  # type: ignore[attr-defined]
-            return cls
+        def deco(obj: T) -> T:
+            cls = self._function_class(name, obj, params) if params is not None or inspect.isfunction(obj) else obj
+            self._add(name, cls)
+            return obj
 
         return deco
+
+    def _function_class(self, name: str, fn: Any, params: type | None) -> type:
+        """What the registry holds for a registered function: a frozen dataclass subclass of ``params`` whose
+        instances call ``fn(instance, *args)`` (:func:`function_component`)."""
+        calls = f"(params, {', '.join(self.calls)})" if self.calls else "(params, ...)"
+        if not inspect.isfunction(fn):
+            raise TypeError(f"{self.axis} {name!r}: params= goes with a function `def {name}{calls}`, not "
+                            f"{getattr(fn, '__qualname__', fn)!r}; a frozen dataclass registers alone")
+        if params is None:
+            raise TypeError(f"{self.axis} {name!r}: the function {fn.__qualname__} needs its hyperparameters: "
+                            f"@{self.axis.upper()}.register({name!r}, params=<a frozen dataclass>), an empty "
+                            "one for none")
+        if not (isinstance(params, type) and dataclasses.is_dataclass(params)
+                and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(f"{self.axis} {name!r}: params={getattr(params, '__qualname__', params)!r} must be "
+                            "a frozen dataclass: @dataclass(frozen=True)")
+        return function_component(fn, params)
+
+    def _add(self, name: str, cls: Any) -> None:
+        """Register the frozen dataclass ``cls`` under ``name``, once its contract is checked."""
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be a frozen dataclass: "
+                            f"@dataclass(frozen=True) goes under @{self.axis.upper()}.register({name!r}) "
+                            "(decorators apply bottom-up)")
+        if not cls.__dataclass_params__.frozen:
+            raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be frozen: @dataclass(frozen=True)")
+        self._check_call(name, cls)
+        required = [f.name for f in dataclasses.fields(cls) if _default(f) is _REQUIRED]
+        if required:
+            raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.{required[0]} has no default; every "
+                            "hyperparameter needs one (the source paper's value), so a config can name the "
+                            "component alone")
+        old = self._entries.get(name)
+        reimported = old is not None and old.__module__ != cls.__module__ and _source(old) == _source(cls)
+        if old is not None and old is not cls and not reimported:  # an edited plugin file, imported
+            # again, replaces its entries; nothing else may take a registered name
+            raise KeyError(f"{self.axis} {name!r} is already registered by {_registered_by(old)}")
+        self._entries[name] = cls
+        if "registered_name" not in cls.__dict__:
+            cls.registered_name = name  # type: ignore[attr-defined]
 
     def _check_call(self, name: str, cls: type) -> None:
         """A plugin whose ``__call__`` cannot take the axis' arguments fails here, not mid-run."""
@@ -78,8 +103,9 @@ class Registry:
             ok = False
         if not ok:
             takes = f"it takes {signature}" if signature else "it defines no __call__"
-            raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.__call__ must take "
-                            f"(self, {', '.join(self.calls)}); {takes}")
+            fn = getattr(cls, "component_function", None)
+            what, first = (fn.__qualname__, "params") if fn else (f"{cls.__qualname__}.__call__", "self")
+            raise TypeError(f"{self.axis} {name!r}: {what} must take ({first}, {', '.join(self.calls)}); {takes}")
 
     def load_builtins(self) -> None:
         """Import the axis' package once (before plugins, so a plugin reusing a built-in name is refused)."""
@@ -141,6 +167,20 @@ class Registry:
 
 
 _REQUIRED = object()
+
+
+def function_component(fn: Callable[..., Any], params: type) -> type:
+    """A frozen dataclass subclass of ``params`` whose instances call ``fn(instance, *args)``: a function
+    registered with its hyperparameters is built, described and checked as a class is. It carries ``fn``'s
+    name, module, docstring and signature (``component_function``: ``fn``, where errors point)."""
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+
+    __call__.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined] # (params, ...): params is self
+    namespace = {"__call__": __call__, "__doc__": fn.__doc__ or params.__doc__, "__module__": fn.__module__,
+                 "__qualname__": fn.__qualname__, "component_function": staticmethod(fn)}
+    return dataclasses.dataclass(frozen=True)(type(fn.__name__, (params,), namespace))
 
 
 def _source(cls: type) -> str:
