@@ -51,7 +51,10 @@ class Registry:
     def _function_class(self, name: str, fn: Any, params: type | None) -> type:
         """What the registry holds for a registered function: a frozen dataclass subclass of ``params`` whose
         instances call ``fn(instance, *args)`` (:func:`function_component`)."""
-        calls = f"(params, {', '.join(self.calls)})" if self.calls else "(params, ...)"
+        if not self.calls:  # a source, model or rollout engine is asked for methods, not called
+            raise TypeError(f"{self.axis} {name!r}: a {self.axis} is a frozen dataclass with methods (the built-ins "
+                            f"in {self.package} are the examples), not a function")
+        calls = f"(params, {', '.join(self.calls)})"
         if not inspect.isfunction(fn):
             raise TypeError(f"{self.axis} {name!r}: params= goes with a function `def {name}{calls}`, not "
                             f"{getattr(fn, '__qualname__', fn)!r}; a frozen dataclass registers alone")

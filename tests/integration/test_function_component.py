@@ -160,6 +160,8 @@ def test_mistakes_name_the_component_and_the_fix():
     with pytest.raises(TypeError, match="has no default"):
         registry.register("nodefault", params=NoDefault)(_clip_function())
     assert registry.snapshot() == {}  # nothing half-registered
+    with pytest.raises(TypeError, match="a source is a frozen dataclass with methods"):
+        Registry("source", "klear_lab.data.sources", "sources").register("fn_source", params=Params)(_clip_function())
 
 
 def _clip_function():
