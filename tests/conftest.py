@@ -104,3 +104,19 @@ def _tiny_lm(n_records: int):
 @pytest.fixture(scope="session")
 def make_tiny_lm():
     return _tiny_lm
+
+
+@pytest.fixture
+def registries_restored():
+    """The component registries as they were before the test (the built-ins loaded first, so restoring keeps
+    them): a plugin a test registers is gone for the worker's later tests. One whose component raises when
+    called would stop a later test that asks every registered clip its statistics, and one test module's plugin
+    file would collide with another's registering the same name."""
+    from klear_lab.registry import REGISTRIES
+
+    for registry in REGISTRIES.values():
+        registry.load_builtins()
+    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    yield
+    for axis, entries in before.items():
+        REGISTRIES[axis].restore(entries)

@@ -17,7 +17,7 @@ from test_rl_run import LENGTH_REWARD, ROOT, tiny_rl_args
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.errors import component_error
-from klear_lab.registry import CLIP, REGISTRIES, Registry
+from klear_lab.registry import CLIP, Registry
 from klear_lab.rl.clip.ppo import PPOClip
 from klear_lab.run import run_experiment
 
@@ -48,14 +48,7 @@ FUNCTION_CLIP = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(autouse=True)
-def registries_as_they_were():
-    for registry in REGISTRIES.values():
-        registry.load_builtins()
-    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
-    yield
-    for axis, entries in before.items():
-        REGISTRIES[axis].restore(entries)
+pytestmark = pytest.mark.usefixtures("registries_restored")  # the plugins' components go after each test
 
 
 @pytest.fixture

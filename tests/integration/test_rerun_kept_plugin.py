@@ -12,7 +12,6 @@ import yaml
 from resume_helpers import ROOT, SFT, Crash  # noqa: I001 - beside this file
 
 from klear_lab.config.compose import compose
-from klear_lab.registry import REGISTRIES
 from klear_lab.run import run_experiment
 from klear_lab.tracking import csv_rows
 
@@ -43,16 +42,7 @@ def _write_plugin(folder, helper: str = "kept_copy_helper"):
     return plugin
 
 
-@pytest.fixture(autouse=True)
-def registries_as_they_were():
-    """The plugin's clip raises when called: left registered, a later test in this worker that asks every
-    registered clip its statistics (``sweep.metrics.clip_metric_names``) would get nothing."""
-    for registry in REGISTRIES.values():
-        registry.load_builtins()
-    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
-    yield
-    for axis, entries in before.items():
-        REGISTRIES[axis].restore(entries)
+pytestmark = pytest.mark.usefixtures("registries_restored")  # the plugins' components go after each test
 
 
 def test_a_saved_config_reruns_on_the_kept_copy_once_the_plugin_file_is_gone(tmp_path, tiny_sft_overrides, klear_cli):
