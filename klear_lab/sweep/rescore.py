@@ -38,13 +38,14 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
     trials = load_records(spec, study)
     plans = [plan_trial(spec, r, overrides, log) for r in trials]  # every config before any scoring
     records, runs, failed = [], {}, 0
+    elsewhere = scored_elsewhere(spec.runs_dir)
     for trial, (r, cfg) in zip(trials, plans):
         if cfg is None:
             failed += trial.state == "COMPLETE"  # finished, but its run is gone or unusable now
             records.append(r)
             continue
         try:
-            metrics, eval_dir = score(cfg, log)
+            metrics, eval_dir = score(cfg, log, scored_hashes(cfg, elsewhere))
         except Exception as exc:  # noqa: BLE001 - one trial's failure is a failed row, not a lost table
             log(f"rescore: {r.run_dir}: evaluation failed: {type(exc).__name__}: {exc}")
             records.append(dataclasses.replace(r, state="FAIL", metrics={}))
@@ -75,15 +76,48 @@ def plan_trial(spec: SweepSpec, r: TrialRecord, overrides: list[str],
     return dataclasses.replace(blank, run_dir=str(run_dir)), eval_config(run_dir, overrides)
 
 
-def score(cfg: dict[str, Any], log: Any = print) -> tuple[dict[str, float], Path]:
-    """The metrics of one eval config: from an earlier identical eval run, or a new one."""
+def scored_elsewhere(runs_dir: Path) -> set[Path]:
+    """The directories other than ``runs_dir`` in which the eval runs in ``runs_dir`` found the runs they scored:
+    where a sweep directory moved or copied since ran. Its eval runs came along, hashed with the path of the
+    run they scored there."""
+    import yaml
+
+    here, out = runs_dir.resolve(), set()
+    for saved in runs_dir.glob("*/config.yaml"):
+        try:
+            cfg = yaml.safe_load(saved.read_text()) or {}
+            model = Path(cfg["model"]["name_or_path"]) if cfg["run"]["kind"] == "eval" else here
+        except (OSError, yaml.YAMLError, KeyError, TypeError):  # not a run's config: not an eval run
+            continue
+        if model.parent != here:
+            out.add(model.parent)
+    return out
+
+
+def scored_hashes(cfg: dict[str, Any], elsewhere: set[Path]) -> list[str]:
+    """The config hashes an earlier scoring of a trial with eval config ``cfg`` carries: ``cfg``'s, and the one
+    it had with the scored run (of the same name) in each directory of ``elsewhere`` (:func:`scored_elsewhere`):
+    a moved or copied sweep directory's trials are not scored again."""
+    from klear_lab.tracking import config_hash
+
+    model = Path(cfg["model"]["name_or_path"])
+    there = [{**cfg, "model": {**cfg["model"], "name_or_path": str(parent / model.name)}}
+             for parent in sorted(elsewhere)]
+    return [config_hash(c) for c in (cfg, *there)]
+
+
+def score(cfg: dict[str, Any], log: Any = print, hashes: list[str] | None = None) -> tuple[dict[str, float], Path]:
+    """The metrics of one eval config: from an earlier identical eval run (one whose config hash is in
+    ``hashes``, default ``cfg``'s: :func:`scored_hashes`), or a new one."""
     from klear_lab.run import run_experiment
     from klear_lab.starting_point import find_completed_run, records_digests
     from klear_lab.tracking import config_hash, out_dir_of
 
     name = Path(cfg["model"]["name_or_path"]).name
-    done = find_completed_run(out_dir_of(cfg), config_hash(cfg), seed=cfg["run"]["seed"], need_model=False,
-                              data=records_digests(cfg))  # not one scored on an eval file's rows before an edit
+    data = records_digests(cfg)  # not one scored on an eval file's rows before an edit
+    found = (find_completed_run(out_dir_of(cfg), h, seed=cfg["run"]["seed"], need_model=False, data=data)
+             for h in hashes or [config_hash(cfg)])
+    done = next((d for d in found if d is not None), None)
     if done is not None and (done / "summary.json").is_file():
         log(f"rescore: {name}: scored before ({done.name})")
         summary = json.loads((done / "summary.json").read_text())

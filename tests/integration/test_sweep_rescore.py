@@ -136,3 +136,20 @@ def test_an_eval_file_edited_since_is_scored_again(tmp_path, monkeypatch, tiny_s
     data.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
     metrics, edited = score(eval_config(trained, overrides), lines.append)
     assert edited != first and lines[-1].endswith(": scoring") and metrics["val/n"] == 4
+
+
+def test_a_copied_sweep_keeps_the_evaluations_it_came_with(sweep, tmp_path, capsys):
+    """The eval runs of a copied (or moved) sweep directory were hashed with the path of the run they scored
+    there: every trial was scored again in the copy (and ``mv`` alike)."""
+    import shutil
+
+    from klear_lab.cli import main
+
+    spec, sweep_dir = sweep
+    assert main(["compare", str(spec), "--rescore", *RESCORE]) == 0  # scored here (or before, by another test)
+    copy = tmp_path / "copied" / sweep_dir.name
+    shutil.copytree(sweep_dir, copy)
+    capsys.readouterr()
+    assert main(["compare", str(copy), "--rescore", *RESCORE]) == 0
+    assert capsys.readouterr().out.count("scored before") == 2
+    assert [p.name for p in _eval_dirs(copy)] == [p.name for p in _eval_dirs(sweep_dir)]
