@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from klear_lab.config.sample_checks import check_labelled_samples, check_samples_per_source
 from klear_lab.distributed import several_devices
 from klear_lab.errors import ConfigError
 from klear_lab.eval.engine import ENGINES
@@ -187,30 +188,6 @@ def check_eval_graders(ev: dict[str, Any]) -> None:
 def reward_tasks(reward: str) -> tuple[str, ...]:
     """The tasks a registered reward declares it scores (none declared: ())."""
     return tuple(getattr(REWARD.get(reward), "tasks", None) or ())
-
-
-def check_samples_per_source(ev: dict[str, Any]) -> None:
-    """``eval.samples_per_source``: a mapping of source name -> an integer >= 1 (> 1 needs a temperature)."""
-    if ev["samples_per_source"] is None:  # `eval.samples_per_source=null` clears a mapping an earlier layer set
-        ev["samples_per_source"] = {}
-    for source, k in ev["samples_per_source"].items():
-        key = f"eval.samples_per_source.{source}"
-        _require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
-        _require(k == 1 or ev["temperature"] > 0, key,
-                 f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
-
-
-def check_labelled_samples(cfg: dict[str, Any]) -> None:
-    """Where every held-out source has a ``label`` (their names, known before any file is read), each
-    ``eval.samples_per_source`` key names one, so ``--validate-only`` and ``--dry-run`` catch a stale or
-    mistyped key; otherwise the check waits for the records (``builders.eval_sampling``)."""
-    labels = [s.get("label") for s in cfg["data"]["eval_sources"]]
-    if not labels or None in labels:
-        return
-    for name in cfg["eval"]["samples_per_source"]:
-        _require(name in labels, f"eval.samples_per_source.{name}",
-                 f"names no held-out source (data.eval_sources labels: {', '.join(labels)}); drop it with "
-                 "eval.samples_per_source=null and set again the ones you want")
 
 
 SEQUENCE_AGGREGATION = "seq-mean-token-mean"  # what a sequence-level clip (GSPO) is defined with

@@ -253,12 +253,16 @@ def test_each_source_gets_its_own_samples_and_the_same_ones_it_would_alone(world
 
 def test_samples_per_source_must_name_a_heldout_source(world):
     _, _, recs = world
-    cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples_per_source.lcb_v5=8"])
+    with pytest.raises(ConfigError, match=r"eval.samples_per_source.lcb_v5 names no held-out source "
+                                          r"\(data.eval_sources give: arith;"):  # built-in sources: at compose
+        compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples_per_source.lcb_v5=8"])
+    unlabelled = "data.eval_sources=[{name: file, path: held_out.jsonl}]"  # named by its rows: known from them
+    cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples_per_source.lcb_v5=8", unlabelled])
     with pytest.raises(ConfigError, match=r"eval.samples_per_source.lcb_v5: no held-out source is named 'lcb_v5' "
                                           r"\(data.eval_sources give: arith"):
         eval_sampling(cfg, recs)
     cfg = compose(None, ["run.kind=sft", "eval.temperature=0.6", "eval.samples=2",
-                         "eval.samples_per_source.arith_r1=8"])
+                         "eval.samples_per_source.arith_r1=8", unlabelled])
     assert eval_sampling(cfg, recs).samples_for("arith_r1") == 8 and eval_sampling(cfg, recs).samples_for("x") == 2
 
 
@@ -277,7 +281,7 @@ def test_samples_per_source_can_be_cleared_to_evaluate_on_other_sources(world):
     assert config_hash(compose(None, [*base, "eval.samples_per_source=null"])) == config_hash(compose(None, base))
     only_aime = "data.eval_sources=[{name: file, path: data/aime24.jsonl, format: verl, label: aime24}]"
     with pytest.raises(ConfigError, match=r"eval.samples_per_source.lcb_v5 names no held-out source \(data.eval_"
-                                          r"sources labels: aime24\)"):  # labelled sources: caught at compose
+                                          r"sources give: aime24;"):  # labelled sources: caught at compose
         compose(final, [only_aime])
     assert compose(final, [only_aime, "eval.samples_per_source=null"])["eval"]["samples_per_source"] == {}
     # null then the ones wanted, in one command line: those alone (a mapping alone would merge into the old)
