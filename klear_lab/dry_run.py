@@ -104,7 +104,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     devices = device_count(t)
     from klear_lab.build_model import unavailable_model
     from klear_lab.builders import unavailable_data
-    from klear_lab.reward_checks import reward_task_problem, unavailable_rewards
+    from klear_lab.reward_checks import reward_task_problem, unavailable_rewards, unread_reward_sources
 
     missing = cfg["model"]["name_or_path"] and unavailable_model(cfg["model"]["name_or_path"])
     mismatch = reward_task_problem(cfg, read=False)  # the run's refusal at its start: no file is read to know
@@ -112,7 +112,11 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
             ("parameters", f"{params / 1e6:,.1f} M"),
             *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg)),
             *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_rewards(cfg, read=False)),
-            *([("rl.reward tasks", f"{UNSUPPORTED}: {mismatch}")] if mismatch else [])]
+            *([("rl.reward tasks", f"{UNSUPPORTED}: {mismatch}")] if mismatch else []),
+            *([("rl.reward tasks", f"not checked for {', '.join(unread)}: task auto, and the dry run reads no data "
+                "(`sweep --validate-only` reads it, the run checks its records at its start; `task: math` or "
+                "`task: code` on the source lets the dry run check)")] if not mismatch
+              and (unread := unread_reward_sources(cfg)) else [])]
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"

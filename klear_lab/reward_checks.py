@@ -123,6 +123,15 @@ def reward_task_problem(cfg: dict[str, Any], read: bool = True, cache: dict[str,
     return reward_task_message(reward, " and ".join(held), other) if held else None
 
 
+def unread_reward_sources(cfg: dict[str, Any]) -> list[str]:
+    """The training sources (``data.sources.0``...) whose task is not known without reading them (a file of
+    ``task: auto``) where ``rl.reward`` declares the tasks it scores: what the dry run, which reads no data,
+    leaves to the run's own check of its records and to ``sweep --validate-only``, which reads them."""
+    if cfg["run"]["kind"] != "rl" or getattr(REWARD.get(cfg["rl"]["reward"]["name"]), "tasks", None) is None:
+        return []
+    return source_tasks(cfg, "train", read=False)[1]
+
+
 def _describe(node: dict[str, Any]) -> str:
     path = source_path(node, "train")
     return f"{node['name']} {path}" if path else node["name"]

@@ -107,12 +107,26 @@ def test_data_files_missing_here_are_named_in_the_plan(tmp_path, capsys, monkeyp
     """The dry run said nothing of absent data files: every run of the config then failed at load."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "here.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')
-    sources = ("data.sources=[{name: file, path: here.jsonl, format: records}, "
-               "{name: file, path: data/absent.parquet, format: verl}]")
+    sources = ("data.sources=[{name: file, path: here.jsonl, format: records, task: math}, "
+               "{name: file, path: data/absent.parquet, format: verl, task: math}]")
     assert main(["train", str(QUICK_RL), sources, "--dry-run"]) == 0  # the config may be meant for another machine
     out = capsys.readouterr().out.replace("\n", " ")
     assert "data.sources.1.path" in out and "data/absent.parquet: no such file" in " ".join(out.split())
     assert "here.jsonl" not in out and "data.sources.0" not in out
+
+
+def test_a_training_file_of_task_auto_is_said_to_be_unchecked_against_the_reward(tmp_path, capsys, monkeypatch):
+    """The dry run passed `rl.reward=code` on a math file without a word, as if checked: it reads no data, so
+    the task of a `task: auto` file is unknown to it (the run refuses it at its start)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rl.jsonl").write_text('{"prompt": "What is 1+1?", "answer": "2"}\n')
+    sources = "data.sources=[{name: file, path: rl.jsonl}]"
+    assert main(["train", str(QUICK_RL), "model.init_from=null", sources, "rl.reward=code", "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "rl.reward tasks not checked for data.sources.0: task auto, and the dry run reads no data" in out
+    assert main(["train", str(QUICK_RL), "model.init_from=null", sources.replace("}]", ", task: math}]"),
+                 "rl.reward=code", "--dry-run"]) == 2  # a declared task is checked
+    assert "NOT SUPPORTED" in capsys.readouterr().out
 
 
 def test_init_from_that_name_or_path_overrides_is_warned_about(tmp_path, capsys):
