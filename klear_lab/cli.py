@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the evaluation plan, load nothing")
     p.set_defaults(func=_eval)
     p = sub.add_parser("runs", help="list runs and their status: running, stopped (its process died), failed, "
-                       "completed; how to continue the stopped ones")
+                       "pruned, completed, unknown (running on another machine); how to continue the stopped ones")
     p.add_argument("paths", nargs="*", help="run, runs or sweep directories (default: runs/ and sweep_runs/ here; "
                    "when neither exists it says there are no runs yet and exits 0, while a directory given here "
                    "that does not exist is an error, exit 2)")

@@ -25,6 +25,9 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
     colours = {"running": "cyan", "stopped": "bold red", "failed": "red", "pruned": "magenta", "completed": "green",
                "unknown": "yellow"}
     console = make_console()
+    if not rows:  # a header over nothing said no more
+        console.print("no runs")
+        return
     names, base = run_names(rows)
     cells = _cells(rows, metric)
     table = Table(show_header=True)
@@ -41,7 +44,7 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
         console.print(f"in {escape(base)}", soft_wrap=True)
     console.print(table)
     counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
-    console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no runs")
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n))
 
 
 def _cells(rows: list[RunRow], metric: str) -> dict[str, list[str]]:

@@ -135,7 +135,7 @@ def _check_reward_tasks(spec: SweepSpec, groups: list[tuple[dict[str, Any], list
 
     found = [(problem, labels) for cfg, labels in groups if (problem := reward_task_problem(cfg, True, tasks))]
     if found:
-        said = "; ".join(f"in {_data_origin(spec, labels, total, grid, RUN_KEYS)}, {problem}"
+        said = "; ".join(f"in {_data_origin(spec, labels, total, grid, REWARD_KEYS)}, {problem}"
                          for problem, labels in found)
         raise ConfigError(f"{spec.path}: {said}; no trial was started")
 
@@ -156,7 +156,8 @@ def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str,
 
 
 DATA_KEYS = ("data", "run.kind")  # the overrides that decide what trials read
-RUN_KEYS = (*DATA_KEYS, "rl.reward")  # ... and which reward scores it
+REWARD_KEYS = ("data.sources", "data.mix", "data.filter", "data.world_seed", "run.kind", "rl.reward")
+"""The overrides that decide which training records an RL run draws and which reward scores them."""
 
 
 def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool, keys: tuple[str, ...] = DATA_KEYS) -> str:

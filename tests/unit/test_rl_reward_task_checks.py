@@ -121,10 +121,10 @@ def test_a_sweep_axis_over_the_data_names_the_arm_that_reads_the_other_task(tmp_
 
 def test_tpe_and_an_override_name_the_trials_and_the_override(tmp_path, capsys):
     spec = _rl_spec(tmp_path, {"optim.lr": {"low": 3e-5, "high": 1e-4}}, sampler="tpe", n_trials=2,
-                    overrides=["rl.reward=code"])
+                    overrides=["data.eval_sources.0.n_prompts=20", "rl.reward=code"])
     assert sweep_main(["sweep", str(spec), "--validate-only"]) == 2
     err = _one_line(capsys.readouterr().err)
-    assert f"in every trial (overrides: rl.reward=code), {CODE_ON_MATH}" in err, err
+    assert f"in every trial (overrides: rl.reward=code), {CODE_ON_MATH}" in err, err  # not the held-out size
 
 
 def test_a_matching_reward_validates_and_a_declared_world_is_not_generated(tmp_path, monkeypatch, capsys):

@@ -94,3 +94,8 @@ def test_a_misspelt_metric_is_refused_before_any_table(sweep_runs, capsys):
     assert main(["runs", str(sweep_runs), "--metric", "val/acc"]) == 0  # RL runs log it, these not yet: a note
     out, err = capsys.readouterr()
     assert "2 failed, 1 completed" in out and err.strip() == "klear-lab: note: no listed run has logged 'val/acc' yet"
+
+
+def test_a_filter_that_keeps_no_run_says_so_without_an_empty_table(sweep_runs, capsys):
+    assert main(["runs", str(sweep_runs), "--status", "stopped"]) == 0
+    assert capsys.readouterr().out.strip() == "no runs"
