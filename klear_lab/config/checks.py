@@ -18,6 +18,10 @@ OVERLONG = ("none", "mask", "penalty")
 KL = ("k1", "k2", "k3", "kl", "mse", "low_var_kl")
 DTYPES = ("float32", "bfloat16", "float16", "float64", "float", "half", "double")  # torch's names
 WANDB_MODES = ("offline", "online", "disabled")
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # wandb.sdk's check of a project name
+PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
+              "32-true", "64-true", "64", "32", "16", "bf16")  # lightning.fabric.connector._PRECISION_INPUT (a test
+# holds them equal)
 EVAL_GRADERS = (("math", "reward"), ("code", "code_reward"))
 """(``Record.task``, key under ``eval``) of each held-out verifier: a record is graded by its task's."""
 
@@ -61,6 +65,18 @@ def check_run(cfg: dict[str, Any]) -> None:
     _require(mode in WANDB_MODES, "tracking.wandb.mode", f"must be one of {', '.join(WANDB_MODES)}, got {mode!r}")
     samples = cfg["tracking"]["wandb"]["log_samples"]
     _require(samples >= 0, "tracking.wandb.log_samples", f"must be >= 0 (0 = no samples table), got {samples}")
+    check_wandb_project(cfg["tracking"]["wandb"]["project"])
+    _require(str(t["precision"]) in PRECISIONS, "trainer.precision",
+             f"must be one of {', '.join(PRECISIONS)} (Lightning's), got {t['precision']!r}")
+
+
+def check_wandb_project(project: Any) -> None:
+    """W&B refuses these project names when the run starts (after the run directory is written): the team goes
+    in ``tracking.wandb.entity``, not ``team/project``."""
+    bad = sorted({c for c in str(project) if c in WANDB_PROJECT_FORBIDDEN})
+    _require(not bad, "tracking.wandb.project", f"{project!r} may not contain {' '.join(map(repr, bad))} (W&B's rule"
+             "; a team or user goes in tracking.wandb.entity)")
+    _require(len(str(project)) <= 128, "tracking.wandb.project", f"is {len(str(project))} characters, W&B allows 128")
 
 
 def check_run_name(name: Any, seed: int) -> None:

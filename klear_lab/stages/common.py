@@ -132,7 +132,7 @@ def check_trainer(cfg: dict[str, Any]) -> None:
     try:
         L.Trainer(accelerator=t["accelerator"], devices=t["devices"], strategy=t["strategy"], precision=t["precision"],
                   logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    except (ValueError, RuntimeError, ImportError, MisconfigurationException) as exc:
+    except (ValueError, TypeError, RuntimeError, ImportError, MisconfigurationException) as exc:  # devices=-1: Type
         settings = " ".join(f"trainer.{k}={t[k]!r}" for k in ("accelerator", "devices", "strategy", "precision"))
         raise ConfigError(f"{settings}: Lightning cannot train with these here: {exc}") from None
     finally:

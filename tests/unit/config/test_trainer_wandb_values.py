@@ -1,0 +1,44 @@
+"""Values W&B or Lightning refuse only once a run has started (after its run directory, or in every trial of a
+sweep): a ``team/project`` W&B project, a misspelt precision, ``trainer.devices=-1`` on a CPU. They stop at
+compose (so ``--dry-run`` and ``sweep --validate-only`` too), or before anything is written, naming the key."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+
+from klear_lab.cli import main
+from klear_lab.config.checks import PRECISIONS
+from klear_lab.config.compose import compose
+from klear_lab.errors import ConfigError
+
+SFT = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("tracking.wandb.project=team/klear", "tracking.wandb.project 'team/klear' may not contain '/'"),
+    ("tracking.wandb.project=my:proj", "may not contain ':'"),
+    (f"tracking.wandb.project={'p' * 129}", "is 129 characters, W&B allows 128"),
+    ("trainer.precision=bf16-mixedd", "trainer.precision must be one of"),
+])
+def test_refused_at_compose_naming_the_key(override, said):
+    with pytest.raises(ConfigError, match=said):
+        compose(SFT, [override])
+
+
+def test_the_dry_run_refuses_them_and_nothing_is_written(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert main(["train", str(SFT), f"run.out_dir={runs}", "tracking.wandb.project=team/klear", "--dry-run"]) == 2
+    assert "a team or user goes in tracking.wandb.entity" in capsys.readouterr().err
+    assert main(["train", str(SFT), f"run.out_dir={runs}", "trainer.devices=-1"]) == 2  # a TypeError traceback, exit 1
+    assert "trainer.devices=-1" in capsys.readouterr().err and not runs.exists()
+
+
+def test_the_precisions_are_lightnings():
+    from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+
+    assert set(PRECISIONS) == {*typing.get_args(_PRECISION_INPUT_STR), *typing.get_args(_PRECISION_INPUT_STR_ALIAS)}
+    for ok in ("bf16-mixed", "32-true", "16-mixed"):
+        compose(SFT, [f"trainer.precision={ok}"])
