@@ -232,12 +232,18 @@ def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, cons
         ConfigError: ``require_finished`` and no trial has finished (nothing is written).
     """
     records = load_records(spec, study)
-    if require_finished and not any(r.state in ("COMPLETE", "PRUNED") for r in records):
-        states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(Counter(r.state for r in records).items()))
-        raise ConfigError(f"{spec.sweep_dir}: no finished trial to compare ({states or 'no trials'}); run "
-                          "the sweep's command again to finish them")
+    if require_finished:
+        check_finished(spec, records, ("COMPLETE", "PRUNED"), "compare")
     order, baseline = table_arms(spec, records)
     return write_comparison(records, spec, baseline, order, out_dir or spec.sweep_dir / "compare", console)
+
+
+def check_finished(spec: SweepSpec, records: list[TrialRecord], states: tuple[str, ...], what: str) -> None:
+    """Raise ConfigError (nothing written) unless a trial of ``records`` is in one of ``states``."""
+    if not any(r.state in states for r in records):
+        seen = ", ".join(f"{n} {s.lower()}" for s, n in sorted(Counter(r.state for r in records).items()))
+        raise ConfigError(f"{spec.sweep_dir}: no finished trial to {what} ({seen or 'no trials'}); run "
+                          "the sweep's command again to finish them")
 
 
 def table_arms(spec: SweepSpec, records: list[TrialRecord]) -> tuple[list[str] | None, str | None]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.compare import TrialRecord, arm_seeds, load_records, summarize, table_arms
+from klear_lab.sweep.compare import TrialRecord, arm_seeds, check_finished, load_records, summarize, table_arms
 from klear_lab.sweep.compare_text import baseline_note, to_markdown
 from klear_lab.sweep.render import write_csv
 from klear_lab.sweep.spec import SweepSpec
@@ -36,6 +36,7 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
 
     check_eval_overrides(overrides, "--rescore")  # before any trial is looked at, scorable or not
     trials = load_records(spec, study)
+    check_finished(spec, trials, ("COMPLETE",), "score")  # an empty table and exit 0 said nothing was scored
     plans = [plan_trial(spec, r, overrides, log) for r in trials]  # every config before any scoring
     records, runs, failed = [], {}, 0
     elsewhere = scored_elsewhere(spec.runs_dir)

@@ -247,6 +247,9 @@ def test_compare_of_a_sweep_with_no_finished_trial_says_so_and_writes_nothing(tm
     assert main(["compare", str(path)]) == 2
     assert "no finished trial to compare (3 waiting)" in capsys.readouterr().err
     assert not (spec.sweep_dir / "compare").exists()
+    assert main(["compare", str(path), "--rescore", "eval.samples=2", "eval.temperature=0.6"]) == 2  # was exit 0
+    assert "no finished trial to score (3 waiting)" in capsys.readouterr().err
+    assert not list(spec.sweep_dir.glob("rescore-*"))  # an empty table was written
 
 
 def test_validate_only_compares_with_an_existing_study(tmp_path, capsys):
