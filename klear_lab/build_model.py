@@ -191,4 +191,10 @@ def model_load_error(name: str, path: str, exc: Exception) -> Exception:
         what += f" (no local directory {path!r}{_under_cwd(path)} either)"  # a mistyped path looks like a hub id
     if network_cause(exc) is not None or isinstance(exc, (OSError, ValueError, ImportError)):
         return load_error(what, exc, ConfigError)
+    from safetensors import SafetensorError
+
+    if isinstance(exc, SafetensorError):  # its message names no file
+        weights = ", ".join(sorted(p.name for p in Path(path).glob("*.safetensors"))) or "*.safetensors"
+        return ConfigError(f"{what}: its weights ({weights} in {path}) cannot be read: {exc}; a file cut short "
+                           "(an interrupted copy, a full disk)?")
     return exc
