@@ -136,6 +136,8 @@ class Registry:
             did = did_you_mean(name, self._entries)
             elsewhere = [r.axis for r in REGISTRIES.values() if r is not self and name in r._entries]
             where = (f"; {name!r} is registered as a {elsewhere[0]}, not a {self.axis}" if elsewhere else
+                     f"; a data file is a source of its own: {{name: file, path: {name}}}" if _looks_like_a_file(name)
+                     and self.axis == "source" else
                      "; a plugin's component needs its file under `plugins:`" if not did else "")
             raise ConfigError(
                 f"unknown {self.axis} {name!r}{did}; registered: {', '.join(self.names())}{where}"
@@ -170,6 +172,10 @@ class Registry:
 
 
 _REQUIRED = object()
+
+
+def _looks_like_a_file(name: str) -> bool:
+    return "/" in name or name.endswith((".jsonl", ".json", ".parquet", ".arrow"))
 
 
 def function_component(fn: Callable[..., Any], params: type) -> type:

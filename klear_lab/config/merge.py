@@ -78,6 +78,9 @@ def _merge(dst: dict, src: dict, label: str, prefix: str, provenance: dict[str, 
             _merge(old, value, label, f"{path}.", provenance)
         else:
             dst[key] = value
+            if isinstance(old, (dict, list)):  # what the replaced one held is not where its keys come from now
+                for stale in [k for k in provenance if k.startswith(f"{path}.")]:
+                    del provenance[stale]
             provenance[path] = label
             _mark_children(value, path, label, provenance)
 

@@ -42,3 +42,15 @@ def test_the_precisions_are_lightnings():
     assert set(PRECISIONS) == {*typing.get_args(_PRECISION_INPUT_STR), *typing.get_args(_PRECISION_INPUT_STR_ALIAS)}
     for ok in ("bf16-mixed", "32-true", "16-mixed"):
         compose(SFT, [f"trainer.precision={ok}"])
+
+
+def test_a_data_file_given_as_a_source_name_is_blamed_on_its_layer_with_the_form_to_use(tmp_path):
+    """``data.sources: [data/good.jsonl]`` in a file named the base experiment (whose sources it replaced) and
+    only listed the registered sources."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"base: {SFT}\ndata:\n  sources:\n    - data/good.jsonl\n")
+    with pytest.raises(ConfigError, match=rf"^{mine}: data.sources.0.name: unknown source 'data/good.jsonl'; .*"
+                                          r"a data file is a source of its own: \{name: file, path: data/good.jsonl\}"):
+        compose(mine)
+    with pytest.raises(ConfigError, match=r"^command line: data.sources.0.name: unknown source"):
+        compose(SFT, ["data.sources=[data/good.jsonl]"])
