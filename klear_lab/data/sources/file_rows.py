@@ -132,10 +132,16 @@ def _messages_fields(r: _Row) -> dict[str, Any]:
         raise r.fail("messages", "every turn must be an object with a string 'content'")
     last_bot = max((i for i, m in enumerate(turns) if m.get("role") == "assistant"), default=len(turns))
     prompt = _last_turn(r, "messages", turns[:last_bot], "user")
-    response = turns[last_bot]["content"] if last_bot < len(turns) else None
+    response = _present(turns[last_bot]["content"]) if last_bot < len(turns) else None
     answer = str(r.get("answer", (str, int, float), ""))
     return {"prompt": prompt, "answer": answer, "response": response,
             "response_correct": r.get("response_correct", (bool,), None)}
+
+
+def _present(response: str | None) -> str | None:
+    """A blank teacher response (a column a bad export emptied) is none: SFT skips the record with a warning, and
+    refuses data where every response is blank, rather than training on end-of-sequence tokens alone."""
+    return response if response is not None and response.strip() else None
 
 
 def _last_turn(r: _Row, key: str, turns: list[Any], role: str) -> str:
@@ -154,7 +160,7 @@ def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
             raise r.fail(f"tests.{k}", "a test is {\"input\": [arguments], \"output\": value} (a function "
                          "call) or {\"stdin\": text, \"stdout\": text} (a whole program), got "
                          f"{json.dumps(t)[:80]}")
-    response = r.get("response", (str,), None)
+    response = _present(r.get("response", (str,), None))
     return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind, response), "tests": tuple(tests),
             "response": response, "meta": dict(r.get("meta", (dict,), {})),
             "response_correct": r.get("response_correct", (bool,), None)}

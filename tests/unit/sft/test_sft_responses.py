@@ -37,3 +37,23 @@ def test_a_verl_rl_file_as_sft_data_is_refused_before_a_model_is_built(tmp_path)
     cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {path}}}]"])
     with pytest.raises(DataError, match="none of the 1 training records has a teacher response"):
         prepare_sft(cfg)
+
+
+def test_a_blank_response_counts_as_none(tmp_path):
+    """A 'response' column emptied by a bad export trained on end-of-sequence tokens alone, without a word."""
+    from klear_lab.config.compose import compose
+    from klear_lab.stages.sft import prepare_sft
+
+    rows = [{"prompt": f"What is {i}+1?", "answer": str(i + 1), "response": ""} for i in range(3)]
+    rows += [{"messages": [{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": " \n"}],
+              "answer": "5"}]
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [f"data.sources=[{{name: file, path: {path}}}]"])
+    with pytest.raises(DataError, match="none of the 3 training records has a teacher response"):
+        prepare_sft(cfg)
+    from klear_lab.data.sources.file import FileSource
+
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps(rows[3]) + "\n")
+    assert [r.response for r in FileSource(path=str(chat)).records(0, "train")] == [None]
