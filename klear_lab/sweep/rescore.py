@@ -38,6 +38,7 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
     trials = load_records(spec, study)
     check_finished(spec, trials, ("COMPLETE",), "score")  # an empty table and exit 0 said nothing was scored
     plans = [plan_trial(spec, r, overrides, log) for r in trials]  # every config before any scoring
+    check_new_data(overrides, [cfg for _, cfg in plans if cfg is not None])
     records, runs, failed = [], {}, 0
     elsewhere = scored_elsewhere(spec.runs_dir)
     for trial, (r, cfg) in zip(trials, plans):
@@ -55,6 +56,16 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
         records.append(dataclasses.replace(r, metrics=metrics, run_dir=str(eval_dir)))
         runs[r.run_dir] = str(eval_dir)
     return write_table(spec, records, overrides, runs, console), failed
+
+
+def check_new_data(overrides: list[str], configs: list[dict[str, Any]]) -> None:
+    """Held-out data the overrides name is read once before any trial is scored: a missing or bad file stops
+    the command (exit 2) rather than failing every trial's evaluation and writing a table of dashes."""
+    from klear_lab.builders import build_eval_records
+    from klear_lab.config.layers import override_key
+
+    if configs and any(override_key(o).startswith("data.") for o in overrides):
+        build_eval_records(configs[0])  # DataError / ConfigError: naming the file, row and field
 
 
 def plan_trial(spec: SweepSpec, r: TrialRecord, overrides: list[str],

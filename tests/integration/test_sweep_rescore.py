@@ -50,7 +50,10 @@ def test_bad_overrides_score_nothing(sweep, capsys):
     assert "eval.samples is 4 with eval.temperature 0" in capsys.readouterr().err
     assert main(["compare", str(spec), "--rescore", "eval.samples"]) == 2
     assert "must look like key=value" in capsys.readouterr().err
-    assert _eval_dirs(sweep_dir) == []
+    missing = "data.eval_sources=[{name: file, path: nowhere/held_out.jsonl}]"  # failed every trial, exit 1
+    assert main(["compare", str(spec), "--rescore", missing]) == 2
+    assert "nowhere/held_out.jsonl" in capsys.readouterr().err
+    assert _eval_dirs(sweep_dir) == [] and not list(sweep_dir.glob("rescore-*"))
 
 
 def test_rescoring_scores_each_trial_once_and_tables_the_new_numbers(sweep, capsys):
