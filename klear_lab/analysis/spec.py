@@ -105,7 +105,7 @@ def load_analysis(path: str | Path) -> Analysis:
     path = user_path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such analysis spec")
-    raw = load_yaml(path)
+    raw = load_yaml(path, "an analysis spec names its `title:`, `benchmarks:`, `paper:`, `baseline:` and `sweeps:`")
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
         raise _unknown_keys(path, unknown)

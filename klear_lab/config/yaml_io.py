@@ -50,8 +50,9 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
-def load_yaml(path: Path) -> dict[str, Any]:
-    """Read one YAML mapping; errors name the file (and line for syntax errors)."""
+def load_yaml(path: Path, least: str = "an experiment names at least its `base:`") -> dict[str, Any]:
+    """Read one YAML mapping; errors name the file (and line for syntax errors). ``least``: what an empty one
+    lacks, said when it is empty."""
     if path.is_dir():  # `klear-lab config experiments/quickstart`: "not found" would send them looking for it
         yamls = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:5])
         raise ConfigError(f"{path}: is a directory; expected an experiment YAML file"
@@ -72,7 +73,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
     if data is None:
-        raise ConfigError(f"{path}: the file is empty (an experiment names at least its `base:`)")
+        raise ConfigError(f"{path}: the file is empty ({least})")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

@@ -177,7 +177,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
             needs no base experiment.
     """
     path = user_path(path)
-    raw = load_yaml(path)
+    raw = load_yaml(path, "a sweep spec names at least its `experiment:`, `axes:` and `objective:`")
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
         if set(unknown) & {"run", "model", "data", "sft", "rl", "trainer", "optim"}:

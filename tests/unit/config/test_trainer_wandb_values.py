@@ -54,3 +54,16 @@ def test_a_data_file_given_as_a_source_name_is_blamed_on_its_layer_with_the_form
         compose(mine)
     with pytest.raises(ConfigError, match=r"^command line: data.sources.0.name: unknown source"):
         compose(SFT, ["data.sources=[data/good.jsonl]"])
+
+
+def test_an_empty_spec_is_told_what_a_spec_holds(tmp_path, capsys):
+    from klear_lab.cli_sweep import main as sweep_main
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert sweep_main(["sweep", str(empty), "--validate-only"]) == 2
+    assert "the file is empty (a sweep spec names at least its `experiment:`" in capsys.readouterr().err
+    assert main(["reproduce", str(empty)]) == 2
+    assert "the file is empty (an analysis spec names its `title:`" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="an experiment names at least its `base:`"):
+        compose(empty)
