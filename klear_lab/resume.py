@@ -48,6 +48,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
         check_override_form(item, f"resume {run_dir}")
         key = override_key(item)
         if key not in RESUME_OVERRIDABLE:
+            compose(saved, [item])  # an unknown key or bad value says so, rather than a `train` that fails on it
             raise ConfigError(f"resume {run_dir}: {item!r}: a resumed run keeps its config; only "
                               f"{', '.join(RESUME_OVERRIDABLE)} may change (to change anything else, start a "
                               f"new run: klear-lab train {saved} {item})")

@@ -27,6 +27,9 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_sft_overrides, ca
     assert "no checkpoint to resume from" in capsys.readouterr().err
     assert main(["resume", str(done.run_dir), "optim.lr=0.1"]) == 2  # changes what the run computes
     assert "'optim.lr=0.1': a resumed run keeps its config; only trainer.num_threads" in capsys.readouterr().err
+    assert main(["resume", str(done.run_dir), "sft.max_stepz=3"]) == 2  # was: "start a new run: klear-lab train ..."
+    err = capsys.readouterr().err
+    assert "sft.max_stepz" in err and "did you mean 'sft.max_steps'" in err and "klear-lab train" not in err
 
     assert main(["resume", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
