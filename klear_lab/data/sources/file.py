@@ -172,19 +172,39 @@ def _read_json(p: Path) -> list[tuple[int, Any]]:
                         "files are UTF-8: re-encode it, e.g. `iconv -f latin1 -t utf-8`)") from exc
     if p.suffix == ".json" and text.lstrip().startswith("["):
         try:
-            return list(enumerate(json.loads(text), 1))
+            return list(enumerate(json.loads(text, object_pairs_hook=_one_value_per_key), 1))
         except json.JSONDecodeError as exc:
             raise DataError(f"{p}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+        except _RepeatedKey as exc:
+            raise DataError(f"{p}: a row gives {exc} twice: which value is meant?") from None
+    kind = p.suffix or "file without a suffix"
+    hint = "" if p.suffix in (".jsonl", ".json") else \
+        f"; a {kind} is read as JSON lines: give .jsonl, .json, .parquet or a saved dataset"
     rows = []
     # lines end at \n, \r\n or \r (which a JSON string cannot hold raw), not where str.splitlines also
     # splits: at U+2028, U+0085..., which JSON strings may hold raw
     for n, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         if line.strip():
             try:
-                rows.append((n, json.loads(line)))
+                rows.append((n, json.loads(line, object_pairs_hook=_one_value_per_key)))
             except json.JSONDecodeError as exc:
-                raise DataError(f"{p}: row {n}: invalid JSON ({exc.msg})") from exc
+                raise DataError(f"{p}: row {n}: invalid JSON ({exc.msg}){hint}") from exc
+            except _RepeatedKey as exc:
+                raise DataError(f"{p}: row {n}: {exc} is given twice: which value is meant?") from None
     return rows
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object that gives a key twice (json keeps the last value in silence) is refused, as YAML's is."""
+    row = dict(pairs)
+    if len(row) != len(pairs):
+        keys = [k for k, _ in pairs]
+        raise _RepeatedKey(repr(next(k for k in keys if keys.count(k) > 1)))
+    return row
 
 
 def _load_hf(path: str, *, from_disk: bool) -> list[Any]:

@@ -29,7 +29,9 @@ class _Row:
 
     def __init__(self, row: Any, n: int, columns: dict[str, str], path: str) -> None:
         if not isinstance(row, dict):
-            raise DataError(f"{path}: row {n}: expected an object, got {type(row).__name__}")
+            hint = " (rows in one JSON array go in a .json file; a .jsonl file holds one object per line)" \
+                if isinstance(row, list) else ""
+            raise DataError(f"{path}: row {n}: expected an object, got {type(row).__name__}{hint}")
         self.row, self.n, self.columns, self.path = row, n, columns, path
 
     def fail(self, key: str, why: str) -> DataError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -314,3 +315,19 @@ def test_a_home_relative_path_is_read(tmp_path, monkeypatch):
     assert unavailable("~/d.jsonl") is None and unavailable("~/nothere.jsonl") is not None
     (record,) = FileSource(path="~/d.jsonl").records(0, "train")
     assert (record.prompt, record.answer) == ("p", "1")
+
+
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("dup.jsonl", '{"prompt": "p", "answer": "1"}\n{"prompt": "p", "answer": "5", "answer": "6"}\n',
+     "row 2: 'answer' is given twice: which value is meant?"),  # json kept "6" in silence
+    ("dup.json", '[{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": "5", "answer": "6"}]',
+     "a row gives 'answer' twice"),
+    ("rows.csv", "prompt,answer\n1+1?,2\n", "row 1: invalid JSON (Expecting value); a .csv is read as JSON lines"),
+    ("array.jsonl", '[{"prompt": "p", "answer": "1"}]\n',
+     "row 1: expected an object, got list (rows in one JSON array go in a .json file"),
+])
+def test_a_file_in_another_shape_says_what_it_is_read_as(tmp_path, name, text, said):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DataError, match=re.escape(said)):
+        FileSource(path=str(path)).records(0, "train")
