@@ -52,14 +52,15 @@ def test_with_a_baseline_the_csv_keeps_its_delta_columns(tmp_path):
 
 
 def test_a_rescore_without_a_baseline_does_not_title_it_none(tmp_path):
-    """``compare --rescore`` of a sampled sweep with no trial yet printed "baseline None" in its title."""
-    from klear_lab.sweep.rescore import rescore_study
+    """The table of ``compare --rescore`` of a sampled sweep without a baseline printed "baseline None" in its
+    title (a rescore of a sweep with no finished trial is refused now: the table is written directly)."""
+    from klear_lab.sweep.rescore import write_table
 
-    spec, study = _empty_sampled(tmp_path)
+    spec, _ = _empty_sampled(tmp_path)
     console = Console(record=True, width=200)
-    df, failed = rescore_study(spec, study, ["eval.samples=2", "eval.temperature=0.6"], console=console)
+    df = write_table(spec, [], ["eval.samples=2", "eval.temperature=0.6"], {}, console)
     text = " ".join(console.export_text().split())  # Rich wraps the title to the table's width
-    assert df.empty and failed == 0
+    assert df.empty
     assert "baseline None" not in text
     assert "rescored (eval.samples=2 eval.temperature=0.6): val/acc, no baseline" in text
     (out_dir,) = spec.sweep_dir.glob("rescore-*")
