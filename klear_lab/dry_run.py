@@ -183,6 +183,10 @@ def init_from_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     (``starting_point.resolve_init_from``): its completed run, else its stopped run resumed, else a whole
     training run of that experiment first. Only looked up: a dry run trains nothing."""
     m = cfg["model"]
+    if m["name_or_path"] and m["init_from"]:
+        from klear_lab.starting_point import warn_init_from_unused
+
+        warn_init_from_unused(cfg)  # as the run will
     if m["name_or_path"] or not m["init_from"]:
         return []
     from klear_lab.distributed import several_devices

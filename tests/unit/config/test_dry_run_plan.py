@@ -139,6 +139,10 @@ def test_init_from_that_name_or_path_overrides_is_warned_about(tmp_path, capsys)
     cfg = compose(QUICK_RL, [f"model.name_or_path={other}", f"run.out_dir={tmp_path}"])
     resolve_init_from(cfg)
     assert f"model.init_from ({cfg['model']['init_from']}) is not used" in capsys.readouterr().err
+    from klear_lab.dry_run import init_from_rows
+
+    assert init_from_rows(cfg) == []  # the dry run says it too (it said nothing)
+    assert f"model.init_from ({cfg['model']['init_from']}) is not used" in capsys.readouterr().err
     (other / "run.json").write_text(json.dumps({"config_hash": config_hash(parent_config(cfg))}))
     resolve_init_from(cfg)  # a run of init_from: what a run's saved config holds
     assert capsys.readouterr().err == ""
