@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -130,7 +131,9 @@ def test_sigterm_checkpoints_real_trials_and_the_rerun_continues_them(tmp_path, 
     assert (record["status"], record["error"]) == ("failed", TERMINATED)
     logged = _train_rows(spec.runs_dir)
     assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") >= logged[-1] >= 2  # at the last step
-    assert "SIGTERM: no new trials; 1 running trial(s) told to stop" in log.read_text()
+    # scancel's SIGTERM reaches the trial itself too: it may checkpoint and end before the sweep counts it
+    told = "[01]" if to == "job" else "1"
+    assert re.search(rf"SIGTERM: no new trials; {told} running trial\(s\) told to stop", log.read_text())
     _assert_stopped_and_queued(spec, log)
     if to == "job":  # the rerun is the same as after a SIGTERM to the sweep alone
         return
