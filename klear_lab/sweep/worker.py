@@ -43,7 +43,7 @@ from klear_lab.sweep.terminate import (
     stop_on_sigterm,
     wait_for_workers,
 )
-from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TRANSIENT_ATTR, job_stem
+from klear_lab.sweep.trial import CONFIG_ERROR_ATTR, NO_OBJECTIVE_ATTR, TERMINATED, TRANSIENT_ATTR, job_stem
 
 _COMPOSE_LOCK = threading.Lock()
 MAX_FAILED_IN_A_ROW = 5  # tpe/random: stop asking for new trials after this many failed in a row here
@@ -107,6 +107,11 @@ def run_workers(ctx: WorkerContext) -> None:
         if noted.count:  # (also one that came as the last worker returned: the sweep was told to stop)
             stop_on_sigterm(ctx, done, noted, grace)
             raise SweepTerminated
+
+
+SIGTERM_RACE_S = 5.0
+"""How long a worker whose trial ended on a SIGTERM of its own waits for the sweep's: the main thread notes a
+signal within 0.5 s, a tiny trial can checkpoint and end sooner. A trial stopped by hand ends alone after it."""
 
 
 def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
@@ -216,6 +221,8 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     started = time.time()
     outcome, process = _run_process(ctx, cfg, job_path, log_path)
     final = storage.get_trial(trial_id)
+    if final.state == TrialState.FAIL and final.user_attrs.get("error") == TERMINATED:
+        ctx.stop.wait(SIGTERM_RACE_S)  # a job-wide SIGTERM (scancel) stopped the trial before the sweep noted its own
     interrupted = ctx.stop.is_set()  # Ctrl-C or SIGTERM: the trial may have failed itself (a SIGTERM'd one does)
     if interrupted and process is not None:  # SIGKILLed, the trial could not record its run as interrupted
         mark_interrupted(ctx.spec.runs_dir, *process, error=ctx.stop_error)
