@@ -21,6 +21,19 @@ class ConfigError(KlearError):
     """A config problem: bad YAML, unknown key, wrong type, unknown component, bad value."""
 
 
+def keyed_error(key: str, message: str) -> ConfigError:
+    """A ConfigError about config key ``key``: compose adds the file or command line that set it."""
+    error = ConfigError(message)
+    error.key = key  # type: ignore[attr-defined]
+    return error
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    """Raise ``keyed_error`` with the message "``key`` ``message``" unless ``ok``."""
+    if not ok:
+        raise keyed_error(key, f"{key} {message}")
+
+
 class DataError(KlearError):
     """A data problem: missing file, malformed row, missing field."""
 

@@ -25,7 +25,7 @@ from klear_lab.config.checks import check, warn_unused_model_shape
 from klear_lab.config.layers import Layer, dotlist_layer, file_label, file_layers, mapping_layers
 from klear_lab.config.merge import merge_layers
 from klear_lab.config.validate import expand_and_validate
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ConfigError, keyed_error
 from klear_lab.plugin_copies import with_kept_copies
 from klear_lab.plugins import load_entry_point_plugins, load_plugins
 
@@ -121,8 +121,7 @@ def _resolve_interpolations(config: dict[str, Any], provenance: dict[str, str]) 
         if not key:
             raise ConfigError(f"cannot resolve an interpolation: {reason}") from None
         held = _value_at(config, key.split("."))
-        error = ConfigError(f"{key}: {held!r}: cannot resolve the interpolation: {reason}")
-        error.key = key  # type: ignore[attr-defined]
+        error = keyed_error(key, f"{key}: {held!r}: cannot resolve the interpolation: {reason}")
         raise _located(error, provenance) from None
 
 

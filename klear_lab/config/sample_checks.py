@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from klear_lab.errors import ConfigError
+from klear_lab.errors import require
 
 BUILTIN_SOURCES = "klear_lab.data.sources."
 
@@ -16,8 +16,8 @@ def check_samples_per_source(ev: dict[str, Any]) -> None:
         ev["samples_per_source"] = {}
     for source, k in ev["samples_per_source"].items():
         key = f"eval.samples_per_source.{source}"
-        _require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
-        _require(k == 1 or ev["temperature"] > 0, key,
+        require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
+        require(k == 1 or ev["temperature"] > 0, key,
                  f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
 
 
@@ -29,7 +29,7 @@ def check_labelled_samples(cfg: dict[str, Any]) -> None:
     if not names:
         return
     for name in cfg["eval"]["samples_per_source"]:
-        _require(name in names, f"eval.samples_per_source.{name}",
+        require(name in names, f"eval.samples_per_source.{name}",
                  f"names no held-out source (data.eval_sources give: {', '.join(dict.fromkeys(names))}; a file "
                  "source's name is its `label`); drop it with eval.samples_per_source=null and set again the "
                  "ones you want")
@@ -51,9 +51,3 @@ def held_out_names(nodes: list[dict[str, Any]]) -> list[str] | None:
             return None
     return names
 
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        error = ConfigError(f"{key} {message}")
-        error.key = key  # type: ignore[attr-defined]  # compose names the file or command line that set it
-        raise error
