@@ -1,4 +1,5 @@
-"""A worker's side of the queue (``queue.py``): claim the next trial, draw its axis values and seed.
+"""A worker's side of the queue (``queue.py``): claim the next trial, draw its axis values and seed, keep
+its heartbeat while it runs, and fail the trials of dead workers.
 
 Claims are made under the study's lock, retries first; a ``tpe``/``random`` sweep asks its sampler for a
 new trial when none is WAITING, up to ``n_trials``.
@@ -6,8 +7,11 @@ new trial when none is WAITING, up to ``n_trials``.
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import optuna
@@ -105,3 +109,34 @@ def drawn_seed(trial: optuna.trial.Trial, label: str, seeds: list[int]) -> int:
 def _heartbeat(storage: Any, trial_id: int) -> None:
     if hasattr(storage, "record_heartbeat") and storage.get_heartbeat_interval() is not None:
         storage.record_heartbeat(trial_id)
+
+
+def fail_stale(study: optuna.Study, lock: StudyLock) -> None:
+    """Fail the trials of dead workers (stale heartbeats); Optuna's callback queues their retries.
+
+    Under the study's lock: on SQLite (no row locks) two workers could both fail one dead trial, and
+    each would queue a retry of it, both of which then ran: one point finished twice."""
+    with lock.hold(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+@contextmanager
+def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
+    """Record ``trial_id``'s heartbeat every ``interval`` s while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception:  # noqa: BLE001 - a database hiccup must not end the beats: the trial would look dead
+                continue
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -14,9 +14,8 @@ import json
 import os
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from optuna.trial import TrialState
 
 from klear_lab.errors import INTERRUPTED, ConfigError
 from klear_lab.hardware import auto_threads
-from klear_lab.sweep.claim import claimed_trial, take_trial, trial_values
+from klear_lab.sweep.claim import beating, claimed_trial, fail_stale, take_trial, trial_values
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
@@ -37,6 +36,7 @@ from klear_lab.sweep.spec import SweepSpec
 from klear_lab.sweep.storage import SUCCESSOR_ATTR, StudyLock, current_study, open_study
 from klear_lab.sweep.terminate import (
     KILL_WAIT_S,
+    SigtermNoted,
     SweepTerminated,
     grace_s,
     noting_sigterm,
@@ -65,11 +65,20 @@ class WorkerContext:
     failed_in_a_row: int = 0  # trials of this process, any worker; a finished one resets it
     no_objective: str | None = None  # a run finished without the objective: no worker claims another trial
     stop_error: str = INTERRUPTED  # why ``stop`` was set (Ctrl-C, or SIGTERM): what the trials it stopped record
+    sigterm: SigtermNoted | None = None  # the sweep's SIGTERM handler while the workers run
 
     def asks(self) -> bool:
         """Whether a worker may ask the sampler for a new trial: not once trials keep failing (an
         objective the runs never log would otherwise launch trials without end)."""
         return self.failed_in_a_row < MAX_FAILED_IN_A_ROW
+
+    def stopping(self) -> str | None:
+        """Why the sweep is stopping (what its stopped trials record), or None. A SIGTERM counts from its
+        handler on, before the main thread sets ``stop``: under a job-wide SIGTERM (``scancel``) a tiny trial
+        can checkpoint and end first, and its retry must still be queued."""
+        if self.stop.is_set():
+            return self.stop_error
+        return TERMINATED if self.sigterm is not None and self.sigterm.count else None
 
 
 def threads_per_trial(workers: int, base_threads: int) -> int | None:
@@ -92,6 +101,7 @@ def run_workers(ctx: WorkerContext) -> None:
     grace = grace_s()
     done = [threading.Event() for _ in range(ctx.workers)]
     with noting_sigterm() as noted:
+        ctx.sigterm = noted
         for i in range(ctx.workers):
             threading.Thread(target=_worker_main, args=(ctx, i, done[i]), name=f"sweep-worker-{i}",
                              daemon=True).start()
@@ -109,11 +119,6 @@ def run_workers(ctx: WorkerContext) -> None:
             raise SweepTerminated
 
 
-SIGTERM_RACE_S = 5.0
-"""How long a worker whose trial ended on a SIGTERM of its own waits for the sweep's: the main thread notes a
-signal within 0.5 s, a tiny trial can checkpoint and end sooner. A trial stopped by hand ends alone after it."""
-
-
 def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
     try:
         worker_loop(ctx, index)
@@ -123,21 +128,11 @@ def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:
         done.set()
 
 
-def fail_stale(study: optuna.Study, lock: StudyLock) -> None:
-    """Fail the trials of dead workers (stale heartbeats); Optuna's callback queues their retries.
-
-    Under the study's lock: on SQLite (no row locks) two workers could both fail one dead trial, and
-    each would queue a retry of it, both of which then ran: one point finished twice."""
-    with lock.hold(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
 def worker_loop(ctx: WorkerContext, index: int) -> None:
     """Claim and run trials until none is left (or a run lacked the objective: the others would too)."""
     study = open_study(ctx.spec, ctx.url, create=False)
     lock = StudyLock(ctx.url, ctx.spec.name)
-    while not ctx.stop.is_set() and ctx.no_objective is None:
+    while not ctx.stopping() and ctx.no_objective is None:
         fail_stale(study, lock)
         trial_id = take_trial(study, ctx.spec, lock, ask=ctx.asks())
         if trial_id is None:
@@ -163,27 +158,6 @@ def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int
     """
     with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
         return _run_claimed(ctx, study, trial_id, index, lock)
-
-
-@contextmanager
-def beating(storage: Any, trial_id: int, interval: float) -> Iterator[None]:
-    """Record ``trial_id``'s heartbeat every ``interval`` s while the block runs."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(interval):
-            try:
-                storage.record_heartbeat(trial_id)
-            except Exception:  # noqa: BLE001 - a database hiccup must not end the beats: the trial would look dead
-                continue
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int, lock: StudyLock) -> TrialState:
@@ -221,18 +195,16 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     started = time.time()
     outcome, process = _run_process(ctx, cfg, job_path, log_path)
     final = storage.get_trial(trial_id)
-    if final.state == TrialState.FAIL and final.user_attrs.get("error") == TERMINATED:
-        ctx.stop.wait(SIGTERM_RACE_S)  # a job-wide SIGTERM (scancel) stopped the trial before the sweep noted its own
-    interrupted = ctx.stop.is_set()  # Ctrl-C or SIGTERM: the trial may have failed itself (a SIGTERM'd one does)
-    if interrupted and process is not None:  # SIGKILLed, the trial could not record its run as interrupted
-        mark_interrupted(ctx.spec.runs_dir, *process, error=ctx.stop_error)
+    stopping = ctx.stopping()  # Ctrl-C or SIGTERM: the trial may have failed itself (a SIGTERM'd one does)
+    if stopping and process is not None:  # SIGKILLed, the trial could not record its run as interrupted
+        mark_interrupted(ctx.spec.runs_dir, *process, error=stopping)
     if final.state == TrialState.RUNNING:  # the child died without telling Optuna (OOM, kill, Ctrl-C)
-        trial.set_user_attr("error", ctx.stop_error if interrupted else outcome)
+        trial.set_user_attr("error", stopping or outcome)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         final = storage.get_trial(trial_id)
     _mark_superseded(ctx, study, trial_id, index)
-    if interrupted and final.state == TrialState.FAIL:
-        ctx.log(f"[worker {index}] trial {trial.number}: {_stopped(ctx)}; " + (
+    if stopping and final.state == TrialState.FAIL:
+        ctx.log(f"[worker {index}] trial {trial.number}: {_stopped(stopping)}; " + (
             "its retry is queued: rerun the sweep to continue it" if queue_retry(study, final)
             else "rerun the sweep to start it again"))
     elif final.state == TrialState.FAIL and final.user_attrs.get(TRANSIENT_ATTR):
@@ -266,7 +238,7 @@ def _mark_superseded(ctx: WorkerContext, study: optuna.Study, trial_id: int, ind
 def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_path: Path,
                  ) -> tuple[str, tuple[int, int | None] | None]:
     """Run a trial's process to its end: (what became of it, its pid and start time; None when none started)."""
-    if ctx.stop.is_set():  # Ctrl-C or SIGTERM before it started: nothing to stop
+    if ctx.stopping():  # Ctrl-C or SIGTERM before it started: nothing to stop
         return "not started: the sweep was stopping", None
     try:
         code, process = run_trial_process(ctx.spec, cfg, job_path, log_path, trial_env(ctx.threads, ctx.workers))
@@ -275,8 +247,8 @@ def _run_process(ctx: WorkerContext, cfg: dict[str, Any], job_path: Path, log_pa
     return f"trial process exited with code {code}; see {log_path}", process
 
 
-def _stopped(ctx: WorkerContext) -> str:
-    return "killed" if ctx.stop_error == INTERRUPTED else f"stopped, {ctx.stop_error}"
+def _stopped(why: str) -> str:
+    return "killed" if why == INTERRUPTED else f"stopped, {why}"
 
 
 def _job(ctx: WorkerContext, trial: optuna.trial.Trial, cfg: dict[str, Any]) -> dict[str, Any]:

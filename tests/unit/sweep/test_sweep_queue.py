@@ -348,7 +348,7 @@ def test_a_heartbeat_outlives_a_database_hiccup():
     """One failed heartbeat ended the thread, and the trial was taken for dead while it ran."""
     import time
 
-    from klear_lab.sweep.worker import beating
+    from klear_lab.sweep.claim import beating
 
     class Flaky:
         calls = 0

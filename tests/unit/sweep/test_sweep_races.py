@@ -12,12 +12,11 @@ from sweep_fixtures import write_spec
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
-from klear_lab.sweep.claim import take_trial
+from klear_lab.sweep.claim import fail_stale, take_trial
 from klear_lab.sweep.queue import check_same_base, prepare_study, study_base
 from klear_lab.sweep.retry import NOT_BEFORE_ATTR
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
-from klear_lab.sweep.worker import fail_stale
 
 
 def _setup(tmp_path, **extra):
