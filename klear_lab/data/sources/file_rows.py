@@ -13,6 +13,7 @@ from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code
 from klear_lab.errors import DataError
 
 _MISSING = object()
+TASKS = ("math", "code")
 
 
 def _get(row: dict[str, Any], column: str) -> Any:
@@ -76,11 +77,19 @@ def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, la
 def _task_of(r: _Row, row_source: str) -> str:
     """The row's task column (verl ``ability``), else ``code`` if the row has hidden tests or its own source
     names code (verl ``coder1_longcot``, ``LiveCodeBench``), else ``math``."""
-    ability = r.get("task", (str,), "")
-    if ability in ("math", "code"):
+    ability = r.get("task", (str,), "").strip().lower()
+    if ability in TASKS:
         return ability
     has_tests = "tests" in r.columns and _get(r.row, r.columns["tests"]) not in (_MISSING, None, [])
     return "code" if has_tests or "code" in row_source.lower() else "math"
+
+
+def other_tasks(rows: list[tuple[int, Any]], columns: dict[str, str]) -> list[tuple[int, str]]:
+    """(row, value) of the rows whose task column (verl ``ability``) names neither math nor code
+    (``physics``, ``logic``): ``_task_of`` reads them by their tests and source name instead."""
+    column = columns.get("task")
+    values = [(n, _get(row, column)) for n, row in rows if column and isinstance(row, dict)]
+    return [(n, v) for n, v in values if isinstance(v, str) and v.strip() and v.strip().lower() not in TASKS]
 
 
 def _answer(r: _Row, kind: str, response: str | None = None) -> str:

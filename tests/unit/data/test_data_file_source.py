@@ -221,6 +221,19 @@ def test_repeated_uid_warns_with_rows(tmp_path):
         FileSource(path=str(path), limit=2).records(0, "train")  # unique uids: no warning
 
 
+def test_an_ability_that_is_neither_math_nor_code_is_read_by_the_row_and_warned(tmp_path):
+    """verl rows of ``ability: physics`` were read as math in silence; ``Math`` was not read as math at all."""
+    rows = [{**VERL[0], "ability": "Math"}, {**VERL[0], "ability": "physics"}, {**VERL[1], "ability": "logic"}]
+    path = _jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.warns(UserWarning, match=r"mixed\.jsonl: 2 row\(s\) name a task that is neither math nor code "
+                      r"\('logic', 'physics'; the first: row 2, read as math\)"):
+        records = FileSource(path=str(path)).records(0, "train")
+    assert [r.task for r in records] == ["math", "math", "code"]  # the third by its source's name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the file's task: says which: nothing to warn about
+        assert {r.task for r in FileSource(path=str(path), task="math").records(0, "train")} == {"math"}
+
+
 def test_bad_json_line_and_non_object_row(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(VERL[0]) + "\n\n{not json\n")
