@@ -62,9 +62,23 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
     except ConfigError as exc:
         raise _located(exc, provenance) from None
     warn_unused_model_shape(config, provenance, default_section("model"), starting_model(config))
-    if isinstance(experiment, (str, Path)) and experiment and not config["run"].get("experiment"):
-        config["run"]["experiment"] = file_label(Path(experiment).resolve())
+    if (source := experiment_file(experiment)) and not config["run"].get("experiment"):
+        config["run"]["experiment"] = file_label(source.resolve())
     return config
+
+
+def experiment_file(experiment: Any) -> Path | None:
+    """The file ``run.experiment`` records: the experiment file, or a mapping's (last) ``base:`` file."""
+    if isinstance(experiment, (str, Path)):
+        return Path(experiment) if experiment else None
+    if not (isinstance(experiment, Mapping) or OmegaConf.is_config(experiment)):
+        return None
+    bases = experiment.get("base")
+    base = bases if isinstance(bases, str) else (list(bases)[-1] if bases else None)
+    if not isinstance(base, str):
+        return None
+    path = Path(base)
+    return path if path.suffix else path.with_suffix(".yaml")
 
 
 _STARTING: list[str] = []  # the init_from experiments being composed, outermost first

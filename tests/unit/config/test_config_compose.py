@@ -334,7 +334,10 @@ def test_a_notebook_composes_from_a_mapping_and_run_experiment_says_how(tmp_path
     for mapping in (body, OmegaConf.create(body)):
         cfg = compose(mapping, ["run.seed=1"])
         assert (cfg["sft"]["max_steps"], cfg["run"]["seed"], cfg["run"]["name"]) == (7, 1, "quickstart-sft")
+        assert cfg["run"]["experiment"] == "experiments/quickstart/sft.yaml"  # was '' (the runs table's column)
     assert body["base"] == "experiments/quickstart/sft.yaml"  # the caller's dict is left as it was
+    assert compose({"base": ["experiments/quickstart/sft"]})["run"]["experiment"] == "experiments/quickstart/sft.yaml"
+    assert compose({"run": {"kind": "sft"}})["run"]["experiment"] == ""  # no file to name
     with pytest.raises(ConfigError, match="python mapping: base 'nope.yaml' not found"):
         compose({"base": "nope.yaml"})
     for raw in (OmegaConf.create(body), {"run": {"kind": "sft"}}):
