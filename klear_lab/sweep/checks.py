@@ -172,20 +172,49 @@ def check_objective(spec: SweepSpec, kind: str, plugins: bool = False,
 
 
 def runnable_problem(cfg: dict[str, Any]) -> str | None:
-    """Why ``klear-lab train`` would refuse ``cfg`` before loading a model (None: it would not).
+    """Why ``klear-lab train`` would refuse ``cfg`` before loading a model (None: it would not): Lightning
+    refusing its trainer settings here, or an RL config that cannot run on its devices.
 
     The stage's own check (``prepare_rl`` calls ``multi_device_rl_problem`` first), so a sweep whose
     arms cannot run stops before a study exists instead of failing every trial. ``strategy: auto`` is
     checked as the trial process sees it: a fresh, non-interactive process (DDP), even when this sweep
     runs in a notebook.
     """
-    if cfg["run"]["kind"] != "rl":
+    if cfg["run"]["kind"] not in ("sft", "rl"):
         return None
-    from klear_lab.distributed import multi_device_rl_problem
+    if cfg["run"]["kind"] == "rl":
+        from klear_lab.distributed import multi_device_rl_problem
 
-    if cfg["trainer"]["strategy"] == "auto":
-        cfg = {**cfg, "trainer": {**cfg["trainer"], "strategy": "ddp"}}
-    return multi_device_rl_problem(cfg)
+        ddp = {**cfg["trainer"], "strategy": "ddp"} if cfg["trainer"]["strategy"] == "auto" else cfg["trainer"]
+        if problem := multi_device_rl_problem({**cfg, "trainer": ddp}):
+            return problem
+    return _trainer_problem(cfg["trainer"])
+
+
+_TRAINER_DEFAULTS = ("auto", "1", "auto", "32-true")  # trains on any machine: Lightning is not imported for it
+_TRAINER_PROBLEMS: dict[tuple[str, ...], str | None] = {}
+
+
+def _trainer_problem(trainer: dict[str, Any]) -> str | None:
+    """Lightning's refusal of the trainer's accelerator/devices/strategy/precision on this machine
+    (``stages.common.check_trainer``, which each trial calls first: ``trainer.devices=-1`` on a CPU), once
+    per combination. Not for an accelerator named outright (``gpu``): a GPU spec validated on a laptop passes,
+    as the paper-scale specs must; its trials say "no GPU" if it is run there."""
+    if str(trainer["accelerator"]) not in ("auto", "cpu"):
+        return None
+    settings = tuple(repr(trainer[k]) if k == "devices" and not isinstance(trainer[k], (int, str)) else str(trainer[k])
+                     for k in ("accelerator", "devices", "strategy", "precision"))
+    if settings == _TRAINER_DEFAULTS:
+        return None
+    if settings not in _TRAINER_PROBLEMS:
+        from klear_lab.stages.common import check_trainer
+
+        try:
+            check_trainer({"trainer": trainer})
+            _TRAINER_PROBLEMS[settings] = None
+        except ConfigError as exc:
+            _TRAINER_PROBLEMS[settings] = str(exc)
+    return _TRAINER_PROBLEMS[settings]
 
 
 def check_storage_url(url: str | None, spec: SweepSpec | None = None) -> None:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from sweep_fixtures import write_spec
 
@@ -395,7 +396,30 @@ def test_arms_train_would_refuse_stop_the_validation(tmp_path, capsys, axes, ove
     assert expected in _error(path)
     assert main(["sweep", str(path), "--validate-only"]) == 2
     assert expected in capsys.readouterr().err
-    assert main(["sweep", str(path), "--validate-only", "trainer.devices=1"]) == 0  # one device: any strategy
+    capsys.readouterr()
+    code = main(["sweep", str(path), "--validate-only", "trainer.devices=1"])  # one device: any RL strategy
+    if "fsdp" in f"{axes}{overrides}" and not torch.cuda.is_available():  # ... but Lightning's FSDP needs a GPU,
+        assert code == 2 and "requires a GPU accelerator" in capsys.readouterr().err  # which every trial met
+    else:
+        assert code == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, trainer.devices=-1 means every GPU")
+def test_trainer_settings_lightning_refuses_here_stop_the_validation(tmp_path, capsys):
+    """``trainer.devices=-1`` on a CPU: each trial stopped at its start with Lightning's ConfigError; now the
+    sweep stops first, naming the axis value (or the base experiment, with an override that sets it)."""
+    from klear_lab.cli_sweep import main
+
+    path = _edit(write_spec(tmp_path), axes={"trainer.devices": [1, -1]})
+    assert "axes.trainer.devices: value -1: trainer.accelerator='auto' trainer.devices=-1" in _error(path)
+    assert main(["sweep", str(path), "--validate-only"]) == 2
+    assert "should be an int > 0" in capsys.readouterr().err
+    (tmp_path / "plain").mkdir()
+    plain = _edit(write_spec(tmp_path / "plain"), axes={"optim.lr": [0.1, 0.2]})
+    assert main(["sweep", str(plain), "--validate-only"]) == 0
+    assert main(["sweep", str(plain), "--validate-only", "trainer.precision=64-true"]) == 0  # Lightning takes it
+    assert main(["sweep", str(plain), "--validate-only", "trainer.devices=-1"]) == 2
+    assert "base experiment: every trial would stop before training: " in capsys.readouterr().err
 
 
 def test_a_specs_own_plugins_are_read_from_its_directory(tmp_path, monkeypatch):
