@@ -109,14 +109,14 @@ def run_workers(ctx: WorkerContext) -> None:
             for event in done:
                 while not event.wait(0.5) and not noted.count:
                     pass
-        except KeyboardInterrupt:
+            if noted.count:  # (also one that came as the last worker returned: the sweep was told to stop)
+                stop_on_sigterm(ctx, done, noted, grace)
+                raise SweepTerminated
+        except KeyboardInterrupt:  # (also during a SIGTERM's grace: its trials are killed, their retries queued)
             ctx.stop.set()
             kill_all()
             wait_for_workers(ctx, done, KILL_WAIT_S)
             raise
-        if noted.count:  # (also one that came as the last worker returned: the sweep was told to stop)
-            stop_on_sigterm(ctx, done, noted, grace)
-            raise SweepTerminated
 
 
 def _worker_main(ctx: WorkerContext, index: int, done: threading.Event) -> None:

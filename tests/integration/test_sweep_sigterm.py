@@ -76,7 +76,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _assert_stopped_and_queued(spec, log: Path) -> None:
+def _assert_stopped_and_queued(spec, log: Path, last_line: str | None = None) -> None:
     """The study after the SIGTERM: the stopped trial failed "terminated (SIGTERM)", its retry WAITING."""
     trials = _study(spec).get_trials()
     assert not [t for t in trials if t.state == TrialState.RUNNING], log.read_text()[-3000:]
@@ -86,7 +86,7 @@ def _assert_stopped_and_queued(spec, log: Path) -> None:
     assert retry.state == TrialState.WAITING and retry.system_attrs["retry_history"] == [stopped.number]
     text = log.read_text()
     assert f"trial {stopped.number}: stopped, {TERMINATED}; its retry is queued" in text
-    assert text.rstrip().splitlines()[-1].startswith("terminated (SIGTERM): rerun the same command to resume")
+    assert text.rstrip().splitlines()[-1].startswith(last_line or "terminated (SIGTERM): rerun the same command")
 
 
 def _real_spec(tmp_path: Path) -> Path:
@@ -171,21 +171,23 @@ def _stubborn_sweep(tmp_path: Path, trial_start: str, grace: str) -> tuple[objec
 GRACE = "KLEAR_SWEEP_TERM_GRACE_S"
 
 
-@pytest.mark.parametrize(("trial_start", "escalation"), [("preloaded", "grace"), ("fresh", "second")])
+@pytest.mark.parametrize(("trial_start", "escalation"), [("preloaded", "grace"), ("fresh", "second"),
+                                                         ("preloaded", "ctrl-c")])
 def test_a_trial_that_does_not_stop_is_killed_after_the_grace_or_a_second_sigterm(tmp_path, trial_start,
                                                                                   escalation):
     spec, log, sweep, trial_pid = _stubborn_sweep(tmp_path, trial_start, "3" if escalation == "grace" else "300")
     os.kill(sweep.pid, signal.SIGTERM)
     _wait_for((spec.sweep_dir / f"sigterm-{trial_pid}").exists, sweep, log, 30)  # forwarded as SIGTERM
     assert not _gone(trial_pid)  # not killed: it is given the grace period
-    if escalation == "second":
+    if escalation != "grace":  # a Ctrl-C in the grace ended the sweep with its trials unrecorded (RUNNING)
         _wait_for(lambda: "SIGTERM: no new trials" in log.read_text(), sweep, log, 30)
-        os.kill(sweep.pid, signal.SIGTERM)
-    assert _wait(sweep, 60, log) == 143, log.read_text()[-3000:]
+        os.kill(sweep.pid, signal.SIGTERM if escalation == "second" else signal.SIGINT)
+    assert _wait(sweep, 60, log) == (130 if escalation == "ctrl-c" else 143), log.read_text()[-3000:]
     assert _gone(trial_pid)
-    why = "a second SIGTERM" if escalation == "second" else f"still running 3s after the SIGTERM ({GRACE})"
-    assert f"{why}: trial processes killed" in log.read_text()
-    _assert_stopped_and_queued(spec, log)
+    if escalation != "ctrl-c":
+        why = "a second SIGTERM" if escalation == "second" else f"still running 3s after the SIGTERM ({GRACE})"
+        assert f"{why}: trial processes killed" in log.read_text()
+    _assert_stopped_and_queued(spec, log, "interrupted: rerun the same command" if escalation == "ctrl-c" else None)
     # the rerun takes the queued retry and completes the grid, each point once
     assert _wait(fx.start_sweep(spec.path, "--workers", "1", log=log), 120, log) == 0, log.read_text()[-3000:]
     complete = [t.user_attrs["point"] for t in _study(spec).get_trials() if t.state == TrialState.COMPLETE]
