@@ -122,11 +122,11 @@ class SweepSpec:
         return shlex.join(["klear-lab", "sweep", str(self.path), *flags])
 
     def own_run_dir(self, run_dir: str | None) -> str | None:
-        """A trial's run directory as the study recorded it, or the one of that name in this sweep's own
-        ``runs/`` when there is one: a sweep directory moved (or copied) since keeps its trials' runs with
-        it, and the recorded path is where they were (gone, or the original's)."""
-        here = self.runs_dir / Path(run_dir).name if run_dir else None
-        return str(here) if here is not None and here.is_dir() else run_dir
+        """The run directory of that name in this sweep's own ``runs/`` (where every trial's run is made),
+        whether or not it is still there: a sweep directory moved (or copied) since keeps its trials' runs
+        with it, and the recorded path is where they were. Never the recorded one: in a copy whose run is
+        gone, that is the original sweep's, which a rescore or a retry would then write to."""
+        return str(self.runs_dir / Path(run_dir).name) if run_dir else None
 
     def override_layers(self) -> list[Layer]:
         """``overrides`` as config layers labelled by where each came from (the spec or the command line),

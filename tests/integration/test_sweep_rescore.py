@@ -114,6 +114,15 @@ def test_a_moved_sweep_scores_the_runs_in_its_own_directory(sweep, tmp_path, cap
     assert main(["compare", str(moved), "--rescore", *RESCORE]) == 0
     assert len(_eval_dirs(moved)) == 2  # written beside the copies, not into the original
     assert capsys.readouterr().out.count("rescore:") == 2
+    # a copy that lost one of its runs: that trial failed, and the original's run is neither read nor written to
+    partial = tmp_path / "partial" / sweep_dir.name
+    shutil.copytree(moved, partial, ignore=shutil.ignore_patterns("*-eval-*", "rescore-*"))
+    (gone,) = [p for p in (partial / "runs").iterdir() if "lr-0.002" in p.name]
+    shutil.rmtree(gone)
+    before = sorted(p.name for p in (sweep_dir / "runs").iterdir())
+    assert main(["compare", str(partial), "--rescore", *RESCORE]) == 1
+    assert "cannot be scored, counted as failed" in capsys.readouterr().out
+    assert len(_eval_dirs(partial)) == 1 and sorted(p.name for p in (sweep_dir / "runs").iterdir()) == before
 
 
 def test_an_eval_file_edited_since_is_scored_again(tmp_path, monkeypatch, tiny_sft_overrides):

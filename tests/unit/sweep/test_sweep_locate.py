@@ -250,3 +250,8 @@ def test_a_copied_sweep_continues_and_supersedes_its_own_runs_not_the_originals(
     ((old, new, _),) = superseded_runs(copied, spec, retry)
     assert (old, new) == (str(spec.runs_dir / "toy-lr-0.002-a"), str(copy / "runs" / "toy-lr-0.002-b"))
     assert Path(old).resolve().is_relative_to(copy.resolve())
+    shutil.rmtree(spec.runs_dir / "toy-lr-0.002-a")  # the copy lost the run: gone, not the original's
+    looked_in.clear()
+    assert resumable_run(copied, spec, retry, spec.compose()) is None
+    assert looked_in == [str(spec.runs_dir / "toy-lr-0.002-a")]  # (resume_config: "not a run directory")
+    assert spec.own_run_dir(str(original_run)) == str(spec.runs_dir / "toy-lr-0.002-a") and original_run.is_dir()
