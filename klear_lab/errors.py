@@ -57,12 +57,17 @@ def component_error(axis: str, component: Any, problem: str) -> ComponentError:
     is defined."""
     cls = type(component)
     name = getattr(component, "registered_name", cls.__name__)
-    defined = getattr(cls, "component_function", cls)  # a registered function: its own line
+    where = defined_at(cls)
+    return ComponentError(f"{axis} {name!r}{f' ({where})' if where else ''} {problem}")
+
+
+def defined_at(cls: type) -> str:
+    """``file:line`` of a component class (a registered function's own line), or "" without source (a REPL)."""
+    defined = getattr(cls, "component_function", cls)
     try:
-        where = f" ({inspect.getsourcefile(defined)}:{inspect.getsourcelines(defined)[1]})"
-    except (OSError, TypeError):  # no source to point at (defined in a REPL, say)
-        where = ""
-    return ComponentError(f"{axis} {name!r}{where} {problem}")
+        return f"{inspect.getsourcefile(defined)}:{inspect.getsourcelines(defined)[1]}"
+    except (OSError, TypeError):
+        return ""
 
 
 def probe_failure(axis: str, component: Any, probe: str, exc: BaseException) -> ComponentError:

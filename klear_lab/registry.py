@@ -77,6 +77,7 @@ class Registry:
         if not cls.__dataclass_params__.frozen:
             raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__} must be frozen: @dataclass(frozen=True)")
         self._check_call(name, cls)
+        self._check_defaults(name, cls)
         required = [f.name for f in dataclasses.fields(cls) if _default(f) is _REQUIRED]
         if required:
             raise TypeError(f"{self.axis} {name!r}: {cls.__qualname__}.{required[0]} has no default; every "
@@ -90,6 +91,21 @@ class Registry:
         self._entries[name] = cls
         if "registered_name" not in cls.__dict__:
             cls.registered_name = name  # type: ignore[attr-defined]
+
+    def _check_defaults(self, name: str, cls: type) -> None:
+        """A default its own type refuses (``k: int = "seven"``) fails here, naming the class: at compose it
+        was blamed on "schema defaults", with no word of the plugin."""
+        from klear_lab.config.validate import default_problem
+
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve: compose says which
+            return
+        for f in dataclasses.fields(cls):
+            default = _default(f)
+            problem = None if default is _REQUIRED else default_problem(default, hints.get(f.name, Any))
+            if problem:
+                raise TypeError(f"{self.axis} {name!r}: the default of {cls.__qualname__}.{f.name}: {problem}")
 
     def _check_call(self, name: str, cls: type) -> None:
         """A plugin whose ``__call__`` cannot take the axis' arguments fails here, not mid-run."""

@@ -15,7 +15,7 @@ import typing
 from typing import Any, Union
 
 from klear_lab.config.schema import ExperimentConfig
-from klear_lab.errors import ConfigError, did_you_mean
+from klear_lab.errors import ConfigError, defined_at, did_you_mean
 from klear_lab.registry import REGISTRIES
 
 
@@ -90,6 +90,9 @@ def _check_component(node: Any, axis: str, path: str, provenance: dict[str, str]
     try:
         registry.build(_as_args(expanded, types_))
     except ConfigError as exc:
+        if set(node) == {"name"}:  # nothing set but the name: the component's own defaults are refused
+            raise ConfigError(f"{path}: {exc} (with its own defaults, {defined_at(registry.get(node['name']))})"
+                              ) from None
         raise ConfigError(f"{_where_node(path, provenance)}: {path}: {exc}") from None
     return expanded
 
@@ -139,6 +142,12 @@ def _check_value(value: Any, tp: Any, path: str, provenance: dict[str, str]) -> 
             raise ConfigError(f"{_where(path, provenance)}: {path}{inner}: expected a finite number, got {bad!r}")
         raise _type_error(path, _type_name(tp), value, provenance, tp)
     return coerced
+
+
+def default_problem(value: Any, tp: Any) -> str | None:
+    """Why a component's own default ``value`` does not fit its declared type ``tp`` (None when it does)."""
+    ok, _ = _matches(value, tp)
+    return None if ok or _non_finite(value) is not None else f"{value!r} is not {_type_name(tp)}"
 
 
 def _takes_text(tp: Any) -> bool:

@@ -45,6 +45,11 @@ BROKEN = {
     "no_default": (mix("nd", body="limit: int"), r"Mix.limit has no default"),
     "wrong_call": (mix("wc", call="pools"),
                    r"__call__ must take \(self, pools, ranks, seed\); it takes \(self, pools\)"),
+    # defaults their own types refuse were blamed on "schema defaults", the plugin unnamed
+    "default_type": (mix("dt", body='limit: int = "seven"'),
+                     r"data_mix 'dt': the default of Mix.limit: 'seven' is not int at .*default_type\.py:5"),
+    "default_choice": (mix("dc", body='mode: Literal["a", "b"] = "c"'),
+                       r"the default of Mix.mode: 'c' is not one of 'a', 'b' at .*default_choice\.py:5"),
     "builtin_name": (mix("top_k"), r"data_mix 'top_k' is already registered by klear_lab.data.mixes.top_k"),
     # the command exited 3 without a word
     "exits": (HEAD + "import sys\nsys.exit(3)\n", r"it called sys.exit\(3\) while being imported"),
@@ -60,6 +65,22 @@ def test_a_broken_plugin_is_a_config_error_naming_it(tmp_path, case):
         compose(EXPERIMENT, [f"plugins=[{path}]"])
     assert str(err.value).startswith(f"command line: plugin '{path}'")
     assert "top_k" in DATA_MIX.names() and DATA_MIX.get("top_k").__module__ == "klear_lab.data.mixes.top_k"
+
+
+def test_defaults_a_plugins_own_check_refuses_are_said_to_be_its_own(tmp_path, registries_restored):
+    """``k: int = 0`` refused by the plugin's ``__post_init__`` was blamed on the command line, where only
+    the component's name was typed; a value the user set is still blamed on where they set it."""
+    path = tmp_path / "strict.py"
+    path.write_text(mix("strict", body="limit: int = 0\n\n            def __post_init__(self):\n"
+                                        "                if self.limit < 1:\n"
+                                        "                    raise ValueError(f'limit must be >= 1, "
+                                        "got {self.limit}')"))
+    with pytest.raises(ConfigError, match=rf"^data.mix: data_mix 'strict': limit must be >= 1, got 0 \(with its "
+                                          rf"own defaults, {re.escape(str(path))}:5\)$"):
+        compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix=strict"])
+    with pytest.raises(ConfigError, match=r"^command line: data.mix: data_mix 'strict': limit must be >= 1, got -1$"):
+        compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix.name=strict", "data.mix.limit=-1"])
+    assert compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix.name=strict", "data.mix.limit=2"])
 
 
 def test_a_name_two_plugin_files_register_names_the_first_file(tmp_path):
