@@ -131,8 +131,12 @@ def check_run_dir(run_dir: Path) -> None:
     """Raises ConfigError unless ``run_dir`` holds a run's ``config.yaml`` and ``run.json``."""
     if not run_dir.exists():
         raise ConfigError(f"{run_dir}: no such directory (klear-lab runs lists the runs under an output directory)")
-    if not (run_dir / "config.yaml").is_file() or not (run_dir / "run.json").is_file():
+    missing = [name for name in ("config.yaml", "run.json") if not (run_dir / name).is_file()]
+    if len(missing) == 2:
         raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")
+    if missing:  # a run that lost one: say which, not "not a run" of a directory `runs` lists as one
+        raise ConfigError(f"{run_dir}: {missing[0]} is missing (a run directory needs config.yaml and run.json; "
+                          "without its own config the run cannot be resumed as it started)")
 
 
 def stopped_record(run_dir: Path, cfg: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -143,6 +143,12 @@ def test_a_missing_run_directory_says_so(tmp_path, capsys):
     (tmp_path / "runs").mkdir()
     assert main(["resume", str(tmp_path / "runs")]) == 2
     assert "not a run directory (needs config.yaml and run.json)" in capsys.readouterr().err
+    _, run_dir = stopped_run(tmp_path / "lost")
+    (run_dir / "config.yaml").unlink()  # `runs` lists it, advising resume: resume names what is gone
+    assert main(["resume", str(run_dir)]) == 2
+    assert f"{run_dir}: config.yaml is missing (a run directory needs" in capsys.readouterr().err
+    assert main(["runs", str(run_dir.parent)]) == 0
+    assert "config.yaml is missing: the run cannot be resumed" in capsys.readouterr().out.replace("\n", "")
 
 
 def test_each_attempt_records_its_code_commit_and_a_new_one_warns(tmp_path, capsys, monkeypatch):
