@@ -125,8 +125,6 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
         return f"running on {identity['host']} (pid {identity.get('pid')}): not checked from here"
     if status not in ("stopped", "failed"):
         return ""
-    if not (run_dir / "config.yaml").is_file():  # resume and train both need it: no command to advise
-        return f"{run_dir / 'config.yaml'} is missing: the run cannot be resumed or run again from here"
     error = recorded_error(run_dir, identity)
     if error.startswith(SUPERSEDED):  # its retry finished the point in another run: nothing to continue
         return error
