@@ -42,9 +42,11 @@ def locate(target: str | Path) -> tuple[SweepSpec, str]:
 def recorded_sweep(sweep_dir: Path) -> tuple[dict, SweepSpec]:
     """``sweep_dir``'s ``sweep.json`` and frozen ``spec.yaml`` as the sweep wrote them (``out_dir``: where it ran)."""
     meta_path, frozen = sweep_dir / "sweep.json", sweep_dir / "spec.yaml"
-    if not meta_path.is_file() or not frozen.is_file():
-        raise ConfigError(f"{sweep_dir}: not a sweep directory (no sweep.json / spec.yaml); "
-                          "give the sweep's directory or its spec file")
+    missing = [p.name for p in (meta_path, frozen) if not p.is_file()]
+    if missing:
+        what = "not a sweep directory (no sweep.json or spec.yaml)" if len(missing) == 2 else \
+            f"a sweep directory without its {missing[0]} (a sweep writes sweep.json and spec.yaml as it starts)"
+        raise ConfigError(f"{sweep_dir}: {what}; give the sweep's directory or its spec file")
     return json.loads(meta_path.read_text()), load_spec(frozen)
 
 

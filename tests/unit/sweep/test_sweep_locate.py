@@ -80,6 +80,11 @@ def test_a_copied_sweep_reads_its_own_study_not_the_original(tmp_path, capsys):
     assert "lr=0.002,1," in compared(sweep_dir, capsys)
     assert "lr=0.002,0," in compared(copy, capsys)  # the copy's study: lr=0.002 never finished there
     assert locate(copy)[1] == f"sqlite:///{(copy / 'study.db').resolve()}"
+    (copy / "sweep.json").unlink()  # it said "no sweep.json / spec.yaml", spec.yaml there
+    with pytest.raises(ConfigError, match=r"a sweep directory without its sweep.json \(a sweep writes"):
+        locate(copy)
+    with pytest.raises(ConfigError, match=r"not a sweep directory \(no sweep.json or spec.yaml\)"):
+        locate(tmp_path)
 
 
 def test_a_storage_the_spec_gave_stays_as_recorded(tmp_path):
