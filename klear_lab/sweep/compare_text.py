@@ -104,10 +104,20 @@ def welch_cell(row: Any) -> str:
 
 
 def missing_baseline_note(df: pd.DataFrame, baseline: str | None) -> str:
-    """A line under the table when the baseline arm has no row (a tpe/random sampler never drew it)."""
-    if baseline is None or baseline in set(df["arm"]):
+    """A line under the table when the baseline arm has no row (a tpe/random sampler never drew it), or no
+    finished trial (every delta was "–" with no word why)."""
+    if baseline is None:
         return ""
-    return f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in `baseline:`)"
+    if baseline not in set(df["arm"]):
+        return (f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in "
+                "`baseline:`)")
+    row = df[df["arm"] == baseline].iloc[0]
+    if row["n"] > 0:
+        return ""
+    ended = [f"{int(row.get(state, 0) or 0)} {state}" for state in ("failed", "pruned") if row.get(state, 0)]
+    why = f"{' and '.join(ended)} (see the trial logs under trials/)" if ended else "none has finished yet"
+    return (f"baseline arm {baseline} has no finished trial: {why}, so no deltas (rerun the sweep, or name "
+            "another arm with --baseline)")
 
 
 def table_notes(spec: SweepSpec, baseline: str | None, records: list[TrialRecord]) -> tuple[str, ...]:

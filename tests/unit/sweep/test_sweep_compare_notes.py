@@ -135,3 +135,14 @@ def test_a_rescore_override_that_is_not_key_value_stops_before_any_trial(tmp_pat
     with pytest.raises(ConfigError, match=r"^--rescore: override 'notkv' must look like key=value$"):
         rescore_study(spec, study, ["eval.samples=2", "notkv"], log=logged.append)
     assert logged == [] and not spec.sweep_dir.exists()
+
+
+def test_a_baseline_whose_trials_all_failed_says_why_there_are_no_deltas():
+    """Every delta was "–" with no word why when the baseline arm's seeds had all failed."""
+    records = _arms({"a": [], "b": [0.5, 0.6]}, failed={"a": 2})
+    df = summarize(records, "m", [], "maximize", "a", ["a", "b"])
+    assert df["delta"].isna().all()
+    text = to_markdown(df, "m", [], "a")
+    assert "baseline arm a has no finished trial: 2 failed (see the trial logs under trials/), so no deltas" in text
+    fine = summarize(_arms({"a": [0.4, 0.5], "b": [0.5, 0.6]}), "m", [], "maximize", "a", ["a", "b"])
+    assert "no finished trial" not in to_markdown(fine, "m", [], "a")
