@@ -143,7 +143,7 @@ def _components(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from klear_lab.run_list import list_runs, missing_metric
+    from klear_lab.run_list import list_runs, missing_metric, unrecorded_run_dirs
     from klear_lab.run_table import print_runs
 
     paths = args.paths or [p for p in ("runs", "sweep_runs") if Path(p).is_dir()]
@@ -159,6 +159,9 @@ def _runs(args: argparse.Namespace) -> int:
     print_runs(rows, args.metric, args.json)
     if missing is not None:  # a metric not logged yet: the table, then the note
         print(f"klear-lab: note: {missing[0]}", file=sys.stderr)
+    if unlisted := unrecorded_run_dirs(paths):  # a run that lost its run.json vanished from the table
+        print(f"klear-lab: note: {len(unlisted)} run director{'y' if len(unlisted) == 1 else 'ies'} without a "
+              f"run.json not listed (status unknown; the first: {unlisted[0]})", file=sys.stderr)
     return 0
 
 

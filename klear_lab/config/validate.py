@@ -90,10 +90,8 @@ def _check_component(node: Any, axis: str, path: str, provenance: dict[str, str]
     try:
         registry.build(_as_args(expanded, types_))
     except ConfigError as exc:
-        if set(node) == {"name"}:  # nothing set but the name: the component's own defaults are refused
-            raise ConfigError(f"{path}: {exc} (with its own defaults, {defined_at(registry.get(node['name']))})"
-                              ) from None
-        raise ConfigError(f"{_where_node(path, provenance)}: {path}: {exc}") from None
+        own = f" (with its own defaults, {defined_at(registry.get(node['name']))})" if set(node) == {"name"} else ""
+        raise ConfigError(f"{_where_node(path, provenance)}: {path}: {exc}{own}") from None
     return expanded
 
 

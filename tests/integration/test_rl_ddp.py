@@ -159,7 +159,7 @@ def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, k
 @pytest.mark.parametrize(("override", "reason"), [
     ("rl.reward=test_ddp_unbuildable_on_rank1",  # the CLI's config check builds the reward
      "klear_lab.errors.ConfigError: command line: rl.reward: reward 'test_ddp_unbuildable_on_rank1': "
-     "reward test_ddp_unbuildable_on_rank1: no verifier on rank 1"),
+     "reward test_ddp_unbuildable_on_rank1: no verifier on rank 1 (with its own defaults, "),
     ("rl.clip=test_ddp_fails_on_rank1",  # run_experiment's build probes the clip
      "klear_lab.errors.ComponentError: rl.clip: clip 'test_ddp_fails_on_rank1' (")])
 def test_a_rank_that_cannot_build_the_run_is_named_as_the_cause(tmp_path, plugin, klear_cli, capsys, override,

@@ -75,8 +75,8 @@ def test_defaults_a_plugins_own_check_refuses_are_said_to_be_its_own(tmp_path, r
                                         "                if self.limit < 1:\n"
                                         "                    raise ValueError(f'limit must be >= 1, "
                                         "got {self.limit}')"))
-    with pytest.raises(ConfigError, match=rf"^data.mix: data_mix 'strict': limit must be >= 1, got 0 \(with its "
-                                          rf"own defaults, {re.escape(str(path))}:5\)$"):
+    with pytest.raises(ConfigError, match=rf"^command line: data.mix: data_mix 'strict': limit must be >= 1, got 0 "
+                                          rf"\(with its own defaults, {re.escape(str(path))}:5\)$"):
         compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix=strict"])
     with pytest.raises(ConfigError, match=r"^command line: data.mix: data_mix 'strict': limit must be >= 1, got -1$"):
         compose(EXPERIMENT, [f"plugins=[{path}]", "data.mix.name=strict", "data.mix.limit=-1"])

@@ -149,6 +149,18 @@ def test_a_missing_run_directory_says_so(tmp_path, capsys):
     assert f"{run_dir}: config.yaml is missing (a run directory needs" in capsys.readouterr().err
 
 
+def test_runs_says_how_many_run_directories_it_could_not_list(tmp_path, capsys):
+    """A run that lost its run.json (a checkpoint and config still there) vanished from `runs` without a word."""
+    _, kept = stopped_run(tmp_path)
+    _, lost = stopped_run(tmp_path)
+    (lost / "run.json").unlink()
+    assert main(["runs", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert kept.name in out.out.replace("\n", "") and lost.name not in out.out
+    assert f"note: 1 run directory without a run.json not listed (status unknown; the first: {lost})" in out.err
+    assert main(["runs", str(kept)]) == 0 and "without a run.json" not in capsys.readouterr().err
+
+
 def test_each_attempt_records_its_code_commit_and_a_new_one_warns(tmp_path, capsys, monkeypatch):
     """A resumed run kept only its first attempt's git_commit, as if every step had run on that code."""
     first = "1" * 40
