@@ -483,14 +483,14 @@ def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_p
     prepare_study(study, spec, arms, lock)
     killed = take_trial(study, spec, lock)
     trial_values(optuna.trial.Trial(study, killed), spec)  # records the point, as a worker does
-    study._storage.set_trial_user_attr(killed, RUN_DIR_ATTR, str(tmp_path / "killed-run"))
+    study._storage.set_trial_user_attr(killed, RUN_DIR_ATTR, str(spec.runs_dir / "killed-run"))
     study._storage.set_trial_state_values(killed, TrialState.FAIL)  # retries used up: no WAITING copy
     assert prepare_study(study, spec, arms, lock)[1] == 1  # the rerun enqueues the point again
     cfg = spec.compose()
     monkeypatch.setattr(resume, "resume_config", lambda run_dir: cfg)  # the killed run: a checkpoint, same config
     again = next(t for t in study.get_trials(states=(TrialState.WAITING,))
                  if t.user_attrs["point"] == study._storage.get_trial(killed).user_attrs["point"])
-    assert resumable_run(study, spec, again._trial_id, cfg) == str(tmp_path / "killed-run")
+    assert resumable_run(study, spec, again._trial_id, cfg) == str(spec.runs_dir / "killed-run")
     other = next(t for t in study.get_trials(states=(TrialState.WAITING,)) if t._trial_id != again._trial_id)
     assert resumable_run(study, spec, other._trial_id, cfg) is None  # another point: nothing to continue
 
@@ -505,6 +505,9 @@ def test_a_retry_that_started_over_supersedes_its_predecessors_run(tmp_path):
     prepare_study(study, spec, arms, lock)
     storage = study._storage
 
+    def own(name: str) -> str:  # a trial's run is looked for in the sweep's own runs/ (SweepSpec.own_run_dir)
+        return str(spec.runs_dir / name)
+
     def failed_attempt(run_dir: str) -> int:
         trial_id = take_trial(study, spec, lock)
         trial_values(optuna.trial.Trial(study, trial_id), spec)  # records the point, as a worker does
@@ -518,12 +521,12 @@ def test_a_retry_that_started_over_supersedes_its_predecessors_run(tmp_path):
     assert superseded_runs(study, spec, retry._trial_id) == []
     assert take_trial(study, spec, lock) == retry._trial_id
     storage.set_trial_user_attr(retry._trial_id, RUN_DIR_ATTR, "run-b")  # started over (RecordRunDir)
-    assert superseded_runs(study, spec, retry._trial_id) == [("run-a", "run-b", retry.number)]
+    assert superseded_runs(study, spec, retry._trial_id) == [(own("run-a"), own("run-b"), retry.number)]
     storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)  # killed too; the next attempt resumes it
     again = queue_retry(study, storage.get_trial(retry._trial_id))
     assert take_trial(study, spec, lock) == again._trial_id
     storage.set_trial_state_values(again._trial_id, TrialState.COMPLETE, [0.5])
-    assert superseded_runs(study, spec, again._trial_id) == [("run-a", "run-b", retry.number)]
+    assert superseded_runs(study, spec, again._trial_id) == [(own("run-a"), own("run-b"), retry.number)]
 
     other = failed_attempt("run-c")  # another point: its runs are its own; enqueued again (no retry left)
     assert superseded_runs(study, spec, other) == [] and prepare_study(study, spec, arms, lock)[1] == 1
@@ -531,7 +534,7 @@ def test_a_retry_that_started_over_supersedes_its_predecessors_run(tmp_path):
     fresh = next(t for t in study.get_trials(states=(TrialState.WAITING,)) if t.user_attrs["point"] == point)
     assert RUN_DIR_ATTR not in fresh.user_attrs
     storage.set_trial_user_attr(fresh._trial_id, RUN_DIR_ATTR, "run-d")
-    assert superseded_runs(study, spec, other) == [("run-c", "run-d", fresh.number)]
+    assert superseded_runs(study, spec, other) == [(own("run-c"), own("run-d"), fresh.number)]
 
 
 def test_only_a_dead_interrupted_or_failed_run_is_recorded_superseded(tmp_path):
