@@ -68,12 +68,14 @@ def _refused_as_config_error(what: str, plugin: str) -> Iterator[None]:
 def _reason(exc: Exception, plugin: str) -> str:
     if isinstance(exc, SyntaxError):
         return f"syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
-    if isinstance(exc, KeyError):  # a name registered twice
-        return str(exc.args[0])
     package = str(Path(__file__).resolve().parent) + os.sep
     frames = [f for f in traceback.extract_tb(exc.__traceback__)  # the plugin's line, not ours or importlib's
               if not f.filename.startswith((package, "<"))]
     own = [f for f in frames if plugin.endswith(".py") and Path(f.filename).resolve() == Path(plugin).resolve()]
+    if isinstance(exc, KeyError):  # a name registered twice: where this plugin registers it
+        at = f" (registered again at {(own or frames)[-1].filename}:{(own or frames)[-1].lineno})" \
+            if own or frames else ""
+        return f"{exc.args[0]}{at}"
     if isinstance(exc, (ImportError, FileNotFoundError)) and not own:  # the plugin itself: not found, say
         return f"cannot import it: {exc}"
     frames = own or frames

@@ -50,7 +50,8 @@ BROKEN = {
                      r"data_mix 'dt': the default of Mix.limit: 'seven' is not int at .*default_type\.py:5"),
     "default_choice": (mix("dc", body='mode: Literal["a", "b"] = "c"'),
                        r"the default of Mix.mode: 'c' is not one of 'a', 'b' at .*default_choice\.py:5"),
-    "builtin_name": (mix("top_k"), r"data_mix 'top_k' is already registered by klear_lab.data.mixes.top_k"),
+    "builtin_name": (mix("top_k"), r"data_mix 'top_k' is already registered by klear_lab.data.mixes.top_k"
+                                   r"\.\w+ \(registered again at .*builtin_name\.py:5\)$"),
     # the command exited 3 without a word
     "exits": (HEAD + "import sys\nsys.exit(3)\n", r"it called sys.exit\(3\) while being imported"),
 }
@@ -89,7 +90,7 @@ def test_a_name_two_plugin_files_register_names_the_first_file(tmp_path):
     first.write_text(mix("twice"))
     second.write_text(mix("twice", body="limit: int = 4"))
     with pytest.raises(ConfigError, match=rf"plugin '{second}': data_mix 'twice' is already registered by Mix in "
-                                          rf"{first}$"):
+                                          rf"{first} \(registered again at {second}:5\)$"):
         compose(EXPERIMENT, [f"plugins=[{first},{second}]"])
 
 
