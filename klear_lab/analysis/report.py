@@ -126,7 +126,9 @@ def progress_line(rep: Reproduction, code: str = "") -> str:
     if not rep.unfinished:
         return line
     points = ", ".join(rep.unfinished[:8]) + (" ..." if len(rep.unfinished) > 8 else "")
-    return f"{line}; {len(rep.unfinished)} not finished ({points}): run the sweep again: {code}{rep.rerun}{code}"
+    logs = (f", {len(rep.crashed)} of them failed (see the trial logs in {code}{rep.sweep.sweep_dir / 'trials'}"
+            f"{code})" if rep.crashed else "")
+    return f"{line}; {len(rep.unfinished)} not finished ({points}){logs}: run the sweep again: {code}{rep.rerun}{code}"
 
 
 def to_markdown(rep: Reproduction) -> str:

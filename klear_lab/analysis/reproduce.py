@@ -61,6 +61,7 @@ class Reproduction:
     rerun: str = ""  # the command that runs them: ``klear-lab sweep SPEC``
     failed: list[str] = field(default_factory=list)  # "ARM seed=S" points a rerun would fail again: not unfinished
     failure: str = ""  # the first of those: ``trial 3: ConfigError: ...``
+    crashed: list[str] = field(default_factory=list)  # unfinished points whose latest trial raised (not a kill)
 
 
 def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
@@ -121,7 +122,7 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims), n_complete=n_complete,
                         n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
                         unfinished=unfinished, rerun=rerun, failed=failed,
-                        failure=_failure(failures[0]) if failures else "")
+                        failure=_failure(failures[0]) if failures else "", crashed=crashed(records, unfinished))
 
 
 def rerun_of(spec: SweepSpec, source: Path | None = None) -> str:
@@ -148,6 +149,17 @@ def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, lis
     unfinished = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) not in finished | refused.keys()]
     failed = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) in refused]
     return sum(point in complete for point in planned), len(planned), unfinished, failed
+
+
+def crashed(records: list[TrialRecord], unfinished: list[str]) -> list[str]:
+    """The ``unfinished`` points whose latest trial failed on an error of its own (a plugin's exception, a
+    process that died), not a Ctrl-C or SIGTERM: a rerun retries them, and their logs say why they failed."""
+    from klear_lab.errors import INTERRUPTED
+    from klear_lab.sweep.trial import TERMINATED
+
+    latest = {f"{r.arm} seed={r.seed}": r for r in records}  # records in trial order: the last one wins
+    return [p for p in unfinished if (r := latest.get(p)) is not None and r.state == "FAIL" and r.error
+            and r.error not in (INTERRUPTED, TERMINATED)]
 
 
 def config_failed(records: list[TrialRecord]) -> dict[tuple[str, int], TrialRecord]:

@@ -229,3 +229,20 @@ def test_the_rerun_of_a_sweep_run_with_name_and_out_dir_keeps_them(tmp_path):
                                        f"again: {rerun}")
     why = f"no result (0.002: 0 of 2 seeds completed: run the sweep again: {rerun})"
     assert rep.claims["verdict"].tolist()[0] == why
+
+
+def test_unfinished_points_whose_trials_raised_point_at_the_trial_logs(tmp_path):
+    """A trial that raised (a plugin's exception) was only "not finished ... run the sweep again", with no word
+    of the logs that say why; a killed one (Ctrl-C, no error of its own) still gets no pointer."""
+    from klear_lab.analysis import run_reproduction
+    from klear_lab.errors import INTERRUPTED
+
+    spec, study = half_done_sweep(tmp_path)
+    add_trial(study, 0.002, 0, "FAIL", error="RuntimeError: boom in my_filter")
+    add_trial(study, 0.002, 1, "FAIL", error=INTERRUPTED)
+    rep = run_reproduction(write_analysis(tmp_path, ["toy.yaml"]), spec.sweep_dir, tmp_path / "r",
+                           Console(record=True, width=400), wandb=False)
+    assert rep.crashed == ["lr=0.002 seed=0"]
+    assert progress_line(rep).endswith(f"2 not finished (lr=0.002 seed=0, lr=0.002 seed=1), 1 of them failed (see "
+                                       f"the trial logs in {spec.sweep_dir / 'trials'}): run the sweep again: "
+                                       f"{rep.rerun}")
