@@ -28,12 +28,12 @@ EVAL_GRADERS = (("math", "reward"), ("code", "code_reward"))
 
 def check(cfg: dict[str, Any]) -> None:
     require(cfg["run"]["kind"] in ("sft", "rl", "eval"), "run.kind",
-             f"must be 'sft', 'rl' or 'eval', got {cfg['run']['kind']!r}")
+            f"must be 'sft', 'rl' or 'eval', got {cfg['run']['kind']!r}")
     require(cfg["optim"]["schedule"] in ("cosine", "constant"), "optim.schedule",
-             f"must be 'cosine' or 'constant', got {cfg['optim']['schedule']!r}")
+            f"must be 'cosine' or 'constant', got {cfg['optim']['schedule']!r}")
     require(cfg["optim"]["lr"] > 0, "optim.lr", f"must be > 0, got {cfg['optim']['lr']}")
     require(cfg["trainer"]["checkpoint_every"] >= 0, "trainer.checkpoint_every",
-             f"must be >= 0 (0 = no checkpoints), got {cfg['trainer']['checkpoint_every']}")
+            f"must be >= 0 (0 = no checkpoints), got {cfg['trainer']['checkpoint_every']}")
     check_run(cfg)
     check_train_sources(cfg)
     check_optim(cfg["optim"])
@@ -50,24 +50,24 @@ def check_run(cfg: dict[str, Any]) -> None:
     require(m["dtype"] in DTYPES, "model.dtype", f"must be one of {', '.join(DTYPES)}, got {m['dtype']!r}")
     # (an eval run without model.name_or_path is refused when it starts, with what to give instead)
     require(m["init_from"] is None or m["name_or_path"] or cfg["run"]["kind"] != "sft", "model.init_from",
-             f"({m['init_from']}) is read by RL runs only (the SFT experiment they start from); an SFT run "
-             "starts from model.name_or_path (a run directory or HF checkpoint) or a fresh tiny model")
+            f"({m['init_from']}) is read by RL runs only (the SFT experiment they start from); an SFT run "
+            "starts from model.name_or_path (a run directory or HF checkpoint) or a fresh tiny model")
     require(t["num_threads"] >= 0, "trainer.num_threads",
-             f"must be >= 0 (0 = cores // parallel workers), got {t['num_threads']}")
+            f"must be >= 0 (0 = cores // parallel workers), got {t['num_threads']}")
     require(m["name_or_path"] or m["tokenizer_vocab"] >= MIN_VOCAB, "model.tokenizer_vocab",
-             f"({m['tokenizer_vocab']}) must be >= {MIN_VOCAB}: the tiny model's byte-level BPE starts from "
-             f"256 byte tokens and {MIN_VOCAB - 256} special ones, so a smaller vocab would learn no merge")
+            f"({m['tokenizer_vocab']}) must be >= {MIN_VOCAB}: the tiny model's byte-level BPE starts from "
+            f"256 byte tokens and {MIN_VOCAB - 256} special ones, so a smaller vocab would learn no merge")
     require(0 <= seed < 2**32, "run.seed", f"must be in [0, 2**32) (Lightning's and numpy's seed range), got {seed}")
     check_run_name(cfg["run"]["name"], seed)
     require(t["log_every_n_steps"] >= 0, "trainer.log_every_n_steps",
-             f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")
+            f"must be >= 0 (0 = no step logging), got {t['log_every_n_steps']}")
     mode = cfg["tracking"]["wandb"]["mode"]
     require(mode in WANDB_MODES, "tracking.wandb.mode", f"must be one of {', '.join(WANDB_MODES)}, got {mode!r}")
     samples = cfg["tracking"]["wandb"]["log_samples"]
     require(samples >= 0, "tracking.wandb.log_samples", f"must be >= 0 (0 = no samples table), got {samples}")
     check_wandb_project(cfg["tracking"]["wandb"]["project"])
     require(str(t["precision"]) in PRECISIONS, "trainer.precision",
-             f"must be one of {', '.join(PRECISIONS)} (Lightning's), got {t['precision']!r}")
+            f"must be one of {', '.join(PRECISIONS)} (Lightning's), got {t['precision']!r}")
 
 
 def check_wandb_project(project: Any) -> None:
@@ -75,7 +75,7 @@ def check_wandb_project(project: Any) -> None:
     in ``tracking.wandb.entity``, not ``team/project``."""
     bad = sorted({c for c in str(project) if c in WANDB_PROJECT_FORBIDDEN})
     require(not bad, "tracking.wandb.project", f"{project!r} may not contain {' '.join(map(repr, bad))} (W&B's rule"
-             "; a team or user goes in tracking.wandb.entity)")
+            "; a team or user goes in tracking.wandb.entity)")
     require(len(str(project)) <= 128, "tracking.wandb.project", f"is {len(str(project))} characters, W&B allows 128")
 
 
@@ -86,8 +86,8 @@ def check_run_name(name: Any, seed: int) -> None:
 
     size, longest = len(safe_name(str(name)).encode()), len(longest_run_dir_name(str(name), seed).encode())
     require(longest <= RUN_DIR_NAME_MAX, "run.name",
-             f"is {size} bytes: the run directory <name>-<time>-<hash>-s<seed> would be longer than a file name "
-             f"may be ({RUN_DIR_NAME_MAX} bytes); give one of at most {RUN_DIR_NAME_MAX - (longest - size)} bytes")
+            f"is {size} bytes: the run directory <name>-<time>-<hash>-s<seed> would be longer than a file name "
+            f"may be ({RUN_DIR_NAME_MAX} bytes); give one of at most {RUN_DIR_NAME_MAX - (longest - size)} bytes")
 
 
 def check_train_sources(cfg: dict[str, Any]) -> None:
@@ -95,23 +95,23 @@ def check_train_sources(cfg: dict[str, Any]) -> None:
     checks, and the run stopped only once it read the data. An eval run reads ``data.eval_sources`` alone."""
     kind = cfg["run"]["kind"]
     require(kind not in ("sft", "rl") or bool(cfg["data"]["sources"]), "data.sources",
-             f"is empty: an {kind.upper()} run trains on the records its sources give; "
-             "list at least one source (`klear-lab components source` lists them)")
+            f"is empty: an {kind.upper()} run trains on the records its sources give; "
+            "list at least one source (`klear-lab components source` lists them)")
 
 
 def check_optim(o: dict[str, Any]) -> None:
     require(o["warmup_steps"] >= 0, "optim.warmup_steps", f"must be >= 0, got {o['warmup_steps']}")
     require(o["schedule"] != "cosine" or 0 <= o["min_lr"] <= o["lr"], "optim.min_lr",
-             f"({o['min_lr']:g}) must lie in [0, optim.lr] ({o['lr']:g}): it is the cosine schedule's floor "
-             "(set both when lowering optim.lr)")
+            f"({o['min_lr']:g}) must lie in [0, optim.lr] ({o['lr']:g}): it is the cosine schedule's floor "
+            "(set both when lowering optim.lr)")
     # torch's clip_grad_norm_ scales gradients by max_norm / norm: a negative one would reverse them
     require(o["grad_clip"] >= 0, "optim.grad_clip", f"must be >= 0 (0 = no clipping), got {o['grad_clip']}")
     require(o["weight_decay"] >= 0, "optim.weight_decay", f"must be >= 0, got {o['weight_decay']}")
     require(o["bf16_rounding"] in ("stochastic", "nearest"), "optim.bf16_rounding",
-             f"must be 'stochastic' or 'nearest', got {o['bf16_rounding']!r}")
+            f"must be 'stochastic' or 'nearest', got {o['bf16_rounding']!r}")
     betas = o["betas"]
     require(len(betas) == 2 and all(0 <= b < 1 for b in betas), "optim.betas",
-             f"must be two numbers in [0, 1) (AdamW's beta1, beta2), got {list(betas)}")
+            f"must be two numbers in [0, 1) (AdamW's beta1, beta2), got {list(betas)}")
 
 
 SFT_LOSSES = ("token-mean", "step-token-mean")
@@ -120,26 +120,26 @@ SFT_LOSSES = ("token-mean", "step-token-mean")
 def check_sft(cfg: dict[str, Any]) -> None:
     s, max_len = cfg["sft"], cfg["data"]["max_length"]
     require(s["loss"] in SFT_LOSSES, "sft.loss",
-             f"is {s['loss']!r}; one of {', '.join(SFT_LOSSES)} (klear_lab/config/schema.py: SFTSection.loss)")
+            f"is {s['loss']!r}; one of {', '.join(SFT_LOSSES)} (klear_lab/config/schema.py: SFTSection.loss)")
     require(s["loss"] != "step-token-mean" or not str(cfg["trainer"]["strategy"]).startswith("deepspeed"),
-             "sft.loss", f"step-token-mean is not supported with trainer.strategy={cfg['trainer']['strategy']}: "
-             "DeepSpeed scales for accumulation itself and counts its windows across epochs")
+            "sft.loss", f"step-token-mean is not supported with trainer.strategy={cfg['trainer']['strategy']}: "
+            "DeepSpeed scales for accumulation itself and counts its windows across epochs")
     require(isinstance(max_len, int) and max_len >= 1, "data.max_length", f"must be >= 1 (tokens), got {max_len}")
     check_sft_launch(cfg["trainer"])
     require(s["max_steps"] >= -1, "sft.max_steps",
-             f"must be > 0, or 0 or -1 (no limit: sft.epochs), got {s['max_steps']}")
+            f"must be > 0, or 0 or -1 (no limit: sft.epochs), got {s['max_steps']}")
     rows = s["tokens_per_micro_batch"] // max_len
     require(not (cfg["data"]["pack"] and rows > 1 and cfg["model"]["attn_implementation"] == "flash_attention_2"),
-             "sft.tokens_per_micro_batch",
-             f"({s['tokens_per_micro_batch']}) gives {rows} packed rows of data.max_length ({max_len}) a micro-batch; "
-             "transformers' flash_attention_2 finds packed sequences only in a batch of one row and would let "
-             "the packed examples of several rows attend to each other: set it to data.max_length, or use sdpa")
+            "sft.tokens_per_micro_batch",
+            f"({s['tokens_per_micro_batch']}) gives {rows} packed rows of data.max_length ({max_len}) a micro-batch; "
+            "transformers' flash_attention_2 finds packed sequences only in a batch of one row and would let "
+            "the packed examples of several rows attend to each other: set it to data.max_length, or use sdpa")
     require(s["grad_accum"] >= 1, "sft.grad_accum", f"must be >= 1, got {s['grad_accum']}")
     require(s["tokens_per_micro_batch"] >= max_len, "sft.tokens_per_micro_batch",
-             f"({s['tokens_per_micro_batch']}) is less than one packed row of data.max_length ({max_len}); a "
-             "micro-batch holds tokens_per_micro_batch // data.max_length rows")
+            f"({s['tokens_per_micro_batch']}) is less than one packed row of data.max_length ({max_len}); a "
+            "micro-batch holds tokens_per_micro_batch // data.max_length rows")
     require(s["max_steps"] > 0 or s["epochs"] > 0, "sft.epochs",
-             f"must be > 0 when sft.max_steps is not set (> 0), got {s['epochs']}")
+            f"must be > 0 when sft.max_steps is not set (> 0), got {s['epochs']}")
 
 
 SPAWNED = ("spawn", "fork", "notebook")  # Lightning strategies that start ranks from inside this process
@@ -155,10 +155,10 @@ def check_sft_launch(t: dict[str, Any]) -> None:
     strategy = str(t["strategy"])
     forked = strategy == "auto" and (hasattr(sys, "ps1") or sys.flags.interactive)  # Lightning's ddp_fork
     require(not (several_devices(t) and (forked or any(k in strategy for k in SPAWNED))), "trainer.strategy",
-             f"is {strategy!r} with trainer.devices={t['devices']!r}"
-             f"{' in an interactive session (Lightning would fork the ranks)' if forked else ''}: SFT ranks are "
-             "started by running the command again, so use trainer.strategy=ddp (or fsdp) from a shell; "
-             "spawned or forked ranks would train, then fail to hand their metrics back to this process's loggers")
+            f"is {strategy!r} with trainer.devices={t['devices']!r}"
+            f"{' in an interactive session (Lightning would fork the ranks)' if forked else ''}: SFT ranks are "
+            "started by running the command again, so use trainer.strategy=ddp (or fsdp) from a shell; "
+            "spawned or forked ranks would train, then fail to hand their metrics back to this process's loggers")
 
 
 def check_eval(ev: dict[str, Any]) -> None:
@@ -167,21 +167,21 @@ def check_eval(ev: dict[str, Any]) -> None:
     check_samples_per_source(ev)
     require(0 < ev["top_p"] <= 1, "eval.top_p", f"must be in (0, 1], got {ev['top_p']}")
     require(ev["samples"] == 1 or ev["temperature"] > 0, "eval.samples",
-             f"is {ev['samples']} with eval.temperature 0: greedy samples are all the same; set "
-             "eval.temperature (the paper's avg@k: 0.6 with eval.top_p 0.95)")
+            f"is {ev['samples']} with eval.temperature 0: greedy samples are all the same; set "
+            "eval.temperature (the paper's avg@k: 0.6 with eval.top_p 0.95)")
     require(ev["top_p"] == 1 or ev["temperature"] > 0, "eval.top_p",
-             f"is {ev['top_p']} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
+            f"is {ev['top_p']} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
     top_k = ev["top_k"]
     require(isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 0, "eval.top_k",
-             f"must be an integer >= 0 (0 = off), got {top_k!r}")
+            f"must be an integer >= 0 (0 = off), got {top_k!r}")
     require(top_k == 0 or ev["temperature"] > 0, "eval.top_k",
-             f"is {top_k} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
+            f"is {top_k} with eval.temperature 0 (greedy), where it has no effect; set eval.temperature")
     require(ev["repetition_penalty"] > 0, "eval.repetition_penalty",
-             f"must be > 0 (1 = off), got {ev['repetition_penalty']}")
+            f"must be > 0 (1 = off), got {ev['repetition_penalty']}")
     require(ev["batch_size"] >= 1 and ev["max_new_tokens"] >= 1, "eval.batch_size/eval.max_new_tokens",
-             "must be >= 1")
+            "must be >= 1")
     require(ev["every_n_steps"] >= 0, "eval.every_n_steps",
-             f"must be >= 0 (0 = none during training), got {ev['every_n_steps']}")
+            f"must be >= 0 (0 = none during training), got {ev['every_n_steps']}")
     require(ev["engine"] in ENGINES, "eval.engine", f"must be one of {ENGINES}, got {ev['engine']!r}")
     check_eval_graders(ev)
 
@@ -212,51 +212,50 @@ def check_rl(cfg: dict[str, Any]) -> None:
     adv = ADVANTAGE.get(rl["advantage"]["name"])
     need = getattr(adv, "min_group_size", 1)
     require(rl["group_size"] >= need, "rl.group_size",
-             f"is {rl['group_size']} but advantage {rl['advantage']['name']!r} needs groups of at least {need}")
+            f"is {rl['group_size']} but advantage {rl['advantage']['name']!r} needs groups of at least {need}")
     require(rl["prompts_per_step"] >= 1, "rl.prompts_per_step", "must be >= 1")
     clip, agg = rl["clip"]["name"], rl["aggregation"]["name"]
     require(not getattr(CLIP.get(clip), "seq_level", False) or agg == SEQUENCE_AGGREGATION, "rl.aggregation",
-             f"is {agg!r}, but clip {clip!r} clips whole sequences and its objective averages each "
-             f"sequence's tokens: set rl.aggregation={SEQUENCE_AGGREGATION} (verl forces it); {agg!r} would "
-             "weight sequences by their length")
+            f"is {agg!r}, but clip {clip!r} clips whole sequences and its objective averages each "
+            f"sequence's tokens: set rl.aggregation={SEQUENCE_AGGREGATION} (verl forces it); {agg!r} would "
+            "weight sequences by their length")
     require(rl["minibatch_prompts"] >= 1 and rl["prompts_per_step"] % rl["minibatch_prompts"] == 0,
-             "rl.minibatch_prompts",
-             f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
+            "rl.minibatch_prompts",
+            f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
     require(rl["steps"] >= 1, "rl.steps", f"must be >= 1, got {rl['steps']}")
     require(0 <= rl["max_kept_prompts"] <= rl["prompts_per_step"], "rl.max_kept_prompts",
-             f"({rl['max_kept_prompts']}) must be in [0, rl.prompts_per_step={rl['prompts_per_step']}] (0: all kept)")
+            f"({rl['max_kept_prompts']}) must be in [0, rl.prompts_per_step={rl['prompts_per_step']}] (0: all kept)")
     require(rl["lr_schedule_unit"] in ("rollout_step", "update"), "rl.lr_schedule_unit",
-             f"must be 'rollout_step' or 'update', got {rl['lr_schedule_unit']!r}")
+            f"must be 'rollout_step' or 'update', got {rl['lr_schedule_unit']!r}")
     require(rl["temperature"] > 0, "rl.temperature", "must be > 0 for sampling rollouts")
     require(rl["top_p"] == 1, "rl.top_p",
-             f"is {rl['top_p']}, but only 1 is supported (the paper's): the update's old and new log-probs are those "
-             "of the whole tempered softmax, while nucleus sampling draws from the renormalised top-p part, so the "
-             "PPO ratio would be silently off-policy")
+            f"is {rl['top_p']}, but only 1 is supported (the paper's): the update's old and new log-probs are those "
+            "of the whole tempered softmax, while nucleus sampling draws from the renormalised top-p part, so the "
+            "PPO ratio would be silently off-policy")
     require(rl["overlong"] in OVERLONG, "rl.overlong", f"must be one of {OVERLONG}, got {rl['overlong']!r}")
     require(rl["kl_estimator"] in KL, "rl.kl_estimator", f"must be one of {KL}, got {rl['kl_estimator']!r}")
     require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")
     require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
     require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
     require(rl["logp_chunk_tokens"] >= 0, "rl.logp_chunk_tokens",
-             f"must be >= 0 (0 = all response tokens at once), got {rl['logp_chunk_tokens']}")
+            f"must be >= 0 (0 = all response tokens at once), got {rl['logp_chunk_tokens']}")
     require(rl["micro_batch_seqs"] >= 0, "rl.micro_batch_seqs",
-             f"must be >= 0 (0 = the whole minibatch at once), got {rl['micro_batch_seqs']}")
+            f"must be >= 0 (0 = the whole minibatch at once), got {rl['micro_batch_seqs']}")
     require(rl["eval_every"] >= 0, "rl.eval_every", f"must be >= 0 (0 = none during training), got {rl['eval_every']}")
     require(rl["overlong"] != "penalty" or 0 < rl["overlong_buffer"] <= rl["max_new_tokens"], "rl.overlong_buffer",
-             f"({rl['overlong_buffer']}) must be in (0, rl.max_new_tokens={rl['max_new_tokens']}] with "
-             "rl.overlong=penalty: the penalty ramps over the last overlong_buffer tokens")
+            f"({rl['overlong_buffer']}) must be in (0, rl.max_new_tokens={rl['max_new_tokens']}] with "
+            "rl.overlong=penalty: the penalty ramps over the last overlong_buffer tokens")
     require(rl["overlong_penalty"] >= 0, "rl.overlong_penalty", f"must be >= 0, got {rl['overlong_penalty']}")
     require(rl["max_prompt_tokens"] >= 0, "rl.max_prompt_tokens",
-             f"must be >= 0 (0 = no cap), got {rl['max_prompt_tokens']}")
+            f"must be >= 0 (0 = no cap), got {rl['max_prompt_tokens']}")
     ROLLOUT.get(rl["rollout"]["name"])  # availability (vllm installed?) is checked when a run starts
     cap = rl["rollout"].get("max_model_len") or 0  # the prompt must fit too: checked per call by the engine
     require(not cap or cap > rl["max_new_tokens"], "rl.rollout.max_model_len",
-             f"({cap}) leaves no room for a prompt before rl.max_new_tokens ({rl['max_new_tokens']}): vLLM "
-             "would cut every long response at it; raise it or lower rl.max_new_tokens")
+            f"({cap}) leaves no room for a prompt before rl.max_new_tokens ({rl['max_new_tokens']}): vLLM "
+            "would cut every long response at it; raise it or lower rl.max_new_tokens")
     m = cfg["model"]
     if not m["name_or_path"] and m["init_from"]:
         require(Path(m["init_from"]).is_file(), "model.init_from", f"{m['init_from']!r}: no such experiment file")
-
 
 
 def warn_unused_model_shape(cfg: dict[str, Any], provenance: dict[str, str], default: dict[str, Any],

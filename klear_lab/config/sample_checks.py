@@ -18,7 +18,7 @@ def check_samples_per_source(ev: dict[str, Any]) -> None:
         key = f"eval.samples_per_source.{source}"
         require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
         require(k == 1 or ev["temperature"] > 0, key,
-                 f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
+                f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
 
 
 def check_labelled_samples(cfg: dict[str, Any]) -> None:
@@ -30,9 +30,9 @@ def check_labelled_samples(cfg: dict[str, Any]) -> None:
         return
     for name in cfg["eval"]["samples_per_source"]:
         require(name in names, f"eval.samples_per_source.{name}",
-                 f"names no held-out source (data.eval_sources give: {', '.join(dict.fromkeys(names))}; a file "
-                 "source's name is its `label`); drop it with eval.samples_per_source=null and set again the "
-                 "ones you want")
+                f"names no held-out source (data.eval_sources give: {', '.join(dict.fromkeys(names))}; a file "
+                "source's name is its `label`); drop it with eval.samples_per_source=null and set again the "
+                "ones you want")
 
 
 def held_out_names(nodes: list[dict[str, Any]]) -> list[str] | None:
