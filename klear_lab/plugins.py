@@ -72,15 +72,13 @@ def _reason(exc: Exception, plugin: str) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)  # the plugin's line, not ours or importlib's
               if not f.filename.startswith((package, "<"))]
     own = [f for f in frames if plugin.endswith(".py") and Path(f.filename).resolve() == Path(plugin).resolve()]
-    if isinstance(exc, KeyError):  # a name registered twice: where this plugin registers it
-        at = f" (registered again at {(own or frames)[-1].filename}:{(own or frames)[-1].lineno})" \
-            if own or frames else ""
-        return f"{exc.args[0]}{at}"
     if isinstance(exc, (ImportError, FileNotFoundError)) and not own:  # the plugin itself: not found, say
         return f"cannot import it: {exc}"
     frames = own or frames
-    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return f"failed to import: {type(exc).__name__}: {exc}{at}"
+    line = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    if isinstance(exc, KeyError):  # a name registered twice: where this plugin registers it
+        return f"{exc.args[0]}{f' (registered again at {line})' if line else ''}"
+    return f"failed to import: {type(exc).__name__}: {exc}{f' at {line}' if line else ''}"
 
 
 def _load_builtins() -> None:

@@ -89,9 +89,9 @@ def unrecorded_run_dirs(paths: list[str | Path]) -> list[Path]:
     """Directories at or below ``paths`` (where :func:`find_runs` looks) that hold a run's ``config.yaml`` and
     its logs or checkpoints but no ``run.json``: not listed (their status is unknown), and said to be."""
     found: dict[Path, Path] = {}
+    globs = [g.replace("run.json", "config.yaml") for g in RUN_GLOBS]
     for raw in paths:
         path = Path(raw)
-        globs = [g.replace("run.json", "config.yaml") for g in RUN_GLOBS]
         candidates = [path] if (path / "config.yaml").is_file() else [c.parent for g in globs for c in path.glob(g)]
         for run_dir in candidates:
             if not (run_dir / "run.json").exists() and any((run_dir / d).is_dir() for d in ("csv", "checkpoints")):

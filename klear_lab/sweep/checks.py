@@ -202,8 +202,7 @@ def _trainer_problem(trainer: dict[str, Any]) -> str | None:
     as the paper-scale specs must; its trials say "no GPU" if it is run there."""
     if str(trainer["accelerator"]) not in ("auto", "cpu"):
         return None
-    settings = tuple(repr(trainer[k]) if k == "devices" and not isinstance(trainer[k], (int, str)) else str(trainer[k])
-                     for k in ("accelerator", "devices", "strategy", "precision"))
+    settings = tuple(str(trainer[k]) for k in ("accelerator", "devices", "strategy", "precision"))
     if settings == _TRAINER_DEFAULTS:
         return None
     if settings not in _TRAINER_PROBLEMS:

@@ -91,8 +91,9 @@ class FileSource:
         label = self.label or Path(path).stem or path
         records = [to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
         warn_repeated_uids(path, [n for n, _ in rows], records)
-        if self.task == "auto":
-            warn_other_tasks(path, other_tasks(rows, columns), {n: r.task for (n, _), r in zip(rows, records)})
+        if self.task == "auto" and (others := other_tasks(rows, columns)):
+            first = next(r.task for (n, _), r in zip(rows, records) if n == others[0][0])
+            warn_other_tasks(path, others, first)
         # the label names the source whatever the file's columns say (after they chose each task)
         return [replace(r, source=self.label) for r in records] if self.label else records
 
@@ -125,16 +126,14 @@ def warn_repeated_uids(path: str, row_numbers: list[int], records: list[Record])
                       UserWarning, stacklevel=2)
 
 
-def warn_other_tasks(path: str, others: list[tuple[int, str]], task_of_row: dict[int, str]) -> None:
-    """Rows whose task column names a task klear-lab has no grader for are read as math or code (by their
-    tests and source name) and graded so: say how many, and how the first was read."""
-    if others:
-        n, value = others[0]
-        values = ", ".join(repr(v) for v in sorted({v for _, v in others}))
-        warnings.warn(f"{path}: {len(others)} row(s) name a task that is neither math nor code ({values}; the "
-                      f"first: row {n}, read as {task_of_row[n]}): each is read as code if it has tests or its "
-                      "source names code, else as math (graded by math-verify); set the source's task: to say "
-                      "which, or drop those rows", UserWarning, stacklevel=2)
+def warn_other_tasks(path: str, others: list[tuple[int, str]], first_read_as: str) -> None:
+    """Rows whose task column names a task klear-lab has no grader for (``others``: row, value) are read as
+    math or code (by their tests and source name) and graded so: say how many, and how the first was read."""
+    values = ", ".join(repr(v) for v in sorted({v for _, v in others}))
+    warnings.warn(f"{path}: {len(others)} row(s) name a task that is neither math nor code ({values}; the "
+                  f"first: row {others[0][0]}, read as {first_read_as}): each is read as code if it has tests or "
+                  "its source names code, else as math (graded by math-verify); set the source's task: to say "
+                  "which, or drop those rows", UserWarning, stacklevel=2)
 
 
 def detect_format(rows: list[tuple[int, Any]]) -> str:
