@@ -118,7 +118,7 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], "maximize", bench_why[bench])
                for claim in analysis.claims for bench, metric in metrics.items()]
     n_complete, planned, unfinished, failed = progress(spec, records)
-    failures = [r for (arm, seed), r in config_failed(records).items() if f"{arm} seed={seed}" in failed]
+    failures = [r for (arm, seed), r in config_failed(records).items() if point_label(arm, seed) in failed]
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims), n_complete=n_complete,
                         n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
                         unfinished=unfinished, rerun=rerun, failed=failed,
@@ -146,8 +146,8 @@ def progress(spec: SweepSpec, records: list[TrialRecord]) -> tuple[int, int, lis
     complete = {(r.arm, r.seed) for r in records if r.state == "COMPLETE"}
     finished = complete | {(r.arm, r.seed) for r in records if r.state == "PRUNED"}
     refused = config_failed(records)
-    unfinished = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) not in finished | refused.keys()]
-    failed = [f"{arm} seed={seed}" for arm, seed in planned if (arm, seed) in refused]
+    unfinished = [point_label(*p) for p in planned if p not in finished | refused.keys()]
+    failed = [point_label(*p) for p in planned if p in refused]
     return sum(point in complete for point in planned), len(planned), unfinished, failed
 
 
@@ -157,16 +157,26 @@ def crashed(records: list[TrialRecord], unfinished: list[str]) -> list[str]:
     from klear_lab.errors import INTERRUPTED
     from klear_lab.sweep.trial import TERMINATED
 
-    latest = {f"{r.arm} seed={r.seed}": r for r in records}  # records in trial order: the last one wins
+    latest = {point_label(*p): r for p, r in latest_trials(records).items()}
     return [p for p in unfinished if (r := latest.get(p)) is not None and r.state == "FAIL" and r.error
             and r.error not in (INTERRUPTED, TERMINATED)]
+
+
+def point_label(arm: str, seed: int) -> str:
+    """How a grid point and seed is named in the report: ``ARM seed=S``."""
+    return f"{arm} seed={seed}"
+
+
+def latest_trials(records: list[TrialRecord]) -> dict[tuple[str, int], TrialRecord]:
+    """(arm, seed) -> its latest trial (``records`` in trial order: the last one wins)."""
+    return {(r.arm, r.seed): r for r in records}
 
 
 def config_failed(records: list[TrialRecord]) -> dict[tuple[str, int], TrialRecord]:
     """(arm, seed) -> its latest trial, for the points without a finished trial whose latest trial failed on a
     config or data error, or diverged (``config_error``, as ``klear-lab sweep`` tells them apart): a rerun would
     fail them the same way. ``records`` in trial order; a retry queued or running since makes the point unfinished."""
-    latest = {(r.arm, r.seed): r for r in records}
+    latest = latest_trials(records)
     finished = {(r.arm, r.seed) for r in records if r.state in ("COMPLETE", "PRUNED")}
     return {point: r for point, r in latest.items() if r.config_error and point not in finished}
 
