@@ -144,7 +144,9 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
         return error
     sweep = _sweep_rerun(run_dir) if kind in ("sft", "rl") else None
     repeats = repeating_error(error)
-    if repeats is not None:
+    if sweep is None and not (run_dir / "config.yaml").is_file():
+        how = f"{run_dir / 'config.yaml'} is missing: neither resume nor a rerun can start from this directory"
+    elif repeats is not None:
         how = _fix_first(repeats, run_dir, sweep is not None)
     elif kind not in ("sft", "rl"):
         how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"

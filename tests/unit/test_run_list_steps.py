@@ -80,6 +80,7 @@ def make_run(parent: Path, name: str, status: str, rows: list[dict] | None, kind
                                text=True, check=True)
         record |= {"pid": int(ended.stdout), "host": socket.gethostname()}
     (run_dir / "run.json").write_text(json.dumps(record))
+    (run_dir / "config.yaml").write_text(f"run:\n  name: {name}\n")  # a resume or rerun needs it
     if rows is not None:
         write_csv(run_dir / "csv" / "metrics.csv", rows)
     return run_dir

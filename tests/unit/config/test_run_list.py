@@ -21,6 +21,7 @@ def make_run(parent: Path, name: str, status: str, kind: str = "rl", **extra) ->
     (run_dir / "csv").mkdir(parents=True)
     record = {"status": status, "tags": [f"kind:{kind}", "seed:0"], **extra}
     (run_dir / "run.json").write_text(json.dumps(record))
+    (run_dir / "config.yaml").write_text(f"run:\n  name: {name}\n")  # a resume or rerun needs it
     rows = "step,train/loss,val/acc\n0,1.5,\n1,1.2,0.25\n2,1.0,\n3,0.9,\n4,0."  # a kill cut the last row: 4 steps done
     (run_dir / "csv" / "metrics.csv").write_text(rows)
     return run_dir
@@ -62,6 +63,20 @@ def test_statuses_from_the_record_and_the_processes(tmp_path, live_klear_process
     assert "not checked from here" in rows["e-elsewhere"].note and "f-broken" in rows["f-broken"].note
     assert [r.run_dir for r in list_runs([runs], statuses=["stopped", "failed"])] == [
         str(stopped), str(runs / "d-crashed"), str(runs / "h-pid-reused")]
+
+
+def test_a_run_without_its_config_is_not_sent_to_resume_or_train(tmp_path):
+    """Both commands read RUN/config.yaml: a run that lost it was told ``klear-lab resume RUN``, which refused it."""
+    runs = tmp_path / "runs"
+    for name in ("a-stopped", "b-failed"):
+        run_dir = make_run(runs, name, "failed", error="RuntimeError: boom" if name == "b-failed" else "")
+        (run_dir / "config.yaml").unlink()
+    (runs / "a-stopped" / "checkpoints").mkdir()
+    (runs / "a-stopped" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    rows = {Path(r.run_dir).name: r.note for r in list_runs([runs])}
+    missing = "config.yaml is missing: neither resume nor a rerun can start from this directory"
+    assert rows["a-stopped"] == f"{runs / 'a-stopped'}/{missing}"  # was: klear-lab resume RUN
+    assert rows["b-failed"] == f"RuntimeError: boom -> {runs / 'b-failed'}/{missing}"
 
 
 def test_a_damaged_run_is_listed_with_a_note_naming_the_file(tmp_path, capsys):

@@ -21,6 +21,7 @@ def make_run(runs: Path, name: str, status: str, **extra) -> None:
     (run_dir / "csv").mkdir(parents=True)
     record = {"status": status, "tags": ["kind:rl", f"seed:{name[-1]}"], **extra}
     (run_dir / "run.json").write_text(json.dumps(record))
+    (run_dir / "config.yaml").write_text(f"run:\n  name: {name}\n")  # a resume or rerun needs it
     (run_dir / "csv" / "metrics.csv").write_text("step,train/loss,val/gain\n0,1.5,\n1,1.2,0.25\n")
     if status == "completed":
         (run_dir / "summary.json").write_text(json.dumps({"val/gain": 0.5}))
