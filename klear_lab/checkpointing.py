@@ -23,6 +23,7 @@ metrics row (at the next batch's start, or when training stops): Lightning logs 
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import sys
@@ -37,10 +38,11 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from klear_lab.resume import checkpoint_path
-from klear_lab.tracking import replace_durably
+from klear_lab.tracking import hashed_body, replace_durably
 
 POSITION_KEY = "klear_resume"
 EVAL_ROWS_KEY, EVAL_ROWS = "eval_rows", "updates_done"  # where evaluation rows sit (modules/eval_step.py)
+CONFIG_BODY_KEY = "config_body"  # tracking.hashed_body of the run's config as JSON: a string loads weights_only
 
 
 class ResumeCheckpoint(L.Callback):
@@ -54,8 +56,10 @@ class ResumeCheckpoint(L.Callback):
             stage evaluates right after those steps (SFT: ``stages.sft.evaluate_after_steps``).
     """
 
-    def __init__(self, dirpath: Path, every: int, counter: Callable[[L.Trainer], int], val_every: int = 0) -> None:
+    def __init__(self, dirpath: Path, every: int, counter: Callable[[L.Trainer], int], val_every: int = 0,
+                 config_body: str = "") -> None:
         self.dirpath, self.every, self.counter, self.val_every = Path(dirpath), every, counter, val_every
+        self.config_body = config_body  # what the run's config hash hashes, as JSON (resume names a changed key)
         self._seen = -1  # the step count at the last batch end looked at
         self._due = False  # a checkpoint is due and waits for a point it can be resumed from
         self._stepped = False  # the last batch ended a step (not mid gradient accumulation)
@@ -230,6 +234,7 @@ class ResumeCheckpoint(L.Callback):
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             EVAL_ROWS_KEY: EVAL_ROWS,  # a resume keeps the row of the evaluation after this step (resume.py)
+            CONFIG_BODY_KEY: self.config_body,
         }
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
@@ -274,7 +279,8 @@ def resume_callback(cfg: dict[str, Any], run_dir: Path, counter: Callable[[L.Tra
     """The checkpoint callback of a run (``trainer.checkpoint_every``; 0 when ``trainer.checkpoint`` is off);
     ``val_every``: steps of ``counter`` between evaluations during training (None: none)."""
     every = cfg["trainer"]["checkpoint_every"] if cfg["trainer"]["checkpoint"] else 0
-    return ResumeCheckpoint(run_dir / "checkpoints", every, counter, val_every or 0)
+    body = json.dumps(hashed_body(cfg), sort_keys=True, default=str)
+    return ResumeCheckpoint(run_dir / "checkpoints", every, counter, val_every or 0, body)
 
 
 def optimizer_steps(trainer: L.Trainer) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.modules.eval_step import is_evaluation_row
-from klear_lab.resume_checkpoint import checkpoint_marks
+from klear_lab.resume_checkpoint import changes_since_start, checkpoint_marks
 from klear_lab.run_owner import still_running
 from klear_lab.tracking import atomic_write, config_hash, csv_table
 
@@ -114,11 +114,14 @@ def check_resumable(run_dir: Path, cfg: dict[str, Any]) -> Resumable:
     if seed is not None and cfg["run"]["seed"] != seed:
         raise ConfigError(f"{saved}: the run started with run.seed={seed}, the config to resume with has "
                           f"{cfg['run']['seed']}: not the same run")
-    got = config_hash(as_resolved(cfg, written.get("model") or {}))
+    resolved = as_resolved(cfg, written.get("model") or {})
+    got = config_hash(resolved)
     if got != identity["config_hash"]:
+        changes = changes_since_start(checkpoint_path(run_dir), resolved, identity["config_hash"])
+        why = (f"changed since it started: {changes}" if changes else "a setting, a default, or a plugin's code "
+               f"differs; {run_dir / 'plugins'} keeps the plugins' code the run started with")
         raise ConfigError(f"{saved}: the config to resume with hashes to {got}, but the run started with "
-                          f"{identity['config_hash']} (a setting, a default, or a plugin's code differs; "
-                          f"{run_dir / 'plugins'} keeps the plugins' code the run started with): not the same run")
+                          f"{identity['config_hash']} ({why}): not the same run")
     if not checkpoint_path(run_dir).is_file():
         raise ConfigError(f"{checkpoint_path(run_dir)}: no checkpoint to resume from (the run stopped before "
                           f"its first trainer.checkpoint_every={cfg['trainer']['checkpoint_every']} steps, or "

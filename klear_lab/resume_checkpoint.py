@@ -1,12 +1,15 @@
 """Reading a stopped run's ``checkpoints/last.ckpt`` for :mod:`klear_lab.resume`: what a resume needs of it in
-one load, and a file that cannot load (empty, cut short, overwritten) as a :class:`ConfigError` naming it and
-what to do, in a few words instead of a torch traceback. Kept apart from ``resume.py`` (the names other modules
-import, :func:`klear_lab.resume.checkpoint_log_step` among them), which stays short.
+one load; the config the run hashed at its start, to name what a refused resume changed; and a file that cannot
+load (empty, cut short, overwritten) as a :class:`ConfigError` naming it and what to do, in a few words instead
+of a torch traceback. Kept apart from ``resume.py`` (the names other modules import,
+:func:`klear_lab.resume.checkpoint_log_step` among them), which stays short.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from klear_lab.errors import ConfigError
 
@@ -56,3 +59,57 @@ def _load_failure(ckpt: Path, exc: BaseException) -> str:
     text = text.partition("\n")[0]
     text = text.partition(". ")[0].rstrip(".") or type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def changes_since_start(ckpt: Path, resolved: dict[str, Any], started_hash: str) -> str:
+    """The keys of ``resolved`` whose values differ from what the run hashed at its start (``started_hash``),
+    as ``ckpt`` recorded it (``key: old -> new; ...``); "" without that record (an older version's checkpoint,
+    one that cannot load) or when only what is not in the config differs."""
+    from klear_lab.tracking import body_hash, hashed_body
+
+    started = started_config(ckpt)
+    if started is None or body_hash(started) != started_hash:  # not the config this run's hash was of
+        return ""
+    return config_changes(started, json.loads(json.dumps(hashed_body(resolved), sort_keys=True, default=str)))
+
+
+def started_config(ckpt: Path) -> dict[str, Any] | None:
+    """What the run's config hash hashed when ``ckpt`` was written (``tracking.hashed_body``), or None: a
+    checkpoint of an older version, or one that cannot be loaded (:func:`checkpoint_marks` says why)."""
+    import torch
+
+    from klear_lab.checkpointing import CONFIG_BODY_KEY, POSITION_KEY
+
+    try:
+        state = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=True)
+        return json.loads((state.get(POSITION_KEY) or {}).get(CONFIG_BODY_KEY) or "null")
+    except Exception:  # noqa: BLE001 - only a hint for an error already being raised
+        return None
+
+
+def config_changes(before: dict[str, Any], after: dict[str, Any], limit: int = 5) -> str:
+    """``key: old -> new`` for each leaf of two configs that differs (dotted keys; a list is one leaf; a key
+    only one has: ``(unset)``), at most ``limit`` of them and a count of the rest; "" when none differ."""
+    flat_before, flat_after = _leaves(before), _leaves(after)
+    changed = [f"{key}: {_shown(flat_before, key)} -> {_shown(flat_after, key)}"
+               for key in sorted(flat_before.keys() | flat_after.keys())
+               if flat_before.get(key, _UNSET) != flat_after.get(key, _UNSET)]
+    more = f"; and {len(changed) - limit} more" if len(changed) > limit else ""
+    return "; ".join(changed[:limit]) + more
+
+
+_UNSET = object()
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict) or not node:
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out |= _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def _shown(flat: dict[str, Any], key: str, width: int = 80) -> str:
+    text = json.dumps(flat[key], default=str) if key in flat else "(unset)"
+    return text if len(text) <= width else text[:width - 3] + "..."

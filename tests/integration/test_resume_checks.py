@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from resume_helpers import RL, SFT, Crash
 
 from klear_lab.cli import main
@@ -35,7 +36,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_sft_overrides, ca
     assert "not a run directory" in capsys.readouterr().err
 
 
-def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides):
+def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides, capsys):
     """``run_experiment(cfg, resume=DIR)`` trained the old checkpoint under any cfg and rewrote its config.yaml."""
     from klear_lab.errors import ConfigError
 
@@ -45,10 +46,18 @@ def test_the_api_resume_checks_what_the_cli_checks(tmp_path, tiny_sft_overrides)
         run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
     (run_dir,) = (tmp_path / "runs").glob("*/")
     saved = (run_dir / "config.yaml").read_bytes()
-    for change, needle in [("optim.lr=0.1", "hashes to"), ("run.seed=7", "run.seed=0")]:
+    lr = compose(SFT, overrides)["optim"]["lr"]
+    for change, needle in [("optim.lr=0.1", rf"hashes to .*\(changed since it started: optim\.lr: {lr} -> 0\.1\)"),
+                           ("run.seed=7", "run.seed=0")]:
         with pytest.raises(ConfigError, match=needle):
             run_experiment(compose(SFT, [*overrides, change]), resume=run_dir)
     assert (run_dir / "config.yaml").read_bytes() == saved
+    edited = yaml.safe_load(saved)  # a hand edit of the saved config: the key is named, not just two hashes
+    edited["sft"]["max_steps"], edited["optim"]["grad_clip"] = 5, 0.5
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(edited))
+    assert main(["resume", str(run_dir)]) == 2
+    assert "(changed since it started: optim.grad_clip: 1.0 -> 0.5; sft.max_steps: 4 -> 5)" in capsys.readouterr().err
+    (run_dir / "config.yaml").write_bytes(saved)
     done = run_experiment(compose(SFT, overrides), resume=run_dir)  # the same config continues
     assert json.loads((done.run_dir / "run.json").read_text())["status"] == "completed"
     with pytest.raises(ConfigError, match="already completed"):

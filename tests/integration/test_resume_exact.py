@@ -30,8 +30,9 @@ from klear_lab import wandb_file
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
 from klear_lab.resume import checkpoint_log_step, resume_config
+from klear_lab.resume_checkpoint import started_config
 from klear_lab.run import run_experiment
-from klear_lab.tracking import csv_rows
+from klear_lab.tracking import body_hash, csv_rows
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -130,6 +131,8 @@ def test_rl_resumed_run_samples_and_evaluates_like_an_uninterrupted_one(tmp_path
     whole, run_dir = crash_then_resume(overrides, RL, Crash(3, batches), tmp_path)
     saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert [step for step, *_ in saved["klear_rl_evals"]] == [0, saved["global_step"]]  # start, and step 2's
+    started = json.loads((run_dir / "run.json").read_text())["config_hash"]  # what resume names changes against
+    assert body_hash(started_config(run_dir / "checkpoints" / "last.ckpt")) == started
 
     resumed = run_experiment(resume_config(run_dir), resume=run_dir)
     for key in ("rl/grad_norm", "reward/mean", "rl/response_len_mean", "val/acc"):
