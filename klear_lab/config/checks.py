@@ -235,6 +235,11 @@ def check_rl(cfg: dict[str, Any]) -> None:
     require(rl["overlong"] in OVERLONG, "rl.overlong", f"must be one of {OVERLONG}, got {rl['overlong']!r}")
     require(rl["kl_estimator"] in KL, "rl.kl_estimator", f"must be one of {KL}, got {rl['kl_estimator']!r}")
     require(rl["alpha"] >= 0 and rl["kl_coef"] >= 0, "rl.alpha/rl.kl_coef", "must be >= 0")
+    if rl["kl_coef"] > 0 and rl["kl_estimator"] in ("k1", "kl"):
+        warnings.warn(f"rl.kl_estimator={rl['kl_estimator']} with rl.kl_coef={rl['kl_coef']}: as a loss term, k1's "
+                      "gradient (that of log pi on the sampled tokens) averages to 0, so it adds noise and no pull "
+                      "toward the reference; k3 (the default, verl low_var_kl) or k2 pull toward it", UserWarning,
+                      stacklevel=2)
     require(rl["ppo_epochs"] >= 1, "rl.ppo_epochs", "must be >= 1")
     require(rl["max_new_tokens"] >= 1, "rl.max_new_tokens", "must be >= 1")
     require(rl["logp_chunk_tokens"] >= 0, "rl.logp_chunk_tokens",

@@ -148,7 +148,10 @@ class RLSection:
     """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1)."""
     entropy_coef: float = 0.0
     kl_coef: float = 0.0
+    """Weight of the KL-to-reference loss term (0: no reference model is kept; the paper's RL uses none)."""
     kl_estimator: str = "k3"
+    """``k1``/``k2``/``k3`` (or verl ``kl``/``mse``/``low_var_kl``). As a loss term k3's gradient is that of
+    KL(ref || pi), k2's that of KL(pi || ref), and k1's averages to 0 (noise, no pull: warned)."""
     overlong: str = "none"
     """``none``, ``mask`` (truncated responses leave the loss) or ``penalty`` (DAPO soft overlong)."""
     overlong_buffer: int = 32

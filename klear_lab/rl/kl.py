@@ -2,6 +2,11 @@
 
 With ``log rho = ref_logp - logp`` (``rho = pi_ref / pi``), all are [N, T] -> [N, T] and differentiable
 in ``logp``. Names follow the blog; verl names (``kl_loss_type``) are accepted as aliases.
+
+"Unbiased" is about the VALUE, an estimate of KL(pi || ref) from tokens sampled from pi. Used as a loss
+term (differentiated on the sampled tokens, as verl's ``use_kl_loss`` does) the expected gradients differ:
+k1's is E[grad log pi] = 0 (noise, no pull toward the reference), k2's is the gradient of KL(pi || ref), and
+k3's the gradient of KL(ref || pi). k3 and k2 both pull toward the reference.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DAPO overlong reward shaping and truncation masks (pure tensor functions)."""
+"""DAPO overlong reward shaping (a pure tensor function; `rl.overlong: mask` is `modules.rl_parts.shape_rewards`)."""
 
 from __future__ import annotations
 
@@ -32,24 +32,3 @@ def overlong_penalty(lengths: Tensor, max_len: int, buffer_len: int, factor: flo
         raise ValueError(f"factor must be >= 0, got {factor}")
     exceed = (lengths.float() - (max_len - buffer_len)) / buffer_len  # [N]
     return -factor * exceed.clamp(0.0, 1.0)
-
-
-def truncated(lengths: Tensor, max_len: int, finished: Tensor | None = None) -> Tensor:
-    """Responses cut by the generation budget.
-
-    Args:
-        lengths: Response lengths in tokens. Shape: [N].
-        max_len: Generation budget.
-        finished: Optional EOS-seen flags [N] bool; a response that ended with EOS exactly at
-            ``max_len`` is then not counted as truncated.
-
-    Returns:
-        True where truncated. Shape: [N] bool.
-    """
-    hit = lengths >= max_len
-    return hit if finished is None else hit & ~finished
-
-
-def drop_truncated(mask: Tensor, is_truncated: Tensor) -> Tensor:
-    """DAPO overlong filtering (Sec. 3.4): zero the loss mask [N, T] of truncated rows [N] bool."""
-    return mask * (~is_truncated).to(mask.dtype).unsqueeze(-1)

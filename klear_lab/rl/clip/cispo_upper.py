@@ -32,7 +32,7 @@ class CISPOUpperClip:
     Checked against docs/paper.md Sec. 7 (TRL ``clamp(coef_1, max=epsilon_high).detach()``).
 
     Attributes:
-        cap: Absolute upper bound on the importance weight r (not a distance from 1), > 0 (TRL: 5.0).
+        cap: Absolute upper bound on the importance weight r (not a distance from 1), >= 1 (TRL: 5.0).
     """
 
     cap: float = 5.0
@@ -41,6 +41,9 @@ class CISPOUpperClip:
 
     def __post_init__(self) -> None:
         check_eps("cap", self.cap, upper=None)
+        if self.cap < 1.0:  # a delta written as in `cispo` (eps_high: 0.28) would scale every token down
+            raise ValueError(f"cap is an absolute bound on r, not a distance from 1: {self.cap} < 1 would cap even "
+                             "on-policy tokens (r = 1); TRL recommends 5.0")
 
     def __call__(self, logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor) -> ClipOutput:
         """Per-token loss [N, T] for logp/old_logp/mask [N, T] and adv [N]."""

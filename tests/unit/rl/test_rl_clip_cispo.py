@@ -62,6 +62,7 @@ def test_cispo_padding_is_zero():
         (CISPOClip, {"eps_low": 1.2}, "eps_low"),
         (CISPOClip, {"eps_high": 0.0}, "eps_high"),
         (CISPOUpperClip, {"cap": 0.0}, "cap"),
+        (CISPOUpperClip, {"cap": 0.28}, "cap is an absolute bound on r, not a distance from 1: 0.28 < 1"),
     ],
 )
 def test_validation(cls, kwargs, field):

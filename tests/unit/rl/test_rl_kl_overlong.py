@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from klear_lab.modules.rl_parts import shape_rewards
 from klear_lab.rl.kl import kl_estimate, kl_k1, kl_k2, kl_k3
-from klear_lab.rl.overlong import drop_truncated, overlong_penalty, truncated
+from klear_lab.rl.overlong import overlong_penalty
 
 
 def kl_and_grad(fn, logp, ref_logp):
@@ -59,10 +63,55 @@ def test_overlong_penalty():
         overlong_penalty(lengths, max_len=20, buffer_len=0)
 
 
-def test_truncation_mask():
-    lengths = torch.tensor([3, 5, 5])
-    assert truncated(lengths, 5).tolist() == [False, True, True]
-    assert truncated(lengths, 5, finished=torch.tensor([True, True, False])).tolist() == [False, False, True]
-    mask = torch.ones(3, 5)
-    out = drop_truncated(mask, torch.tensor([False, True, False]))
-    assert out.sum(dim=1).tolist() == [5.0, 0.0, 5.0]
+def test_shape_rewards_penalises_by_length_or_masks_what_was_cut():
+    """``rl.overlong``: ``penalty`` lowers the scores by length only; ``mask`` drops the rows cut at the
+    budget (not the one that ended with EOS exactly at it); ``none`` changes neither."""
+    lengths, finished = torch.tensor([3, 18, 20, 20]), torch.tensor([True, True, True, False])
+    mask = (torch.arange(20)[None, :] < lengths[:, None]).float()  # [4, 20]
+    rollout = SimpleNamespace(response_mask=mask, finished=finished)
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    settings = {"overlong_buffer": 4, "overlong_penalty": 1.0, "max_new_tokens": 20}
+    shaped, kept = shape_rewards(scores, rollout, SimpleNamespace(overlong="penalty", **settings))
+    torch.testing.assert_close(shaped, torch.tensor([1.0, 0.5, -1.0, 0.0]))
+    assert torch.equal(kept, mask)
+    shaped, kept = shape_rewards(scores, rollout, SimpleNamespace(overlong="mask", **settings))
+    assert torch.equal(shaped, scores) and kept.sum(-1).tolist() == [3.0, 18.0, 20.0, 0.0]
+    shaped, kept = shape_rewards(scores, rollout, SimpleNamespace(overlong="none", **settings))
+    assert torch.equal(shaped, scores) and torch.equal(kept, mask)
+
+
+def test_as_loss_terms_k1_pulls_nowhere_k2_follows_kl_pi_ref_and_k3_kl_ref_pi():
+    """The estimators' expected gradients over a 6-token softmax, exactly: sum_y pi(y) grad k(y) (the loss term
+    is differentiated on tokens sampled from pi, as verl's use_kl_loss does) against autograd of the exact KLs."""
+    torch.manual_seed(0)
+    ref = torch.log_softmax(torch.randn(6, dtype=torch.float64), -1)
+    theta = torch.randn(6, dtype=torch.float64, requires_grad=True)
+
+    def expected_grad(fn) -> torch.Tensor:
+        logp = torch.log_softmax(theta, -1)
+        (grad,) = torch.autograd.grad((logp.exp().detach() * fn(logp, ref)).sum(), theta)
+        return grad
+
+    def exact_grad(kl) -> torch.Tensor:
+        logp = torch.log_softmax(theta, -1)
+        (grad,) = torch.autograd.grad(kl(logp), theta)
+        return grad
+
+    kl_pi_ref = exact_grad(lambda logp: (logp.exp() * (logp - ref)).sum())
+    kl_ref_pi = exact_grad(lambda logp: (ref.exp() * (ref - logp)).sum())
+    torch.testing.assert_close(expected_grad(kl_k1), torch.zeros(6, dtype=torch.float64))
+    torch.testing.assert_close(expected_grad(kl_k2), kl_pi_ref)
+    torch.testing.assert_close(expected_grad(kl_k3), kl_ref_pi)
+    assert not torch.allclose(kl_pi_ref, kl_ref_pi)  # the two directions differ here
+
+
+def test_a_k1_loss_term_is_warned():
+    from klear_lab.config.compose import compose
+
+    rl = Path(__file__).resolve().parents[3] / "experiments/quickstart/rl.yaml"
+    with pytest.warns(UserWarning, match=r"rl.kl_estimator=kl with rl.kl_coef=0.01: .* averages to 0"):
+        compose(rl, ["rl.kl_coef=0.01", "rl.kl_estimator=kl"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compose(rl, ["rl.kl_coef=0.01", "rl.kl_estimator=k3"])
+        compose(rl, ["rl.kl_estimator=k1"])  # no KL term: nothing to warn
