@@ -40,6 +40,7 @@ from klear_lab.modules.rl_parts import (
     disable_dropout,
     forget_unlogged,
     rollout_metrics,
+    sft_positives,
     shape_rewards,
 )
 from klear_lab.rl.advantages.base import checked_advantages
@@ -110,7 +111,8 @@ class RLModule(L.LightningModule):
         if plan:  # some rank kept a group: every rank joins every update
             rows = group_rows(trained, self.s.group_size)
             dev = self.device  # rollouts, rewards and advantages are host tensors; the loss is on the policy's
-            mask, adv, acc = mask.to(dev), adv.to(dev), groups.acc.reshape(-1).to(dev)
+            positive = sft_positives(groups.acc, groups.scores, scores).reshape(-1)  # [N]
+            mask, adv, acc = mask.to(dev), adv.to(dev), positive.to(dev)
             old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask, plan)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
             update = self._update(rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world)

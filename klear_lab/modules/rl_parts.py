@@ -1,7 +1,8 @@
 """The RL module's self-contained pieces, which :class:`klear_lab.modules.rl.RLModule` uses: its settings
 (``RLSettings``), ``disable_dropout`` for the policy, the overlong handling of a rollout batch's rewards
-(``shape_rewards``), its statistics (``rollout_metrics``), ``float_metrics`` for a micro-step's objective
-metrics and ``forget_unlogged``, which keeps a step's row to the metrics it logs.
+(``shape_rewards``) and the α term's positives (``sft_positives``), its statistics (``rollout_metrics``),
+``float_metrics`` for a micro-step's objective metrics and ``forget_unlogged``, which keeps a step's row to the
+metrics it logs.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def shape_rewards(scores: torch.Tensor, rollout, s: RLSettings) -> tuple[torch.T
     elif s.overlong == "mask":
         mask = mask * rollout.finished.float()[:, None]
     return scores, mask
+
+
+def sft_positives(acc: torch.Tensor, scores: torch.Tensor, shaped: torch.Tensor) -> torch.Tensor:
+    """The α term's positives [B, G] bool: fully correct (``acc``) and not lowered by the overlong penalty,
+    as the official code's ``sum(token_level_rewards) == 1.0`` (paper.md §1.4): a correct answer in the
+    penalty buffer is no example to imitate. ``rl.overlong: mask`` already takes cut rows out of the loss."""
+    return acc & (shaped >= scores)
 
 
 def rollout_metrics(groups, scores: torch.Tensor, keep: torch.Tensor, rollout) -> dict[str, float]:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from klear_lab.modules.rl_parts import shape_rewards
+from klear_lab.modules.rl_parts import sft_positives, shape_rewards
 from klear_lab.rl.kl import kl_estimate, kl_k1, kl_k2, kl_k3
 from klear_lab.rl.overlong import overlong_penalty
 
@@ -64,8 +64,9 @@ def test_overlong_penalty():
 
 
 def test_shape_rewards_penalises_by_length_or_masks_what_was_cut():
-    """``rl.overlong``: ``penalty`` lowers the scores by length only; ``mask`` drops the rows cut at the
-    budget (not the one that ended with EOS exactly at it); ``none`` changes neither."""
+    """``rl.overlong``: ``penalty`` lowers the scores by length only, and a correct answer it lowers is no
+    positive for the α term (official code: final score == 1); ``mask`` drops the rows cut at the budget (not
+    the one that ended with EOS exactly at it); ``none`` changes neither."""
     lengths, finished = torch.tensor([3, 18, 20, 20]), torch.tensor([True, True, True, False])
     mask = (torch.arange(20)[None, :] < lengths[:, None]).float()  # [4, 20]
     rollout = SimpleNamespace(response_mask=mask, finished=finished)
@@ -74,6 +75,9 @@ def test_shape_rewards_penalises_by_length_or_masks_what_was_cut():
     shaped, kept = shape_rewards(scores, rollout, SimpleNamespace(overlong="penalty", **settings))
     torch.testing.assert_close(shaped, torch.tensor([1.0, 0.5, -1.0, 0.0]))
     assert torch.equal(kept, mask)
+    acc = scores == 1.0
+    assert sft_positives(acc, scores, shaped).tolist() == [True, False, False, False]  # row 1: penalised
+    assert sft_positives(acc, scores, scores).tolist() == [True, True, False, True]  # no penalty: acc
     shaped, kept = shape_rewards(scores, rollout, SimpleNamespace(overlong="mask", **settings))
     assert torch.equal(shaped, scores) and kept.sum(-1).tolist() == [3.0, 18.0, 20.0, 0.0]
     shaped, kept = shape_rewards(scores, rollout, SimpleNamespace(overlong="none", **settings))
