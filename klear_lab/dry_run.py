@@ -104,7 +104,12 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     devices = device_count(t)
     from klear_lab.build_model import unavailable_model
     from klear_lab.builders import unavailable_data
-    from klear_lab.reward_checks import reward_task_problem, unavailable_rewards, unread_reward_sources
+    from klear_lab.reward_checks import (
+        parent_unavailable_rewards,
+        reward_task_problem,
+        unavailable_rewards,
+        unread_reward_sources,
+    )
 
     missing = cfg["model"]["name_or_path"] and unavailable_model(cfg["model"]["name_or_path"])
     mismatch = reward_task_problem(cfg, read=False)  # the run's refusal at its start: no file is read to know
@@ -112,6 +117,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
             ("parameters", f"{params / 1e6:,.1f} M"),
             *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_data(cfg)),
             *((key, f"{NOT_HERE}: {why}") for key, why in unavailable_rewards(cfg, read=False)),
+            *((key, f"{NOT_HERE}: {why}") for key, why in parent_unavailable_rewards(cfg, read=False)),
             *([("rl.reward tasks", f"{UNSUPPORTED}: {mismatch}")] if mismatch else []),
             *([("rl.reward tasks", f"not checked for {', '.join(unread)}: task auto, and the dry run reads no data "
                 "(`sweep --validate-only` reads it, the run checks its records at its start; `task: math` or "

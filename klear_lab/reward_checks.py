@@ -191,6 +191,23 @@ def unavailable_rewards(cfg: dict[str, Any], read: bool = True) -> list[tuple[st
     return [(key, f"{what}: {why}") for key, what, why in _unavailable_rewards(cfg, read)]
 
 
+def parent_unavailable_rewards(cfg: dict[str, Any], read: bool = True) -> list[tuple[str, str]]:
+    """:func:`unavailable_rewards` of the ``model.init_from`` starting point a run of ``cfg`` would train
+    first (none of its runs completed; and of that one's own, up the chain), keyed ``model.init_from NAME:
+    KEY``. The run itself trains it and is refused there (exit 2); the dry run and a sweep say so up front."""
+    from klear_lab.starting_point import completed_parent, parent_config
+    from klear_lab.tracking import config_hash
+
+    m = cfg["model"]
+    if m["name_or_path"] or not m["init_from"]:
+        return []
+    parent = parent_config(cfg)
+    if completed_parent(parent, config_hash(parent))[0] is not None:
+        return []
+    found = [*unavailable_rewards(parent, read), *parent_unavailable_rewards(parent, read)]
+    return [(f"model.init_from {parent['run']['experiment']}: {key}", why) for key, why in found]
+
+
 def rewards_problem(cfg: dict[str, Any]) -> str | None:
     """Why a run of ``cfg`` cannot start on this machine for a reward it would call (one line; the rewards
     that fail alike grouped), or None."""

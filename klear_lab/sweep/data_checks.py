@@ -23,15 +23,17 @@ if TYPE_CHECKING:
 def unavailable_trial_inputs(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], list[str]]:
     """``(data, rewards)``: ``key=path: why`` for the data files trials would read and this machine cannot
     (``builders.unavailable_data``), and ``key what: why`` for the rewards they would call and it cannot
-    run (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap). From the base experiment's
-    config, or where an axis sets what decides them (the data, the rewards, the eval set, the run kind),
-    each arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
+    run (``reward_checks.unavailable_rewards``: ``code`` without bubblewrap; also those of a
+    ``model.init_from`` starting point that the sweep would train first). From the base experiment's
+    config, or where an axis sets what decides them (the data, the rewards, the eval set, the run kind, the
+    starting point), each arm's (``tpe``/``random``: each value of such an axis, the others at their first)."""
     from klear_lab.builders import unavailable_data
-    from klear_lab.reward_checks import unavailable_rewards
+    from klear_lab.reward_checks import parent_unavailable_rewards, unavailable_rewards
 
-    cfgs = _configs_varied_by(spec, arms, ("data", "rl.reward", "eval", "run.kind"))
+    cfgs = _configs_varied_by(spec, arms, ("data", "rl.reward", "eval", "run.kind", "model.init_from"))
     data = [f"{key}={why}" for cfg in cfgs for key, why in unavailable_data(cfg)]
-    rewards = [f"{key} {why}" for cfg in cfgs for key, why in unavailable_rewards(cfg)]
+    rewards = [f"{key} {why}" for cfg in cfgs
+               for key, why in [*unavailable_rewards(cfg), *parent_unavailable_rewards(cfg)]]
     return sorted(set(data), key=data.index), sorted(set(rewards), key=rewards.index)
 
 

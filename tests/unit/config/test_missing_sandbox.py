@@ -248,3 +248,27 @@ def test_a_math_sweep_validates_without_bwrap(no_bwrap, tmp_path, capsys):
 
     assert sweep_main(["sweep", str(write_spec(tmp_path)), "--validate-only"]) == 0, capsys.readouterr().err
     assert ": OK:" in capsys.readouterr().out
+
+
+def test_a_starting_point_that_grades_code_is_found_by_the_dry_run_and_the_sweep(no_bwrap, tmp_path, capsys):
+    """A math RL run whose ``model.init_from`` is the code SFT: the run trains that SFT first, which grades code
+    records. Its dry run and its sweep's checks said nothing; the SFT's own start was the first to refuse."""
+    from klear_lab.cli_sweep import main as sweep_main
+    from klear_lab.dry_run import plan_rows
+    from klear_lab.reward_checks import parent_unavailable_rewards, unavailable_rewards
+
+    overrides = [f"model.init_from={QUICK / 'code_sft.yaml'}", f"run.out_dir={tmp_path / 'runs'}"]
+    cfg = compose(QUICK / "rl.yaml", overrides)
+    assert unavailable_rewards(cfg) == []  # the RL run itself grades math only
+    key = f"model.init_from {compose(QUICK / 'code_sft.yaml')['run']['experiment']}: eval.code_reward"
+    assert [k for k, _ in parent_unavailable_rewards(cfg)] == [key]
+    assert dict(plan_rows(cfg, 2_000_000))[key].startswith(
+        "NOT AVAILABLE HERE: 'code' (grades the code records")
+    assert parent_unavailable_rewards(compose(QUICK / "rl.yaml")) == []  # the math SFT grades no code
+
+    spec = write_spec(tmp_path)
+    (tmp_path / "exp.yaml").write_text(f"base: {QUICK / 'rl.yaml'}\nmodel: {{init_from: {QUICK / 'code_sft.yaml'}}}\n")
+    assert sweep_main(["sweep", str(spec)]) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"would call rewards this machine cannot run: {key} 'code'" in err, err
+    assert not (tmp_path / "out" / "toy" / "study.db").exists()
