@@ -155,7 +155,7 @@ def run_harness(harness: str, payload: dict[str, Any], key: str, timeout_s: floa
         if res.fouled:  # which of its lines are the harness' cannot be told: none of the rest counts
             fouled = [{"i": k, "crash": f"{FOUL} (in tests {start}-{end - 1})"} for k in range(start, len(items))]
             return HarnessRuns(lines[:-len(got) or None] + fouled, False, returncode, wall)
-        done = max([rec["i"] + 1 for rec in got if isinstance(rec.get("i"), int)], default=start)
+        done = max([rec["i"] + 1 for rec in got if "i" in rec], default=start)  # in [start, end]: own_keys
         if done >= end:
             start = end
             continue

@@ -17,6 +17,8 @@ as over the limit, whatever its line says: the limit inside the sandbox is an al
 can ignore (a review passed tests 5 s over a 2 s limit)."""
 
 
+UNREADABLE = "a result line the harness did not write (not JSON it reads back, or a key twice)"
+
 HEAD = re.compile(r'\{"(?:i": (\d+)[,}]|defined": |load_error": )')
 """The start of a harness line (``json.dumps`` of a dict whose first key is ``i``, ``defined`` or ``load_error``)."""
 
@@ -67,7 +69,7 @@ def over_time(stdout: str, line_s: Sequence[float], test_s: float | None, count:
         step = order.next(line[:LINE_HEAD])
         if step is None:
             break
-        rec, at = parse(line), line_s[k] if k < len(line_s) else None
+        rec, at = own_keys(line, step), line_s[k] if k < len(line_s) else None
         late = bool(test_s) and None not in (at, before) and at - before > test_s * 1.1 + TEST_GRACE_S
         if late and step >= 0:
             rec = {"i": step, "timeout": True}
@@ -79,6 +81,20 @@ def over_time(stdout: str, line_s: Sequence[float], test_s: float | None, count:
     return records
 
 
+def own_keys(line: str, step: int) -> dict[str, Any]:
+    """``line`` (in order, at ``step``) as the harness writes it: a test's result indexed by its place in the
+    order (not by an ``"i"`` the line repeats further on: a review's ``{"i": 0, "i": -2}`` passed the order
+    check as test 0, then moved the host back a test on every run, for ever); a ``defined`` or ``load_error``
+    line as only that, by its head (a review's ``{"defined": true, "i": 0, "out": X}``, written after doing
+    a test's work untimed while defining, passed test 0)."""
+    rec = parse(line)
+    if step >= 0:
+        return {**rec, "i": step} if rec else {"i": step, "crash": UNREADABLE}
+    if line.startswith('{"load_error": '):
+        return {"load_error": str(rec.get("load_error", "an unreadable load_error line"))}
+    return {"defined": True}
+
+
 def shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:
     """A result line of a run that began at test ``start``, indexed over all tests."""
     i = rec.get("i")
@@ -86,9 +102,18 @@ def shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:
 
 
 def parse(line: str) -> dict[str, Any]:
-    """One harness line; anything else the program wrote there (say, nested past the parser's depth) is ``{}``."""
+    """One harness line; anything else the program wrote there (say, nested past the parser's depth, or with a
+    key twice) is ``{}``."""
     try:
-        rec = json.loads(line)
+        rec = json.loads(line, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError):
         return {}
     return rec if isinstance(rec, dict) else {}
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The harness writes each key once: a repeated one is a forged line (``json.loads`` keeps the last)."""
+    rec = dict(pairs)
+    if len(rec) < len(pairs):
+        raise ValueError("a repeated key")
+    return rec

@@ -15,6 +15,13 @@ read-only binds' files and root's kernel keyring. Three callers:
   unprivileged host uid): bwrap's own user namespace maps the program to 65534 inside, that host
   uid outside.
 
+Where the program runs as the uid bwrap itself runs as (the first and third cases), bwrap leaves no process
+of its own in the sandbox (``--as-pid-1``): its pid-1 reaper had none of the program's limits, and the program
+could write into it through ``/proc/1/mem`` (a review ran 1.5 GiB there past a 256 MiB ``RLIMIT_AS``). The
+seccomp filter already stops the forks a reaper would reap. Started by root, the reaper stays (host root, out
+of the program's reach): it carries ``--die-with-parent`` for the program, whose own is cleared as the prelude
+changes its uid.
+
 Root that is host root without CAP_SYS_ADMIN (a container's default capability set) cannot make
 the namespaces without running the program as host root, so it is refused with what to do.
 """
@@ -61,13 +68,14 @@ def choose_isolation(euid: int, uid_map: str, gid_map: str, cap_eff: int) -> Iso
         RuntimeError: host root without CAP_SYS_ADMIN.
     """
     if euid != 0:
-        return Isolation(("--unshare-all", "--cap-drop", "ALL"), False)
+        return Isolation(("--unshare-all", "--as-pid-1", "--cap-drop", "ALL"), False)
     if _maps(uid_map, NOBODY) and _maps(gid_map, NOBODY) and cap_eff >> _CAP_SYS_ADMIN & 1:
         own = all(_maps(m, i) for m in (uid_map, gid_map) for i in (SANDBOX_UIDS[0], SANDBOX_UIDS[-1]))
         return Isolation(("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                           "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"), True, own)
     if _outside(uid_map, 0) not in (None, 0):
-        return Isolation(("--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"), False)
+        return Isolation(("--unshare-all", "--as-pid-1", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop",
+                          "ALL"), False)
     raise RuntimeError(
         "the code sandbox runs model-written code as an unprivileged user: this process is host root, and "
         "bwrap can only make the sandbox's namespaces through a user namespace that maps the program to host "

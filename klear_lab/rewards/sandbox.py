@@ -189,7 +189,7 @@ def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
     exe, prefix = _python()
     isolation = isolation or current_isolation()
     nproc = not (isolation.shared_uid and uid == NOBODY and seccomp_fd is not None)
-    argv = [require_bwrap(), *isolation.args, "--die-with-parent", "--new-session",
+    argv = [require_bwrap(), *isolation.args, "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
             *_mounts(prefix, limits.tmpfs_mb)]
     if seccomp_fd is not None:

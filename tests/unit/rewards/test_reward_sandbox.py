@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -68,10 +69,10 @@ ALL_CAPS, NO_SYS_ADMIN = 0x1FFFEFFFFFF, 0x1FFFEFFFFFF & ~(1 << 21)
 
 
 @pytest.mark.parametrize(("euid", "uid_map", "caps", "expected"), [
-    (1000, FULL, 0, ("--unshare-all", "--cap-drop", "ALL")),  # a user: bwrap's namespace maps that user
+    (1000, FULL, 0, ("--unshare-all", "--as-pid-1", "--cap-drop", "ALL")),  # a user: bwrap's namespace maps it
     (0, FULL, ALL_CAPS, ("--unshare-pid", "--cap-add", "CAP_SETUID", "shared")),  # CI root: the prelude drops
     (0, "0 100000 65536\n", ALL_CAPS, ("--unshare-pid", "shared")),  # rootless container mapping a range
-    (0, "0 1000 1\n", ALL_CAPS, ("--unshare-all", "--uid", "65534", "--gid")),  # unshare -r by a user
+    (0, "0 1000 1\n", ALL_CAPS, ("--unshare-all", "--as-pid-1", "--uid", "65534", "--gid")),  # unshare -r by a user
     (0, FULL, NO_SYS_ADMIN, "host root"),  # a container's default capabilities
     (0, "0 0 1\n", ALL_CAPS, "host root"),  # unshare -r by root: nobody cannot be mapped
 ])
@@ -84,6 +85,7 @@ def test_the_program_is_never_host_root(euid, uid_map, caps, expected):
     words = (*isolation.args, *(["shared"] if isolation.shared_uid else []))
     assert all(w in words for w in expected) and ("--unshare-user" not in words)
     assert ("--cap-add" in words) == ("shared" in words)  # capabilities are kept only to become nobody
+    assert ("--as-pid-1" in words) == ("shared" not in words)  # no bwrap process of the program's own uid
 
 
 def test_concurrent_sandboxes_do_not_share_a_thread_limit():
@@ -143,6 +145,11 @@ def test_host_files_are_invisible(tmp_path):
     rel = os.path.relpath(os.path.realpath(sys.base_prefix), home)
     allowed = set() if rel.startswith("..") else {rel.split(os.sep)[0]}  # only the interpreter prefix
     assert set(eval(listing.stdout)) <= allowed
+
+
+def test_the_hosts_name_is_not_shown():
+    res = run_python("import os, socket\nprint(socket.gethostname(), os.uname().nodename)")
+    assert res.stdout.split() == ["sandbox", "sandbox"], (res.stdout, res.stderr[-300:])
 
 
 def test_no_network_to_host_loopback():
@@ -373,6 +380,34 @@ def test_a_line_out_of_order_on_the_harness_pipe_fails_that_test_and_ends_the_ru
     assert (run.passed, run.status) == ((False, False, False), "crash") and harness.FOUL in run.info, run
 
 
+@pytest.mark.parametrize("per_run", [None, 1])
+def test_a_result_line_with_a_key_twice_counts_for_its_place_in_the_order_only(per_run):
+    """``{"i": 0, "i": -2}`` passed the order check by its head, then json.loads kept the last ``i``: the host
+    went back a test on every fresh sandbox and the reward call never returned (its total limit grew with
+    each start); ``{"i": 0, "i": true}`` was taken as test 1's result (found by a review)."""
+    code = ("import os, sys\ndef f(x):\n    if x == 2:\n        out = sys._getframe(1).f_globals['_out']\n"
+            "        out.write({line!r} + '\\n'); out.flush(); os._exit(0)\n    return x\n")
+    tests = [{"input": [x], "output": x} for x in range(4)]
+    head = '{"i": 0' if per_run else '{"i": 2'  # test 2's place in its run: in order
+    for forged in (f'{head}, "i": -2}}', f'{head}, "i": true}}', f'{head}, "out": 9, "out": 2}}'):
+        run = run_function_tests(code.format(line=forged), "f", tests, timeout_s=10, test_timeout_s=1,
+                                 tests_per_run=per_run)
+        assert run.passed == (True, True, False, True) and run.status == "crash", (forged, run)
+        assert "a result line the harness did not write" in run.info and run.wall_s < 10, (forged, run)
+
+
+def test_a_defined_line_carries_no_result():
+    """With a sandbox per test the ``defined`` line is not timed (the test's line is, from the sandbox's start):
+    a program did test 0's work untimed while defining, wrote ``{"defined": true, "i": 0, "out": X}`` and
+    exited, and passed (found by a review: 3 of 3 tests of 4 s each against a 1 s limit)."""
+    forger = ("import os, sys, json\ng = sys._getframe(1).f_globals\nx = g['_P']['inputs'][0][0]\n"
+              "g['_out'].write(json.dumps({'defined': True, 'i': 0, 'out': 2 * x}) + '\\n'); g['_out'].flush()\n"
+              "os._exit(0)\ndef f(x):\n    pass\n")
+    tests = [{"input": [x], "output": 2 * x} for x in (1, 2)]
+    run = run_function_tests(forger, "f", tests, timeout_s=20, test_timeout_s=1, tests_per_run=1)
+    assert run.passed == (False, False) and run.status == "crash", run
+
+
 def test_results_forged_in_order_fail_every_test_of_the_run():
     """Forged in order (tests 0-2 during test 0), the harness' own line was the one out of order, and all
     three passed though each took 3 s over a 1 s limit (found by a review of the first fix)."""
@@ -508,14 +543,17 @@ def test_only_tmp_is_writable():
     assert res.stdout.split() == ["30", "30", "30", "wrote", "null"], (res.stdout, res.stderr[-300:])  # EROFS
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
-                    reason="becomes an unprivileged user to run bwrap the way a non-root researcher does")
-def test_only_tmp_is_writable_when_bwrap_runs_unprivileged(monkeypatch):
-    """Unprivileged, bwrap makes the new root and /dev tmpfs owned by the caller: writable, and as large as half
-    the host's memory (a review filled 384 MiB there past the 64 MiB /tmp)."""
+UNPRIVILEGED = pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK),
+                                  reason="becomes an unprivileged user to run bwrap the way a non-root researcher does")
+
+
+def run_unprivileged(monkeypatch, program: str, kill_after_s: float | None = None) -> list[str]:
+    """``program``'s output words, run by bwrap started as ``nobody`` (bwrap's own user namespace, as for a
+    researcher's account; /root's interpreter is closed to nobody, so the system's). ``kill_after_s``: kill
+    bwrap's process group then, as :func:`run_python` does on a timeout."""
     from klear_lab.rewards.seccomp import no_fork_filter
 
-    monkeypatch.setattr(sandbox, "_python", lambda: ("/usr/bin/python3", "/usr"))  # /root's is closed to nobody
+    monkeypatch.setattr(sandbox, "_python", lambda: ("/usr/bin/python3", "/usr"))
     isolation = choose_isolation(1000, "0 0 4294967295\n", "0 0 4294967295\n", 0)
     read, write = os.pipe()
     os.write(write, no_fork_filter())
@@ -528,12 +566,52 @@ def test_only_tmp_is_writable_when_bwrap_runs_unprivileged(monkeypatch):
 
     argv = sandbox.bwrap_argv(sandbox.SandboxLimits(), 20, read, isolation, 65534)
     try:
-        proc = subprocess.run(argv, input=WRITES.encode(), capture_output=True, pass_fds=(read,),
-                              preexec_fn=become_nobody, env={}, timeout=60)
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              pass_fds=(read,), preexec_fn=become_nobody, env={}, start_new_session=True) as proc:
+            try:
+                out, err = proc.communicate(program.encode(), timeout=kill_after_s or 60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, err = proc.communicate()
     finally:
         os.close(read)
-    out = proc.stdout.decode().split("\n", 1)[-1].split()  # after the prelude's start-up line
-    assert out == ["30", "30", "30", "wrote", "null"], (proc.stdout, proc.stderr[-300:])
+    return out.decode().split("\n", 1)[-1].split() or [err.decode()[-300:]]  # after the prelude's start line
+
+
+@UNPRIVILEGED
+def test_only_tmp_is_writable_when_bwrap_runs_unprivileged(monkeypatch):
+    """Unprivileged, bwrap makes the new root and /dev tmpfs owned by the caller: writable, and as large as half
+    the host's memory (a review filled 384 MiB there past the 64 MiB /tmp)."""
+    assert run_unprivileged(monkeypatch, WRITES) == ["30", "30", "30", "wrote", "null"]
+
+
+PROCESSES = ("import os\nprint(os.getpid(), os.getuid(), *sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
+             "try:\n    os.close(os.open('/proc/1/mem', os.O_RDWR)); print('opened')\n"
+             "except OSError as e:\n    print('refused', e.errno)\n")
+
+
+@UNPRIVILEGED
+def test_unprivileged_no_bwrap_process_of_the_programs_uid_shares_its_sandbox(monkeypatch):
+    """bwrap's pid-1 reaper ran as the program's uid without its limits: a review wrote machine code into it
+    through /proc/1/mem and held 1.5 GiB past a 256 MiB RLIMIT_AS. Now the program is pid 1, alone."""
+    assert run_unprivileged(monkeypatch, PROCESSES) == ["1", "65534", "1", "opened"]  # its own memory, no other
+
+
+@UNPRIVILEGED
+def test_unprivileged_a_killed_sandbox_leaves_no_program_behind(monkeypatch):
+    """With the program as pid 1 its --die-with-parent is its own: killing bwrap still ends it."""
+    run_unprivileged(monkeypatch, "print('up', flush=True)\nwhile True:\n    pass\n", kill_after_s=1.0)
+    deadline = time.monotonic() + 5
+    while _sandboxed_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _sandboxed_pids()
+
+
+def test_started_by_root_the_sandboxs_pid_1_is_out_of_the_programs_reach():
+    """The reaper stays there (it carries --die-with-parent: the prelude's uid change clears the program's)."""
+    res = run_python(PROCESSES)
+    pid, uid, *pids, verdict, errno = res.stdout.split()
+    assert (uid != "0", pid != "1", "1" in pids, verdict, errno) == (True, True, True, "refused", "13"), res.stdout
 
 
 IGNORE_ALARM = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
