@@ -145,8 +145,7 @@ class RLSection:
     update; the schedule assumes every group is kept) or ``rollout_step`` (verl, and so the paper's recipe:
     its 10 warmup steps are 10 rollout steps, and groups a filter drops do not stretch the schedule)."""
     alpha: float = 0.1
-    """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1); one that ``overlong: penalty``
-    lowered is not among them (the official code's final score == 1)."""
+    """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1)."""
     entropy_coef: float = 0.0
     kl_coef: float = 0.0
     """Weight of the KL-to-reference loss term (0: no reference model is kept; the paper's RL uses none)."""
