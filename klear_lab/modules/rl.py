@@ -111,11 +111,11 @@ class RLModule(L.LightningModule):
         if plan:  # some rank kept a group: every rank joins every update
             rows = group_rows(trained, self.s.group_size)
             dev = self.device  # rollouts, rewards and advantages are host tensors; the loss is on the policy's
-            positive = sft_positives(groups.acc, groups.scores, scores).reshape(-1)  # [N]
-            mask, adv, acc = mask.to(dev), adv.to(dev), positive.to(dev)
+            positive = sft_positives(groups.acc, groups.scores, scores).reshape(-1).to(dev)  # [N]
+            mask, adv = mask.to(dev), adv.to(dev)
             old_logp, ref_logp = self._behaviour_logp(rollout, rows, mask, plan)
             times["logprob"], t = time.perf_counter() - t, time.perf_counter()
-            update = self._update(rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world)
+            update = self._update(rollout, rows, mask, adv, positive, old_logp, ref_logp, plan, world)
             summed += [k for k in update if k not in ("rl/grad_norm", "rl/updates_per_step") and not is_extreme(k)]
             metrics.update(update)
             self.engine.sync_weights(self.policy)
@@ -201,7 +201,7 @@ class RLModule(L.LightningModule):
                     ref.append(response_logp(self.reference, *args, chunk_tokens=self.s.logp_chunk_tokens)[0])
         return torch.cat(old), torch.cat(ref) if ref else None
 
-    def _update(self, rollout, rows, mask, adv, acc, old_logp, ref_logp, plan, world) -> dict[str, float]:
+    def _update(self, rollout, rows, mask, adv, positive, old_logp, ref_logp, plan, world) -> dict[str, float]:
         """``ppo_epochs`` passes over ``plan`` (this rank's kept groups per update). Under DDP a rank
         whose chunk is empty still joins the update's gradient all-reduce, with a zero gradient."""
         opt, sched = self.optimizers(), self.lr_schedulers()
@@ -212,13 +212,13 @@ class RLModule(L.LightningModule):
             for mb_groups in plan:
                 mb = group_rows(mb_groups, self.s.group_size)
                 local = torch.tensor([index[int(r)] for r in mb], dtype=torch.long)
-                ctx, pos_ctx = self._contexts(mask[mb], mask[mb] * acc[mb].float()[:, None], world)
+                ctx, pos_ctx = self._contexts(mask[mb], mask[mb] * positive[mb].float()[:, None], world)
                 opt.zero_grad()
                 micros = list(zip(split_rows(mb, self.s.micro_batch_seqs),
                                   split_rows(local, self.s.micro_batch_seqs))) if len(mb) else []
                 for i, (micro, micro_local) in enumerate(micros):
                     with self._gradient_sync(last=i == len(micros) - 1):
-                        m = self._micro_step(rollout, micro, micro_local, mask, adv, acc, old_logp, ref_logp, ctx,
+                        m = self._micro_step(rollout, micro, micro_local, mask, adv, positive, old_logp, ref_logp, ctx,
                                              pos_ctx, world)
                     accumulate(totals, m)
                 if not micros:
@@ -256,7 +256,7 @@ class RLModule(L.LightningModule):
             return contextlib.nullcontext()
         return model.no_sync()
 
-    def _micro_step(self, rollout, rows, local, mask, adv, acc, old_logp, ref_logp, ctx, pos_ctx,
+    def _micro_step(self, rollout, rows, local, mask, adv, positive, old_logp, ref_logp, ctx, pos_ctx,
                     world: int = 1) -> dict[str, float]:
         prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
         logp, entropy = response_logp(self.policy, prompts, rollout.response_ids[rows], mask[rows],
@@ -264,7 +264,7 @@ class RLModule(L.LightningModule):
                                       chunk_tokens=self.s.logp_chunk_tokens,
                                       entropy_grad=bool(self.weights.entropy_coef))
         batch = PolicyBatch(logp=logp, old_logp=old_logp[local], adv=adv[rows], mask=mask[rows],
-                            positive=acc[rows], ref_logp=None if ref_logp is None else ref_logp[local],
+                            positive=positive[rows], ref_logp=None if ref_logp is None else ref_logp[local],
                             entropy=entropy if self.weights.entropy_coef else entropy.detach())
         loss, metrics = rl_objective(self.clip, self.aggregation, batch, ctx, self.weights, pos_ctx)
         self.manual_backward(loss * world)  # DDP averages gradients over ranks; x world keeps the global sum
