@@ -121,19 +121,29 @@ def warn_repeated_uids(path: str, row_numbers: list[int], records: list[Record])
         first.setdefault(r.uid, n)
     if repeats:
         n, earlier, uid = repeats[0]
-        warnings.warn(f"{path}: {len(repeats)} row(s) repeat an earlier row's uid (the first: row {n} repeats "
-                      f"row {earlier}'s {uid!r}); rows sharing a uid share their per-problem seeds",
-                      UserWarning, stacklevel=2)
+        warn_once(f"{path}: {len(repeats)} row(s) repeat an earlier row's uid (the first: row {n} repeats "
+                  f"row {earlier}'s {uid!r}); rows sharing a uid share their per-problem seeds")
 
 
 def warn_other_tasks(path: str, others: list[tuple[int, str]], first_read_as: str) -> None:
     """Rows whose task column names a task klear-lab has no grader for (``others``: row, value) are read as
     math or code (by their tests and source name) and graded so: say how many, and how the first was read."""
     values = ", ".join(repr(v) for v in sorted({v for _, v in others}))
-    warnings.warn(f"{path}: {len(others)} row(s) name a task that is neither math nor code ({values}; the "
-                  f"first: row {others[0][0]}, read as {first_read_as}): each is read as code if it has tests or "
-                  "its source names code, else as math (graded by math-verify); set the source's task: to say "
-                  "which, or drop those rows", UserWarning, stacklevel=2)
+    warn_once(f"{path}: {len(others)} row(s) name a task that is neither math nor code ({values}; the first: row "
+              f"{others[0][0]}, read as {first_read_as}): each is read as code if it has tests or its source names "
+              "code, else as math (graded by math-verify); set the source's task: to say which, or drop those rows")
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A warning about a file's rows, once per process: a run reads a file it trains and evaluates on twice,
+    and the ``catch_warnings`` blocks between the reads (ours, the libraries') reset Python's own registry of
+    warnings shown. The message names the counts and the first row: a file edited since warns again."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 def detect_format(rows: list[tuple[int, Any]]) -> str:

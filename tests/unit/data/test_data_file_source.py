@@ -234,6 +234,17 @@ def test_an_ability_that_is_neither_math_nor_code_is_read_by_the_row_and_warned(
         assert {r.task for r in FileSource(path=str(path), task="math").records(0, "train")} == {"math"}
 
 
+def test_a_file_read_twice_in_a_process_warns_once(tmp_path):
+    """A run that trains and evaluates on one file read it twice and gave each warning twice."""
+    rows = [{**VERL[0], "ability": "physics"}, {**VERL[0], "ability": "physics"}]
+    path = _jsonl(tmp_path / "twice.jsonl", rows)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for split in ("train", "eval", "train"):
+            FileSource(path=str(path)).records(0, split)
+    assert [str(w.message).split(": ", 1)[1][:20] for w in caught] == ["2 row(s) name a task"], caught
+
+
 def test_bad_json_line_and_non_object_row(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(VERL[0]) + "\n\n{not json\n")
