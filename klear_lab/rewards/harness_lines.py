@@ -17,7 +17,7 @@ as over the limit, whatever its line says: the limit inside the sandbox is an al
 can ignore (a review passed tests 5 s over a 2 s limit)."""
 
 
-UNREADABLE = "a result line the harness did not write (not JSON it reads back, or a key twice)"
+UNREADABLE = "a result line the harness did not write (not JSON it reads back, or one of its keys twice)"
 
 HEAD = re.compile(r'\{"(?:i": (\d+)[,}]|defined": |load_error": )')
 """The start of a harness line (``json.dumps`` of a dict whose first key is ``i``, ``defined`` or ``load_error``)."""
@@ -104,16 +104,17 @@ def shifted(rec: dict[str, Any], start: int) -> dict[str, Any]:
 def parse(line: str) -> dict[str, Any]:
     """One harness line; anything else the program wrote there (say, nested past the parser's depth, or with a
     key twice) is ``{}``."""
+    repeated: list[bool] = []  # per object, innermost first: the line's own object comes last
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        rec = dict(pairs)
+        repeated.append(len(rec) < len(pairs))
+        return rec
+
     try:
-        rec = json.loads(line, object_pairs_hook=_unique_keys)
+        rec = json.loads(line, object_pairs_hook=unique)
     except (ValueError, RecursionError):
         return {}
-    return rec if isinstance(rec, dict) else {}
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """The harness writes each key once: a repeated one is a forged line (``json.loads`` keeps the last)."""
-    rec = dict(pairs)
-    if len(rec) < len(pairs):
-        raise ValueError("a repeated key")
-    return rec
+    # the harness writes its own keys once (json.loads keeps a repeated key's last value); a returned dict
+    # may repeat one in its JSON ({1: x, "1": x}), which only fails its own comparison
+    return rec if isinstance(rec, dict) and not repeated[-1] else {}

@@ -15,8 +15,10 @@ host memory with 150 MB segments under a 200 MB limit). So do ``ptrace`` and
 prelude's limits. ``io_uring_setup``/``enter``/``register``, ``memfd_create`` and ``memfd_secret``
 fail too: a ring keeps files alive after the program closes them, so memfds parked in rings held
 gigabytes of host memory that neither the address-space nor the open-files limit counts (a review
-held 3 GiB under a 1 GiB limit). bubblewrap installs the program (``--seccomp FD``) right before it executes the
-sandboxed interpreter.
+held 3 GiB under a 1 GiB limit). ``prctl(PR_SET_PDEATHSIG)`` fails too: started by a user, the program
+is the sandbox's pid 1 (``isolation``), and its parent-death signal is what ends it when the host kills
+bwrap; a review cleared it and lived on after the reward returned. bubblewrap installs the program
+(``--seccomp FD``) right before it executes the sandboxed interpreter.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ _X32_BIT = 0x40000000
 # io_uring_setup, io_uring_enter, io_uring_register (one number on every architecture); memfd_create,
 # memfd_secret)
 _IO_URING = (425, 426, 427)
+_PRCTL = {"x86_64": 157, "aarch64": 167}
+_PR_SET_PDEATHSIG = 1
 _ARCHES: dict[str, tuple[int, int, int, tuple[int, ...]]] = {
     "x86_64": (0xC000003E, 56, 435, (57, 58, 272, 308, 165, 166, 155, 248, 249, 250, 29, 68, 64, 101, 310, 311,
                                      *_IO_URING, 319, 447)),
@@ -55,7 +59,8 @@ def no_fork_filter(machine: str | None = None) -> bytes | None:
     Args:
         machine: ``platform.machine()`` value; defaults to the running machine.
     """
-    spec = _ARCHES.get(machine or platform.machine())
+    machine = machine or platform.machine()
+    spec = _ARCHES.get(machine)
     if spec is None:
         return None
     arch, clone, clone3, denied = spec
@@ -72,6 +77,13 @@ def no_fork_filter(machine: str | None = None) -> bytes | None:
     ]
     for nr in denied:
         prog += [_insn(_JEQ_K, nr, jf=1), _insn(_RET_K, deny)]
+    prog += [  # prctl: PR_SET_PDEATHSIG denied, every other option allowed
+        _insn(_JEQ_K, _PRCTL[machine], jf=4),
+        _insn(_LD_W_ABS, _OFF_ARG0),
+        _insn(_JEQ_K, _PR_SET_PDEATHSIG, jf=1),
+        _insn(_RET_K, deny),
+        _insn(_RET_K, _RET_ALLOW),
+    ]
     prog += [
         _insn(_JEQ_K, clone, jf=3),
         _insn(_LD_W_ABS, _OFF_ARG0),
