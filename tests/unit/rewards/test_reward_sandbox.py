@@ -305,13 +305,17 @@ def test_a_slow_sandbox_start_is_not_the_programs_time(monkeypatch):
 
 
 def _sandboxed_pids(uid: int | None = None) -> list[int]:
-    """Sandboxed interpreters alive on this machine (``uid``: only that user's)."""
+    """Sandboxed interpreters left alive on this machine: reparented to init, so no bwrap holds them (another
+    test's sandbox, running beside this one under xdist, is not a leak); ``uid``: only that user's, alive."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if MARKER.encode() in f.read().split(b"\0") and uid in (None, os.stat(f"/proc/{pid}").st_uid):
-                    pids.append(int(pid))
+                sandboxed = MARKER.encode() in f.read().split(b"\0")
+            with open(f"/proc/{pid}/status") as f:
+                ppid = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+            if sandboxed and (os.stat(f"/proc/{pid}").st_uid == uid if uid is not None else ppid == 1):
+                pids.append(int(pid))
         except OSError:
             pass
     return pids
