@@ -33,6 +33,8 @@ class Record:
         tests: hidden test cases for code tasks (each ``{"input": [...], "output": ...}``, a function call,
             or ``{"stdin": str, "stdout": str}``, a whole program).
         meta: anything else carried through untouched.
+        difficulty_known: whether ``difficulty`` was given (a file without a difficulty column reads as
+            level 1, which a level band must not take for an annotation). Not part of the records' digest.
     """
 
     uid: str
@@ -45,6 +47,7 @@ class Record:
     response_correct: bool | None = None
     tests: tuple[dict[str, Any], ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    difficulty_known: bool = field(default=True, compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from klear_lab import builders, starting_point
 from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.checkpointing import batches_trained, resume_callback
+from klear_lab.data.overlap import warn_trained_heldout
 from klear_lab.data.records import Record, data_digests, require_gradeable
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.distributed import multi_device_rl_problem
@@ -198,6 +199,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     check_reward_tasks(rl["reward"]["name"], records)
     require_gradeable(records, "data.sources")
     eval_records = builders.build_eval_records(cfg)
+    warn_trained_heldout(records, eval_records)
     digests = data_digests(records, eval_records)  # as built: the prompt-length cap depends on the tokenizer
     sampling = builders.eval_sampling(cfg, eval_records)
     starting_point.resolve_init_from(cfg)

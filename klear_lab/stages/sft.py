@@ -17,6 +17,7 @@ from klear_lab import builders
 from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.checkpointing import optimizer_steps, resume_callback
 from klear_lab.data.datamodule import SFTDataModule
+from klear_lab.data.overlap import warn_trained_heldout
 from klear_lab.data.records import data_digests
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
@@ -191,6 +192,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     records, data_stats = builders.build_train_records(cfg)
     without = check_responses(records)
     eval_records = builders.build_eval_records(cfg)
+    warn_trained_heldout(records, eval_records)
     sampling = builders.eval_sampling(cfg, eval_records)
     rewards = builders.build_eval_rewards(cfg)
     tokenizer, model = build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))

@@ -56,11 +56,11 @@ def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, la
     own = r.get("source", (str,), None)  # the row's data_source / source
     source = label if own is None else own
     kind = task if task != "auto" else _task_of(r, own or "")  # not from the file's name: decoded_eval.jsonl
-    difficulty = r.get("difficulty", (int,), 1)
-    if difficulty < 1:  # a 0-based file's easiest level would fall out of every band (min_level >= 1)
+    difficulty = r.get("difficulty", (int,), None)
+    if difficulty is not None and difficulty < 1:  # a 0-based file's easiest level would fall out of every band
         raise r.fail("difficulty", f"levels start at 1 (the easiest), got {difficulty}; shift the column by 1")
     base = {"uid": str(r.get("uid", (str, int), f"{label}/{n}")), "source": source, "task": kind,
-            "difficulty": difficulty}
+            "difficulty": difficulty or 1, "difficulty_known": difficulty is not None}
     if fmt == "verl":
         fields = _verl_fields(r, kind)
     elif fmt == "messages":

@@ -167,3 +167,24 @@ def test_a_filter_that_does_not_return_records_is_refused_naming_it(monkeypatch)
     with pytest.raises(ComponentError, match=r"data.filter 'Strings' .* returned a str \('p'\) among its records"):
         builders.filtered_records(Strings(), _records(), "s")
     assert builders.filtered_records(lambda recs: tuple(recs[:2]), _records(), "s") == _records()[:2]
+
+
+def test_level_bounds_on_a_file_without_difficulty_levels_are_refused(tmp_path):
+    """A file without a difficulty column read every row as level 1: a Table 2 "easy" arm kept the whole pool
+    and a "hard" one nothing (a review's file named the column ``level``). ``fields`` maps such a column."""
+    import json
+
+    from klear_lab.data.sources.file import FileSource
+
+    path = tmp_path / "levels.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "1", "level": 1 + i % 2}) + "\n"
+                            for i in range(4)))
+    unlabelled = FileSource(path=str(path), format="records").records(0, "train")
+    assert [r.difficulty for r in unlabelled] == [1, 1, 1, 1] and not any(r.difficulty_known for r in unlabelled)
+    for bounds in ({"max_level": 1}, {"min_level": 2}):
+        with pytest.raises(ValueError, match="min_level/max_level: none of the 4 records has a difficulty level"):
+            DIFFICULTY_FILTER.build({"name": "band", **bounds})(unlabelled)
+    assert len(DIFFICULTY_FILTER.build({"name": "band"})(unlabelled)) == 4  # no level bound: nothing to refuse
+    mapped = FileSource(path=str(path), format="records", fields={"difficulty": "level"}).records(0, "train")
+    assert [r.difficulty for r in DIFFICULTY_FILTER.build({"name": "band", "max_level": 1})(mapped)] == [1, 1]
+    assert all(r.difficulty_known for r in _records())  # the world's records carry their levels
