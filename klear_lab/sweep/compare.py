@@ -119,7 +119,8 @@ def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed
     that value, so the interval would be as narrow as the other arm's spread (zero with one seed each).
     None either when neither arm varies: its zero width would call any difference, as in Welch's.
     """
-    diff = float(arm.mean() - base.mean())
+    means = float(arm.mean()), float(base.mean())
+    diff = 0.0 if negligible(means[0] - means[1], *means) else means[0] - means[1]  # as Welch's and the star's
     if len(arm) < 2 or len(base) < 2 or not (spread(arm) or spread(base)):
         return diff, math.nan, math.nan
     rng = np.random.default_rng(seed)

@@ -146,19 +146,44 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     from klear_lab.tracking import atomic_write, write_json
 
     order, baseline = table_arms(spec, records)
-    table_spec = dataclasses.replace(spec, metrics=held_out_metrics(spec, records))
-    df = summarize(records, table_spec.metric, table_spec.metrics, spec.direction, baseline, order,
+    objective, substituted = rescored_objective(spec.metric)
+    metrics = [m for m in held_out_metrics(spec, records) if m != objective]
+    direction = "maximize" if substituted else spec.direction  # a held-out accuracy (not a drawdown's minimize)
+    table_spec = dataclasses.replace(spec, metric=objective, metrics=metrics, direction=direction)
+    df = summarize(records, table_spec.metric, table_spec.metrics, direction, baseline, order,
                    seeds_per_arm=arm_seeds(spec))
     out_dir = spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})
     write_csv(df, out_dir / "table.csv", baseline)
-    notes = (baseline_note(spec, baseline),) if baseline is not None else ()  # where the baseline came from
+    notes = (*((baseline_note(spec, baseline),) if baseline is not None else ()),  # where the baseline came from
+             *((substituted,) if substituted else ()))
     markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline, notes)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(f"Rescored: {' '.join(overrides)}\n\n{markdown}"))
-    title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {spec.metric}{versus(baseline)}"
+    title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {objective}{versus(baseline)}"
     print_table(df, table_spec, baseline, out_dir, None, console, title=title, extra=notes)
     return df
+
+
+CURVE_SUMMARIES = ("_last5", "_best", "_final", "_start")
+"""Suffixes of RL's training-curve summaries of a held-out accuracy (``stages/gain.py``), which an evaluation
+of one checkpoint does not log."""
+
+
+def rescored_objective(metric: str) -> tuple[str, str]:
+    """What a rescored table compares for the sweep's objective ``metric``, and a note when it is not
+    ``metric`` itself: an evaluation logs no training-curve summary (``val/aime24/acc_last5``,
+    ``val/acc_best``), so such an objective is compared as its held-out accuracy (``val/aime24/acc``), and
+    one with no such counterpart (``val/gain``) as ``val/acc``. Every cell of the objective was empty."""
+    from klear_lab.sweep.metrics import is_logged
+
+    if is_logged(metric, "eval"):
+        return metric, ""
+    base = next((metric.removesuffix(s) for s in CURVE_SUMMARIES if metric.endswith(s)), "")
+    used = base if base and is_logged(base, "eval") else "val/acc"
+    return used, (f"the sweep's objective {metric} is not something one evaluation logs (a summary of the "
+                  f"training curve, or of two evaluations): the rescored table compares {used} instead, higher "
+                  "is better")
 
 
 def held_out_metrics(spec: SweepSpec, records: list[TrialRecord]) -> list[str]:

@@ -76,3 +76,25 @@ def test_a_rescore_with_a_baseline_names_it_in_the_title(tmp_path):
                                                                                     {"val/acc": 0.6})]
     write_table(spec, records, ["eval.samples=2"], {}, console)
     assert "rescored (eval.samples=2): val/acc, baseline lr=0.001" in " ".join(console.export_text().split())
+
+
+def test_a_rescore_of_a_training_curve_objective_compares_its_held_out_counterpart(tmp_path):
+    """An evaluation logs no ``val/aime24/acc_last5`` (Figure 2's objective): every objective cell, delta and
+    star of the rescored table was empty, with no word (found by a review). A drawdown's minimize does not
+    carry over to the accuracy compared in its place."""
+    import dataclasses
+
+    from klear_lab.sweep.rescore import write_table
+
+    base = load_spec(write_spec(tmp_path))
+    records = [TrialRecord(arm, s, "COMPLETE", {"val/acc": v + s / 100, "val/aime24/acc": v + s / 10})
+               for arm, v in (("lr=0.001", 0.5), ("lr=0.002", 0.6)) for s in (0, 1)]
+    for objective, direction, compared in (("val/aime24/acc_last5", "maximize", "val/aime24/acc"),
+                                           ("val/acc_drawdown", "minimize", "val/acc")):
+        spec = dataclasses.replace(base, metric=objective, direction=direction)
+        console = Console(record=True, width=300)
+        df = write_table(spec, records, ["eval.samples=2"], {}, console).set_index("arm")
+        text = " ".join(console.export_text().split())
+        assert f"rescored (eval.samples=2): {compared}, baseline lr=0.001" in text, text
+        assert f"the sweep's objective {objective} is not something one evaluation logs" in text
+        assert abs(df.loc["lr=0.002", "delta"] - 0.1) < 1e-9 and df.loc["lr=0.002", "best"]  # higher is better

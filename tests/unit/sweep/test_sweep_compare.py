@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from sweep_fixtures import write_spec
 
+from klear_lab.stats import welch_interval
 from klear_lab.sweep.compare import (
     TrialRecord,
     bootstrap_diff,
@@ -52,6 +53,13 @@ def test_bootstrap_interval_contains_true_difference():
     d, lo, hi = bootstrap_diff(a, b, seed=0)
     assert abs(d - 0.1) < 1e-12 and lo < 0.1 < hi and lo > 0 and hi - lo < 0.08
     assert bootstrap_diff(a, b, seed=0) == (d, lo, hi)  # seeded: reproducible
+
+
+def test_a_float32_tie_is_no_difference_in_either_interval():
+    """0.935 against float32's 0.935 printed +2.384e-09 under the bootstrap, 0 under Welch (a review)."""
+    a, b = np.array([0.935]), np.array([float(np.float32(0.935))])
+    assert bootstrap_diff(a, b)[0] == 0.0 == welch_interval(a, b)[0]
+    assert bootstrap_diff(a + 0.001, b)[0] > 0
 
 
 def test_bootstrap_coverage_on_clear_data():
