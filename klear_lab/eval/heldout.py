@@ -81,8 +81,8 @@ class EvalResult:
             k = min(counts)
             out[f"{prefix}/pass_at_k"] = sum(pass_at(k, v) for v in self.verdicts) / max(len(self.verdicts), 1)
         if counts != {1} and len(counts) == 1:
-            out[f"{prefix}/samples"] = float(counts.pop())
-        elif len(counts) > 1:  # eval.samples_per_source: each source's k, and its pass@k at that k
+            out[f"{prefix}/samples"] = float(next(iter(counts)))
+        if max(counts, default=1) > 1:  # each source's k, and its pass@k at that k (a sweep's metrics: may name it)
             for source in by_source:
                 mine = [v for rec, v in zip(self.records, self.verdicts) if rec.source == source]
                 out[f"{prefix}/{source}/samples"] = float(len(mine[0]))

@@ -234,6 +234,16 @@ def test_mixed_k_metrics_by_hand():
     assert (m["val/arith/pass_at_k"], m["val/lcb/pass_at_k"]) == (0.5, 1.0)
 
 
+def test_one_k_for_every_source_still_gives_each_sources_pass_at_k():
+    """``val/<source>/pass_at_k`` came only with mixed ks, though a sweep's ``metrics:`` may name it (a review)."""
+    code = Record(uid="c0", source="lcb", task="code", prompt="q", answer="", difficulty=1)
+    m = EvalResult([_rec(0), _rec(1), code], [["a"] * 2] * 3, [[True, False], [False, False], [False, True]]
+                   ).metrics("val")
+    assert m["val/samples"] == 2.0 and (m["val/arith/samples"], m["val/lcb/samples"]) == (2.0, 2.0)
+    assert (m["val/arith/pass_at_k"], m["val/lcb/pass_at_k"]) == (0.5, 1.0)
+    assert "val/arith/pass_at_k" not in EvalResult([_rec(0)], [["a"]], [[True]]).metrics("val")  # greedy: none
+
+
 def test_each_source_gets_its_own_samples_and_the_same_ones_it_would_alone(world):
     """A source's k changes how many samples its problems get, not which: the first 2 of avg@4 are avg@2's
     (a problem's samples come from its own seed), and the other source is decoded as without per_source."""
