@@ -56,7 +56,11 @@ def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, la
     own = r.get("source", (str,), None)  # the row's data_source / source
     source = label if own is None else own
     kind = task if task != "auto" else _task_of(r, own or "")  # not from the file's name: decoded_eval.jsonl
-    difficulty = r.get("difficulty", (int,), None)
+    difficulty = r.get("difficulty", (int, float), None)
+    if isinstance(difficulty, float):  # a parquet int column with gaps holds floats: 2.0 is level 2
+        if not difficulty.is_integer():
+            raise r.fail("difficulty", f"levels are whole numbers, got {difficulty}")
+        difficulty = int(difficulty)
     if difficulty is not None and difficulty < 1:  # a 0-based file's easiest level would fall out of every band
         raise r.fail("difficulty", f"levels start at 1 (the easiest), got {difficulty}; shift the column by 1")
     base = {"uid": str(r.get("uid", (str, int), f"{label}/{n}")), "source": source, "task": kind,

@@ -196,6 +196,8 @@ def _bad(row: dict, where: tuple) -> dict:
     ([{"prompt": "p", "answer": "a"}, {"answer": "a"}], "records", "'prompt'"),
     ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "difficulty": 0}], "records",
      "'difficulty': levels start at 1"),  # level 0 fell out of every band, silently
+    ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "difficulty": 2.5}], "records",
+     "'difficulty': levels are whole numbers, got 2.5"),
     ([{"prompt": "p", "answer": "a"}, {"prompt": "p", "answer": "a", "response_correct": "yes"}], "records",
      "'response_correct'"),
     ([{"prompt": "p", "answer": "a"}, {"prompt": " \n", "answer": "a"}], "records", "'prompt': the prompt is empty"),
@@ -232,6 +234,14 @@ def test_an_ability_that_is_neither_math_nor_code_is_read_by_the_row_and_warned(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the file's task: says which: nothing to warn about
         assert {r.task for r in FileSource(path=str(path), task="math").records(0, "train")} == {"math"}
+
+
+def test_a_whole_float_difficulty_is_its_level(tmp_path):
+    """A parquet int column with gaps holds floats: 2.0 was refused as not an int (a review)."""
+    path = _jsonl(tmp_path / "levels.jsonl", [{"prompt": "p", "answer": "1", "difficulty": 2.0},
+                                                {"prompt": "q", "answer": "1"}])
+    records = FileSource(path=str(path)).records(0, "train")
+    assert [(r.difficulty, r.difficulty_known) for r in records] == [(2, True), (1, False)]
 
 
 def test_a_file_read_twice_in_a_process_warns_once(tmp_path):
