@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from klear_lab.data.records import Record, require_known_correctness
@@ -81,11 +82,14 @@ class BandFilter:
     def __call__(self, records: list[Record]) -> list[Record]:
         if self.correct_only:  # within the band: labelled easy rows must not let unlabelled hard ones through
             require_known_correctness([r for r in records if self._in_levels(r)])
-        if (self.min_level > 1 or self.max_level is not None) and records and not any(
-                r.difficulty_known for r in records):
+        unknown = sum(not r.difficulty_known for r in records)
+        if (self.min_level > 1 or self.max_level is not None) and unknown == len(records) > 0:
             raise ValueError(f"min_level/max_level: none of the {len(records)} records has a difficulty level (a "
                              "difficulty column, or `fields: {difficulty: COLUMN}` on the file source); without "
                              "one every record reads as level 1, the easiest; annotate the data or drop the bounds")
+        if (self.min_level > 1 or self.max_level is not None) and unknown:
+            warnings.warn(f"min_level/max_level: {unknown} of the {len(records)} records have no difficulty level "
+                          "and are taken as level 1, the easiest", UserWarning, stacklevel=2)
         if (self.min_pass_rate is not None or self.max_pass_rate is not None) and records and all(
                 r.meta.get("pass_rate") is None for r in records):
             raise ValueError(f"min_pass_rate/max_pass_rate: none of the {len(records)} records has a pass rate "

@@ -188,3 +188,6 @@ def test_level_bounds_on_a_file_without_difficulty_levels_are_refused(tmp_path):
     mapped = FileSource(path=str(path), format="records", fields={"difficulty": "level"}).records(0, "train")
     assert [r.difficulty for r in DIFFICULTY_FILTER.build({"name": "band", "max_level": 1})(mapped)] == [1, 1]
     assert all(r.difficulty_known for r in _records())  # the world's records carry their levels
+    partly = [*mapped[:2], *unlabelled[2:]]
+    with pytest.warns(UserWarning, match="2 of the 4 records have no difficulty level and are taken as level 1"):
+        DIFFICULTY_FILTER.build({"name": "band", "min_level": 2})(partly)
