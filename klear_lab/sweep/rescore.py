@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from klear_lab.sweep.compare import TrialRecord, arm_seeds, check_finished, load_records, summarize, table_arms
-from klear_lab.sweep.compare_text import baseline_note, to_markdown
+from klear_lab.sweep.compare_text import baseline_note, to_markdown, untrained_notes
 from klear_lab.sweep.render import write_csv
 from klear_lab.sweep.spec import SweepSpec
 
@@ -55,7 +55,7 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
             continue
         records.append(dataclasses.replace(r, metrics=metrics, run_dir=str(eval_dir)))
         runs[r.run_dir] = str(eval_dir)
-    return write_table(spec, records, overrides, runs, console), failed
+    return write_table(spec, records, overrides, runs, console, untrained_notes(trials)), failed
 
 
 def check_new_data(overrides: list[str], configs: list[dict[str, Any]]) -> None:
@@ -140,8 +140,10 @@ def score(cfg: dict[str, Any], log: Any = print, hashes: list[str] | None = None
 
 
 def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str], runs: dict[str, str],
-                console: Any = None) -> pd.DataFrame:
-    """table.csv, table.md and rescore.json in ``SWEEP_DIR/rescore-<tag>/``; the Rich table printed."""
+                console: Any = None, trained_notes: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
+    """table.csv, table.md and rescore.json in ``SWEEP_DIR/rescore-<tag>/``; the Rich table printed.
+    ``trained_notes``: notes on the trials' training (arms whose policy never updated), which the eval runs'
+    metrics cannot show."""
     from klear_lab.sweep.render import print_table, versus
     from klear_lab.tracking import atomic_write, write_json
 
@@ -157,7 +159,7 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})
     write_csv(df, out_dir / "table.csv", baseline)
     notes = (*((baseline_note(spec, baseline),) if baseline is not None else ()),  # where the baseline came from
-             *((substituted,) if substituted else ()))
+             *((substituted,) if substituted else ()), *trained_notes)
     markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline, notes)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(f"Rescored: {' '.join(overrides)}\n\n{markdown}"))
     title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {objective}{versus(baseline)}"

@@ -41,3 +41,21 @@ def test_sft_trials_are_not_flagged(tmp_path):
     console = Console(record=True, width=400)
     write_comparison(records, spec, "a", ["a"], tmp_path / "cmp", console)
     assert "never updated" not in console.export_text()
+
+
+def test_a_rescored_table_keeps_the_flag_its_eval_runs_cannot_show(tmp_path):
+    """The rescored records hold the eval runs' metrics (no rl/trained_groups): the note went missing."""
+    import dataclasses
+
+    from klear_lab.sweep.compare_text import untrained_notes
+    from klear_lab.sweep.rescore import write_table
+
+    spec = load_spec(write_spec(tmp_path))
+    trials = [TrialRecord("lr=0.001", 0, "COMPLETE", {"val/acc": 0.5, **UNTRAINED}),
+              TrialRecord("lr=0.002", 0, "COMPLETE", {"val/acc": 0.6, **TRAINED})]
+    rescored = [dataclasses.replace(t, metrics={"val/acc": t.metrics["val/acc"] + 0.01}) for t in trials]
+    console = Console(record=True, width=400)
+    write_table(spec, rescored, ["eval.samples=2"], {}, console, untrained_notes(trials))
+    (out_dir,) = spec.sweep_dir.glob("rescore-*")
+    for out in (console.export_text(), (out_dir / "table.md").read_text()):
+        assert "arm lr=0.001: 1 of 1 trial(s) never updated the policy" in out and "lr=0.002:" not in out
