@@ -22,17 +22,32 @@ def saved_identity(run_dir: Path) -> dict[str, Any]:
     return identity
 
 
-def warn_if_elsewhere(run_dir: Path) -> None:
-    """Warn when a resume runs from another directory than the run started in (``work_dir``): the relative
-    paths of its config are read from the working directory. Before the data is read, whose error it explains."""
+def warn_if_elsewhere(run_dir: Path, doing: str = "resuming") -> None:
+    """Warn when a resume (or a rerun of the run's saved config, ``doing``) runs from another directory than the
+    run started in (``work_dir``): the relative paths of its config are read from the working directory.
+    Before the data is read, whose error it explains."""
     try:
         started_in = read_record(run_dir / "run.json").get("work_dir")
     except (ConfigError, OSError):
         return  # the resume's own checks say what is wrong with run.json
     if started_in and Path(started_in) != Path.cwd():
-        print(f"warning: {run_dir}: resuming from {Path.cwd()}; the run started in {started_in}, and the relative "
+        print(f"warning: {run_dir}: {doing} from {Path.cwd()}; the run started in {started_in}, and the relative "
               "paths in its config.yaml (data files, model.name_or_path) are read from the working directory",
               file=sys.stderr)
+
+
+def warn_if_other_data(run_dir: Path, rerun: Path) -> None:
+    """After a rerun of ``run_dir``'s saved config: warn when it read other records than the run did (a data file
+    edited since, or read from another directory): the config, and so its hash, names files, not contents."""
+    try:
+        then, now = (read_record(d / "run.json").get("data") or {} for d in (run_dir, rerun))
+    except (ConfigError, OSError):
+        return
+    keys = {"train": "data.sources", "eval": "data.eval_sources"}  # what run.json's data digests are of
+    if changed := [f"{keys.get(k, k)}: {then[k]} then, {now[k]} now" for k in sorted(then)
+                   if k in now and then[k] != now[k]]:
+        print(f"warning: {rerun} read other records than {run_dir} did ({'; '.join(changed)}): the files its "
+              "config names hold other data now, or were read from another directory", file=sys.stderr)
 
 
 def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 from klear_lab.cli_args import parse_args
 from klear_lab.distributed import joined_run_dir, record_rank_failure
@@ -26,11 +27,18 @@ def _train(args: argparse.Namespace) -> int:
     cfg = compose(args.experiment, args.overrides)
     if args.dry_run:
         return _dry_run(cfg)
+    from klear_lab.attempts import warn_if_elsewhere, warn_if_other_data
     from klear_lab.run import run_experiment
 
+    saved = Path(args.experiment).parent  # a run's saved config.yaml, rerun: say what may differ from the run
+    rerun = Path(args.experiment).name == "config.yaml" and (saved / "run.json").is_file()
+    if rerun and joined_run_dir() is None:
+        warn_if_elsewhere(saved, "rerunning its saved config")
     result = run_experiment(cfg)
     _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
+        if rerun:
+            warn_if_other_data(saved, result.run_dir)
         print_result(result)
     return 0
 

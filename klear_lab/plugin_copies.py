@@ -35,20 +35,33 @@ def kept_sources(plugin: Path) -> list[Path]:
 
 
 def with_kept_copies(plugins: list[Any], origins: list[str]) -> list[Any]:
-    """``plugins`` with each ``.py`` file that is gone replaced by the copy of its code that a run kept, where the
-    layer listing it is that run's saved ``config.yaml`` (warned): the run stays reproducible from its saved
-    config after the original file moved or was deleted. Its hash covers the code, not the path: unchanged.
+    """``plugins`` with each ``.py`` file that is gone, or whose code changed since, replaced by the copy of its
+    code that a run kept, where the layer listing it is that run's saved ``config.yaml`` (warned): the run stays
+    reproducible from its saved config after the original file moved, was deleted or was edited (a review's
+    edited reward ran silently on a rerun). Its hash covers the code, not the path: unchanged.
     The helper modules the copy imports are then imported from their kept copies by their own names."""
     out = []
     for plugin, where in zip(plugins, origins, strict=True):
-        gone = isinstance(plugin, str) and plugin.endswith(".py") and not Path(plugin).expanduser().is_file()
-        copy = _kept_copy(plugin, where) if gone else None
-        if copy is not None:
+        py = isinstance(plugin, str) and plugin.endswith(".py")
+        copy = _kept_copy(plugin, where) if py else None
+        gone = py and not Path(plugin).expanduser().is_file()
+        if copy is not None and not gone and is_kept_copy(copy) and not _same_code(Path(plugin).expanduser(), copy):
+            warnings.warn(f"{where}: plugin {plugin!r} changed since this run started; the copy of the code it ran "
+                          f"is used: {copy} (the experiment file runs the new code)", stacklevel=2)
+        elif copy is not None and gone:
             warnings.warn(f"{where}: plugin {plugin!r} is gone; the copy of its code this run kept is used: {copy}",
                           stacklevel=2)
+        else:
+            copy = None
+        if copy is not None:
             _serve_helpers(copy)
         out.append(str(copy.resolve()) if copy is not None else plugin)  # the saved config works from any cwd
     return out
+
+
+def _same_code(plugin: Path, copy: Path) -> bool:
+    """Whether the plugin file holds the code its kept copy does (the copy's name carries its digest)."""
+    return code_digest(plugin)[:8] == copy.stem.rsplit("-", 1)[-1]
 
 
 def _kept_copy(plugin: str, where: str) -> Path | None:

@@ -114,12 +114,22 @@ def _parent_dir(result: Any) -> Path:
 
 
 def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The composed ``model.init_from`` experiment, run in ``cfg``'s output dir with its threads."""
+    """The composed ``model.init_from`` experiment, run in ``cfg``'s output dir with its threads. A parent
+    that starts from an ``init_from`` of its own gets that one's newest completed run as its
+    ``model.name_or_path``, as its own run records it (and hashes it): looked up with it unset, the middle
+    run of a chain was never found, and every run of the chain's last link trained it again (a review)."""
     from klear_lab.config.compose import compose
+    from klear_lab.tracking import config_hash
 
     parent = compose(cfg["model"]["init_from"])
     parent["run"]["out_dir"] = cfg["run"]["out_dir"]
     parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
+    m = parent["model"]
+    if m["init_from"] and not m["name_or_path"]:
+        grandparent = parent_config(parent)
+        run_dir, _ = completed_parent(grandparent, config_hash(grandparent))
+        if run_dir is not None:  # none: the parent has no completed run either, and trains it first
+            m["name_or_path"] = str(run_dir.resolve())
     return parent
 
 

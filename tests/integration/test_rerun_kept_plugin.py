@@ -94,3 +94,18 @@ def test_a_resume_after_the_plugin_file_is_gone_keeps_one_copy_and_a_config_that
     assert done.returncode == 0, done.stderr[-3000:]
     said = " ".join(done.stderr.split())
     assert f"the copy of its code this run kept is used: {moved / 'plugins' / copy.name}" in said
+
+
+def test_a_saved_config_reruns_on_the_kept_copy_after_the_plugin_file_was_edited(tmp_path, tiny_sft_overrides,
+                                                                                   klear_cli):
+    """An edited plugin ran silently on a rerun of the saved config, under another config hash (a review)."""
+    plugin = _write_plugin(tmp_path / "mine", helper="kept_copy_edit_helper")
+    first = run_experiment(compose(SFT, [*tiny_sft_overrides, f"plugins=[{plugin}]"]))
+    (copy,) = (first.run_dir / "plugins").glob("kept_copy_plugin-*.py")
+    plugin.write_text(plugin.read_text() + "\n# edited after the run\n")
+    done = klear_cli("train", str(first.run_dir / "config.yaml"), f"run.out_dir={tmp_path / 'again'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"changed since this run started; the copy of the code it ran is used: {copy}" in " ".join(
+        done.stderr.split())
+    (again,) = (tmp_path / "again").iterdir()
+    assert again.name.split("-")[-2] == first.run_dir.name.split("-")[-2]  # the same config hash
