@@ -47,7 +47,7 @@ def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[f
     if not len(a) or not len(b):
         return math.nan, math.nan, math.nan
     means = float(a.mean()), float(b.mean())
-    d = 0.0 if negligible(means[0] - means[1], *means) else means[0] - means[1]
+    d = mean_difference(a, b)
     if len(a) < 2 or len(b) < 2:
         return d, math.nan, math.nan
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
@@ -57,6 +57,12 @@ def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[f
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = t_quantile(0.5 + level / 2, df) * se
     return d, d - half, d + half
+
+
+def mean_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """mean(a) - mean(b), with float32 logging noise (:func:`negligible`) read as a tie: 0."""
+    means = float(np.mean(a)), float(np.mean(b))
+    return 0.0 if negligible(means[0] - means[1], *means) else means[0] - means[1]
 
 
 def negligible(x: float, *scales: float) -> bool:

@@ -73,18 +73,20 @@ class EvalResult:
     def metrics(self, prefix: str = "val") -> dict[str, float]:
         scores = self.scores
         by_source: dict[str, list[float]] = defaultdict(list)
-        for rec, score in zip(self.records, scores):
+        verdicts_by_source: dict[str, list[list[bool]]] = defaultdict(list)
+        for rec, score, verdicts in zip(self.records, scores, self.verdicts):
             by_source[rec.source].append(score)
+            verdicts_by_source[rec.source].append(verdicts)
         out = {f"{prefix}/acc": sum(scores) / max(len(scores), 1), f"{prefix}/n": float(len(scores))}
         counts = {len(v) for v in self.verdicts}
-        if max(counts, default=1) > 1:  # mixed ks (eval.samples_per_source): pass@k at the smallest k
+        sampled = max(counts, default=1) > 1
+        if sampled:  # mixed ks (eval.samples_per_source): pass@k at the smallest k
             k = min(counts)
             out[f"{prefix}/pass_at_k"] = sum(pass_at(k, v) for v in self.verdicts) / max(len(self.verdicts), 1)
         if counts != {1} and len(counts) == 1:
             out[f"{prefix}/samples"] = float(next(iter(counts)))
-        if max(counts, default=1) > 1:  # each source's k, and its pass@k at that k (a sweep's metrics: may name it)
-            for source in by_source:
-                mine = [v for rec, v in zip(self.records, self.verdicts) if rec.source == source]
+        if sampled:  # each source's k, and its pass@k at that k (a sweep's metrics: may name it)
+            for source, mine in verdicts_by_source.items():
                 out[f"{prefix}/{source}/samples"] = float(len(mine[0]))
                 out[f"{prefix}/{source}/pass_at_k"] = sum(any(v) for v in mine) / len(mine)
         for source, vals in by_source.items():

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.errors import ConfigError
-from klear_lab.stats import negligible, welch_interval
+from klear_lab.stats import mean_difference, negligible, welch_interval
 from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.best import star_best
 from klear_lab.sweep.compare_text import table_metrics, table_notes, to_markdown
@@ -119,8 +119,7 @@ def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed
     that value, so the interval would be as narrow as the other arm's spread (zero with one seed each).
     None either when neither arm varies: its zero width would call any difference, as in Welch's.
     """
-    means = float(arm.mean()), float(base.mean())
-    diff = 0.0 if negligible(means[0] - means[1], *means) else means[0] - means[1]  # as Welch's and the star's
+    diff = mean_difference(arm, base)  # a float32 tie is 0, as in Welch's and the star's
     if len(arm) < 2 or len(base) < 2 or not (spread(arm) or spread(base)):
         return diff, math.nan, math.nan
     rng = np.random.default_rng(seed)
