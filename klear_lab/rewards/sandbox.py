@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation, run_uid
-from klear_lab.rewards.sandbox_io import exchange, pipe_with, wait_eof
+from klear_lab.rewards.sandbox_io import end_namespace, exchange, namespace_init, pipe_with, read_to_eof
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
@@ -183,9 +183,9 @@ def _mounts(prefix: str, tmpfs_mb: int) -> list[str]:
 
 
 def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
-               isolation: Isolation | None = None, uid: int = NOBODY) -> list[str]:
+               isolation: Isolation | None = None, uid: int = NOBODY, info_fd: int | None = None) -> list[str]:
     """Build the full command line: bwrap options, the interpreter and the limit-setting prelude, which
-    becomes ``uid`` where the program would start as uid 0."""
+    becomes ``uid`` where the program would start as uid 0. bwrap writes the sandbox's pid to ``info_fd``."""
     exe, prefix = _python()
     isolation = isolation or current_isolation()
     nproc = not (isolation.shared_uid and uid == NOBODY and seccomp_fd is not None)
@@ -194,6 +194,8 @@ def bwrap_argv(limits: SandboxLimits, timeout_s: float, seccomp_fd: int | None,
             *_mounts(prefix, limits.tmpfs_mb)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     return [*argv, exe, "-I", "-B", "-c", _BOOT, limits.rlimit_spec(timeout_s, nproc), str(uid), MARKER]
 
 
@@ -244,23 +246,31 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     bpf = no_fork_filter()
     read_fd = pipe_with(bpf) if bpf is not None else None
     alive_r, alive_w = os.pipe()  # the sandbox inherits alive_w: EOF once every sandboxed process is gone
-    fds = (alive_w,) if read_fd is None else (alive_w, read_fd)
+    info_r, info_w = os.pipe()  # bwrap writes the sandbox's pid 1 here, then closes it
+    fds = (alive_w, info_w) if read_fd is None else (alive_w, info_w, read_fd)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            bwrap_argv(limits, timeout_s, read_fd, isolation, uid), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, pass_fds=fds, start_new_session=True, env={},  # pid 1 may be the caller's uid
+            bwrap_argv(limits, timeout_s, read_fd, isolation, uid, info_w), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds, start_new_session=True,
+            env={},  # pid 1 may be the caller's uid
         )
     except BaseException:
         os.close(alive_r)
+        os.close(info_r)
         raise
     finally:
         for fd in fds:
             os.close(fd)
-    cap = limits.fsize_mb << 20
-    out, err, timed_out, stalled, line_at, ended, ready = exchange(proc, data, timeout_s, START_LIMIT_S, cap,
-                                                                   idle_s, progress)
-    wait_eof(alive_r, deadline_s=5.0)
+    init = namespace_init(info_r, START_LIMIT_S)
+    try:
+        cap = limits.fsize_mb << 20
+        start_left = max(START_LIMIT_S - (time.monotonic() - start), 0.01)
+        out, err, timed_out, stalled, line_at, ended, ready = exchange(proc, data, timeout_s, start_left, cap,
+                                                                       idle_s, progress)
+    finally:
+        end_namespace(init)  # also where bwrap died first and its death signal did not end the program
+    read_to_eof(alive_r, deadline_s=5.0)
     stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     booted = stdout.startswith(_BOOT_TAG)
     if ready is None and timed_out:

@@ -1,13 +1,15 @@
 """The host's side of the pipes to one sandboxed process (registers nothing).
 
 The seccomp filter's pipe, the exchange over stdin/stdout/stderr (feeding the program, keeping each
-output up to its cap, the wall-clock, start and silence limits, the stdout lines ``progress`` judges) and
-the wait for every sandboxed process to be gone: what :func:`klear_lab.rewards.sandbox.run_python` uses.
+output up to its cap, the wall-clock, start and silence limits, the stdout lines ``progress`` judges),
+the host's own kill of the sandbox's pid namespace (through a pidfd for its pid 1), and the wait for every
+sandboxed process to be gone: what :func:`klear_lab.rewards.sandbox.run_python` uses.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import selectors
@@ -123,14 +125,46 @@ def _progressed(partial: bytearray, chunk: bytes, progress: Callable[[bytes], bo
     return moved, False
 
 
-def wait_eof(fd: int, deadline_s: float) -> None:
-    """Drain ``fd`` until EOF (all holders exited) or ``deadline_s``; then close it."""
+def read_to_eof(fd: int, deadline_s: float) -> bytes:
+    """Read ``fd`` until EOF (all holders of its write end closed it or exited) or ``deadline_s``; then close
+    it. Returns what was read."""
     end = time.monotonic() + deadline_s
+    data = bytearray()
     poller = select.poll()  # not select.select: fds above 1023 are fine
     poller.register(fd, select.POLLIN)
     try:
         while (left := end - time.monotonic()) > 0 and poller.poll(left * 1000):
-            if not os.read(fd, 4096):
+            if not (chunk := os.read(fd, 4096)):
                 break
+            data += chunk
     finally:
         os.close(fd)
+    return bytes(data)
+
+
+def namespace_init(info_fd: int, deadline_s: float) -> int | None:
+    """A pidfd for the sandbox's pid 1, named by bwrap's ``--info-fd`` JSON (``child-pid``), which bwrap writes
+    and closes as soon as it has made the sandbox; None where it wrote none within ``deadline_s`` (it failed
+    first) or the kernel has no pidfds. Closes ``info_fd``.
+
+    bwrap's parent does not reap its child before it exits itself, and it is alive here, so the pid still
+    names the sandbox's pid 1 when it is opened (a pidfd then keeps naming it, never a reused pid).
+    """
+    try:
+        pid = json.loads(read_to_eof(info_fd, deadline_s))["child-pid"]
+        return os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, OSError):  # nothing written; the process already gone; no pidfds
+        return None
+
+
+def end_namespace(pidfd: int | None) -> None:
+    """SIGKILL the sandbox's pid 1 (the kernel then kills every process in its pid namespace) and close the
+    pidfd. The host's own kill, beside the parent-death signal that bwrap's death sends the program: that
+    signal is the program's to keep (seccomp refuses ``prctl(PR_SET_PDEATHSIG)``), this one is the host's."""
+    if pidfd is None:
+        return
+    try:
+        with contextlib.suppress(ProcessLookupError):  # it already exited
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
