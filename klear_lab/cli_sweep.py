@@ -22,11 +22,16 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from klear_lab.errors import ConfigError
     from klear_lab.sweep.compare import compare_study
     from klear_lab.sweep.locate import locate
     from klear_lab.sweep.spec import with_baseline
     from klear_lab.sweep.storage import open_study
 
+    if args.rescore and args.out_dir:
+        raise ConfigError("--out-dir: not with --rescore, whose evaluation runs and table go in the sweep directory")
     spec, url = locate(args.target)
     spec = with_baseline(spec, args.baseline)  # a wrong one stops before the study is read
     study = open_study(spec, url, create=False, heartbeat=False)
@@ -39,7 +44,8 @@ def _compare(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
     else:
-        compare_study(spec, study, require_finished=True)
+        out_dir = Path(args.out_dir).expanduser() if args.out_dir else None
+        compare_study(spec, study, out_dir, require_finished=True)
     return 0
 
 
@@ -131,6 +137,8 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rescore", nargs="+", metavar="KEY=VALUE", default=None,
                    help="score every finished trial again with these eval overrides (e.g. eval.samples=8 "
                         "eval.temperature=0.6 eval.top_p=0.95), as eval runs, then compare those numbers")
+    p.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="where the table and curves go (default: SWEEP_DIR/compare; for a read-only sweep directory)")
     p.set_defaults(func=_compare)
     p = subparsers.add_parser("reproduce", help="a paper table or figure next to a sweep's results (analysis/*.yaml)",
                               description="Put the paper's numbers beside a sweep's arms and check each of the "

@@ -38,10 +38,39 @@ def prompt_ids(tokenizer, prompt: str) -> list[int]:
     return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
 
-def tokenize_records(tokenizer, records: list[Record], max_length: int) -> tuple[list[Example], int]:
-    """Tokenize records with teacher responses; returns (examples, number dropped as too long)."""
-    examples, dropped = [], 0
+_PROBE = "klear-turn-end-probe"
+
+
+def turn_end(tokenizer) -> str:
+    """What closes an assistant turn: the chat template's text after a reply, up to and with its first special
+    token (Qwen's ``<|im_end|>``), else the tokenizer's ``eos_token``. SFT writes it after each response, and
+    rollouts stop at it (:func:`klear_lab.rl.rollout.base.eos_token_ids`).
+
+    Qwen3-Base's ``eos_token`` is ``<|endoftext|>``, but its template ends a turn with ``<|im_end|>``: a model
+    taught to end with the former would end its turns unlike the template it is prompted with.
+    """
     eos = tokenizer.eos_token or ""
+    try:
+        turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PROBE}]
+        text = tokenizer.apply_chat_template(turns, tokenize=False)
+    except Exception:  # noqa: BLE001 - no template, or one that refuses this conversation: the eos_token
+        return eos
+    after = text.rsplit(_PROBE, 1)[1] if isinstance(text, str) and _PROBE in text else ""
+    ends = [after.find(t) + len(t) for t in _special_tokens(tokenizer) if t in after]
+    return after[:min(ends)] if ends else eos
+
+
+def _special_tokens(tokenizer) -> set[str]:
+    """The tokenizer's special tokens, those added as special beside its named ones included."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}).values()
+    return {t for t in getattr(tokenizer, "all_special_tokens", []) if t} | {t.content for t in added if t.special}
+
+
+def tokenize_records(tokenizer, records: list[Record], max_length: int) -> tuple[list[Example], int]:
+    """Tokenize records with teacher responses, each closed by :func:`turn_end`; returns (examples, number
+    dropped as too long)."""
+    examples, dropped = [], 0
+    eos = turn_end(tokenizer)
     for rec in records:
         if rec.response is None:
             continue

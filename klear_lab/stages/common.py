@@ -143,8 +143,24 @@ def save_model(model, tokenizer, path: Path) -> None:
     """Save as a plain HF directory, so the next stage loads it like any checkpoint (rank 0 only)."""
     if not is_rank_zero():
         return
+    stop_at_turn_end(model, tokenizer)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+
+
+def stop_at_turn_end(model, tokenizer) -> None:
+    """Give the model's generation config every id rollouts stop at, the chat template's turn end included
+    (Qwen3-Base: ``<|im_end|>`` beside its eos ``<|endoftext|>``), so that a tool serving the saved model stops
+    where SFT taught it to end a turn. A config that already names them all is left as it is."""
+    from klear_lab.rl.rollout.base import eos_token_ids
+
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return
+    ids = eos_token_ids(tokenizer, model)
+    named = config.eos_token_id if isinstance(config.eos_token_id, (list, tuple)) else [config.eos_token_id]
+    if not set(ids) <= set(named):
+        config.eos_token_id = ids
 
 
 def wandb_logger(loggers: list) -> WandbLogger | None:

@@ -279,12 +279,13 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
                      order: list[str] | None, out_dir: Path, console: Any = None) -> pd.DataFrame:
     """Summarize ``records``, write table.csv / table.md / curves.png, print the Rich table."""
     from klear_lab.sweep.curves import plot_curves
+    from klear_lab.sweep.path_checks import writable_dir
     from klear_lab.sweep.render import print_run_notes, print_table, write_csv
     from klear_lab.tracking import atomic_write
 
+    writable_dir(out_dir, "; `klear-lab compare --out-dir DIR` writes the table elsewhere")
     df = summarize(records, spec.metric, spec.metrics, spec.direction, baseline, order, seeds_per_arm=arm_seeds(spec))
     notes = table_notes(spec, baseline, records)
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(df, out_dir / "table.csv", baseline)
     markdown = to_markdown(df, spec.metric, spec.metrics, baseline, notes)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(markdown))

@@ -208,7 +208,7 @@ def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int 
     })
     if spec.wandb_project:
         flat["tracking.wandb.project"] = spec.wandb_project
-    if threads:
+    if threads and "trainer.num_threads" not in values:  # an axis on it is the sweep's subject: kept
         flat["trainer.num_threads"] = threads
     return f"sweep trial {number}" if number is not None else "sweep axes", nest(flat)
 
@@ -221,12 +221,12 @@ def axis_distribution(axis: Any) -> Any:
     """
     import optuna
 
-    if _is_int_range(axis):
+    if is_int_range(axis):
         return optuna.distributions.IntDistribution(int(axis.low), int(axis.high), log=axis.log,
                                                     step=int(axis.step or 1))
     return optuna.distributions.FloatDistribution(axis.low, axis.high, log=axis.log, step=axis.step)
 
 
-def _is_int_range(axis: Any) -> bool:
+def is_int_range(axis: Any) -> bool:
     return isinstance(axis.low, int) and isinstance(axis.high, int) and (axis.step is None or
                                                                           isinstance(axis.step, int))

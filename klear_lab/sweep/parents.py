@@ -83,7 +83,7 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
     log_path = spec.sweep_dir / "parent.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "klear_lab.sweep.parents", str(spec.experiment), str(spec.runs_dir), str(threads),
-           *spec.overrides]
+           *spec.absolute_overrides()]  # the child runs in this directory: a spec's own paths are the spec's
     log(f"sweep {spec.name}: starting point (model.init_from) on {threads} thread(s), log {log_path}")
     started = time.time()
     with open(log_path, "ab") as out:

@@ -121,3 +121,16 @@ def _name_max(directory: Path) -> int:
 def _short(text: str, keep: int = 60) -> str:
     """``text`` quoted, its middle left out when longer than ``keep`` characters (a 300-character name)."""
     return repr(text) if len(text) <= keep else repr(f"{text[:keep - 20]}...{text[-17:]}")
+
+
+def writable_dir(path: Path, hint: str = "") -> None:
+    """Make ``path`` and a file in it (removed at once) before anything is written there: a read-only mount or
+    another user's sweep directory is a ConfigError naming it (with ``hint``), not a traceback halfway."""
+    import tempfile
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write to {path}: {exc.strerror}{hint}") from None

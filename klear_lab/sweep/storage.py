@@ -102,7 +102,9 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
     """
     if not create and _missing_sqlite_file(url):  # opening it would create the file, its lock and directory
         raise _no_study(spec, url)
-    with StudyLock(url, "klear-lab storage init").hold():  # concurrent schema creation races
+    # concurrent schema creation races; a study that must exist has its schema (and a reader of another
+    # user's or a read-only sweep directory could not open the lock file)
+    with StudyLock(url, "klear-lab storage init").hold() if create else contextlib.nullcontext():
         storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
         kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),
                   "pruner": make_pruner(spec.pruner, len(spec.seeds))}
@@ -160,7 +162,12 @@ class StudyLock:
     def hold(self) -> Iterator[None]:
         """Hold the lock for the duration of the ``with`` block."""
         if self.lock_file is not None:
-            with open(self.lock_file, "a") as fh:
+            try:
+                fh = open(self.lock_file, "a")  # noqa: SIM115 - closed below
+            except OSError as exc:  # a read-only or another user's directory; a URL into /proc
+                raise ConfigError(f"cannot open {self.lock_file}, the lock beside the study's SQLite file "
+                                  f"({self.shown}): {exc.strerror}") from None
+            with fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 try:
                     yield

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from klear_lab.sweep.axes import Axis
+from klear_lab.sweep.grid import is_int_range
 from klear_lab.sweep.spec import SweepSpec
 
 METHODS = {"grid": "grid", "random": "random", "tpe": "bayes"}
@@ -35,7 +36,7 @@ def wandb_sweep_config(spec: SweepSpec) -> dict[str, Any]:
         "method": METHODS[spec.sampler],
         "metric": {"name": spec.metric, "goal": spec.direction},
         "parameters": params,
-        "command": ["${env}", "klear-lab", "train", *([experiment] if experiment else []), *spec.overrides,
+        "command": ["${env}", "klear-lab", "train", *([experiment] if experiment else []), *_command_overrides(spec),
                     "${args_no_hyphens}"],
     }
     if spec.wandb_project:
@@ -60,14 +61,42 @@ def write_wandb_sweep(spec: SweepSpec, path: Path) -> Path:
 
 
 def _parameter(axis: Axis) -> dict[str, Any]:
+    """The axis as a W&B parameter that draws what the Optuna sweep draws (``grid.axis_distribution``): W&B's
+    own Optuna scheduler reads it back as that distribution (tested), the log scale and step included."""
     if not axis.is_range:
         return {"values": [v if isinstance(v, (str, int, float, bool)) else json.dumps(v)
                            for v in axis.values]}
-    integer = isinstance(axis.low, int) and isinstance(axis.high, int)
-    if integer:
-        return {"distribution": "int_uniform", "min": axis.low, "max": axis.high}
+    if is_int_range(axis):
+        low, high, step = int(axis.low), int(axis.high), int(axis.step or 1)
+        if axis.log:
+            return {"distribution": "q_log_uniform_values", "min": low, "max": high, "q": step}
+        if step != 1:
+            return {"distribution": "q_uniform", "min": low, "max": high, "q": step}
+        return {"distribution": "int_uniform", "min": low, "max": high}
+    if axis.step is not None:
+        return {"distribution": "q_uniform", "min": float(axis.low), "max": float(axis.high), "q": float(axis.step)}
     dist = "log_uniform_values" if axis.log else "uniform"
     return {"distribution": dist, "min": float(axis.low), "max": float(axis.high)}
+
+
+def _command_overrides(spec: SweepSpec) -> list[str]:
+    """The spec's overrides with their plugin and ``model.init_from`` paths as the sweep reads them (a spec's
+    own from the spec's directory), written relative to the working directory, as the experiment is: the
+    agent runs from there."""
+    out = []
+    for item in spec.absolute_overrides():
+        key, _, value = item.partition("=")
+        if key.strip() == "plugins" or key.strip().startswith("plugins.") or key.strip() == "model.init_from":
+            item = f"{key}={json.dumps(_relative(json.loads(value)))}"
+        out.append(item)
+    return out
+
+
+def _relative(node: Any) -> Any:
+    """Absolute paths in ``node`` (a path or a list of them) as :func:`_display_path` shows them."""
+    if isinstance(node, list):
+        return [_relative(p) for p in node]
+    return _display_path(Path(node)) if isinstance(node, str) and os.path.isabs(node) else node
 
 
 def _display_path(path: Path) -> str:

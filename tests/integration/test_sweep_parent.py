@@ -64,6 +64,23 @@ def test_parent_trained_once_and_found_by_trials(tmp_path, monkeypatch):
     assert not [*tmp_path.rglob(".init-*.lock"), *tmp_path.rglob(".start-*.lock")]  # they stayed for good
 
 
+def test_a_specs_own_relative_plugin_is_read_from_its_directory_when_the_starting_point_trains(tmp_path,
+                                                                                              monkeypatch):
+    """The starting point's process was handed the spec's overrides as written and read ``plugins=[noop.py]``
+    from the working directory, so a spec that validated failed there."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "noop.py").write_text('"""Registers nothing."""\n')
+    path = _spec(tmp_path, TINY_PARENT)
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "overrides": ["plugins=[noop.py]"]}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    spec = load_spec(path)
+    train_parent(spec, spec.compose(), threads=1, log=lambda line: None)
+    assert "starting point: " in (spec.sweep_dir / "parent.log").read_text()
+    assert [p.name for p in spec.runs_dir.iterdir() if (p / "model").is_dir()]  # the starting point's run
+
+
 def test_failing_parent_stops_the_sweep_with_its_log(tmp_path):
     bad = {**TINY_PARENT, "data": {"sources": [{"name": "file", "path": str(tmp_path / "missing.jsonl")}]}}
     spec = load_spec(_spec(tmp_path, bad))

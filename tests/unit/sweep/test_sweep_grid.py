@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from sweep_fixtures import write_spec
 
@@ -9,6 +10,7 @@ from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.grid import (
     Arm,
     arm_label,
+    axis_distribution,
     canonical_point,
     decode,
     encode,
@@ -89,3 +91,41 @@ def test_wandb_export_tpe_ranges(tmp_path):
     assert cfg["method"] == "bayes" and cfg["run_cap"] == 5
     assert cfg["parameters"]["optim.lr"] == {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2}
     assert cfg["early_terminate"]["type"] == "hyperband"
+
+
+def test_an_axis_on_the_threads_is_kept_not_overwritten_by_the_sweeps_share(tmp_path):
+    """A thread-scaling sweep: the arm labelled num_threads=1 ran on the sweep's cores // workers (2)."""
+    spec = load_spec(write_spec(tmp_path))
+    _, body = trial_layer(spec, {"trainer.num_threads": 1}, 0, 3, 2, "num_threads=1")
+    assert body["trainer"]["num_threads"] == 1
+    _, body = trial_layer(spec, {"optim.lr": 0.002}, 0, 4, 2, "lr=0.002")
+    assert body["trainer"]["num_threads"] == 2
+
+
+@pytest.mark.parametrize("key, axis", [
+    ("sft.max_steps", {"low": 8, "high": 64, "log": True}),
+    ("sft.max_steps", {"low": 2, "high": 10, "step": 2}),
+    ("sft.max_steps", {"low": 2, "high": 10}),
+    ("optim.lr", {"low": 0.001, "high": 0.01, "step": 0.001}),
+    ("optim.lr", {"low": 1e-4, "high": 1e-2, "log": True}),
+    ("optim.lr", {"low": 1e-4, "high": 1e-2}),
+])
+def test_the_wandb_export_draws_what_the_sweep_draws(tmp_path, key, axis):
+    """W&B's own Optuna scheduler reads each exported parameter back as the sweep's distribution: an int log
+    range was exported as int_uniform (log scale lost), a float step as uniform (step lost)."""
+    from wandb.sdk.sweeps.scheduler.optuna import sweep_parameter_to_distribution
+
+    spec = load_spec(write_spec(tmp_path, sampler="tpe", n_trials=4, axes={key: axis}))
+    exported = wandb_sweep_config(spec)["parameters"][key]
+    assert sweep_parameter_to_distribution(exported) == axis_distribution(spec.axes[0])
+
+
+def test_the_wandb_export_reads_a_specs_own_plugin_from_the_specs_directory(tmp_path, monkeypatch):
+    """The agent runs from the working directory: a spec's relative plugin path is written relative to it."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "noop.py").write_text('"""Registers nothing."""\n')
+    spec_path = write_spec(sub, overrides=["plugins=[noop.py]"])
+    monkeypatch.chdir(tmp_path)
+    command = wandb_sweep_config(load_spec(spec_path))["command"]
+    assert 'plugins=["sub/noop.py"]' in command and command[3] == "sub/exp.yaml"
