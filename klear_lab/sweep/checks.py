@@ -19,6 +19,7 @@ from typing import Any
 from klear_lab.config.layers import override_key
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.baseline_checks import check_drawable_baseline
+from klear_lab.sweep.blame import check_trial_settings, unknown_axis
 from klear_lab.sweep.grid import (
     Arm,
     axis_distribution,
@@ -53,6 +54,7 @@ def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
     clips = _configured_clips(spec, base) if base.get("plugins") and base["run"]["kind"] == "rl" else None
     check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")), clips=clips)
     inherited = runnable_problem(base)  # reported as the base's when an arm has it (no axis is at fault)
+    check_trial_settings(spec)
     for axis in spec.axes:
         if axis.key in SWEEP_OWNED_KEYS or axis.key == "run":
             raise spec.err(f"axes.{axis.key}", "is set by the sweep itself (replicates go in seeds:)")
@@ -278,8 +280,9 @@ def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: s
     layer = trial_layer(spec, values, seed, None, None, "check")
     try:
         problem = runnable_problem(spec.compose([layer]))
-    except ConfigError as exc:  # an unknown key is the key's fault, whatever the value
-        raise spec.err(key, str(exc) if "unknown key" in str(exc) else f"{what}: {exc}") from None
+    except ConfigError as exc:  # an unknown key is the key's fault, whatever the value (and maybe another axis's)
+        raise spec.err(unknown_axis(spec, str(exc)) or key,
+                       str(exc) if "unknown key" in str(exc) else f"{what}: {exc}") from None
     if problem and problem == inherited:
         raise ConfigError(f"{spec.path}: base experiment: every trial would stop before training: {problem}")
     if problem:

@@ -202,7 +202,7 @@ def trial_layer(spec: SweepSpec, values: dict[str, Any], seed: int, number: int 
         "run.name": trial_run_name(spec, label),
         "run.group": spec.wandb_group or spec.name,
         "run.job_type": label,
-        "run.tags": [*tags, f"seed={seed}", f"sweep={spec.name}"],
+        "run.tags": [*tags, f"sweep={spec.name}"],  # every run tags its seed (``seed:N``, tracking.component_tags)
         "run.notes": f"sweep {spec.name} trial {number}",
         "run.out_dir": str(spec.runs_dir),
     })

@@ -32,6 +32,9 @@ def locate(target: str | Path) -> tuple[SweepSpec, str]:
         return spec, url
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep directory or spec file")
+    if (path.parent / "sweep.json").is_file() and path.name != "spec.yaml":  # study.db, a table, a log...
+        raise ConfigError(f"{path}: a file of the sweep directory {path.parent}; give that directory (or the "
+                          "sweep's spec file)")
     spec = load_spec(path)
     if not (spec.sweep_dir / "sweep.json").is_file():
         return spec, default_storage_url(spec)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
+from klear_lab.sweep.grid import canonical_point
 from klear_lab.sweep.queue import count
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -26,6 +27,7 @@ class Progress:
     replaces_failures: bool = False  # tpe/random: a failed trial is replaced by a new one in the same run
     durations: list[float] = field(default_factory=list)
     failed: int = 0  # failed here: not run again until the sweep is rerun
+    points: frozenset[str] | None = None  # a grid's point keys: finished trials of points dropped since don't count
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, study: optuna.Study, state: TrialState, seconds: float) -> str:
@@ -35,12 +37,19 @@ class Progress:
                 self.durations.append(seconds)
             else:
                 self.failed += 1
-            finished = count(study, FINISHED)
+            finished = self._finished(study)
             left = max(0, self.total - finished - (0 if self.replaces_failures else self.failed))
             line = f"{finished}/{self.total} finished"
             if left and self.durations:
                 line += f", about {_duration(sum(self.durations) / len(self.durations) * left / self.workers)} left"
             return line
+
+
+    def _finished(self, study: optuna.Study) -> int:
+        if self.points is None:
+            return count(study, FINISHED)
+        done = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=FINISHED)}
+        return len(done & self.points)
 
 
 def _duration(seconds: float) -> str:

@@ -189,9 +189,10 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
         raise ConfigError(f"{path}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], TOP_KEYS)}; "
                           f"allowed: {', '.join(sorted(TOP_KEYS))}")
     get = Getter(path, raw)
-    name = get.text("name", path.stem) if name is None else name
+    flag, name = name is not None, get.text("name", path.stem) if name is None else name  # flag: --name gave it
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name) or not name.strip("."):  # "..": the output dir's parent
-        raise ConfigError(f"{path}: name: {name!r} must use letters, digits, '_', '-', '.' only, not dots alone")
+        raise ConfigError(f"{'--name' if flag else f'{path}: name:'} {name!r} must use letters, digits, '_', '-', "
+                          "'.' only, not dots alone")
     experiment = get.text("experiment", "") or None
     spec = SweepSpec(
         path=path, name=name,

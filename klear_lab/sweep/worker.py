@@ -66,6 +66,8 @@ class WorkerContext:
     no_objective: str | None = None  # a run finished without the objective: no worker claims another trial
     stop_error: str = INTERRUPTED  # why ``stop`` was set (Ctrl-C, or SIGTERM): what the trials it stopped record
     sigterm: SigtermNoted | None = None  # the sweep's SIGTERM handler while the workers run
+    running: set[int] = field(default_factory=set)  # ids of the trials this process's workers run
+    told_waiting: bool = False  # :func:`note_waiting` said why the workers wait
 
     def asks(self) -> bool:
         """Whether a worker may ask the sampler for a new trial: not once trials keep failing (an
@@ -141,6 +143,7 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
                 continue
             if count(study, (TrialState.RUNNING, TrialState.WAITING)) == 0:
                 return
+            note_waiting(ctx, study)
             ctx.stop.wait(ctx.poll_s)
             continue
         state = run_trial(ctx, study, trial_id, index, lock)
@@ -150,14 +153,30 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
                     "see the trial logs")
 
 
+def note_waiting(ctx: WorkerContext, study: optuna.Study) -> None:
+    """Say once why the workers wait with nothing to claim: trials another process marked running. Rerun
+    after a ``kill -9``, the killed trial waits until its heartbeat is old enough to count as dead."""
+    others = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+              if t._trial_id not in ctx.running]
+    if others and not ctx.told_waiting:
+        ctx.told_waiting = True
+        ctx.log(f"sweep {ctx.spec.name}: waiting on trial(s) {', '.join(map(str, others))}, marked running by "
+                "another process: a live worker finishes them; if it died (a kill -9), they are failed and "
+                f"retried here once their heartbeat is {2 * ctx.spec.heartbeat_interval:g} s old")
+
+
 def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int, lock: StudyLock) -> TrialState:
     """Run one claimed trial in a child process; return its final state.
 
     A thread records the trial's heartbeat from the claim to the end, so a slow start (composing
     the config, the forkserver still importing) never looks like a dead worker to the others.
     """
-    with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
-        return _run_claimed(ctx, study, trial_id, index, lock)
+    ctx.running.add(trial_id)
+    try:
+        with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
+            return _run_claimed(ctx, study, trial_id, index, lock)
+    finally:
+        ctx.running.discard(trial_id)
 
 
 def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int, lock: StudyLock) -> TrialState:

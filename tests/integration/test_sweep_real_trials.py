@@ -61,7 +61,8 @@ def test_real_trials_run_like_standalone_runs(tmp_path, trial_start):
         wandb_runs.add(runs[0].name)
         info = wandb_file.run_info(runs[0])  # what W&B itself recorded for the trial's run
         assert info["group"] == spec.name and info["job_type"] == t.user_attrs["arm"]
-        assert f"optim.lr={t.params['optim.lr']}" in info["tags"] and "seed=0" in info["tags"]
+        assert f"optim.lr={t.params['optim.lr']}" in info["tags"] and "seed:0" in info["tags"]
+        assert not [tag for tag in info["tags"] if tag.startswith("seed=")]  # one seed tag, the run's own
         assert info["config"]["optim"]["lr"] == t.params["optim.lr"] and info["config"]["run"]["seed"] == 0
         assert wandb_file.summary(runs[0])["val/acc"] == pytest.approx(t.value)  # the objective
         log = Path(t.user_attrs["log"]).read_text()

@@ -15,6 +15,7 @@ import yaml
 from sweep_fixtures import REPO, write_spec
 
 from klear_lab.cli_sweep import main
+from klear_lab.errors import ConfigError
 from klear_lab.sweep.launch import freeze_spec
 from klear_lab.sweep.locate import locate
 from klear_lab.sweep.spec import load_spec
@@ -107,6 +108,14 @@ def test_locate_from_dir_or_spec(tmp_path):
     frozen = yaml.safe_load((spec.sweep_dir / "spec.yaml").read_text())
     assert frozen["experiment"] == str((tmp_path / "exp.yaml").resolve()) and frozen["storage"] is None  # default:
     assert json.loads((spec.sweep_dir / "sweep.json").read_text())["storage"] == url  # the directory's own
+
+
+def test_a_file_of_the_sweep_directory_is_sent_to_the_directory(tmp_path):
+    """``compare SWEEP_DIR/study.db`` was read as a spec: "not UTF-8 text (byte 0xfb...)"."""
+    spec = _study(tmp_path)
+    with pytest.raises(ConfigError, match=f"study.db: a file of the sweep directory {spec.sweep_dir}; give that"):
+        locate(spec.sweep_dir / "study.db")
+    assert locate(spec.sweep_dir / "spec.yaml")[0].name == "toy"  # the frozen spec is a spec file
 
 
 def _study(tmp_path):

@@ -59,7 +59,7 @@ def test_trial_layer_is_last_and_names_the_trial(tmp_path):
     assert label == "sweep trial 7"
     assert body["optim"]["lr"] == 0.002 and body["run"]["seed"] == 1
     assert body["run"]["group"] == "toy" and body["run"]["job_type"] == "lr=0.002"
-    assert body["run"]["tags"] == ["optim.lr=0.002", "seed=1", "sweep=toy"]
+    assert body["run"]["tags"] == ["optim.lr=0.002", "sweep=toy"]  # the run adds seed:1 (one seed tag, not two)
     assert body["trainer"]["num_threads"] == 2 and body["tracking"]["wandb"]["project"] == "p"
     assert body["run"]["out_dir"].endswith("out/toy/runs")
 

@@ -37,3 +37,16 @@ def test_a_sampler_sweep_replaces_its_failures():
     study = _study_with([TrialState.COMPLETE, TrialState.FAIL])
     progress.record(study, TrialState.COMPLETE, 60.0)
     assert progress.record(study, TrialState.FAIL, 5.0) == "1/4 finished, about 3 min left"  # 60 x 3 / 1
+
+
+def test_a_grid_counts_its_own_points_only():
+    """Rerun with an axis value dropped, the dropped points' finished trials made "5/4 finished"."""
+    from klear_lab.sweep.grid import point_key
+
+    kept = [point_key({"optim.lr": lr}, 0) for lr in (0.001, 0.002, 0.003, 0.004)]
+    study = optuna.create_study()
+    for point in [*kept[:3], point_key({"optim.lr": 0.5}, 0), point_key({"optim.lr": 0.6}, 0)]:
+        study.add_trial(optuna.create_trial(state=TrialState.COMPLETE, value=1.0, user_attrs={"point": point}))
+    assert Progress(total=4, workers=1).record(study, TrialState.COMPLETE, 1.0).startswith("5/4 finished")
+    line = Progress(total=4, workers=1, points=frozenset(kept)).record(study, TrialState.COMPLETE, 1.0)
+    assert line == "3/4 finished, about 1 s left"

@@ -104,6 +104,24 @@ def test_axis_key_not_in_config(tmp_path):
     assert "value 0.1" not in msg  # the key is at fault, not the value (a new-user walkthrough)
 
 
+def test_an_unknown_axis_key_is_named_though_another_axis_is_probed_first(tmp_path):
+    msg = _error(_edit(write_spec(tmp_path), axes={"optim.lr": [0.1], "rl.lr": [1]}))
+    assert msg.startswith(f"{tmp_path / 'toy.yaml'}: axes.rl.lr: ") and "unknown key 'rl.lr'" in msg
+
+
+def test_an_error_in_what_the_sweep_sets_on_every_trial_is_not_an_axis_values(tmp_path):
+    msg = _error(_edit(write_spec(tmp_path), wandb={"project": "a/b"}))
+    assert msg.startswith(f"{tmp_path / 'toy.yaml'}: what the sweep sets on every trial (from wandb:")
+    assert "tracking.wandb.project 'a/b' may not contain '/'" in msg and "axes" not in msg.split(":")[1]
+
+
+def test_a_bad_name_from_the_command_line_is_named_as_such(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--name 'a b' must use letters"):
+        load_spec(write_spec(tmp_path), name="a b")
+    with pytest.raises(ConfigError, match=r"toy.yaml: name: 'a b' must use"):
+        load_spec(_edit(write_spec(tmp_path), name="a b"))
+
+
 def test_axis_value_rejected_by_component(tmp_path):
     msg = _error(_edit(write_spec(tmp_path), axes={"data.mix.name": ["top_k", "no_such_mix"]}))
     assert "axes.data.mix.name" in msg and "no_such_mix" in msg
@@ -497,7 +515,8 @@ def test_a_name_of_dots_alone_or_empty_is_refused(tmp_path, in_spec, given):
     """``--name ..`` wrote the study, runs and trial logs into the parent of the output directory; ``--name ""``
     fell back to the spec's name without a word."""
     spec = _edit(write_spec(tmp_path), name=in_spec)
-    with pytest.raises(ConfigError, match=r"name: .* must use letters, digits, '_', '-', '.' only, not dots alone"):
+    where = "--name" if given is not None else "name:"
+    with pytest.raises(ConfigError, match=rf"{where} .* must use letters, digits, '_', '-', '.' only, not dots alone"):
         load_spec(spec, name=given)
 
 

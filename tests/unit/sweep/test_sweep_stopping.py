@@ -11,7 +11,7 @@ from klear_lab.errors import INTERRUPTED
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.terminate import noting_sigterm
 from klear_lab.sweep.trial import TERMINATED
-from klear_lab.sweep.worker import WorkerContext
+from klear_lab.sweep.worker import WorkerContext, note_waiting
 
 
 def _ctx(tmp_path) -> WorkerContext:
@@ -37,3 +37,25 @@ def test_ctrl_c_stops_as_interrupted_and_a_terminated_sweep_as_terminated(tmp_pa
     assert ctx.stopping() == INTERRUPTED
     ctx.stop_error = TERMINATED
     assert ctx.stopping() == TERMINATED
+
+
+def test_workers_with_nothing_to_claim_say_once_which_trials_they_wait_on(tmp_path):
+    """Rerun after a kill -9, the killed trial stays RUNNING until its heartbeat is old: that wait was silent."""
+    import optuna
+
+    ctx = _ctx(tmp_path)
+    said: list[str] = []
+    ctx.log = said.append
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    mine, theirs = study.ask(), study.ask()  # both RUNNING
+    ctx.running.add(mine._trial_id)
+    note_waiting(ctx, study)
+    note_waiting(ctx, study)
+    assert said == [f"sweep toy: waiting on trial(s) {theirs.number}, marked running by another process: a live "
+                    "worker finishes them; if it died (a kill -9), they are failed and retried here once their "
+                    "heartbeat is 2 s old"]
+    quiet = _ctx(tmp_path)
+    quiet.log = said.append
+    quiet.running.update({mine._trial_id, theirs._trial_id})  # only this process's own trials run: no word
+    note_waiting(quiet, study)
+    assert len(said) == 1
