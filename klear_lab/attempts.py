@@ -36,18 +36,23 @@ def warn_if_elsewhere(run_dir: Path, doing: str = "resuming") -> None:
               file=sys.stderr)
 
 
-def warn_if_other_data(run_dir: Path, rerun: Path) -> None:
-    """After a rerun of ``run_dir``'s saved config: warn when it read other records than the run did (a data file
-    edited since, or read from another directory): the config, and so its hash, names files, not contents."""
+def warn_if_other_data(run_dir: Path, cfg: dict[str, Any]) -> None:
+    """Before a rerun of ``run_dir``'s saved config (``cfg``) trains: warn when it would read other records than
+    the run did (a data file edited since, or read from another directory): the config, and so its hash, names
+    files, not contents. A data error is left to the run itself, which names it."""
+    from klear_lab.starting_point import records_digests
+
     try:
-        then, now = (read_record(d / "run.json").get("data") or {} for d in (run_dir, rerun))
-    except (ConfigError, OSError):
+        then = read_record(run_dir / "run.json").get("data") or {}
+        now = records_digests(cfg) if then else {}
+    except Exception:  # noqa: BLE001 - the run reads the same data next and reports what is wrong with it
         return
     keys = {"train": "data.sources", "eval": "data.eval_sources"}  # what run.json's data digests are of
     if changed := [f"{keys.get(k, k)}: {then[k]} then, {now[k]} now" for k in sorted(then)
                    if k in now and then[k] != now[k]]:
-        print(f"warning: {rerun} read other records than {run_dir} did ({'; '.join(changed)}): the files its "
-              "config names hold other data now, or were read from another directory", file=sys.stderr)
+        print(f"warning: rerunning {run_dir / 'config.yaml'}, which reads other records than {run_dir} did "
+              f"({'; '.join(changed)}): the files its config names hold other data now, or are read from another "
+              "directory", file=sys.stderr)
 
 
 def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:

@@ -34,11 +34,10 @@ def _train(args: argparse.Namespace) -> int:
     rerun = Path(args.experiment).name == "config.yaml" and (saved / "run.json").is_file()
     if rerun and joined_run_dir() is None:
         warn_if_elsewhere(saved, "rerunning its saved config")
+        warn_if_other_data(saved, cfg)
     result = run_experiment(cfg)
     _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
-        if rerun:
-            warn_if_other_data(saved, result.run_dir)
         print_result(result)
     return 0
 
