@@ -69,17 +69,17 @@ def _reference_greedy(model, tokenizer, prompts: list[str], max_new_tokens: int)
     """Greedy completions the plainest way: one prompt at a time, no padding, no KV cache, argmax of a
     full forward pass per token. The oracle the batched engines are checked against."""
     from klear_lab.data.sft import prompt_ids
-    from klear_lab.rl.rollout.base import decode_response
+    from klear_lab.rl.rollout.base import decode_response, eos_token_ids
 
-    eos = tokenizer.eos_token_id
+    stops = eos_token_ids(tokenizer)  # the eos and the chat template's turn end, where they differ
     out = []
     with torch.no_grad():
         for prompt in prompts:
             ids, new = prompt_ids(tokenizer, prompt), []
-            while len(new) < max_new_tokens and (not new or new[-1] != eos):
+            while len(new) < max_new_tokens and (not new or new[-1] not in stops):
                 logits = model(torch.tensor([ids + new])).logits[0, -1]  # [V]
                 new.append(int(logits.argmax()))
-            out.append(decode_response(tokenizer, new, [eos]))
+            out.append(decode_response(tokenizer, new, stops))
     return out
 
 

@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from klear_lab.rewards.isolation import NOBODY, Isolation, current_isolation, run_uid
-from klear_lab.rewards.sandbox_io import end_namespace, exchange, namespace_init, pipe_with, read_to_eof
+from klear_lab.rewards.sandbox_io import (
+    end_namespace,
+    exchange,
+    namespace_init,
+    pipe_with,
+    read_to_eof,
+    stop_bwrap,
+)
 from klear_lab.rewards.seccomp import no_fork_filter
 
 INSTALL_HINT = "apt-get install -y bubblewrap"
@@ -262,12 +269,17 @@ def _run(data: bytes, timeout_s: float, limits: SandboxLimits, isolation: Isolat
     finally:
         for fd in fds:
             os.close(fd)
-    init = namespace_init(info_r, START_LIMIT_S)
+    init = None
     try:
+        init = namespace_init(info_r, START_LIMIT_S, proc.pid)
         cap = limits.fsize_mb << 20
         start_left = max(START_LIMIT_S - (time.monotonic() - start), 0.01)
         out, err, timed_out, stalled, line_at, ended, ready = exchange(proc, data, timeout_s, start_left, cap,
                                                                        idle_s, progress)
+    except BaseException:  # a Ctrl-C before the exchange took bwrap over, or one inside it
+        stop_bwrap(proc)
+        os.close(alive_r)
+        raise
     finally:
         end_namespace(init)  # also where bwrap died first and its death signal did not end the program
     read_to_eof(alive_r, deadline_s=5.0)

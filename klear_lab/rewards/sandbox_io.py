@@ -94,13 +94,18 @@ def exchange(proc: subprocess.Popen[bytes], data: bytes, timeout_s: float, start
         timed_out = True
     finally:
         sel.close()
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for f in (proc.stdin, proc.stdout, proc.stderr):
-            f.close()
+        stop_bwrap(proc)
     return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), timed_out, stalled, line_at, ended, ready
+
+
+def stop_bwrap(proc: subprocess.Popen[bytes]) -> None:
+    """Kill bwrap's process group if it still runs, reap it, and close the pipes to it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        f.close()
 
 
 LINE_HEAD = 256
@@ -142,19 +147,29 @@ def read_to_eof(fd: int, deadline_s: float) -> bytes:
     return bytes(data)
 
 
-def namespace_init(info_fd: int, deadline_s: float) -> int | None:
+def namespace_init(info_fd: int, deadline_s: float, bwrap_pid: int) -> int | None:
     """A pidfd for the sandbox's pid 1, named by bwrap's ``--info-fd`` JSON (``child-pid``), which bwrap writes
     and closes as soon as it has made the sandbox; None where it wrote none within ``deadline_s`` (it failed
-    first) or the kernel has no pidfds. Closes ``info_fd``.
+    first), the kernel has no pidfds, or the pid no longer names bwrap's child. Closes ``info_fd``.
 
-    bwrap's parent does not reap its child before it exits itself, and it is alive here, so the pid still
-    names the sandbox's pid 1 when it is opened (a pidfd then keeps naming it, never a reused pid).
+    bwrap reaps its child as soon as it exits, so by the time the pid is opened it may name another process.
+    Opened, it is checked to be a child of ``bwrap_pid``: bwrap makes one child only, so that is the sandbox's
+    pid 1, and the pidfd keeps naming that process (a signal through it never reaches a reused pid).
     """
     try:
         pid = json.loads(read_to_eof(info_fd, deadline_s))["child-pid"]
-        return os.pidfd_open(pid)
+        pidfd = os.pidfd_open(pid)
     except (ValueError, KeyError, TypeError, OSError):  # nothing written; the process already gone; no pidfds
         return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])  # after "pid (comm)": state, ppid
+    except (OSError, ValueError, IndexError):
+        parent = None
+    if parent != bwrap_pid:
+        os.close(pidfd)
+        return None
+    return pidfd
 
 
 def end_namespace(pidfd: int | None) -> None:

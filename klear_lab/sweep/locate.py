@@ -32,7 +32,7 @@ def locate(target: str | Path) -> tuple[SweepSpec, str]:
         return spec, url
     if not path.is_file():
         raise ConfigError(f"{path}: no such sweep directory or spec file")
-    if (path.parent / "sweep.json").is_file() and path.name != "spec.yaml":  # study.db, a table, a log...
+    if (path.parent / "sweep.json").is_file() and path.suffix not in (".yaml", ".yml"):  # study.db, a table...
         raise ConfigError(f"{path}: a file of the sweep directory {path.parent}; give that directory (or the "
                           "sweep's spec file)")
     spec = load_spec(path)

@@ -26,7 +26,7 @@ METHODS = {"grid": "grid", "random": "random", "tpe": "bayes"}
 
 def wandb_sweep_config(spec: SweepSpec) -> dict[str, Any]:
     """The W&B sweep config: program, method, metric, parameters, command (+ run_cap, early_terminate)."""
-    params: dict[str, Any] = {axis.key: _parameter(axis) for axis in spec.axes}
+    params: dict[str, Any] = {axis.key: _parameter(spec, axis) for axis in spec.axes}
     params["run.seed"] = {"values": list(spec.seeds)}
     params["run.group"] = {"value": spec.wandb_group or spec.name}
     experiment = _display_path(spec.experiment) if spec.experiment else None
@@ -60,23 +60,37 @@ def write_wandb_sweep(spec: SweepSpec, path: Path) -> Path:
     return path
 
 
-def _parameter(axis: Axis) -> dict[str, Any]:
-    """The axis as a W&B parameter that draws what the Optuna sweep draws (``grid.axis_distribution``): W&B's
-    own Optuna scheduler reads it back as that distribution (tested), the log scale and step included."""
+MAX_STEPPED_VALUES = 1000
+"""A stepped range is exported as its values; one of more is refused (W&B's ``q_uniform`` draws multiples of ``q``,
+``round(U(min, max) / q) * q``, not Optuna's ``low + k * step``: other values unless ``low`` is a multiple)."""
+
+
+def _parameter(spec: SweepSpec, axis: Axis) -> dict[str, Any]:
+    """The axis as a W&B parameter that draws the values the Optuna sweep draws (``grid.axis_distribution``):
+    ranges as W&B's own Optuna scheduler reads them back (tested), a stepped range as its list of values."""
     if not axis.is_range:
         return {"values": [v if isinstance(v, (str, int, float, bool)) else json.dumps(v)
                            for v in axis.values]}
     if is_int_range(axis):
         low, high, step = int(axis.low), int(axis.high), int(axis.step or 1)
-        if axis.log:
-            return {"distribution": "q_log_uniform_values", "min": low, "max": high, "q": step}
-        if step != 1:
-            return {"distribution": "q_uniform", "min": low, "max": high, "q": step}
-        return {"distribution": "int_uniform", "min": low, "max": high}
+        if axis.log:  # Optuna takes a log scale with step 1 only
+            return {"distribution": "q_log_uniform_values", "min": low, "max": high, "q": 1}
+        if step == 1:
+            return {"distribution": "int_uniform", "min": low, "max": high}
+        return _stepped(spec, axis, list(range(low, high + 1, step)))
     if axis.step is not None:
-        return {"distribution": "q_uniform", "min": float(axis.low), "max": float(axis.high), "q": float(axis.step)}
+        n = round((axis.high - axis.low) / axis.step)
+        return _stepped(spec, axis, [float(f"{axis.low + k * axis.step:.12g}") for k in range(n + 1)])
     dist = "log_uniform_values" if axis.log else "uniform"
     return {"distribution": dist, "min": float(axis.low), "max": float(axis.high)}
+
+
+def _stepped(spec: SweepSpec, axis: Axis, values: list[Any]) -> dict[str, Any]:
+    if len(values) > MAX_STEPPED_VALUES:
+        raise spec.err(f"axes.{axis.key}", f"--wandb-export: a stepped range of {len(values)} values; W&B has no "
+                       f"distribution that draws Optuna's low + k * step, and exports up to {MAX_STEPPED_VALUES} "
+                       "values as a list: widen the step, or drop it for a continuous range")
+    return {"values": values}
 
 
 def _command_overrides(spec: SweepSpec) -> list[str]:

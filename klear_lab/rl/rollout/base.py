@@ -142,12 +142,13 @@ def encode_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
 
 
 def eos_token_ids(tokenizer, model: torch.nn.Module | None = None) -> list[int]:
-    """EOS ids of the tokenizer, then the chat template's turn end where it is one token (what SFT taught:
-    :func:`klear_lab.data.sft.turn_end`), then any the model's generation config adds (order kept, no repeats)."""
+    """EOS ids of the tokenizer, then the special token that ends the chat template's turn (what SFT taught:
+    :func:`klear_lab.data.sft.turn_end`, whose last token it is), then any the model's generation config adds
+    (order kept, no repeats)."""
     ids: list[int] = []
     extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    end = tokenizer(turn_end(tokenizer), add_special_tokens=False)["input_ids"]
-    for value in (tokenizer.eos_token_id, end if len(end) == 1 else None, extra):
+    end = tokenizer(turn_end(tokenizer), add_special_tokens=False)["input_ids"][-1:]
+    for value in (tokenizer.eos_token_id, end, extra):
         for i in value if isinstance(value, (list, tuple)) else [value]:
             if i is not None and int(i) not in ids:
                 ids.append(int(i))

@@ -39,7 +39,7 @@ def test_the_host_kills_the_sandbox_while_bwrap_itself_cannot():
         os.close(alive_w)
         os.close(info_w)
         try:
-            init = namespace_init(info_r, 30)
+            init = namespace_init(info_r, 30, proc.pid)
             assert init is not None
             proc.stdin.write(SLEEPER.encode())
             proc.stdin.close()
@@ -63,7 +63,7 @@ def test_no_pidfd_where_bwrap_wrote_nothing():
     proc = subprocess.Popen([sandbox.require_bwrap(), "--no-such-option", "--info-fd", str(info_w), "true"],
                             pass_fds=(info_w,), stderr=subprocess.DEVNULL)
     os.close(info_w)
-    assert namespace_init(info_r, 10) is None
+    assert namespace_init(info_r, 10, proc.pid) is None
     assert proc.wait(10) != 0
     end_namespace(None)  # nothing to kill
 
@@ -72,7 +72,7 @@ def test_garbage_on_the_info_pipe_gives_no_pidfd():
     info_r, info_w = os.pipe()
     os.write(info_w, b'{"child-pid": "1; rm -rf /"}')
     os.close(info_w)
-    assert namespace_init(info_r, 1) is None
+    assert namespace_init(info_r, 1, os.getpid()) is None
 
 
 def test_a_run_ends_its_sandbox_and_leaves_no_pidfd_open():
@@ -81,3 +81,22 @@ def test_a_run_ends_its_sandbox_and_leaves_no_pidfd_open():
     for _ in range(3):
         assert sandbox.run_python("print(1)").stdout == "1\n"
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_pid_that_is_not_bwraps_child_gets_no_pidfd():
+    """bwrap reaps its child as soon as it exits: by the time the host opens the pid, it may name another
+    process, which the host's kill must never reach."""
+    other = subprocess.Popen(["sleep", "30"])  # a child of this process, not of "bwrap"
+    try:
+        for bwrap_pid, expected in ((os.getppid(), False), (os.getpid(), True)):
+            info_r, info_w = os.pipe()
+            os.write(info_w, f'{{"child-pid": {other.pid}}}'.encode())
+            os.close(info_w)
+            pidfd = namespace_init(info_r, 1, bwrap_pid)
+            assert (pidfd is not None) == expected
+            if pidfd is not None:
+                os.close(pidfd)
+        assert other.poll() is None  # nothing was killed
+    finally:
+        other.kill()
+        other.wait()

@@ -66,7 +66,18 @@ def test_the_text_before_the_end_token_belongs_to_the_turn_end(tiny):
     tok = train_tokenizer(TEXTS, vocab_size=300)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }} .<|endoftext|>\n{% endfor %}"
     assert turn_end(tok) == " .<|endoftext|>"
-    assert eos_token_ids(tok) == [tok.eos_token_id]  # " ." is more than one token: only the eos stops
+    assert eos_token_ids(tok) == [tok.eos_token_id]  # the turn end's last token is the eos: one stop id
+
+
+def test_rollouts_stop_at_the_special_token_that_ends_a_longer_turn_end(qwen_like):
+    """A turn end with text before its special token (``\n<|im_end|>``) stops at that token: a stop list of the
+    eos alone would run every rollout to max_new_tokens."""
+    import copy
+
+    tok = copy.deepcopy(qwen_like)
+    tok.chat_template = QWEN_LIKE.replace("{{ m['content'] }}<|im_end|>", "{{ m['content'] }}\n<|im_end|>")
+    assert turn_end(tok) == "\n<|im_end|>"
+    assert eos_token_ids(tok) == [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
 
 
 def test_a_saved_models_generation_config_names_the_turn_end(qwen_like):

@@ -116,6 +116,9 @@ def test_a_file_of_the_sweep_directory_is_sent_to_the_directory(tmp_path):
     with pytest.raises(ConfigError, match=f"study.db: a file of the sweep directory {spec.sweep_dir}; give that"):
         locate(spec.sweep_dir / "study.db")
     assert locate(spec.sweep_dir / "spec.yaml")[0].name == "toy"  # the frozen spec is a spec file
+    kept_inside = spec.sweep_dir / "toy.yaml"  # a spec kept in its own sweep directory (a review) is one too
+    kept_inside.write_text((spec.sweep_dir / "spec.yaml").read_text())
+    assert locate(kept_inside)[0].name == "toy"
 
 
 def _study(tmp_path):

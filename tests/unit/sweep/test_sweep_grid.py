@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 import yaml
 from sweep_fixtures import write_spec
 
+from klear_lab.errors import ConfigError
 from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.grid import (
     Arm,
@@ -104,20 +106,40 @@ def test_an_axis_on_the_threads_is_kept_not_overwritten_by_the_sweeps_share(tmp_
 
 @pytest.mark.parametrize("key, axis", [
     ("sft.max_steps", {"low": 8, "high": 64, "log": True}),
-    ("sft.max_steps", {"low": 2, "high": 10, "step": 2}),
     ("sft.max_steps", {"low": 2, "high": 10}),
-    ("optim.lr", {"low": 0.001, "high": 0.01, "step": 0.001}),
     ("optim.lr", {"low": 1e-4, "high": 1e-2, "log": True}),
     ("optim.lr", {"low": 1e-4, "high": 1e-2}),
 ])
 def test_the_wandb_export_draws_what_the_sweep_draws(tmp_path, key, axis):
-    """W&B's own Optuna scheduler reads each exported parameter back as the sweep's distribution: an int log
-    range was exported as int_uniform (log scale lost), a float step as uniform (step lost)."""
+    """W&B's own Optuna scheduler reads each exported range back as the sweep's distribution: an int log range
+    was exported as int_uniform (its log scale lost)."""
     from wandb.sdk.sweeps.scheduler.optuna import sweep_parameter_to_distribution
 
     spec = load_spec(write_spec(tmp_path, sampler="tpe", n_trials=4, axes={key: axis}))
     exported = wandb_sweep_config(spec)["parameters"][key]
     assert sweep_parameter_to_distribution(exported) == axis_distribution(spec.axes[0])
+
+
+@pytest.mark.parametrize("key, axis, values", [
+    ("sft.max_steps", {"low": 1, "high": 9, "step": 2}, [1, 3, 5, 7, 9]),
+    ("optim.lr", {"low": 0.0015, "high": 0.0095, "step": 0.002}, [0.0015, 0.0035, 0.0055, 0.0075, 0.0095]),
+])
+def test_a_stepped_range_is_exported_as_the_values_optuna_draws(tmp_path, key, axis, values):
+    """W&B's q_uniform draws multiples of q (round(U(min, max) / q) * q): {2, 4, 6, 8} and 0 or 10 for the first
+    axis, where Optuna draws 1, 3, ..., 9 (a review): a stepped range goes out as its values."""
+    spec = load_spec(write_spec(tmp_path, sampler="random", n_trials=4, axes={key: axis}))
+    assert wandb_sweep_config(spec)["parameters"][key] == {"values": values}
+    dist = axis_distribution(spec.axes[0])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = {study.ask({key: dist}).params[key] for _ in range(200)}
+    assert sorted(drawn) == pytest.approx(values)  # every value drawn, and no other
+
+
+def test_a_stepped_range_too_long_to_list_is_refused_by_the_export(tmp_path):
+    spec = load_spec(write_spec(tmp_path, sampler="random", n_trials=4,
+                                axes={"optim.lr": {"low": 0.0, "high": 1.0, "step": 0.0001}}))
+    with pytest.raises(ConfigError, match=r"axes.optim.lr: --wandb-export: a stepped range of 10001 values"):
+        wandb_sweep_config(spec)
 
 
 def test_the_wandb_export_reads_a_specs_own_plugin_from_the_specs_directory(tmp_path, monkeypatch):
