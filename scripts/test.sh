@@ -8,6 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh dev
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline WANDB_SILENT=true TOKENIZERS_PARALLELISM=false
+# a full disk fails every test at once with "No space left on device" (a CI run did): say so up front
+free_mb=$(df -Pm "${TMPDIR:-/tmp}" 2>/dev/null | awk 'NR == 2 {print $4}')
+if [ -n "$free_mb" ] && [ "$free_mb" -lt 2048 ]; then
+  echo "[test] warning: ${free_mb} MB free in ${TMPDIR:-/tmp}; the default set writes up to about 100 MB there at once" \
+       "(its W&B runs, checkpoints and sweeps), the vLLM venv needs more: free space if tests fail with ENOSPC" >&2
+fi
 if [ $# -eq 0 ]; then
   # the default set on every core (pytest-xdist; a test file stays on one worker, where its module fixtures are
   # built once); each worker takes cores // workers torch threads (tests/conftest.py)

@@ -268,7 +268,10 @@ def _benchmark_row(analysis: Analysis, ref: SweepRef, claim: Claim, bench: str, 
     row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than,
                            "benchmark": bench, "metric": metric,
                            "paper Δ": analysis.paper[claim.better][i] - analysis.paper[claim.than][i]}
-    return row | _compare(ref, claim, values, direction, why)
+    out = row | _compare(ref, claim, values, direction, why)
+    if row["paper Δ"] <= 0:  # a tie or the other way in the paper itself (Table 5's AIME 2024: 28.33 both)
+        out["verdict"] += f"; the paper's own Δ here is {row['paper Δ']:+g}: not the claim's side"
+    return out
 
 
 def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dict[str, np.ndarray],

@@ -108,7 +108,8 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
     out = tmp_path / "mapped"
     assert main(["reproduce", str(mapped), "--out-dir", str(out)]) == 0
     assert pd.read_csv(out / "benchmarks.csv")[["benchmark", "metric", "verdict"]].values.tolist() == [
-        ["A", "val/acc", "reproduced"], ["A", "val/acc", "contradicted"]]
+        ["A", "val/acc", "reproduced"],  # the second claim's paper Δ on A is against it: said beside the verdict
+        ["A", "val/acc", "contradicted; the paper's own Δ here is -2: not the claim's side"]]
     assert pd.read_csv(out / "arms.csv")["ours A n"].tolist() == [2, 2, 2]
     run = next((out / "wandb").glob("offline-run-*"))
     assert any(p.name.startswith("benchmarks_") for p in (run / "files" / "media").rglob("*"))
