@@ -25,10 +25,13 @@ from klear_lab.sweep.storage import StudyLock, make_sampler
 from klear_lab.sweep.successor import CHOICES_ATTR
 
 
-def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bool = True) -> int | None:
+def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bool = True,
+               mine: set[int] | None = None) -> int | None:
     """Claim the next trial (RUNNING, first heartbeat recorded) or None when no work is left.
 
     ``ask=False``: only WAITING trials, no new ``tpe``/``random`` ones (the worker saw trials keep failing).
+    ``mine``: the claimed trial's id is added to it under the lock, so that a reader holding the lock never
+    sees this process's fresh claim as another's (``worker.note_waiting``).
     Retries come first (they continue a killed trial's run from its checkpoint: a rerun after Ctrl-C
     started the next arm before them); a WAITING retry whose ``NOT_BEFORE_ATTR`` lies ahead is left for later.
     """
@@ -45,7 +48,7 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bo
             _heartbeat(storage, frozen._trial_id)
             try:
                 if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
-                    return frozen._trial_id
+                    return _claimed(frozen._trial_id, mine)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
         # study.ask() takes the first WAITING trial itself, a held-back retry included
@@ -59,7 +62,13 @@ def take_trial(study: optuna.Study, spec: SweepSpec, lock: StudyLock, *, ask: bo
         except Exception:
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)  # not left RUNNING unseen
             raise
-        return trial._trial_id
+        return _claimed(trial._trial_id, mine)
+
+
+def _claimed(trial_id: int, mine: set[int] | None) -> int:
+    if mine is not None:
+        mine.add(trial_id)
+    return trial_id
 
 
 def claimed_trial(study: optuna.Study, trial_id: int, spec: SweepSpec) -> optuna.trial.Trial:

@@ -145,7 +145,7 @@ class SweepSpec:
         out = []
         for i, item in enumerate(self.overrides):
             key = item.split("=", 1)[0].strip()
-            if key in ("plugins", "model.init_from") or key.startswith("plugins."):
+            if key in ("plugins", "model", "model.init_from") or key.startswith("plugins."):  # model={init_from: x}
                 base = Path(self.path).resolve().parent if i < own else Path.cwd()
                 node: Any = dotlist_layer([item], base_dir=base)[1]
                 for part in key.split("."):

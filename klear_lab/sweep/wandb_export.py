@@ -100,16 +100,19 @@ def _command_overrides(spec: SweepSpec) -> list[str]:
     out = []
     for item in spec.absolute_overrides():
         key, _, value = item.partition("=")
-        if key.strip() == "plugins" or key.strip().startswith("plugins.") or key.strip() == "model.init_from":
+        if key.strip() in ("plugins", "model", "model.init_from") or key.strip().startswith("plugins."):
             item = f"{key}={json.dumps(_relative(json.loads(value)))}"
         out.append(item)
     return out
 
 
 def _relative(node: Any) -> Any:
-    """Absolute paths in ``node`` (a path or a list of them) as :func:`_display_path` shows them."""
+    """Absolute paths in ``node`` (a path, a list of them, or a ``model`` mapping's ``init_from``) as
+    :func:`_display_path` shows them."""
     if isinstance(node, list):
         return [_relative(p) for p in node]
+    if isinstance(node, dict):
+        return {**node, **({"init_from": _relative(node["init_from"])} if "init_from" in node else {})}
     return _display_path(Path(node)) if isinstance(node, str) and os.path.isabs(node) else node
 
 

@@ -136,14 +136,14 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
     lock = StudyLock(ctx.url, ctx.spec.name)
     while not ctx.stopping() and ctx.no_objective is None:
         fail_stale(study, lock)
-        trial_id = take_trial(study, ctx.spec, lock, ask=ctx.asks())
+        trial_id = take_trial(study, ctx.spec, lock, ask=ctx.asks(), mine=ctx.running)
         if trial_id is None:
             if SUCCESSOR_ATTR in study.user_attrs:  # the grid was widened: its work moved to a copy
                 study = current_study(study)
                 continue
             if count(study, (TrialState.RUNNING, TrialState.WAITING)) == 0:
                 return
-            note_waiting(ctx, study)
+            note_waiting(ctx, study, lock)
             ctx.stop.wait(ctx.poll_s)
             continue
         state = run_trial(ctx, study, trial_id, index, lock)
@@ -153,11 +153,15 @@ def worker_loop(ctx: WorkerContext, index: int) -> None:
                     "see the trial logs")
 
 
-def note_waiting(ctx: WorkerContext, study: optuna.Study) -> None:
+def note_waiting(ctx: WorkerContext, study: optuna.Study, lock: StudyLock) -> None:
     """Say once why the workers wait with nothing to claim: trials another process marked running. Rerun
-    after a ``kill -9``, the killed trial waits until its heartbeat is old enough to count as dead."""
-    others = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-              if t._trial_id not in ctx.running]
+    after a ``kill -9``, the killed trial waits until its heartbeat is old enough to count as dead. Read under
+    the claims' lock, which also records this process's claims in ``ctx.running`` (``take_trial``)."""
+    if ctx.told_waiting:
+        return
+    with lock.hold():
+        others = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                  if t._trial_id not in ctx.running]
     if others and not ctx.told_waiting:
         ctx.told_waiting = True
         ctx.log(f"sweep {ctx.spec.name}: waiting on trial(s) {', '.join(map(str, others))}, marked running by "
@@ -171,7 +175,7 @@ def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int
     A thread records the trial's heartbeat from the claim to the end, so a slow start (composing
     the config, the forkserver still importing) never looks like a dead worker to the others.
     """
-    ctx.running.add(trial_id)
+    ctx.running.add(trial_id)  # take_trial has added it already, where the worker passed ctx.running
     try:
         with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
             return _run_claimed(ctx, study, trial_id, index, lock)

@@ -151,3 +151,14 @@ def test_the_wandb_export_reads_a_specs_own_plugin_from_the_specs_directory(tmp_
     monkeypatch.chdir(tmp_path)
     command = wandb_sweep_config(load_spec(spec_path))["command"]
     assert 'plugins=["sub/noop.py"]' in command and command[3] == "sub/exp.yaml"
+
+
+def test_a_starting_point_given_inside_a_model_mapping_is_read_from_the_specs_directory(tmp_path, monkeypatch):
+    """``model={init_from: parent.yaml}`` stayed relative in the starting point's command and the W&B export."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    spec_path = write_spec(sub, overrides=["model={init_from: parent.yaml}"])
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(spec_path)
+    assert spec.absolute_overrides() == [f'model={{"init_from": "{sub / "parent.yaml"}"}}']
+    assert 'model={"init_from": "sub/parent.yaml"}' in wandb_sweep_config(spec)["command"]

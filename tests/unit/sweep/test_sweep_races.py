@@ -144,3 +144,30 @@ def test_a_queued_retry_is_taken_before_the_points_not_started(tmp_path):
     retry = queue_retry(study, study._storage.get_trial(first._trial_id))
     assert len(study.get_trials(states=(TrialState.WAITING,))) > 1  # points not started wait before it
     assert take_trial(study, spec, lock) == retry._trial_id
+
+
+def test_a_claim_is_recorded_as_this_processes_under_the_lock(tmp_path):
+    """A sibling worker reading the study under the lock must never see a fresh claim as another process's
+    (``worker.note_waiting`` said "waiting on trial 0, marked running by another process")."""
+    spec, _, study, lock = _setup(tmp_path)
+    mine: set[int] = set()
+    seen_inside: list[bool] = []
+    real_hold = lock.hold
+
+    def watching_hold():  # what a reader holding the lock next finds: the claim and its record together
+        cm = real_hold()
+
+        class Watch:
+            def __enter__(self):
+                return cm.__enter__()
+
+            def __exit__(self, *exc):
+                running = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+                seen_inside.append(running <= mine)
+                return cm.__exit__(*exc)
+        return Watch()
+
+    lock.hold = watching_hold
+    first = take_trial(study, spec, lock, mine=mine)
+    assert mine == {first} and seen_inside == [True]
+    assert take_trial(study, spec, lock) not in mine  # without ``mine`` nothing is recorded

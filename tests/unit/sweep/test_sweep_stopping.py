@@ -43,19 +43,22 @@ def test_workers_with_nothing_to_claim_say_once_which_trials_they_wait_on(tmp_pa
     """Rerun after a kill -9, the killed trial stays RUNNING until its heartbeat is old: that wait was silent."""
     import optuna
 
+    from klear_lab.sweep.storage import StudyLock
+
     ctx = _ctx(tmp_path)
     said: list[str] = []
     ctx.log = said.append
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    lock = StudyLock(f"sqlite:///{tmp_path / 'study.db'}", "toy")
     mine, theirs = study.ask(), study.ask()  # both RUNNING
     ctx.running.add(mine._trial_id)
-    note_waiting(ctx, study)
-    note_waiting(ctx, study)
+    note_waiting(ctx, study, lock)
+    note_waiting(ctx, study, lock)
     assert said == [f"sweep toy: waiting on trial(s) {theirs.number}, marked running by another process: a live "
                     "worker finishes them; if it died (a kill -9), they are failed and retried here once their "
                     "heartbeat is 2 s old"]
     quiet = _ctx(tmp_path)
     quiet.log = said.append
     quiet.running.update({mine._trial_id, theirs._trial_id})  # only this process's own trials run: no word
-    note_waiting(quiet, study)
+    note_waiting(quiet, study, lock)
     assert len(said) == 1
