@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -53,11 +54,17 @@ def turn_end(tokenizer) -> str:
     try:
         turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PROBE}]
         text = tokenizer.apply_chat_template(turns, tokenize=False)
-    except Exception:  # noqa: BLE001 - no template, or one that refuses this conversation: the eos_token
-        return eos
+    except Exception as exc:  # noqa: BLE001 - no template, or one that refuses this conversation: the eos_token
+        return _eos_instead(eos, f"its chat template refused a user turn and a reply ({type(exc).__name__}: {exc})")
     after = text.rsplit(_PROBE, 1)[1] if isinstance(text, str) and _PROBE in text else ""
     ends = [after.find(t) + len(t) for t in _special_tokens(tokenizer) if t in after]
-    return after[:min(ends)] if ends else eos
+    return after[:min(ends)] if ends else _eos_instead(eos, "its chat template writes no special token after a reply")
+
+
+def _eos_instead(eos: str, why: str) -> str:
+    warnings.warn(f"the tokenizer's turn end: {why}; SFT ends each response with its eos_token {eos!r}, and "
+                  "rollouts stop there", UserWarning, stacklevel=3)
+    return eos
 
 
 def _special_tokens(tokenizer) -> set[str]:

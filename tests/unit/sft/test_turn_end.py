@@ -59,7 +59,9 @@ def test_a_qwen_like_template_ends_the_turn_with_im_end_not_the_eos(qwen_like):
 def test_a_template_without_a_turn_end_falls_back_to_the_eos(tiny, template):
     tok = train_tokenizer(TEXTS, vocab_size=300)
     tok.chat_template = template
-    assert turn_end(tok) == tok.eos_token
+    with pytest.warns(UserWarning, match=r"the tokenizer's turn end: its chat template .*; SFT ends each response "
+                                         r"with its eos_token '<\|endoftext\|>'"):
+        assert turn_end(tok) == tok.eos_token
 
 
 def test_the_text_before_the_end_token_belongs_to_the_turn_end(tiny):
