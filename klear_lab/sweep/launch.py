@@ -15,7 +15,7 @@ from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
-from klear_lab.sweep.grid import Arm, grid_arms, point_key
+from klear_lab.sweep.grid import Arm, grid_arms
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
@@ -23,6 +23,7 @@ from klear_lab.sweep.queue import (
     READY_ATTR,
     check_same_base,
     count,
+    grid_points,
     grid_status,
     missing_points,
     prepare_study,
@@ -118,8 +119,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         train_parent(spec, base, auto_threads(), log)  # every core, at most OMP_NUM_THREADS
     base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
-    points = frozenset(point_key(a.params, s) for a in arms for s in spec.seeds) if arms else None
-    progress = Progress(n_points, spec.workers, replaces_failures=not arms, points=points)
+    progress = Progress(n_points, spec.workers, replaces_failures=not arms,
+                        points=grid_points(spec, arms) if arms else None)
     ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress)
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from klear_lab.sweep.grid import canonical_point
-from klear_lab.sweep.queue import count
+from klear_lab.sweep.queue import count, points_in
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -48,8 +47,7 @@ class Progress:
     def _finished(self, study: optuna.Study) -> int:
         if self.points is None:
             return count(study, FINISHED)
-        done = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=FINISHED)}
-        return len(done & self.points)
+        return len(points_in(study, FINISHED) & self.points)
 
 
 def _duration(seconds: float) -> str:

@@ -178,7 +178,7 @@ def check_choices_unchanged(study: optuna.Study, spec: SweepSpec) -> None:
 def _drop_unwanted(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> None:
     """Fail the WAITING trials (left by an interrupted run, or retries) whose point the spec no longer
     has: a grid trimmed to save time ran them all the same. A point put back is enqueued again."""
-    wanted = {point_key(a.params, s) for a in arms for s in spec.seeds}
+    wanted = grid_points(spec, arms)
     storage = study._storage
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         if canonical_point(t.user_attrs.get("point")) not in wanted:
@@ -187,7 +187,7 @@ def _drop_unwanted(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> Non
 
 
 def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> int:
-    covered = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=COVERED)}
+    covered = points_in(study, COVERED)
     added = 0
     for arm in arms:
         for seed in spec.seeds:
@@ -198,6 +198,16 @@ def _enqueue_missing(study: optuna.Study, spec: SweepSpec, arms: list[Arm]) -> i
                 covered.add(point)
                 added += 1
     return added
+
+
+def grid_points(spec: SweepSpec, arms: list[Arm]) -> frozenset[str]:
+    """The point keys of the grid's arms x seeds."""
+    return frozenset(point_key(a.params, s) for a in arms for s in spec.seeds)
+
+
+def points_in(study: optuna.Study, states: tuple[TrialState, ...] | None) -> set[str | None]:
+    """The point keys of the study's trials in ``states`` (None: every trial), as written now."""
+    return {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=states)}
 
 
 def count(study: optuna.Study, states: tuple[TrialState, ...]) -> int:
@@ -217,5 +227,5 @@ def missing_points(study: optuna.Study, spec: SweepSpec, arms: list[Arm],
                    states: tuple[TrialState, ...] | None = (TrialState.COMPLETE, TrialState.PRUNED)) -> list[str]:
     """Grid points x seeds with no trial in ``states`` (default: none finished; ``None``: none at all,
     i.e. not enqueued yet)."""
-    done = {canonical_point(t.user_attrs.get("point")) for t in study.get_trials(deepcopy=False, states=states)}
+    done = points_in(study, states)
     return [f"{a.label} seed={s}" for a in arms for s in spec.seeds if point_key(a.params, s) not in done]

@@ -43,6 +43,7 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,7 @@ class SweepSpec:
         return ([dotlist_layer(own, f"{self.path}: overrides", Path(self.path).resolve().parent)] if own else []) + (
             [dotlist_layer(cli)] if cli else [])
 
-    def absolute_overrides(self) -> list[str]:
+    def absolute_overrides(self, shown: Callable[[Any], Any] = lambda node: node) -> list[str]:
         """``overrides`` with their relative plugin and ``model.init_from`` paths made absolute (the spec's
         from its directory, the command line's from the working one): the frozen ``spec.yaml`` in the sweep
         directory composes as this spec does, from anywhere."""
@@ -150,7 +151,7 @@ class SweepSpec:
                 node: Any = dotlist_layer([item], base_dir=base)[1]
                 for part in key.split("."):
                     node = node.get(part) if isinstance(node, dict) else None
-                item = f"{key}={json.dumps(node)}"
+                item = f"{key}={json.dumps(shown(node))}"
             out.append(item)
         return out
 

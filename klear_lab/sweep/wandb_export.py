@@ -97,13 +97,7 @@ def _command_overrides(spec: SweepSpec) -> list[str]:
     """The spec's overrides with their plugin and ``model.init_from`` paths as the sweep reads them (a spec's
     own from the spec's directory), written relative to the working directory, as the experiment is: the
     agent runs from there."""
-    out = []
-    for item in spec.absolute_overrides():
-        key, _, value = item.partition("=")
-        if key.strip() in ("plugins", "model", "model.init_from") or key.strip().startswith("plugins."):
-            item = f"{key}={json.dumps(_relative(json.loads(value)))}"
-        out.append(item)
-    return out
+    return spec.absolute_overrides(shown=_relative)
 
 
 def _relative(node: Any) -> Any:

@@ -175,8 +175,7 @@ def run_trial(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: int
     A thread records the trial's heartbeat from the claim to the end, so a slow start (composing
     the config, the forkserver still importing) never looks like a dead worker to the others.
     """
-    ctx.running.add(trial_id)  # take_trial has added it already, where the worker passed ctx.running
-    try:
+    try:  # take_trial recorded the claim in ctx.running
         with beating(study._storage, trial_id, ctx.spec.heartbeat_interval):
             return _run_claimed(ctx, study, trial_id, index, lock)
     finally:
