@@ -24,27 +24,24 @@ def _sweep(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from klear_lab.errors import ConfigError
     from klear_lab.sweep.compare import compare_study
     from klear_lab.sweep.locate import locate
     from klear_lab.sweep.spec import with_baseline
     from klear_lab.sweep.storage import open_study
 
-    if args.rescore and args.out_dir:
-        raise ConfigError("--out-dir: not with --rescore, whose evaluation runs and table go in the sweep directory")
     spec, url = locate(args.target)
     spec = with_baseline(spec, args.baseline)  # a wrong one stops before the study is read
     study = open_study(spec, url, create=False, heartbeat=False)
+    out_dir = Path(args.out_dir).expanduser().absolute() if args.out_dir else None
     if args.rescore:
         from klear_lab.sweep.rescore import rescore_study
 
-        _, failed = rescore_study(spec, study, args.rescore)  # bad overrides raise before any scoring
+        _, failed = rescore_study(spec, study, args.rescore, out_dir=out_dir)  # bad overrides raise before any scoring
         if failed:
             print(f"klear-lab: {failed} trial(s) could not be scored (see above); the table counts them as failed",
                   file=sys.stderr)
             return 1
     else:
-        out_dir = Path(args.out_dir).expanduser() if args.out_dir else None
         compare_study(spec, study, out_dir, require_finished=True)
     return 0
 
@@ -138,7 +135,8 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="score every finished trial again with these eval overrides (e.g. eval.samples=8 "
                         "eval.temperature=0.6 eval.top_p=0.95), as eval runs, then compare those numbers")
     p.add_argument("--out-dir", default=None, metavar="DIR",
-                   help="where the table and curves go (default: SWEEP_DIR/compare; for a read-only sweep directory)")
+                   help="where the table and curves go (default: SWEEP_DIR/compare; for a read-only sweep directory); "
+                        "with --rescore, DIR/runs gets the eval runs and DIR/rescore-HASH the table")
     p.set_defaults(func=_compare)
     p = subparsers.add_parser("reproduce", help="a paper table or figure next to a sweep's results (analysis/*.yaml)",
                               description="Put the paper's numbers beside a sweep's arms and check each of the "

@@ -9,7 +9,9 @@ same evaluation config is not scored again, so an interrupted rescore resumes. E
 config is built before any is scored (bad overrides stop first); a trial whose run is gone or whose
 evaluation fails is a failed row, said in the log, and the command exits 1. The table of the new
 numbers (held-out metrics only: ``val/*``) goes to ``SWEEP_DIR/rescore-<hash of the overrides>/``
-with ``rescore.json`` naming the overrides and each trial's eval run.
+with ``rescore.json`` naming the overrides and each trial's eval run. With ``--out-dir DIR`` (a sweep directory
+that cannot be written: a read-only mount, another user's) the eval runs go to ``DIR/runs/`` and the table to
+``DIR/rescore-<hash>/``; evaluations already made beside the trials' runs still count as scored before.
 """
 
 from __future__ import annotations
@@ -29,16 +31,21 @@ from klear_lab.sweep.spec import SweepSpec
 
 
 def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: Any = None,
-                  log: Any = print) -> tuple[pd.DataFrame, int]:
+                  log: Any = print, out_dir: Path | None = None) -> tuple[pd.DataFrame, int]:
     """Score each completed trial with ``overrides`` (skipping ones already scored); the table and
-    the number of trials that could not be scored."""
+    the number of trials that could not be scored. ``out_dir``: where the eval runs (``runs/``) and the table
+    go instead of the sweep directory."""
     from klear_lab.stages.eval import check_eval_overrides
 
     check_eval_overrides(overrides, "--rescore")  # before any trial is looked at, scorable or not
     trials = load_records(spec, study)
     check_finished(spec, trials, ("COMPLETE",), "score")  # an empty table and exit 0 said nothing was scored
-    plans = [plan_trial(spec, r, overrides, log) for r in trials]  # every config before any scoring
-    check_new_data(overrides, [cfg for _, cfg in plans if cfg is not None])
+    placed = [f"run.out_dir={out_dir / 'runs'}"] if out_dir is not None else []  # the user's run.out_dir wins
+    plans = [plan_trial(spec, r, [*placed, *overrides], log) for r in trials]  # every config before any scoring
+    configs = [cfg for _, cfg in plans if cfg is not None]
+    check_new_data(overrides, configs)
+    table_dir = (out_dir or spec.sweep_dir) / f"rescore-{overrides_tag(overrides)}"
+    check_writable(table_dir, configs)
     records, runs, failed = [], {}, 0
     elsewhere = scored_elsewhere(spec.runs_dir)
     for trial, (r, cfg) in zip(trials, plans):
@@ -55,7 +62,18 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
             continue
         records.append(dataclasses.replace(r, metrics=metrics, run_dir=str(eval_dir)))
         runs[r.run_dir] = str(eval_dir)
-    return write_table(spec, records, overrides, runs, console, untrained_notes(trials)), failed
+    return write_table(spec, records, overrides, runs, console, untrained_notes(trials), table_dir), failed
+
+
+def check_writable(table_dir: Path, configs: list[dict[str, Any]]) -> None:
+    """The table's directory and every eval run's ``run.out_dir`` can be written, before any trial is scored: a
+    read-only sweep directory stops the command (exit 2) naming it, not after an hour of scoring."""
+    from klear_lab.sweep.path_checks import writable_dir
+    from klear_lab.tracking import out_dir_of
+
+    hint = "; `klear-lab compare SWEEP --rescore ... --out-dir DIR` writes the eval runs and the table to DIR"
+    for path in dict.fromkeys([*map(out_dir_of, configs), table_dir]):
+        writable_dir(path, hint)
 
 
 def check_new_data(overrides: list[str], configs: list[dict[str, Any]]) -> None:
@@ -125,10 +143,11 @@ def score(cfg: dict[str, Any], log: Any = print, hashes: list[str] | None = None
     from klear_lab.starting_point import find_completed_run, records_digests
     from klear_lab.tracking import config_hash, out_dir_of
 
-    name = Path(cfg["model"]["name_or_path"]).name
-    data = records_digests(cfg)  # not one scored on an eval file's rows before an edit
-    found = (find_completed_run(out_dir_of(cfg), h, seed=cfg["run"]["seed"], need_model=False, data=data)
-             for h in hashes or [config_hash(cfg)])
+    scored = Path(cfg["model"]["name_or_path"])
+    name, data = scored.name, records_digests(cfg)  # not one scored on an eval file's rows before an edit
+    places = dict.fromkeys([out_dir_of(cfg), scored.parent])  # and beside the run: before a `--out-dir`
+    found = (find_completed_run(place, h, seed=cfg["run"]["seed"], need_model=False, data=data)
+             for place in places for h in hashes or [config_hash(cfg)])
     done = next((d for d in found if d is not None), None)
     if done is not None and (done / "summary.json").is_file():
         log(f"rescore: {name}: scored before ({done.name})")
@@ -140,10 +159,11 @@ def score(cfg: dict[str, Any], log: Any = print, hashes: list[str] | None = None
 
 
 def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str], runs: dict[str, str],
-                console: Any = None, trained_notes: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
-    """table.csv, table.md and rescore.json in ``SWEEP_DIR/rescore-<tag>/``; the Rich table printed.
-    ``trained_notes``: notes on the trials' training (arms whose policy never updated), which the eval runs'
-    metrics cannot show."""
+                console: Any = None, trained_notes: list[str] | tuple[str, ...] = (),
+                out_dir: Path | None = None) -> pd.DataFrame:
+    """table.csv, table.md and rescore.json in ``out_dir`` (default ``SWEEP_DIR/rescore-<tag>/``); the Rich
+    table printed. ``trained_notes``: notes on the trials' training (arms whose policy never updated), which the
+    eval runs' metrics cannot show."""
     from klear_lab.sweep.render import print_table, versus
     from klear_lab.tracking import atomic_write, write_json
 
@@ -154,7 +174,7 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     table_spec = dataclasses.replace(spec, metric=objective, metrics=metrics, direction=direction)
     df = summarize(records, table_spec.metric, table_spec.metrics, direction, baseline, order,
                    seeds_per_arm=arm_seeds(spec))
-    out_dir = spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"
+    out_dir = out_dir or spec.sweep_dir / f"rescore-{overrides_tag(overrides)}"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "rescore.json", {"overrides": overrides, "eval_runs": runs})
     write_csv(df, out_dir / "table.csv", baseline)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,47 @@ def test_a_copied_sweep_keeps_the_evaluations_it_came_with(sweep, tmp_path, caps
     assert main(["compare", str(copy), "--rescore", *RESCORE]) == 0
     assert capsys.readouterr().out.count("scored before") == 2
     assert [p.name for p in _eval_dirs(copy)] == [p.name for p in _eval_dirs(sweep_dir)]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap makes the read-only mount")
+def test_a_read_only_sweep_is_rescored_into_out_dir(sweep, tmp_path):
+    """Refused before anything is scored, naming the directory and ``--out-dir``; with it, the eval runs and the
+    table go there and the sweep directory is left as it was."""
+    _, sweep_dir = sweep
+    before = sorted(str(p.relative_to(sweep_dir)) for p in sweep_dir.rglob("*"))
+    command = [sys.executable, "-m", "klear_lab.cli_sweep", "compare", str(sweep_dir), "--rescore",
+               "eval.samples=2", "eval.temperature=0.7"]
+    refused = _read_only(sweep_dir, *command)
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert f"cannot write to {sweep_dir / 'runs'}: Read-only file system" in refused.stderr
+    assert "--out-dir DIR" in refused.stderr and "Traceback" not in refused.stderr
+    assert "scoring" not in refused.stdout
+    elsewhere = tmp_path / "mine"
+    done = _read_only(sweep_dir, *command, "--out-dir", str(elsewhere))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.count(": scoring") == 2
+    evals = sorted((elsewhere / "runs").iterdir())
+    assert len(evals) == 2 and all((p / "summary.json").is_file() for p in evals)
+    (table_dir,) = elsewhere.glob("rescore-*")
+    assert sorted(map(Path, json.loads((table_dir / "rescore.json").read_text())["eval_runs"].values())) == evals
+    assert sorted(str(p.relative_to(sweep_dir)) for p in sweep_dir.rglob("*")) == before
+
+
+def test_evaluations_beside_the_runs_count_for_a_rescore_into_out_dir(sweep, tmp_path, capsys):
+    from klear_lab.cli import main
+
+    _, sweep_dir = sweep
+    assert main(["compare", str(sweep_dir), "--rescore", *RESCORE]) == 0  # beside the runs (or before, elsewhere)
+    capsys.readouterr()
+    assert main(["compare", str(sweep_dir), "--rescore", *RESCORE, "--out-dir", str(tmp_path / "t")]) == 0
+    assert capsys.readouterr().out.count("scored before") == 2
+    assert not (tmp_path / "t" / "runs").exists() or not any((tmp_path / "t" / "runs").iterdir())
+    (table_dir,) = (tmp_path / "t").glob("rescore-*")
+    assert (table_dir / "table.csv").is_file() and (sweep_dir / table_dir.name / "table.csv").is_file()
+
+
+def _read_only(sweep_dir: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``argv`` run with ``sweep_dir`` mounted read-only (bwrap: a real mount, which root cannot write either)."""
+    return subprocess.run(["bwrap", "--bind", "/", "/", "--ro-bind", str(sweep_dir), str(sweep_dir), "--dev", "/dev",
+                           "--proc", "/proc", *argv], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})

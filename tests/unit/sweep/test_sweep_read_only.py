@@ -1,5 +1,6 @@
 """A sweep directory that cannot be written (a read-only mount, another user's): ``compare`` says so and writes
-elsewhere with ``--out-dir``, ``dashboard`` reads it; an SQLite storage whose lock cannot be made is named."""
+elsewhere with ``--out-dir``, ``dashboard`` reads it; an SQLite storage whose lock cannot be made is named.
+``compare --rescore`` of one: ``tests/integration/test_sweep_rescore.py``."""
 
 from __future__ import annotations
 
@@ -53,11 +54,6 @@ def test_compare_of_a_read_only_sweep_names_it_and_writes_elsewhere_when_told(tm
         f"spec, url = locate({str(sweep_dir)!r}); study = open_study(spec, url, create=False, heartbeat=False);"
         "print(len(study.trials))"))
     assert read.returncode == 0 and read.stdout.split() == ["2"], read.stderr[-2000:]
-
-
-def test_out_dir_is_not_for_a_rescore(tmp_path, capsys):
-    assert main(["compare", str(tmp_path), "--rescore", "eval.samples=2", "--out-dir", str(tmp_path / "t")]) == 2
-    assert "--out-dir: not with --rescore" in capsys.readouterr().err
 
 
 def test_a_directory_that_cannot_be_made_is_named(tmp_path):
