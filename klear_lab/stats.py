@@ -1,6 +1,6 @@
-"""Welch's t interval for a difference of means across seeds, without scipy.
+"""Intervals for a difference of means across seeds, without scipy: Welch's t and the percentile bootstrap.
 
-Why not the percentile bootstrap of ``sweep.compare``: with 2 seeds per arm its 95 % interval is
+Why Welch's and not only the bootstrap: with 2 seeds per arm its 95 % interval is
 just [min(a) - max(b), max(a) - min(b)], which excludes 0 in about 1 of 3 comparisons of two arms
 that do not differ at all. Welch's interval widens with few seeds (t = 12.7 at 1 degree of
 freedom), so a verdict needs a difference that the seeds actually support.
@@ -14,6 +14,7 @@ import numpy as np
 
 TIE_TOLERANCE = 1e-6  # relative to the means: float32-logged equal means differ by ~1e-8
 MAX_P = 0.9995  # the fixed-step integration below is accurate to ~1e-5 up to here (df >= 1)
+N_BOOT = 10_000
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -57,6 +58,29 @@ def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[f
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = t_quantile(0.5 + level / 2, df) * se
     return d, d - half, d + half
+
+
+def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed: int = 0,
+                   ) -> tuple[float, float, float]:
+    """mean(arm) - mean(base) and its percentile-bootstrap 95 % interval.
+
+    No interval (NaN bounds) unless both arms have 2 values or more: resampling one value gives back
+    that value, so the interval would be as narrow as the other arm's spread (zero with one seed each).
+    None either when neither arm varies: its zero width would call any difference, as in Welch's.
+    """
+    diff = mean_difference(arm, base)  # a float32 tie is 0, as in Welch's and the star's
+    if len(arm) < 2 or len(base) < 2 or not (spread(arm) or spread(base)):
+        return diff, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    a = rng.choice(arm, size=(n_boot, len(arm)), replace=True).mean(axis=1)
+    b = rng.choice(base, size=(n_boot, len(base)), replace=True).mean(axis=1)
+    lo, hi = np.percentile(a - b, [2.5, 97.5])
+    return diff, float(lo), float(hi)
+
+
+def spread(values: np.ndarray) -> bool:
+    """Whether ``values`` differ by more than float32 logging noise."""
+    return not negligible(float(values.max() - values.min()), float(values.min()), float(values.max()))
 
 
 def mean_difference(a: np.ndarray, b: np.ndarray) -> float:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from klear_lab.analysis.arm_rows import arm_row
 from klear_lab.analysis.spec import Analysis, Claim, SweepRef
 from klear_lab.stats import welch_interval
 from klear_lab.sweep.compare import TrialRecord
@@ -109,9 +110,9 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     bench_why = {bench: _why_empty(analysis, ref, spec, records, metric, per_bench[bench], rerun)
                  for bench, metric in metrics.items()}
     base = ref.label_of[analysis.baseline]
-    rows = [_arm_row(analysis, arm, ref.label_of.get(arm), values, per_bench, base) for arm in analysis.paper]
+    rows = [arm_row(analysis, arm, ref.label_of.get(arm), values, per_bench, base) for arm in analysis.paper]
     matched = set(ref.label_of.values())
-    rows += [_arm_row(analysis, None, label, values, per_bench, base) for label in ref.labels if label not in matched]
+    rows += [arm_row(analysis, None, label, values, per_bench, base) for label in ref.labels if label not in matched]
     claims = [_claim_row(analysis, ref, claim, values, spec.direction, why) for claim in analysis.claims]
     # a metric mapped to a paper benchmark stands for its score (accuracy, pass rate): higher is better
     # whichever way the sweep's objective points (a sweep may minimize a loss)
@@ -272,32 +273,3 @@ def _benchmark_row(analysis: Analysis, ref: SweepRef, claim: Claim, bench: str, 
     if row["paper Δ"] <= 0:  # a tie or the other way in the paper itself (Table 5's AIME 2024: 28.33 both)
         out["verdict"] += f"; the paper's own Δ here is {row['paper Δ']:+g}: not the claim's side"
     return out
-
-
-def _arm_row(analysis: Analysis, arm: str | None, label: str | None, values: dict[str, np.ndarray],
-             per_bench: dict[str, dict[str, np.ndarray]], base: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"arm": arm or label, "sweep arm": label or "", "in paper": arm is not None}
-    for i, bench in enumerate(analysis.benchmarks):
-        paper = analysis.paper[arm][i] if arm else math.nan
-        row[f"paper {bench}"] = paper
-        row[f"paper Δ {bench}"] = paper - analysis.paper[analysis.baseline][i] if arm else math.nan
-    row.update(_ours(values, label, base))
-    row["baseline"] = arm == analysis.baseline
-    for bench, bench_values in per_bench.items():
-        row.update(_ours(bench_values, label, base, bench))
-    return row
-
-
-def _ours(values: dict[str, np.ndarray], label: str | None, base: str, bench: str = "") -> dict[str, Any]:
-    """Our mean ± std (n) of sweep arm ``label`` and its Δ vs the baseline arm ``base``: the objective's
-    columns (``ours mean``, ``n``, ``ours Δ``, ...) or a benchmark's (``ours AIME 2024 mean``,
-    ``ours AIME 2024 n``, ``ours Δ AIME 2024``, ...)."""
-    tag = f" {bench}" if bench else ""
-    mine = values.get(label or "", np.array([]))
-    d, lo, hi = welch_interval(mine, values[base])
-    if label == base:  # 0 by definition; an interval of the baseline against itself means nothing
-        lo = hi = math.nan
-    return {f"ours{tag} mean": float(mine.mean()) if len(mine) else math.nan,
-            f"ours{tag} std": float(mine.std(ddof=1)) if len(mine) > 1 else math.nan,
-            f"ours{tag} n" if bench else "n": len(mine),
-            f"ours Δ{tag}": d, f"ours Δ{tag} ci low": lo, f"ours Δ{tag} ci high": hi}

@@ -2,7 +2,7 @@
 
 The delta is mean(arm) - mean(baseline) of the objective, with two 95 % intervals: a percentile
 bootstrap that resamples each arm's seeds independently (numpy ``default_rng(seed)``, so the
-table is reproducible), and Welch's t interval (``klear_lab.stats``). With a handful of seeds the
+table is reproducible), and Welch's t interval (both ``klear_lab.stats``). With a handful of seeds the
 bootstrap interval is far too narrow (2 seeds: it excludes 0 for about 1 in 3 pairs of arms that do
 not differ); Welch's widens with few seeds, so read a difference as real only when it excludes 0.
 The best arm (★) is chosen among arms with a finite objective on every seed (:func:`star_best`).
@@ -24,14 +24,12 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.errors import ConfigError
-from klear_lab.stats import mean_difference, negligible, welch_interval
+from klear_lab.stats import bootstrap_diff, welch_interval
 from klear_lab.sweep.axes import Axis
 from klear_lab.sweep.best import star_best
 from klear_lab.sweep.compare_text import table_metrics, table_notes, to_markdown
 from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
 from klear_lab.sweep.spec import SweepSpec
-
-N_BOOT = 10_000
 
 
 @dataclass
@@ -109,29 +107,6 @@ def _arm_key(record: TrialRecord, axes: list[Axis]) -> tuple[str, dict[str, Any]
     """The identity of a trial's arm (its axis values at full precision, else its label) and those values."""
     point = arm_point(record.point, axes)
     return (record.arm if point is None else json.dumps(point, sort_keys=True)), point
-
-
-def bootstrap_diff(arm: np.ndarray, base: np.ndarray, n_boot: int = N_BOOT, seed: int = 0,
-                   ) -> tuple[float, float, float]:
-    """mean(arm) - mean(base) and its percentile-bootstrap 95 % interval.
-
-    No interval (NaN bounds) unless both arms have 2 values or more: resampling one value gives back
-    that value, so the interval would be as narrow as the other arm's spread (zero with one seed each).
-    None either when neither arm varies: its zero width would call any difference, as in Welch's.
-    """
-    diff = mean_difference(arm, base)  # a float32 tie is 0, as in Welch's and the star's
-    if len(arm) < 2 or len(base) < 2 or not (spread(arm) or spread(base)):
-        return diff, math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    a = rng.choice(arm, size=(n_boot, len(arm)), replace=True).mean(axis=1)
-    b = rng.choice(base, size=(n_boot, len(base)), replace=True).mean(axis=1)
-    lo, hi = np.percentile(a - b, [2.5, 97.5])
-    return diff, float(lo), float(hi)
-
-
-def spread(values: np.ndarray) -> bool:
-    """Whether ``values`` differ by more than float32 logging noise."""
-    return not negligible(float(values.max() - values.min()), float(values.min()), float(values.max()))
 
 
 def summarize(records: list[TrialRecord], objective: str, metrics: list[str], direction: str,

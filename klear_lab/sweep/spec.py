@@ -53,7 +53,7 @@ from klear_lab.config.layers import Layer, dotlist_layer
 from klear_lab.config.yaml_io import load_yaml
 from klear_lab.errors import ConfigError, did_you_mean
 from klear_lab.sweep.axes import Axis, parse_axes
-from klear_lab.sweep.spec_parse import Getter, check_sampler, parse_objective, parse_wandb
+from klear_lab.sweep.spec_parse import Getter, check_experiment, check_sampler, parse_objective, parse_wandb
 
 SAMPLERS = ("grid", "tpe", "random")
 PRUNERS = ("none", "median", "hyperband")
@@ -225,30 +225,6 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
     spec.wandb_project, spec.wandb_group = parse_wandb(path, raw.get("wandb"))
     check_sampler(spec)
     return spec
-
-
-def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> None:
-    """Refuse an ``experiment:`` file that does not exist, naming it as written in the spec (and where that
-    resolved from the spec's directory) with the closest file of that directory: the check after loading
-    named only the resolved path (``experiments/quickstart/sftt.yaml`` for ``../experiments/...``).
-
-    Only where trials are composed (``load_spec(check_base=True)``): comparing a finished sweep needs no
-    base experiment.
-    """
-    if resolved is None or resolved.is_file():
-        return
-    where = f" (relative to the spec's directory: {resolved})" if str(resolved) != written else ""
-    folder, name = resolved.parent, resolved.name
-    head = written[:len(written) - len(Path(written).name)]  # the directory part as written: "../experiments/x/"
-    if resolved.is_dir():
-        hint = "; that is a directory: name a YAML file in it"
-    elif folder.is_dir():
-        files = [p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")]
-        hint = did_you_mean(name, files, prefix=head) or (f"; YAML files there: {', '.join(sorted(files)[:8])}"
-                                                         if files else f"; no YAML file in {folder}")
-    else:
-        hint = f"; no directory {folder}"
-    raise ConfigError(f"{spec_path}: experiment: {written!r} not found{where}{hint}")
 
 
 def with_baseline(spec: SweepSpec, text: str | None) -> SweepSpec:

@@ -1,5 +1,6 @@
 """Helpers of ``spec.load_spec``: typed readers of a sweep spec's top-level keys, the parsers of its
-``objective:`` and ``wandb:`` blocks, and the sampler's rules (``check_sampler``).
+``objective:`` and ``wandb:`` blocks, the sampler's rules (``check_sampler``) and the ``experiment:`` file's
+(``check_experiment``).
 
 Every error names the spec file and the key.
 """
@@ -111,3 +112,27 @@ def check_sampler(spec: SweepSpec) -> None:
         raise spec.err("baseline", f"no arm can be named in advance: sampler {spec.sampler} draws {continuous[0]} "
                                    "from a continuous range, so every arm's value is new; drop `baseline:` (the table "
                                    "then compares against the arm whose label sorts first) or give the range a step")
+
+
+def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> None:
+    """Refuse an ``experiment:`` file that does not exist, naming it as written in the spec (and where that
+    resolved from the spec's directory) with the closest file of that directory: the check after loading
+    named only the resolved path (``experiments/quickstart/sftt.yaml`` for ``../experiments/...``).
+
+    Only where trials are composed (``load_spec(check_base=True)``): comparing a finished sweep needs no
+    base experiment.
+    """
+    if resolved is None or resolved.is_file():
+        return
+    where = f" (relative to the spec's directory: {resolved})" if str(resolved) != written else ""
+    folder, name = resolved.parent, resolved.name
+    head = written[:len(written) - len(Path(written).name)]  # the directory part as written: "../experiments/x/"
+    if resolved.is_dir():
+        hint = "; that is a directory: name a YAML file in it"
+    elif folder.is_dir():
+        files = [p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")]
+        hint = did_you_mean(name, files, prefix=head) or (f"; YAML files there: {', '.join(sorted(files)[:8])}"
+                                                         if files else f"; no YAML file in {folder}")
+    else:
+        hint = f"; no directory {folder}"
+    raise ConfigError(f"{spec_path}: experiment: {written!r} not found{where}{hint}")

@@ -9,10 +9,9 @@ import pandas as pd
 import pytest
 from sweep_fixtures import write_spec
 
-from klear_lab.stats import welch_interval
+from klear_lab.stats import bootstrap_diff, welch_interval
 from klear_lab.sweep.compare import (
     TrialRecord,
-    bootstrap_diff,
     load_records,
     summarize,
     write_comparison,
