@@ -75,7 +75,7 @@ def attempt_commits(run_dir: Path, identity: dict[str, Any]) -> list[str]:
     """The code commit of each attempt, this one last (``git_commit`` stays the first attempt's): a run
     resumed on other code kept only the first commit, as if all of its steps had run on it. Warns on stderr
     when this attempt's commit is not the previous attempt's."""
-    from klear_lab.tracking import git_commit
+    from klear_lab.git_state import git_commit
 
     before = identity.get("git_commits") or [identity.get("git_commit", "unknown")]
     now = git_commit()

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 import unicodedata
 import warnings
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from klear_lab.errors import ConfigError
+from klear_lab.git_state import git_commit
 from klear_lab.plugin_copies import kept_copy_name, kept_sources
 from klear_lab.plugins import ENTRY_POINT_GROUP, plugin_digests
 
@@ -85,19 +85,6 @@ def drop_if_unchanged(node: Any, path: tuple[str, ...], before: Any) -> None:
         drop_if_unchanged(node.get(name), rest, before)
     elif node.get(name, before) == before:
         node.pop(name, None)
-
-
-def git_commit(path: Path | None = None) -> str:
-    """HEAD of the repository holding ``path`` (``+dirty`` when the tree has changes), or ``unknown``."""
-    cwd = str(path or Path(__file__).resolve().parent)
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def component_tags(cfg: dict[str, Any]) -> list[str]:

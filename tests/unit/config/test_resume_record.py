@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from klear_lab import tracking
+from klear_lab import git_state, tracking
 from klear_lab.attempts import saved_identity, warn_if_elsewhere
 from klear_lab.cli import main
 from klear_lab.config.compose import compose
@@ -165,10 +165,10 @@ def test_each_attempt_records_its_code_commit_and_a_new_one_warns(tmp_path, caps
     """A resumed run kept only its first attempt's git_commit, as if every step had run on that code."""
     first = "1" * 40
     (tmp_path / "run.json").write_text(json.dumps({"git_commit": first, "attempts": 1, "status": "failed"}))
-    monkeypatch.setattr(tracking, "git_commit", lambda path=None: first)
+    monkeypatch.setattr(git_state, "git_commit", lambda path=None: first)
     assert saved_identity(tmp_path)["git_commits"] == [first, first]
     assert "warning" not in capsys.readouterr().err
-    monkeypatch.setattr(tracking, "git_commit", lambda path=None: "2" * 40)
+    monkeypatch.setattr(git_state, "git_commit", lambda path=None: "2" * 40)
     identity = saved_identity(tmp_path)
     assert (identity["git_commit"], identity["git_commits"], identity["attempts"]) == (first, [first, "2" * 40], 2)
     assert f"previous attempt ran on {first}" in capsys.readouterr().err
