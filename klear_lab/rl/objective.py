@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from klear_lab.errors import component_error
+from klear_lab.rl.aggregation.base import divide
 from klear_lab.rl.clip.base import ClipOutput
 from klear_lab.rl.kl import KL_ESTIMATORS, VERL_ALIASES, kl_estimate
 from klear_lab.rl.types import AggContext, Aggregator, ClipObjective, PolicyBatch
@@ -68,7 +69,9 @@ def rl_objective(
     Returns:
         ``(loss, metrics)``: scalar loss to minimise (sum it over micro-batches, no extra division)
         and detached 0-d tensors. ``loss``, ``pg_loss``, ``positive_loss``, ``entropy``, ``kl`` are this
-        micro-batch's CONTRIBUTIONS (sum over micro-batches); the clip metrics (``clipfrac*``,
+        micro-batch's CONTRIBUTIONS (sum over micro-batches); ``positive_loss``/``entropy``/``kl`` are logged as
+        per-token means (of the positives' tokens for the first) whatever ``aggregation`` the loss uses, so
+        their curves compare across aggregation arms; the clip metrics (``clipfrac*``,
         ``ratio_*``, ``approx_kl``) are micro-batch means, to be averaged weighted by ``num_tokens``.
         ``positive_loss``/``entropy``/``kl`` appear only when their input is given.
 
@@ -83,8 +86,8 @@ def rl_objective(
     pg = aggregation(out.loss, batch.mask, ctx)
     metrics = {**out.metrics, "pg_loss": pg.detach(), "num_tokens": batch.mask.sum().detach()}
     loss = pg
-    for name, coef, term in _extra_terms(aggregation, batch, ctx, w, pos_ctx):
-        metrics[name] = term.detach()
+    for name, coef, term, per_token in _extra_terms(aggregation, batch, ctx, w, pos_ctx):
+        metrics[name] = per_token.detach()
         if coef != 0.0:
             loss = loss + coef * term
     metrics["loss"] = loss.detach()
@@ -97,8 +100,9 @@ def _extra_terms(
     ctx: AggContext,
     w: ObjectiveWeights,
     pos_ctx: AggContext | None,
-) -> list[tuple[str, float, Tensor]]:
-    """(metric name, signed coefficient, aggregated term) for each extra term whose input is given."""
+) -> list[tuple[str, float, Tensor, Tensor]]:
+    """(metric name, signed coefficient, aggregated term, its per-token mean) for each extra term whose input is
+    given: the loss takes the term as ``aggregation`` weighs it, the log its token mean."""
     _require(batch.positive is not None or w.alpha == 0, "alpha > 0 needs batch.positive")
     _require(batch.entropy is not None or w.entropy_coef == 0, "entropy_coef != 0 needs batch.entropy")
     _require(batch.ref_logp is not None or w.kl_coef == 0, "kl_coef > 0 needs batch.ref_logp")
@@ -107,13 +111,19 @@ def _extra_terms(
         _require(pos_ctx is not None, "batch.positive needs pos_ctx (counts of the batch's positives)")
         # Eq. 13-14: NLL of current-policy log-probs over fully-correct responses only
         pos_mask = batch.mask * batch.positive.to(batch.mask.dtype).unsqueeze(-1)  # [N, T]
-        terms.append(("positive_loss", w.alpha, aggregation(-batch.logp, pos_mask, pos_ctx)))
+        terms.append(("positive_loss", w.alpha, *_both(aggregation, -batch.logp, pos_mask, pos_ctx)))
     if batch.entropy is not None:
-        terms.append(("entropy", -w.entropy_coef, aggregation(batch.entropy, batch.mask, ctx)))
+        terms.append(("entropy", -w.entropy_coef, *_both(aggregation, batch.entropy, batch.mask, ctx)))
     if batch.ref_logp is not None:
         kl = kl_estimate(w.kl_estimator, batch.logp, batch.ref_logp)  # [N, T]
-        terms.append(("kl", w.kl_coef, aggregation(kl, batch.mask, ctx)))
+        terms.append(("kl", w.kl_coef, *_both(aggregation, kl, batch.mask, ctx)))
     return terms
+
+
+def _both(aggregation: Aggregator, values: Tensor, mask: Tensor, ctx: AggContext) -> tuple[Tensor, Tensor]:
+    """``values`` [N, T] under ``aggregation`` (the loss's) and as a token mean over the optimizer batch (the log's):
+    ``seq-mean-token-sum`` logged an entropy the length of a response times the token mean."""
+    return aggregation(values, mask, ctx), divide((values.detach() * mask).sum(), ctx.num_tokens)
 
 
 def _require(ok: bool, message: str) -> None:

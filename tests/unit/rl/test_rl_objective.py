@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from klear_lab.rl.aggregation.seq_mean_token_mean import SeqMeanTokenMean
+from klear_lab.rl.aggregation.seq_mean_token_sum import SeqMeanTokenSum
 from klear_lab.rl.aggregation.token_mean import TokenMean
 from klear_lab.rl.clip.gppo import GPPOClip
 from klear_lab.rl.kl import kl_k3
@@ -63,6 +64,21 @@ def test_entropy_and_kl_terms():
     torch.testing.assert_close(metrics["entropy"], ent)
     torch.testing.assert_close(metrics["kl"], kl)
     assert {"loss", "pg_loss", "num_tokens", "clipfrac_high", "ratio_mean"} <= set(metrics)
+
+
+def test_extra_terms_are_logged_as_token_means_under_any_aggregation():
+    """The loss weighs entropy and the positives' NLL as the aggregation does (3 + 2 + 1 tokens, 3 rows:
+    seq-mean-token-sum sums each row's tokens); the log is their token mean, comparable across arms."""
+    entropy = torch.full((3, 3), 1.0, dtype=torch.float64)
+    w = ObjectiveWeights(alpha=0.1, entropy_coef=0.01)
+    batch = make(positive=POSITIVE, entropy=entropy)
+    loss, metrics = rl_objective(GPPOClip(), SeqMeanTokenSum(), batch, CTX, w, POS_CTX)
+    pg = SeqMeanTokenSum()(GPPOClip()(batch.logp, batch.old_logp, batch.adv, MASK).loss, MASK, CTX)
+    pos_mask = MASK * POSITIVE[:, None]  # rows 0 and 2: 3 + 1 tokens
+    nll_per_row = -(batch.logp.detach() * pos_mask).sum() / 2  # seq-mean over the 2 positive rows
+    torch.testing.assert_close(loss.detach(), pg.detach() + 0.1 * nll_per_row - 0.01 * 6 / 3)
+    torch.testing.assert_close(metrics["entropy"], torch.tensor(1.0, dtype=torch.float64))
+    torch.testing.assert_close(metrics["positive_loss"], -(batch.logp.detach() * pos_mask).sum() / 4)
 
 
 def test_accumulation_equals_full_batch():
