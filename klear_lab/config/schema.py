@@ -147,6 +147,8 @@ class RLSection:
     alpha: float = 0.1
     """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1)."""
     entropy_coef: float = 0.0
+    """Weight of the entropy bonus (the loss subtracts it times the aggregated entropy; 0: none, as the paper).
+    A negative value penalises entropy instead; ``rl/entropy`` is logged as a per-token mean either way."""
     kl_coef: float = 0.0
     """Weight of the KL-to-reference loss term (0: no reference model is kept; the paper's RL uses none)."""
     kl_estimator: str = "k3"
