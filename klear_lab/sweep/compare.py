@@ -161,11 +161,11 @@ def one_per_seed(records: list[TrialRecord]) -> list[TrialRecord]:
 
 def failed_seeds(records: list[TrialRecord]) -> int:
     """How many seeds of one arm failed and have no finished trial (a retry that completed makes up for
-    the attempts before it)."""
+    the attempts before it) and no retry queued or running (a table read mid-sweep: not failed yet)."""
     states: dict[int, set[str]] = {}
     for r in records:
         states.setdefault(r.seed, set()).add(r.state)
-    return sum("FAIL" in s and not s & {"COMPLETE", "PRUNED"} for s in states.values())
+    return sum("FAIL" in s and not s & {"COMPLETE", "PRUNED", "WAITING", "RUNNING"} for s in states.values())
 
 
 def _columns(names: list[str]) -> list[str]:

@@ -227,7 +227,9 @@ def test_failed_counts_seeds_left_without_a_finished_trial():
     records = [TrialRecord("a", 0, "COMPLETE", {"m": 0.5}), TrialRecord("a", 1, "COMPLETE", {"m": 0.52}),
                TrialRecord("b", 0, "FAIL"), TrialRecord("b", 0, "FAIL"), TrialRecord("b", 0, "COMPLETE", {"m": 0.6}),
                TrialRecord("b", 1, "FAIL"), TrialRecord("b", 1, "FAIL"), TrialRecord("b", 2, "FAIL"),
-               TrialRecord("b", 2, "PRUNED"), TrialRecord("b", 3, "RUNNING")]
+               TrialRecord("b", 2, "PRUNED"), TrialRecord("b", 3, "RUNNING"),
+               TrialRecord("b", 4, "FAIL"), TrialRecord("b", 4, "WAITING"),  # its retry is queued: not failed yet
+               TrialRecord("b", 5, "FAIL"), TrialRecord("b", 5, "RUNNING")]
     df = summarize(records, "m", [], "maximize", "a", ["a", "b"]).set_index("arm")
     assert df.loc["a", "failed"] == 0 and df.loc["b", "failed"] == 1 and df.loc["b", "pruned"] == 1
 
