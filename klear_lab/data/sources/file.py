@@ -6,13 +6,14 @@ import codecs
 import json
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from klear_lab.data.records import Record
 from klear_lab.data.sources.base import SPLITS
-from klear_lab.data.sources.file_rows import other_tasks, to_record
+from klear_lab.data.sources.file_rows import dropped_turns, other_tasks, to_record
 from klear_lab.errors import DataError, hub_offline, load_error
 from klear_lab.registry import SOURCE
 
@@ -91,6 +92,8 @@ class FileSource:
         label = self.label or Path(path).stem or path
         records = [to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
         warn_repeated_uids(path, [n for n, _ in rows], records)
+        if fmt in ("messages", "verl") and (dropped := dropped_turns(rows, columns, fmt)):
+            warn_dropped_turns(path, dropped)
         if self.task == "auto" and (others := other_tasks(rows, columns)):
             first = next(r.task for (n, _), r in zip(rows, records) if n == others[0][0])
             warn_other_tasks(path, others, first)
@@ -123,6 +126,15 @@ def warn_repeated_uids(path: str, row_numbers: list[int], records: list[Record])
         n, earlier, uid = repeats[0]
         warn_once(f"{path}: {len(repeats)} row(s) repeat an earlier row's uid (the first: row {n} repeats "
                   f"row {earlier}'s {uid!r}); rows sharing a uid share their per-problem seeds")
+
+
+def warn_dropped_turns(path: str, dropped: list[tuple[int, list[str]]]) -> None:
+    """Chat rows with turns their records leave out (``file_rows.dropped_turns``): say how many, and which."""
+    n, roles = dropped[0]
+    counts = ", ".join(f"{k} {role}" for role, k in Counter(roles).items())
+    warn_once(f"{path}: {len(dropped)} row(s) hold turns their record leaves out (the first: row {n}, {counts}): a "
+              "record is the last user turn before the last assistant turn and that reply; a system prompt or an "
+              "earlier turn is neither trained on nor shown to the model (the chat template's own default applies)")
 
 
 def warn_other_tasks(path: str, others: list[tuple[int, str]], first_read_as: str) -> None:

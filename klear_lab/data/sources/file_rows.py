@@ -179,3 +179,23 @@ def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
     return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind, response), "tests": tuple(tests),
             "response": response, "meta": dict(r.get("meta", (dict,), {})),
             "response_correct": r.get("response_correct", (bool,), None)}
+
+
+def dropped_turns(rows: list[tuple[int, Any]], columns: dict[str, str], fmt: str) -> list[tuple[int, list[str]]]:
+    """(row, roles of the turns its record leaves out) of each chat row that holds more than the record keeps: a
+    record is one user turn (the last before the last assistant turn) and that reply, so a system prompt, earlier
+    turns and turns after the reply are not trained or prompted with (``messages``, and a verl chat ``prompt``)."""
+    column = columns.get("messages" if fmt == "messages" else "prompt")
+    out = []
+    for n, row in rows:
+        turns = _get(row, column) if column and isinstance(row, dict) else None
+        if not isinstance(turns, list) or not all(isinstance(m, dict) for m in turns):
+            continue  # a plain-text prompt, or a bad row that to_record refused
+        roles = [str(m.get("role")) for m in turns]
+        reply = max((i for i, role in enumerate(roles) if role == "assistant" and fmt == "messages"),
+                    default=len(roles))
+        asked = max((i for i, role in enumerate(roles[:reply]) if role == "user"), default=None)
+        left = [role for i, role in enumerate(roles) if i not in (asked, reply)]
+        if left:
+            out.append((n, left))
+    return out

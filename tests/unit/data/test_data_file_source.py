@@ -365,3 +365,28 @@ def test_a_file_in_another_shape_says_what_it_is_read_as(tmp_path, name, text, s
     path.write_text(text)
     with pytest.raises(DataError, match=re.escape(said)):
         FileSource(path=str(path)).records(0, "train")
+
+
+@pytest.mark.parametrize("fmt", ["messages", "verl"])
+def test_turns_a_record_leaves_out_are_warned_with_their_roles(tmp_path, fmt):
+    """A system prompt, earlier turns and turns after the reply were dropped in silence."""
+    def chat(*roles):
+        return [{"role": role, "content": f"{role} {i}"} for i, role in enumerate(roles)]
+
+    if fmt == "messages":
+        rows = [{"messages": chat("user", "assistant"), "answer": "1"},
+                {"messages": chat("system", "user", "assistant", "user", "assistant"), "answer": "2"},
+                {"messages": chat("user", "assistant", "user"), "answer": "3"}]
+        said = r"2 row\(s\) hold turns their record leaves out \(the first: row 2, 1 system, 1 user, 1 assistant\)"
+    else:
+        rows = [{**VERL[0], "prompt": chat("user")}, {**VERL[0], "prompt": chat("system", "user")}]
+        said = r"1 row\(s\) hold turns their record leaves out \(the first: row 2, 1 system\)"
+    path = _jsonl(tmp_path / f"chat_{fmt}.jsonl", rows)
+    with pytest.warns(UserWarning, match=said):
+        records = FileSource(path=str(path)).records(0, "train")
+    if fmt == "messages":  # what the record keeps: the last user turn before the last reply, and that reply
+        assert [(r.prompt, r.response) for r in records] == [
+            ("user 0", "assistant 1"), ("user 3", "assistant 4"), ("user 0", "assistant 1")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one user turn (and its reply) per row: nothing left out
+        FileSource(path=str(path), limit=1).records(0, "train")
