@@ -1,7 +1,9 @@
 """Metric curves per arm: mean across seeds over optimizer steps, with a ±std band.
 
 The mean and band are over completed trials, as the table's: a pruned trial's curve stops early, and
-averaged in it would make the mean jump where it stops. Pruned trials are drawn apart, dotted.
+averaged in it would make the mean jump where it stops. Pruned trials are drawn apart, dotted. So is a
+completed trial whose curve holds a non-finite value (it diverged: the table gives it no value either), dashed
+up to its last finite value: in the mean its inf or NaN ended the arm's whole curve at that step.
 
 Reads each trial's ``RUN_DIR/csv/metrics.csv`` (or ``RUN_DIR/metrics.csv``): Lightning's
 CSVLogger, a ``step`` column and one column per metric, rows sparse. Runs whose directory is not
@@ -13,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -24,7 +27,7 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
         return None
-    df = pd.read_csv(path)
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell was not logged; "nan" was
     if metric not in df.columns:
         return None
     x = "step" if "step" in df.columns else None
@@ -32,7 +35,8 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     if rows.empty:
         return None
     steps = rows[x] if x else pd.Series(range(len(rows)), index=rows.index)
-    return pd.Series(rows[metric].to_numpy(), index=steps.to_numpy()).groupby(level=0).last()
+    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)  # a logged "nan" stays NaN
+    return pd.Series(values, index=steps.to_numpy()).groupby(level=0).last()
 
 
 def arm_order(records: list[Any], order: list[str] | None) -> list[str]:
@@ -56,7 +60,7 @@ def arm_curves(records: list[Any], metric: str, order: list[str] | None = None) 
     :func:`no_curve_note` names it), not a "mean" that hops from seed to seed."""
     out: dict[str, pd.DataFrame] = {}
     for arm in arm_order(records, order):
-        series = trial_curves(records, arm, metric, "COMPLETE")
+        series = [c for c in trial_curves(records, arm, metric, "COMPLETE") if finite(c)]
         if not series:
             continue
         table = pd.concat(series, axis=1).sort_index()
@@ -64,6 +68,21 @@ def arm_curves(records: list[Any], metric: str, order: list[str] | None = None) 
         out[arm] = pd.DataFrame({"step": table.index, "mean": table.mean(axis=1).to_numpy(),
                                  "std": table.std(axis=1, ddof=1).fillna(0.0).to_numpy(),
                                  "n": table.count(axis=1).to_numpy()})
+    return out
+
+
+def finite(curve: pd.Series) -> bool:
+    """Whether every value of ``curve`` is finite (a diverged run logs inf or NaN)."""
+    return bool(np.isfinite(curve.to_numpy(dtype=float)).all())
+
+
+def diverged_curves(records: list[Any], arm: str, metric: str) -> list[pd.Series]:
+    """``arm``'s completed trials' curves of ``metric`` with a non-finite value, cut before the first one."""
+    out = []
+    for c in trial_curves(records, arm, metric, "COMPLETE"):
+        ok = np.isfinite(c.to_numpy(dtype=float))
+        if not ok.all():
+            out.append(c.iloc[:int(ok.argmin())])
     return out
 
 
@@ -81,11 +100,14 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
     ``notes`` gets a line per metric with arms that have no mean curve (:func:`no_curve_note`)."""
     arms = arm_order(records, order)
     per_metric = {m: (arm_curves(records, m, order),
-                      {a: c for a in arms for c in [trial_curves(records, a, m, "PRUNED")] if c})
+                      {a: c for a in arms for c in [trial_curves(records, a, m, "PRUNED")] if c},
+                      {a: c for a in arms for c in [diverged_curves(records, a, m)] if c})
                   for m in dict.fromkeys(metrics)}
-    per_metric = {m: (done, pruned) for m, (done, pruned) in per_metric.items() if done or pruned}
+    per_metric = {m: curves for m, curves in per_metric.items() if any(curves)}
     if notes is not None:
-        notes += [note for m, (done, _) in per_metric.items() for note in [no_curve_note(done, m)] if note]
+        notes += [note for m, (done, _, _) in per_metric.items() for note in [no_curve_note(done, m)] if note]
+        notes += [f"{m}: {arm}: {len(c)} seed(s) logged a non-finite value (diverged): drawn dashed, not in the "
+                  "mean" for m, (_, _, gone) in per_metric.items() for arm, c in gone.items()]
     if not per_metric:
         return None
     import matplotlib
@@ -97,7 +119,7 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
 
     fig, axes = plt.subplots(1, len(per_metric), figsize=(5.5 * len(per_metric), 4), squeeze=False)
     colors = {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
-    for ax, (metric, (curves, pruned)) in zip(axes[0], per_metric.items(), strict=False):
+    for ax, (metric, (curves, pruned, diverged)) in zip(axes[0], per_metric.items(), strict=False):
         for arm, c in curves.items():
             if c.empty:  # a legend entry saying so, no line
                 ax.plot([], [], linestyle="none", color=colors[arm], label=f"{arm}: no mean (seeds share no step)")
@@ -106,10 +128,11 @@ def plot_curves(records: list[Any], metrics: list[str], out_path: Path, order: l
                     label=f"{arm} (n={int(c['n'].max())})")
             ax.fill_between(c["step"], c["mean"] - c["std"], c["mean"] + c["std"], color=colors[arm],
                             alpha=0.2, linewidth=0)
-        for arm, series in pruned.items():
-            for i, s in enumerate(series):
-                ax.plot(s.index, s.to_numpy(), linestyle=":", linewidth=1, marker="x", markersize=4, color=colors[arm],
-                        label=f"{arm}: pruned ({len(series)})" if i == 0 else None)
+        for kind, style, apart in (("pruned", ":", pruned), ("diverged", "--", diverged)):
+            for arm, series in apart.items():
+                for i, s in enumerate(series):
+                    ax.plot(s.index, s.to_numpy(), linestyle=style, linewidth=1, marker="x", markersize=4,
+                            color=colors[arm], label=f"{arm}: {kind} ({len(series)})" if i == 0 else None)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
         ax.set_title(f"{metric}: mean ± std across seeds")

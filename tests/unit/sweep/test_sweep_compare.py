@@ -383,6 +383,24 @@ def test_seeds_that_share_no_step_give_no_mean_curve(tmp_path):
     assert note in console.export_text()
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_a_diverged_seed_is_drawn_apart_not_averaged_into_the_arm(tmp_path, bad):
+    """A seed that logged inf ended the arm's mean curve at that step (the mean was inf); one that logged "nan"
+    was read as not logged, and the arm's curve stopped where it did. The table gives such a seed no value."""
+    records = [_write_curve(tmp_path, "a", 0, [(0, 0.1), (10, 0.2), (20, 0.3)]),
+               _write_curve(tmp_path, "a", 1, [(0, 0.3), (10, 0.4), (20, 0.5)]),
+               _write_curve(tmp_path, "a", 2, [(0, 0.2), (10, bad), (20, bad)])]
+    assert str(read_curve(records[2].run_dir, "val/acc")[20]) == bad  # logged, not missing
+    curve = arm_curves(records, "val/acc")["a"]
+    assert list(curve["step"]) == [0, 10, 20] and list(curve["n"]) == [2, 2, 2]
+    np.testing.assert_allclose(curve["mean"], [0.2, 0.3, 0.4])
+    from klear_lab.sweep.curves import plot_curves
+
+    notes: list[str] = []
+    assert plot_curves(records, ["val/acc"], tmp_path / "curves.png", ["a"], notes).is_file()
+    assert notes == ["val/acc: a: 1 seed(s) logged a non-finite value (diverged): drawn dashed, not in the mean"]
+
+
 def test_a_table_without_a_baseline_has_no_delta_columns(tmp_path):
     """The header read "Δ val/acc vs None" (a sweep with no arm to be the baseline yet)."""
     df = summarize(_records(), "val/acc", [], "maximize", None, ["ppo", "gppo", "cispo"])
