@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from klear_lab.config.checks import check, warn_unused_model_shape
 from klear_lab.config.layers import Layer, dotlist_layer, file_label, file_layers, mapping_layers
 from klear_lab.config.merge import merge_layers
+from klear_lab.config.unread import refuse_unread
 from klear_lab.config.validate import expand_and_validate
 from klear_lab.errors import ConfigError, keyed_error
 from klear_lab.plugin_copies import with_kept_copies
@@ -40,11 +41,14 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
     """
     if isinstance(experiment, Mapping) or OmegaConf.is_config(experiment):
         layers = mapping_layers(experiment)
+        typed = {layers[-1][0]}  # the mapping's own keys; its base: files are files
     else:
-        layers = file_layers(Path(experiment)) if experiment else []
+        layers, typed = file_layers(Path(experiment)) if experiment else [], set()
+    files = len(layers)
     if overrides:
         layers.append(dotlist_layer(overrides))
     layers += extra_layers or []
+    typed |= {label for label, _ in layers[files:]}
     config, provenance = merge_layers(layers)
     load_entry_point_plugins()
     plugins = config.get("plugins") or []
@@ -61,7 +65,9 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
         check(config)
     except ConfigError as exc:
         raise _located(exc, provenance) from None
-    warn_unused_model_shape(config, provenance, default_section("model"), starting_model(config))
+    defaults = _defaults()
+    refuse_unread(config, provenance, typed, defaults)
+    warn_unused_model_shape(config, provenance, defaults["model"], starting_model(config))
     if (source := experiment_file(experiment)) and not config["run"].get("experiment"):
         config["run"]["experiment"] = file_label(source.resolve())
     return config
@@ -117,11 +123,11 @@ def starting_model(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @functools.cache
-def default_section(name: str) -> dict[str, Any]:
-    """A config section as the schema's defaults alone compose it (components expanded)."""
+def _defaults() -> dict[str, Any]:
+    """The config the schema's defaults alone compose (components expanded); a fresh copy each call."""
     config, provenance = merge_layers([])
     expand_and_validate(config, provenance)
-    return config[name]
+    return config
 
 
 def _resolve_interpolations(config: dict[str, Any], provenance: dict[str, str]) -> dict[str, Any]:
