@@ -13,7 +13,7 @@ import torch
 from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.config.validate import component_args
 from klear_lab.data.filters.base import filtered_records
-from klear_lab.data.mixes.base import share_metrics
+from klear_lab.data.mixes.base import mixed_records, share_metrics
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.data.sources.base import SplitExhausted
 from klear_lab.errors import ConfigError, DataError
@@ -157,7 +157,7 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
                         f"every source ({', '.join(pools)})")
     mix = build(DATA_MIX, cfg["data"]["mix"])
     try:
-        records = mix(filtered, ranks, cfg["run"]["seed"])  # emptied sources too: top_k must not skip one
+        records = mixed_records(mix, filtered, ranks, cfg["run"]["seed"])  # emptied sources too: top_k skips none
     except ValueError as exc:
         raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
     return records, {**stats, **repeat_stats(filtered, records, cfg["data"]["mix"]["name"]), **record_stats(records)}

@@ -21,13 +21,33 @@ on the prompts, as the paper's Tables 2, 4 and 5; see ``mixes.kcenter``).
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from klear_lab.data.mixes.kcenter import kcenter_take
 from klear_lab.data.records import Record
+from klear_lab.errors import component_error
 
 SELECTIONS = ("random", "kcenter")
 MAX_KCENTER_DIM = 65536
+
+
+def mixed_records(mix: Any, pools: Mapping[str, list[Record]], ranks: Mapping[str, int], seed: int) -> list[Record]:
+    """``mix(pools, ranks, seed)``, checked: a mix returns a non-empty list of Records. A plugin's that returned
+    its pools (a dict) or a count failed in the data stats with an AttributeError or TypeError naming nothing,
+    and one that returned no record was reported as data without teacher responses."""
+    out = mix(pools, ranks, seed)
+    contract = "a data mix returns the list of Records it draws from the pools"
+    if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence):
+        raise component_error("data.mix", mix, f"returned {type(out).__name__} ({repr(out)[:60]}); {contract}")
+    wrong = next((r for r in out if not isinstance(r, Record)), None)
+    if wrong is not None:
+        raise component_error("data.mix", mix, f"returned a {type(wrong).__name__} ({repr(wrong)[:60]}) among its "
+                              f"records; {contract}")
+    if not out and any(pools.values()):
+        raise component_error("data.mix", mix, f"drew no record from pools of {sum(map(len, pools.values()))} "
+                              f"records ({', '.join(sorted(pools))}); {contract}")
+    return list(out)
 
 
 def draw(pools: Mapping[str, list[Record]], counts: Mapping[str, int], seed: int,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import Counter
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -251,3 +253,39 @@ def test_a_label_taken_by_an_earlier_source_is_refused(tmp_path):
                   [f"data.sources=[{', '.join(nodes)}]"])
     with pytest.raises(DataError, match=r"data.sources.2: source label 'math#2' is already taken by data.sources.0"):
         build_train_records(cfg)
+
+
+PLUGIN_MIX = '''
+from dataclasses import dataclass
+from klear_lab.registry import DATA_MIX
+
+
+@DATA_MIX.register("{name}")
+@dataclass(frozen=True)
+class Bad:
+    def __call__(self, pools, ranks, seed):
+        return {body}
+'''
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("dict(pools)", r"returned dict \(\{'arith_r1': \[Record"),
+    ("len(pools)", r"returned int \(\d+\)"),
+    ("[r.prompt for p in pools.values() for r in p]", r"returned a str \('.*'\) among its records"),
+    ("[]", r"drew no record from pools of \d+ records \(arith_"),
+])
+def test_a_mix_plugin_that_returns_no_list_of_records_is_named(tmp_path, capsys, registries_restored, body, said):
+    """A mix that returned its pools or a count failed in the data stats with a traceback naming nothing (exit
+    1); one that drew nothing was reported as data without teacher responses."""
+    from klear_lab.cli import main
+
+    name = f"bad_mix_{abs(hash(body)) % 10_000}"
+    plugin = tmp_path / f"{name}.py"
+    plugin.write_text(PLUGIN_MIX.format(name=name, body=body))
+    experiment = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
+    assert main(["train", str(experiment), f"plugins=[{plugin}]", f"data.mix={name}",
+                 f"run.out_dir={tmp_path / 'runs'}"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"data\.mix '{name}' \({re.escape(str(plugin))}:\d+\) {said}", err), err
+    assert "a data mix returns the list of Records it draws" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
