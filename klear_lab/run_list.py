@@ -142,7 +142,7 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
     error = recorded_error(run_dir, identity)
     if error.startswith(SUPERSEDED):  # its retry finished the point in another run: nothing to continue
         return error
-    sweep = _sweep_rerun(run_dir) if kind in ("sft", "rl") else None
+    sweep = sweep_rerun(run_dir) if kind in ("sft", "rl") else None
     repeats = repeating_error(error)
     if sweep is None and not (run_dir / "config.yaml").is_file():
         how = f"{run_dir / 'config.yaml'} is missing: neither resume nor a rerun can start from this directory"
@@ -189,7 +189,7 @@ def _fix_first(error: type[BaseException], run_dir: Path, sweep_trial: bool) -> 
     return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
 
 
-def _sweep_rerun(run_dir: Path) -> str | None:
+def sweep_rerun(run_dir: Path) -> str | None:
     """The command that continues the sweep whose trial (or starting point) this run is, if it is one."""
     sweep_dir = run_dir.parent.parent
     if run_dir.parent.name != "runs" or not (sweep_dir / "sweep.json").is_file():

@@ -127,6 +127,20 @@ def test_a_sweep_trial_is_continued_by_its_sweep(tmp_path):
     assert list_runs([sweep])[0].note.endswith(f"run the sweep again: klear-lab sweep {sweep / 'spec.yaml'}")
 
 
+def test_resume_of_a_sweep_trial_points_to_its_sweep(tmp_path, capsys):
+    """Resumed alone, a trial completed where its study could not see it, and the sweep trained it again."""
+    sweep = tmp_path / "sweep_runs" / "quick"
+    make_run(sweep / "runs", "quick-clip-ppo-s0", "failed", error="KeyboardInterrupt")
+    (sweep / "sweep.json").write_text(json.dumps({"name": "quick", "spec": "sweeps/quickstart.yaml"}))
+    run = sweep / "runs" / "quick-clip-ppo-s0"
+    before = sorted(p.name for p in run.rglob("*"))
+    assert main(["resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert (f"{run}: a run of a sweep (its trial, or its starting point): continue the sweep instead, which resumes "
+            "it from its checkpoint: klear-lab sweep sweeps/quickstart.yaml") in err
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
 def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypatch):
     make_run(tmp_path / "runs", "x", "completed", kind="sft")
     monkeypatch.chdir(tmp_path)
