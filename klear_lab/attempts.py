@@ -26,14 +26,33 @@ def warn_if_elsewhere(run_dir: Path, doing: str = "resuming") -> None:
     """Warn when a resume (or a rerun of the run's saved config, ``doing``) runs from another directory than the
     run started in (``work_dir``): the relative paths of its config are read from the working directory.
     Before the data is read, whose error it explains."""
+    import yaml
+
     try:
         started_in = read_record(run_dir / "run.json").get("work_dir")
-    except (ConfigError, OSError):
-        return  # the resume's own checks say what is wrong with run.json
-    if started_in and Path(started_in) != Path.cwd():
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        relative = relative_paths(cfg)
+    except (ConfigError, OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return  # the resume's own checks say what is wrong with run.json or config.yaml
+    if not started_in or Path(started_in) == Path.cwd():
+        return
+    if Path(started_in).is_dir():  # a hub id looks relative too: only what lies in the run's directory
+        relative = [p for p in relative if (Path(started_in) / p).exists()]
+    if relative:
+        shown = ", ".join(relative[:3]) + (", ..." if len(relative) > 3 else "")
         print(f"warning: {run_dir}: {doing} from {Path.cwd()}; the run started in {started_in}, and the relative "
-              "paths in its config.yaml (data files, model.name_or_path) are read from the working directory",
-              file=sys.stderr)
+              f"paths in its config.yaml ({shown}) are read from the working directory", file=sys.stderr)
+
+
+def relative_paths(cfg: dict[str, Any]) -> list[str]:
+    """The relative paths a config reads from the working directory: its data files and ``model.name_or_path``."""
+    import os
+
+    sources = [*(cfg["data"].get("sources") or []), *(cfg["data"].get("eval_sources") or [])]
+    paths = [s.get(key) for s in sources if isinstance(s, dict) and s.get("name") == "file"
+             for key in ("path", "eval_path")]
+    paths.append(cfg["model"].get("name_or_path"))
+    return list(dict.fromkeys(str(p) for p in paths if p and not os.path.isabs(os.path.expanduser(str(p)))))
 
 
 def warn_if_other_data(run_dir: Path, cfg: dict[str, Any]) -> None:

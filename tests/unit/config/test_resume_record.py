@@ -213,8 +213,11 @@ def test_run_json_names_the_directory_the_run_started_in_and_a_resume_elsewhere_
     started, elsewhere = tmp_path / "proj", tmp_path / "other"
     started.mkdir(), elsewhere.mkdir()
     monkeypatch.chdir(started)
+    (started / "data").mkdir()
+    (started / "data" / "train.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')
     cfg = compose(None, ["run.out_dir=" + str(tmp_path / "runs")])
     run_dir = create_run_dir(cfg)
+    write_config(run_dir, cfg)
     identity = tracking.identity_of(cfg, run_dir)
     assert identity["work_dir"] == str(started)
     (run_dir / "run.json").write_text(json.dumps({**identity, "status": "failed"}))
@@ -222,8 +225,16 @@ def test_run_json_names_the_directory_the_run_started_in_and_a_resume_elsewhere_
     assert "resuming from" not in capsys.readouterr().err
     monkeypatch.chdir(elsewhere)
     assert saved_identity(run_dir)["work_dir"] == str(started)
+    warn_if_elsewhere(run_dir)  # the embedded world: no path to read from elsewhere
+    assert "resuming from" not in capsys.readouterr().err
+    file_cfg = compose(None, ["run.out_dir=" + str(tmp_path / "runs"), "run.seed=1", "model.name_or_path=Qwen/Qwen3-8B",
+                              "data.sources=[{name: file, path: data/train.jsonl}]"])
+    run_dir = create_run_dir(file_cfg)
+    write_config(run_dir, file_cfg)
+    (run_dir / "run.json").write_text(json.dumps({**identity, "status": "failed"}))
     warn_if_elsewhere(run_dir)
-    assert f"resuming from {elsewhere}; the run started in {started}" in capsys.readouterr().err
+    assert (f"resuming from {elsewhere}; the run started in {started}, and the relative paths in its config.yaml "
+            "(data/train.jsonl) are read from the working directory") in capsys.readouterr().err  # not the hub id
 
 
 def test_the_other_directory_warning_comes_before_the_data_is_read(tmp_path, capsys, monkeypatch):
@@ -234,6 +245,8 @@ def test_the_other_directory_warning_comes_before_the_data_is_read(tmp_path, cap
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "run.json").write_text(json.dumps({"status": "failed", "work_dir": str(tmp_path / "proj")}))
+    (run_dir / "config.yaml").write_text(json.dumps({"data": {"sources": [{"name": "file", "path": "data/x.jsonl"}]},
+                                                     "model": {"name_or_path": None}}))
     monkeypatch.chdir(tmp_path)
 
     def prepare(cfg):
