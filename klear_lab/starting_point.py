@@ -53,6 +53,9 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         if run_dir is None:
             run_dir = _train_parent(parent, parent_hash, m["init_from"], out, quiet=stale is not None)
             print(f"model.init_from {m['init_from']}: starting point ready: {run_dir}", file=sys.stderr)
+        elif stale is None:  # which earlier run the model comes from (its name may be another experiment's)
+            print(f"model.init_from {m['init_from']}: starting from its completed run {run_dir} (same config "
+                  f"hash {parent_hash}, seed {parent['run']['seed']})", file=sys.stderr)
     m["name_or_path"] = str(run_dir.resolve())
 
 

@@ -34,11 +34,15 @@ def _chain(tmp: Path) -> Path:
     return tmp / "rl2.yaml"
 
 
-def test_the_middle_of_a_chain_is_trained_once_and_its_child_hashes_alike(tmp_path):
+def test_the_middle_of_a_chain_is_trained_once_and_its_child_hashes_alike(tmp_path, capsys):
     last = _chain(tmp_path)
     out = tmp_path / "runs"
     first = run_experiment(compose(last, [f"run.out_dir={out}"]))
+    capsys.readouterr()
     again = run_experiment(compose(last, [f"run.out_dir={out}"]))
+    (middle,) = [p for p in out.iterdir() if p.name.startswith("c-rl-")]
+    said = capsys.readouterr().err  # which earlier run the model comes from
+    assert f"model.init_from {tmp_path / 'rl.yaml'}: starting from its completed run {middle} (same config hash" in said
     runs = sorted(p.name for p in out.iterdir() if (p / "run.json").is_file())
     counts = {link: sum(n.startswith(f"{link}-") for n in runs) for link in ("c-sft", "c-rl", "c-rl2")}
     assert counts == {"c-sft": 1, "c-rl": 1, "c-rl2": 2}, runs  # the middle was trained twice
