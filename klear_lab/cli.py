@@ -134,6 +134,7 @@ def _components(args: argparse.Namespace) -> int:
     from klear_lab.config.describe import component_keys, resolve_axes
     from klear_lab.config.show import component_table, describe_component
     from klear_lab.console import make_console
+    from klear_lab.errors import ConfigError
     from klear_lab.plugins import load_entry_point_plugins, load_plugins
     from klear_lab.registry import REGISTRIES
 
@@ -148,7 +149,11 @@ def _components(args: argparse.Namespace) -> int:
             did = f" (did you mean `klear-lab components {key}`?)" if key in keys else ""
             raise KlearError(f"{args.axis!r} holds several axes ({', '.join(axes)}): give one to describe "
                              f"{args.name!r}{did}")
-        describe_component(console, axes[0], args.name, [k for k, a in keys.items() if a == axes[0]])
+        try:
+            describe_component(console, axes[0], args.name, [k for k, a in keys.items() if a == axes[0]])
+        except ConfigError as exc:  # the registry's hint is a config's `plugins:`; this command takes --plugin
+            hint = f"needs its file: klear-lab components {args.axis} {args.name} --plugin FILE.py"
+            raise ConfigError(str(exc).replace("needs its file under `plugins:`", hint)) from None
         return 0
     for axis in axes:
         component_table(console, axis, [k for k, a in keys.items() if a == axis])

@@ -108,7 +108,7 @@ def test_config_keys_lists_keys_with_values_and_descriptions(capsys, tmp_path):
     assert "rl.group_filter " in out and "`klear-lab components group_filter`" in out
     assert "rl.group_filter.metric │ acc" in out and "What must vary within a group" in out
     exp = tmp_path / "e.yaml"
-    exp.write_text("rl: {aggregation: seq-mean-token-mean}\n")
+    exp.write_text("run: {kind: rl}\nrl: {aggregation: seq-mean-token-mean}\n")
     assert main(["config", str(exp), "rl.alpha=0.3", "--keys", "rl"]) == 0
     out = capsys.readouterr().out
     assert "rl.aggregation " in out and "seq-mean-token-mean" in out and "rl.alpha  " in out and "0.3" in out
@@ -141,3 +141,11 @@ def test_every_shipped_component_parameter_has_a_description(capsys):
     out = capsys.readouterr().out
     assert ("│ data.sources.0.n_prompts │ 4000  │ Distinct prompts per split: ``n_prompts * responses_per_prompt`` "
             "train records, ``n_prompts`` eval records. │") in out
+
+
+def test_an_unknown_component_points_to_this_commands_plugin_flag(capsys):
+    """The registry's hint named a config's `plugins:`, which `klear-lab components` does not take."""
+    assert main(["components", "clip", "my_clipx"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown clip 'my_clipx'" in err and "klear-lab components clip my_clipx --plugin FILE.py" in err
+    assert "`plugins:`" not in err
