@@ -35,33 +35,55 @@ def kept_sources(plugin: Path) -> list[Path]:
 
 
 def with_kept_copies(plugins: list[Any], origins: list[str]) -> list[Any]:
-    """``plugins`` with each ``.py`` file that is gone, or whose code changed since, replaced by the copy of its
-    code that a run kept, where the layer listing it is that run's saved ``config.yaml`` (warned): the run stays
-    reproducible from its saved config after the original file moved, was deleted or was edited (a review's
-    edited reward ran silently on a rerun). Its hash covers the code, not the path: unchanged.
+    """``plugins`` with each ``.py`` file that is gone, or whose code or whose helpers' code changed since, replaced
+    by the copy of its code that a run kept, where the layer listing it is that run's saved ``config.yaml``
+    (warned): the run stays reproducible from its saved config after the original file moved, was deleted or was
+    edited (a review's edited reward ran silently on a rerun; then an edited helper, on a rerun and a resume under
+    the same hash). Its hash covers the code, not the path: unchanged.
     The helper modules the copy imports are then imported from their kept copies by their own names."""
     out = []
     for plugin, where in zip(plugins, origins, strict=True):
-        py = isinstance(plugin, str) and plugin.endswith(".py")
-        copy = _kept_copy(plugin, where) if py else None
-        gone = py and not Path(plugin).expanduser().is_file()
-        if copy is not None and not gone and is_kept_copy(copy) and not _same_code(Path(plugin).expanduser(), copy):
-            warnings.warn(f"{where}: plugin {plugin!r} changed since this run started; the copy of the code it ran "
-                          f"is used: {copy} (the experiment file runs the new code)", stacklevel=2)
-        elif copy is not None and gone:
-            warnings.warn(f"{where}: plugin {plugin!r} is gone; the copy of its code this run kept is used: {copy}",
-                          stacklevel=2)
-        else:
-            copy = None
-        if copy is not None:
+        copy = _kept_copy(plugin, where) if isinstance(plugin, str) and plugin.endswith(".py") else None
+        why = _why_the_copy(plugin, copy) if copy is not None else None
+        if copy is not None and why is not None:
+            if why:
+                warnings.warn(f"{where}: {why}", stacklevel=2)
+                plugin = str(copy.resolve())  # the saved config works from any cwd
             _serve_helpers(copy)
-        out.append(str(copy.resolve()) if copy is not None else plugin)  # the saved config works from any cwd
+        out.append(plugin)
     return out
 
 
+def _why_the_copy(plugin: str, copy: Path) -> str | None:
+    """Why the kept ``copy`` runs instead of ``plugin`` (the warning); "" when ``plugin`` is that copy (a saved
+    config of a resume on it: its helpers come from their copies too); None when ``plugin`` runs, its code and
+    its helpers' code being what the run kept."""
+    path = Path(plugin).expanduser()
+    if not path.is_file():
+        return f"plugin {plugin!r} is gone; the copy of its code this run kept is used: {copy}"
+    if copy.resolve() == path.resolve():
+        return ""
+    if not is_kept_copy(copy):
+        return None
+    new = "(the experiment file runs the new code)"
+    if not _same_code(path, copy):
+        return f"plugin {plugin!r} changed since this run started; the copy of the code it ran is used: {copy} {new}"
+    for name, kept in _kept_helpers(copy).items():  # and the helpers' own helpers
+        helper = path.parent / f"{name}.py"
+        if not helper.is_file() or not _same_code(helper, kept):
+            how = "changed since this run started" if helper.is_file() else "is gone"
+            return (f"helper module {helper} of plugin {plugin!r} {how}; the copies of the code the run ran are "
+                    f"used: {copy} and its helpers' copies beside it, {kept.name} among them {new}")
+    return None
+
+
 def _same_code(plugin: Path, copy: Path) -> bool:
-    """Whether the plugin file holds the code its kept copy does (the copy's name carries its digest)."""
-    return code_digest(plugin)[:8] == copy.stem.rsplit("-", 1)[-1]
+    """Whether the plugin file holds the code its kept copy does (the copy's name carries its digest); not when it
+    cannot be read."""
+    try:
+        return code_digest(plugin)[:8] == copy.stem.rsplit("-", 1)[-1]
+    except OSError:
+        return False
 
 
 def _kept_copy(plugin: str, where: str) -> Path | None:
@@ -79,8 +101,10 @@ def _kept_copy(plugin: str, where: str) -> Path | None:
 
 
 class _KeptHelperFinder(importlib.abc.MetaPathFinder):
-    """Imports ``helper`` from its kept copy ``helper-SHA8.py`` (``import helper`` in a kept plugin copy). Last
-    on ``sys.meta_path``: a module found elsewhere wins, as the plugin's directory came last on ``sys.path``."""
+    """Imports ``helper`` from its kept copy ``helper-SHA8.py`` (``import helper`` in a kept plugin copy). First
+    on ``sys.meta_path``, for the names :func:`_kept_helpers` found nowhere else before any plugin loaded (a
+    module found elsewhere wins, as the plugin's directory came last on ``sys.path``): another plugin from the
+    original directory puts it on ``sys.path``, and its edited ``helper.py`` must not win over the copy."""
 
     def __init__(self) -> None:
         self.files: dict[str, Path] = {}
@@ -99,7 +123,7 @@ def _serve_helpers(copy: Path) -> None:
     if helpers:
         _FINDER.files.update(helpers)
         if _FINDER not in sys.meta_path:
-            sys.meta_path.append(_FINDER)
+            sys.meta_path.insert(0, _FINDER)
 
 
 def _kept_helpers(copy: Path) -> dict[str, Path]:

@@ -25,6 +25,11 @@ from klear_lab.errors import ConfigError
 ENTRY_POINT_GROUP = "klear_lab.plugins"
 FILE_MODULE_PREFIX = "klear_plugin_"  # the module name a ``.py`` plugin file is imported under
 _loaded_entry_points = False
+_PLUGIN_DIRS: dict[Path, list[Path]] = {}  # each directory ``.py`` plugins were imported from: those plugins
+
+
+class HelperClash(Exception):
+    """Two plugins' helper modules of one name in different directories: one process holds one module per name."""
 
 
 def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None:
@@ -66,6 +71,8 @@ def _refused_as_config_error(what: str, plugin: str) -> Iterator[None]:
 
 
 def _reason(exc: Exception, plugin: str) -> str:
+    if isinstance(exc, HelperClash):
+        return str(exc)
     if isinstance(exc, SyntaxError):
         return f"syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
     package = str(Path(__file__).resolve().parent) + os.sep
@@ -217,6 +224,7 @@ def _import_file(path: Path) -> None:
     name = versions + code_digest(path)[:8]  # an edited file is imported again
     if name in sys.modules:
         return
+    _refuse_clashing_helpers(path)
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))  # a plugin may import a helper module beside it
     spec = importlib.util.spec_from_file_location(name, path)
@@ -229,6 +237,48 @@ def _import_file(path: Path) -> None:
         del sys.modules[name]
         raise
     _forget_earlier_versions(versions, name)
+    if path not in (dirs := _PLUGIN_DIRS.setdefault(path.parent, [])):
+        dirs.append(path)
+
+
+def _refuse_clashing_helpers(path: Path) -> None:
+    """Refuse ``path`` when a module it imports by the name of a file beside it is already loaded from another
+    plugin's directory with other code: ``a/utils.py`` and ``b/utils.py`` both ``import utils``, and b's plugin
+    ran a's ``utils`` without a word (its run kept one ``utils`` copy). A module loaded from elsewhere
+    (``random`` beside a ``random.py``) is what a fresh process would import too: not a clash."""
+    for name, helper in _files_beside(path).items():
+        loaded = _loaded_file(name)
+        if loaded is None or loaded == helper.resolve() or loaded.parent not in _PLUGIN_DIRS:
+            continue
+        try:
+            if code_digest(loaded) == code_digest(helper):  # the same code in two places: harmless
+                continue
+        except OSError:
+            pass
+        others = _PLUGIN_DIRS[loaded.parent]
+        other = next((p for p in others if name in _files_beside(p)), others[0])
+        raise HelperClash(
+            f"it imports {name!r}, the helper {helper} beside it, but plugin {other} already imported {name!r} from "
+            f"{loaded}, and one process holds one module per name: {path.name} would run {loaded}. Rename one of "
+            f"the two helper files, {helper} or {loaded}, and the imports of it")
+
+
+def _files_beside(path: Path) -> dict[str, Path]:
+    """The ``.py`` files beside ``path`` that it imports by name, and those they import (read, not run)."""
+    found: dict[str, Path] = {}
+    todo = [path]
+    while todo:
+        for name in imported_names(todo.pop()) - set(found):
+            file = path.parent / f"{name}.py"
+            if file.is_file() and file.resolve() != path.resolve():
+                found[name] = file
+                todo.append(file)
+    return found
+
+
+def _loaded_file(name: str) -> Path | None:
+    file = getattr(sys.modules.get(name), "__file__", None)
+    return Path(file).resolve() if file else None
 
 
 def _forget_earlier_versions(versions: str, current: str) -> None:
