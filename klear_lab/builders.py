@@ -94,6 +94,10 @@ def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
             pools[label] = source.records(seed, split) if read is None else read(node)
         except SplitExhausted as exc:
             raise ConfigError(f"{section}.{i}.{exc}") from None
+        except DataError as exc:  # a missing file: the key that names it, as --dry-run says
+            if not str(exc).startswith("data file ") or not hasattr(source, "path_field"):
+                raise
+            raise DataError(f"{section}.{i}.{source.path_field(split)}: {exc}") from None
         ranks[label] = source.quality_rank
         path = source_path(node, split)
         where[label] = f"{section}.{i}" + (f" ({path})" if path else "")

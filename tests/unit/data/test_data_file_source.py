@@ -390,3 +390,18 @@ def test_turns_a_record_leaves_out_are_warned_with_their_roles(tmp_path, fmt):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # one user turn (and its reply) per row: nothing left out
         FileSource(path=str(path), limit=1).records(0, "train")
+
+
+def test_a_missing_training_or_held_out_file_is_named_with_its_key(tmp_path, monkeypatch):
+    """The run said ``data file d/nope.jsonl: no such file ...`` without the key, which ``--dry-run`` names."""
+    from klear_lab import builders
+    from klear_lab.config.compose import compose
+
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(None, ["data.sources=[{name: arith_r1, n_prompts: 10}, {name: file, path: d/nope.jsonl}]"])
+    with pytest.raises(DataError, match=r"^data\.sources\.1\.path: data file d/nope\.jsonl: no such file under "):
+        builders.build_train_records(cfg)
+    _jsonl(tmp_path / "train.jsonl", [{"prompt": "p", "answer": "1"}])
+    cfg = compose(None, ["data.eval_sources=[{name: file, path: train.jsonl, eval_path: d/ev.jsonl}]"])
+    with pytest.raises(DataError, match=r"^data\.eval_sources\.0\.eval_path: data file d/ev\.jsonl: no such file"):
+        builders.build_eval_records(cfg)
