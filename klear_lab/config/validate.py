@@ -102,9 +102,31 @@ def _where_node(path: str, provenance: dict[str, str]) -> str:
 
 
 def _as_args(node: dict[str, Any], types_: dict[str, Any]) -> dict[str, Any]:
-    """Lists become tuples where the dataclass wants tuples (frozen dataclasses stay hashable)."""
-    return {k: tuple(v) if isinstance(v, list) and _origin(types_.get(k)) is tuple else v
-            for k, v in node.items()}
+    """The node's values as the dataclass's fields declare them (:func:`_to_type`)."""
+    return {k: _to_type(v, types_[k]) if k in types_ else v for k, v in node.items()}
+
+
+def _to_type(value: Any, tp: Any) -> Any:
+    """``value`` (checked against ``tp`` already) in ``tp``'s containers: lists become tuples where a tuple is
+    declared (frozen dataclasses stay hashable), ints floats where a float is, at any depth and in the matching
+    arm of a union. ``tuple[int, ...] | None`` got a list and ``dict[str, float]`` ints, unlike their defaults."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        arm = next((a for a in args if _matches(value, a)[0]), None)
+        return value if arm is None else _to_type(value, arm)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, (list, tuple, dict)):
+        return value
+    if (origin is tuple or tp is tuple) and not isinstance(value, dict):
+        fixed = args and args[-1] is not Ellipsis  # tuple[int, str]: one type per position
+        return tuple(_to_type(v, args[i] if fixed else (args[0] if args else Any)) for i, v in enumerate(value))
+    if (origin is list or tp is list) and not isinstance(value, dict):
+        return [_to_type(v, args[0] if args else Any) for v in value]
+    if (origin is dict or tp is dict) and isinstance(value, dict):
+        value_tp = args[1] if len(args) == 2 else Any
+        return {k: _to_type(v, value_tp) for k, v in value.items()}
+    return value
 
 
 def component_args(node: dict[str, Any], axis: str) -> dict[str, Any]:
