@@ -134,14 +134,16 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
         s = cfg["sft"]
         max_len = cfg["data"]["max_length"]
         tokens_per_step = max(s["tokens_per_micro_batch"] // max_len, 1) * max_len * s["grad_accum"] * devices
-        rows += [("max length", str(max_len)), ("tokens per optimizer step (packed)", f"{tokens_per_step:,}")]
+        d = cfg["data"]
+        rows += [("data mix / filter", f"{d['mix']['name']} / {d['filter']['name']}"), ("max length", str(max_len)),
+                 ("tokens per optimizer step (packed)", f"{tokens_per_step:,}")]
         n = estimated_examples(cfg)
         if s["max_steps"] > 0:
             rows.append(("optimizer steps", f"{s['max_steps']:,}"))
         elif n:
             # assumption: packed examples average half the max length
             steps = int(s["epochs"] * n * max_len / 2 / tokens_per_step)
-            rows += [("examples (declared)", f"{n:,}"), ("epochs", str(s["epochs"])),
+            rows += [("examples (declared, before data.filter)", f"{n:,}"), ("epochs", str(s["epochs"])),
                      ("optimizer steps (est., mean length = max/2)", f"{steps:,}")]
         rows.append(("lr schedule", lr_schedule_text(cfg["optim"])))
         scheduled = s["max_steps"]  # 0 (by epochs): an estimate is not enough to warn on

@@ -39,6 +39,15 @@ def test_inference_weights_are_counted_in_model_dtype():
     assert dict(plan_rows(cfg, PARAMS))["weights (inference)"] == "15.3 GiB in bf16 (model.dtype=bfloat16), one device"
 
 
+def test_an_sft_plan_names_its_data_mix_and_filter():
+    """The RL plan named its clip and reward; the SFT one neither the mix nor the filter a sweep arm varies."""
+    cfg = compose(ROOT / "experiments/quickstart/sft.yaml", ["data.mix=top_k", "data.mix.k=1", "data.mix.budget=500",
+                                                             "data.filter=correct_only"])
+    rows = dict(plan_rows(cfg, 1_000_000))
+    assert rows["data mix / filter"] == "top_k / correct_only"
+    assert rows["examples (declared, before data.filter)"] == "500"
+
+
 def test_the_plan_says_init_from_trains_its_parent_first_and_trains_nothing(tmp_path):
     from klear_lab.starting_point import parent_config
     from klear_lab.tracking import config_hash
