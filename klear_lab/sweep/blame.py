@@ -25,10 +25,11 @@ def check_trial_settings(spec: SweepSpec) -> None:
 
 
 def unknown_axis(spec: SweepSpec, message: str) -> str | None:
-    """``axes.KEY`` of the axis whose key ``message`` calls unknown, or None."""
-    found = re.search(r"unknown key '([^']+)'", message)
+    """``axes.KEY`` of the axis whose key ``message`` calls unknown (or not a parameter of its component), or
+    None."""
+    found = re.search(r"unknown key '([^']+)'|'([^']+)' is not a parameter of", message)
     if found is None:
         return None
-    key = found.group(1)
+    key = found.group(1) or found.group(2)
     return next((f"axes.{a.key}" for a in spec.axes
                  if key == a.key or key.startswith(f"{a.key}.") or a.key.startswith(f"{key}.")), None)

@@ -281,8 +281,8 @@ def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: s
     try:
         problem = runnable_problem(spec.compose([layer]))
     except ConfigError as exc:  # an unknown key is the key's fault, whatever the value (and maybe another axis's)
-        raise spec.err(unknown_axis(spec, str(exc)) or key,
-                       str(exc) if "unknown key" in str(exc) else f"{what}: {exc}") from None
+        blamed = unknown_axis(spec, str(exc))
+        raise spec.err(blamed or key, str(exc) if blamed or "unknown key" in str(exc) else f"{what}: {exc}") from None
     if problem and problem == inherited:
         raise ConfigError(f"{spec.path}: base experiment: every trial would stop before training: {problem}")
     if problem:

@@ -109,6 +109,13 @@ def test_an_unknown_axis_key_is_named_though_another_axis_is_probed_first(tmp_pa
     assert msg.startswith(f"{tmp_path / 'toy.yaml'}: axes.rl.lr: ") and "unknown key 'rl.lr'" in msg
 
 
+def test_an_axis_on_a_parameter_its_component_lacks_is_named_though_another_axis_is_probed_first(tmp_path):
+    """It was blamed on the axis being probed: ``axes.optim.lr: value 0.1 (other axes at ...): ...``."""
+    msg = _error(_edit(write_spec(tmp_path), axes={"optim.lr": [0.1], "data.filter.max_chrs": [100]}))
+    assert msg.startswith(f"{tmp_path / 'toy.yaml'}: axes.data.filter.max_chrs: "), msg
+    assert "'data.filter.max_chrs' is not a parameter of difficulty_filter 'none'" in msg and "value 0.1" not in msg
+
+
 def test_an_error_in_what_the_sweep_sets_on_every_trial_is_not_an_axis_values(tmp_path):
     msg = _error(_edit(write_spec(tmp_path), wandb={"project": "a/b"}))
     assert msg.startswith(f"{tmp_path / 'toy.yaml'}: what the sweep sets on every trial (from wandb:")
@@ -181,13 +188,13 @@ def test_a_baseline_no_sampled_arm_can_match_is_refused_up_front(tmp_path):
 def test_a_baseline_the_sampler_never_draws_is_refused_up_front(tmp_path):
     """tpe/random: a baseline value not among an axis's values, out of its range or off its step grid
     passed --validate-only; the comparison refused it only after every trial had trained."""
-    clips = {"rl.clip.name": ["ppo", "gppo"]}
+    clips = {"data.filter.name": ["none", "correct_only"]}  # the toy is an SFT run
     sampled = {"sampler": "random", "n_trials": 5}
-    msg = _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline={"rl.clip.name": "cispo"}))
-    assert "baseline.rl.clip.name: 'cispo' is not one of the axis's values ('ppo', 'gppo'): sampler random " \
-        "never draws it" in msg
-    assert "baseline: no arm sampler random can draw is labelled 'clip=nope'; arms: clip=ppo, clip=gppo" in \
-        _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline="clip=nope"))
+    msg = _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline={"data.filter.name": "band"}))
+    assert ("baseline.data.filter.name: 'band' is not one of the axis's values ('none', 'correct_only'): sampler "
+            "random never draws it") in msg
+    assert ("baseline: no arm sampler random can draw is labelled 'filter=nope'; arms: filter=none, "
+            "filter=correct_only") in _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline="filter=nope"))
     steps = {"sft.max_steps": {"low": 1, "high": 5, "step": 2}}
     for value, said in [(7, "7 is outside the axis's range [1, 5]"),
                         (4, "4 is not on the axis's grid (low 1 plus a multiple of step 2)"),
@@ -197,7 +204,7 @@ def test_a_baseline_the_sampler_never_draws_is_refused_up_front(tmp_path):
     assert "no arm sampler random can draw is labelled 'max_steps=4'" in _error(
         _edit(write_spec(tmp_path), **sampled, axes=steps, baseline="max_steps=4"))
     # drawable ones stay accepted
-    for axes, baseline in [(clips, {"rl.clip.name": "gppo"}), (clips, "clip=gppo"), (steps, {"sft.max_steps": 3}),
+    for axes, baseline in [(clips, {"data.filter.name": "none"}), (clips, "filter=none"), (steps, {"sft.max_steps": 3}),
                            (steps, "max_steps=5"), ({"optim.lr": {"low": 1e-4, "high": 1e-2, "step": 1e-4}},
                                                     {"optim.lr": 0.001}),
                            ({"optim.lr": {"low": 1e-4, "high": 1e-2, "step": 1e-4}}, "lr=0.001")]:
