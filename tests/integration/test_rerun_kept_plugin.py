@@ -109,3 +109,37 @@ def test_a_saved_config_reruns_on_the_kept_copy_after_the_plugin_file_was_edited
         done.stderr.split())
     (again,) = (tmp_path / "again").iterdir()
     assert again.name.split("-")[-2] == first.run_dir.name.split("-")[-2]  # the same config hash
+
+
+def test_a_rerun_and_a_resume_after_a_helper_was_edited_use_the_kept_copies(tmp_path, tiny_sft_overrides,
+                                                                             klear_cli):
+    """An edited helper ran silently on a rerun and on a resume (two code versions in one run), under the same
+    config hash, and the run kept a copy of the edited helper beside the one it started with (a review)."""
+    import json
+
+    plugin = _write_plugin(tmp_path / "mine", helper="kept_copy_edited_helper")
+    helper = plugin.parent / "kept_copy_edited_helper.py"
+    overrides = [o for o in tiny_sft_overrides if not o.startswith(("trainer.checkpoint", "sft.max_steps"))]
+    overrides += ["trainer.checkpoint_every=2", "sft.max_steps=4", f"plugins=[{plugin}]"]
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
+    (run_dir,) = (tmp_path / "runs").glob("*/")
+    kept = sorted(p.name for p in (run_dir / "plugins").iterdir())
+    (copy,) = (run_dir / "plugins").glob("kept_copy_plugin-*.py")
+    helper.write_text("EPS = 0.3\n")
+    warned = (f"helper module {helper} of plugin '{plugin}' changed since this run started; the copies of the code "
+              f"the run ran are used: {copy}")
+
+    done = klear_cli("train", str(run_dir / "config.yaml"), f"run.out_dir={tmp_path / 'again'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert warned in " ".join(done.stderr.split())
+    (again,) = (tmp_path / "again").iterdir()
+    assert sorted(p.name for p in (again / "plugins").iterdir()) == kept  # not the edited helper's code
+    assert again.name.split("-")[-2] == run_dir.name.split("-")[-2]  # the same config hash
+
+    done = klear_cli("resume", str(run_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert warned in " ".join(done.stderr.split())
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    assert sorted(p.name for p in (run_dir / "plugins").iterdir()) == kept
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["plugins"] == [str(copy.resolve())]
