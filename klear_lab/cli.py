@@ -48,12 +48,12 @@ def _resume(args: argparse.Namespace) -> int:
     from klear_lab.errors import ConfigError
     from klear_lab.resume import resume_config
     from klear_lab.run import run_experiment
-    from klear_lab.run_list import sweep_rerun
+    from klear_lab.run_list import sweep_trial
 
-    if (sweep := sweep_rerun(Path(args.run_dir).expanduser().absolute())) is not None:
-        raise ConfigError(f"{args.run_dir}: a run of a sweep (its trial, or its starting point): continue the sweep "
-                          f"instead, which resumes it from its checkpoint: {sweep}. Resumed here, the sweep's study "
-                          "would not learn of it and would train that trial again")
+    if (sweep := sweep_trial(Path(args.run_dir).expanduser().resolve())) is not None:
+        raise ConfigError(f"{args.run_dir}: a trial of a sweep: continue the sweep instead, which resumes it from its "
+                          f"checkpoint: {sweep}. Resumed here, the sweep's study would not learn of it and would train "
+                          "that trial again")
     result = run_experiment(resume_config(args.run_dir, args.overrides), resume=args.run_dir)
     _run_done()
     if joined_run_dir() is None:

@@ -189,6 +189,23 @@ def _fix_first(error: type[BaseException], run_dir: Path, sweep_trial: bool) -> 
     return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
 
 
+def sweep_trial(run_dir: Path) -> str | None:
+    """The command that continues the sweep whose SFT or RL trial ``run_dir`` is, when one does from here (a
+    copied sweep directory has none); None for any other run: a starting point (a sweep's parent on several
+    devices is resumed by hand), an eval run, a run outside a sweep."""
+    import yaml
+
+    sweep = sweep_rerun(run_dir)
+    if sweep is None or sweep.startswith("("):
+        return None
+    try:
+        run = yaml.safe_load((run_dir / "config.yaml").read_text())["run"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None  # the resume's own checks say what is wrong
+    trial = isinstance(run, dict) and re.match(r"sweep .+ trial \d+$", str(run.get("notes") or ""))
+    return sweep if trial and run.get("kind") in ("sft", "rl") else None
+
+
 def sweep_rerun(run_dir: Path) -> str | None:
     """The command that continues the sweep whose trial (or starting point) this run is, if it is one."""
     sweep_dir = run_dir.parent.parent

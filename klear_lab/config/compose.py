@@ -124,7 +124,7 @@ def starting_model(config: dict[str, Any]) -> dict[str, Any] | None:
 
 @functools.cache
 def _defaults() -> dict[str, Any]:
-    """The config the schema's defaults alone compose (components expanded); a fresh copy each call."""
+    """The config the schema's defaults alone compose (components expanded); cached: read it, do not change it."""
     config, provenance = merge_layers([])
     expand_and_validate(config, provenance)
     return config

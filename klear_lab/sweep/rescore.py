@@ -40,7 +40,7 @@ def rescore_study(spec: SweepSpec, study: Any, overrides: list[str], console: An
     check_eval_overrides(overrides, "--rescore")  # before any trial is looked at, scorable or not
     trials = load_records(spec, study)
     check_finished(spec, trials, ("COMPLETE",), "score")  # an empty table and exit 0 said nothing was scored
-    placed = [f"run.out_dir={out_dir / 'runs'}"] if out_dir is not None else []  # the user's run.out_dir wins
+    placed = [f"run.out_dir={json.dumps(str(out_dir / 'runs'))}"] if out_dir else []  # quoted: a '#' or ': ' in it
     plans = [plan_trial(spec, r, [*placed, *overrides], log) for r in trials]  # every config before any scoring
     configs = [cfg for _, cfg in plans if cfg is not None]
     check_new_data(overrides, configs)

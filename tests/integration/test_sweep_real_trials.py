@@ -107,6 +107,11 @@ def test_a_trial_killed_with_its_sweep_is_resumed_from_its_checkpoint(tmp_path):
     os.kill(first.pid, signal.SIGKILL)  # the trial dies with its sweep
     first.wait()
     (killed,) = spec.runs_dir.iterdir()
+    from klear_lab.cli import main
+
+    assert main(["resume", str(killed)]) == 2  # alone, it completed outside the study, which trained it again
+    assert not (killed / "checkpoints" / "last.ckpt.tmp").exists() and json.loads(
+        (killed / "run.json").read_text()).get("attempts", 1) == 1
 
     cmd, env = _sweep_command(spec_path)
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -133,12 +133,21 @@ def test_resume_of_a_sweep_trial_points_to_its_sweep(tmp_path, capsys):
     make_run(sweep / "runs", "quick-clip-ppo-s0", "failed", error="KeyboardInterrupt")
     (sweep / "sweep.json").write_text(json.dumps({"name": "quick", "spec": "sweeps/quickstart.yaml"}))
     run = sweep / "runs" / "quick-clip-ppo-s0"
+    (run / "config.yaml").write_text("run: {name: quick-clip-ppo, kind: rl, notes: sweep quick trial 3}\n")
     before = sorted(p.name for p in run.rglob("*"))
     assert main(["resume", str(run)]) == 2
     err = capsys.readouterr().err
-    assert (f"{run}: a run of a sweep (its trial, or its starting point): continue the sweep instead, which resumes "
-            "it from its checkpoint: klear-lab sweep sweeps/quickstart.yaml") in err
+    assert (f"{run}: a trial of a sweep: continue the sweep instead, which resumes it from its checkpoint: "
+            "klear-lab sweep sweeps/quickstart.yaml") in err
     assert sorted(p.name for p in run.rglob("*")) == before
+    # not a trial: a starting point (a parent on several devices is resumed by hand), an eval run of a trial
+    parent = make_run(sweep / "runs", "sft-parent-s0", "failed", kind="sft")
+    (parent / "config.yaml").write_text("run: {name: sft-parent, kind: sft}\n")
+    evaluation = make_run(sweep / "runs", "quick-clip-ppo-eval-s0", "completed", kind="eval")
+    (evaluation / "config.yaml").write_text("run: {name: x-eval, kind: eval, notes: sweep quick trial 3}\n")
+    for other in (parent, evaluation):
+        assert main(["resume", str(other)]) == 2  # refused for what it is, not sent to the sweep
+        assert "a trial of a sweep" not in capsys.readouterr().err
 
 
 def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypatch):
