@@ -48,10 +48,9 @@ def relative_paths(cfg: dict[str, Any]) -> list[str]:
     """The relative paths a config reads from the working directory: its data files and ``model.name_or_path``."""
     import os
 
-    from klear_lab.builders import source_path
-
-    paths = [source_path(node, split) for split, key in (("train", "sources"), ("eval", "eval_sources"))
-             for node in cfg["data"].get(key) or [] if isinstance(node, dict) and node.get("name") == "file"]
+    sources = [*(cfg["data"].get("sources") or []), *(cfg["data"].get("eval_sources") or [])]
+    paths = [s.get(key) for s in sources if isinstance(s, dict) and s.get("name") == "file"
+             for key in ("path", "eval_path")]
     paths.append(cfg["model"].get("name_or_path"))
     return list(dict.fromkeys(str(p) for p in paths if p and not os.path.isabs(os.path.expanduser(str(p)))))
 
