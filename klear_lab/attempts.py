@@ -13,9 +13,12 @@ from klear_lab.run_owner import PROCESS_KEYS
 
 
 def saved_identity(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` without its status, with one more attempt counted and its code commit recorded."""
+    """``run.json`` without its status, with one more attempt counted and its code commit recorded, and the
+    run's directory where it is now (a run moved or copied elsewhere and resumed there named its old place)."""
     identity = read_record(run_dir / "run.json")
     identity = {k: v for k, v in identity.items() if k not in ("status", "error", *PROCESS_KEYS)}
+    if not identity.get("run_dir") or Path(identity["run_dir"]).resolve() != run_dir.resolve():
+        identity["run_dir"] = str(run_dir.resolve())
     identity["attempts"] = int(identity.get("attempts", 1)) + 1
     identity["git_commits"] = attempt_commits(run_dir, identity)
     identity["software"] = attempt_software(run_dir, identity)
@@ -45,12 +48,15 @@ def warn_if_elsewhere(run_dir: Path, doing: str = "resuming") -> None:
 
 
 def relative_paths(cfg: dict[str, Any]) -> list[str]:
-    """The relative paths a config reads from the working directory: its data files and ``model.name_or_path``."""
+    """The relative paths a config reads from the working directory: the data files a run of it reads (the
+    builders' own rule: a training source's ``eval_path`` is not read, nor an eval run's training sources) and
+    ``model.name_or_path``."""
     import os
 
-    sources = [*(cfg["data"].get("sources") or []), *(cfg["data"].get("eval_sources") or [])]
-    paths = [s.get(key) for s in sources if isinstance(s, dict) and s.get("name") == "file"
-             for key in ("path", "eval_path")]
+    from klear_lab.builders import source_nodes, source_path
+
+    paths = [source_path(node, split) for _, split, _, node in source_nodes(cfg)
+             if isinstance(node, dict) and node.get("name") == "file"]
     paths.append(cfg["model"].get("name_or_path"))
     return list(dict.fromkeys(str(p) for p in paths if p and not os.path.isabs(os.path.expanduser(str(p)))))
 
@@ -77,14 +83,15 @@ def warn_if_other_data(run_dir: Path, cfg: dict[str, Any]) -> None:
 def attempt_software(run_dir: Path, identity: dict[str, Any]) -> list[dict[str, str]]:
     """The software versions of each attempt, this one last (runs from before they were recorded have none
     for their earlier attempts). Warns on stderr naming what changed since the previous attempt."""
-    from klear_lab.tracking import software_versions
+    from klear_lab.tracking import RECORDED_LATER, software_versions
 
     earlier = max(int(identity.get("attempts", 2)) - 1, 1)  # attempts before this one
     before, now = list(identity.get("software") or [{}] * earlier), software_versions()  # {}: not recorded
     last = before[-1] if before and isinstance(before[-1], dict) else None
-    if last and last != now:
-        changed = [f"{k} {last.get(k, '(none)')} -> {now.get(k, '(none)')}" for k in sorted({*last, *now})
-                   if last.get(k) != now.get(k)]
+    unrecorded = set(RECORDED_LATER) if last and "numpy" not in last else set()  # an older run's record
+    changed = [f"{k} {last.get(k, '(none)')} -> {now.get(k, '(none)')}" for k in sorted({*last, *now} - unrecorded)
+               if last.get(k) != now.get(k)] if last else []
+    if changed:
         print(f"warning: {run_dir}: resuming with other software than the run's previous attempt: "
               f"{', '.join(changed)} (run.json records each attempt's in software)", file=sys.stderr)
     return [*before, now]

@@ -47,13 +47,13 @@ def source_sections(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """``(section, split)`` of each list of data sources a run of ``cfg`` reads (``data.sources`` for
     ``train``, ``data.eval_sources`` for ``eval``); an eval run reads its eval sources only."""
     sections = [("sources", "train"), ("eval_sources", "eval")]
-    return sections if cfg["run"]["kind"] != "eval" else sections[1:]
+    return sections if (cfg.get("run") or {}).get("kind") != "eval" else sections[1:]  # a partial saved config too
 
 
 def source_nodes(cfg: dict[str, Any]) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
     """``(section, split, index, node)`` of each data source a run of ``cfg`` reads (:func:`source_sections`)."""
     for section, split in source_sections(cfg):
-        for i, node in enumerate(cfg["data"][section]):
+        for i, node in enumerate(cfg["data"].get(section) or []):
             yield section, split, i, node
 
 

@@ -25,6 +25,7 @@ from klear_lab.distributed import (
     record_rank_failure,
 )
 from klear_lab.errors import INTERRUPTED, ConfigError, interrupted
+from klear_lab.git_state import save_code_diff
 from klear_lab.resume import (
     Resumable,
     check_resumable,
@@ -170,6 +171,7 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
         if tracking.saved_config(run_dir) != cfg:  # resumed with overrides (new threads...): what it runs with
             tracking.write_config(run_dir, cfg)
     tracking.write_json(run_dir / "run.json", {**identity, "status": "running", **running_process()})
+    save_code_diff(run_dir, identity["git_commits"][-1], identity.get("attempts", 1))  # what +dirty stands for
     clear_rank_failures(run_dir)
     with sigterm_restored() as held:  # a SIGTERM held back after training (hold_sigterm) waits for run.json
         try:

@@ -265,8 +265,10 @@ def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 SOFTWARE = ("klear-lab", "torch", "lightning", "transformers", "tokenizers", "datasets", "vllm", "math-verify",
-            "wandb", "optuna", "omegaconf")
-"""The distributions whose versions a run records: its numbers (kernels, samplers, parsers) depend on them."""
+            "wandb", "optuna", "omegaconf", *(RECORDED_LATER := ("sympy", "latex2sympy2_extended", "numpy")))
+"""The distributions whose versions a run records: its numbers (kernels, samplers, parsers) depend on them;
+math-verify's verdicts on sympy and latex2sympy2_extended. ``RECORDED_LATER``: not in runs from before the
+forty-seventh session (numpy comes with torch, so a record without it is one of those)."""
 
 
 def software_versions() -> dict[str, str]:

@@ -12,6 +12,7 @@ on this machine (workers on other machines) are skipped.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
         return None
-    df = pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell was not logged; "nan" was
+    stat = path.stat()
+    df = _metrics_frame(path, stat.st_mtime_ns, stat.st_size)
     if metric not in df.columns:
         return None
     x = "step" if "step" in df.columns else None
@@ -37,6 +39,13 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     steps = rows[x] if x else pd.Series(range(len(rows)), index=rows.index)
     values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)  # a logged "nan" stays NaN
     return pd.Series(values, index=steps.to_numpy()).groupby(level=0).last()
+
+
+@functools.lru_cache(maxsize=64)
+def _metrics_frame(path: Path, mtime_ns: int, size: int) -> pd.DataFrame:
+    """``path`` read once while it is unchanged (its time and size in the key): a table and PNG read each
+    trial's file per metric, for the mean, the pruned and the diverged curves. Callers do not modify it."""
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell was not logged; "nan" was
 
 
 def arm_order(records: list[Any], order: list[str] | None) -> list[str]:

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from klear_lab.git_state import git_commit
+from klear_lab.git_state import git_commit, save_code_diff
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -47,3 +47,26 @@ def test_a_changed_tracked_file_anywhere_is_dirty(repo):
 
 def test_outside_a_repository_it_is_unknown(tmp_path):
     assert git_commit(tmp_path) == "unknown"
+
+
+def test_a_dirty_runs_diff_is_saved_and_applies_to_its_commit(repo, tmp_path_factory):
+    """A ``+dirty`` commit named no diff: the code the run ran was lost once the tree changed (a review).
+    ``code.diff`` holds the tracked changes and the new package files, and applies at the commit."""
+    head = _git(repo, "rev-parse", "HEAD")
+    run_dir = tmp_path_factory.mktemp("run")
+    assert save_code_diff(run_dir, git_commit(repo / "pkg"), path=repo / "pkg") is None  # clean: nothing written
+    assert list(run_dir.iterdir()) == []
+    (repo / "pkg" / "clip.py").write_text("x = 2\n")
+    (repo / "pkg" / "my_clip.py").write_text("registered but not committed\n")
+    (repo / "notes.txt").write_text("not the package's\n")
+    commit = git_commit(repo / "pkg")
+    assert save_code_diff(run_dir, commit, path=repo / "pkg") == "code.diff"
+    assert save_code_diff(run_dir, commit, attempt=2, path=repo / "pkg") == "code-attempt-2.diff"
+    diff = (run_dir / "code.diff").read_text()
+    assert "+x = 2" in diff and "pkg/my_clip.py" in diff and "notes.txt" not in diff
+    clone = tmp_path_factory.mktemp("clone")
+    _git(clone, "clone", "-q", str(repo), ".")
+    _git(clone, "checkout", "-q", head)
+    _git(clone, "apply", str(run_dir / "code.diff"))
+    assert (clone / "pkg" / "clip.py").read_text() == "x = 2\n"
+    assert (clone / "pkg" / "my_clip.py").read_text() == "registered but not committed\n"

@@ -197,6 +197,24 @@ def test_each_attempt_records_its_software_and_a_change_warns(tmp_path, capsys, 
     assert f"torch 1.0.0 -> {versions['torch']}" in err and "plugin:my-clips 0.1 -> (none)" in err, err
 
 
+def test_math_verify_dependencies_are_recorded_and_an_older_record_lacking_them_does_not_warn(tmp_path, capsys):
+    """math-verify's verdicts depend on sympy and latex2sympy2_extended, which a run did not record (a review);
+    a run recorded before them resumes without a warning that they appeared, and a changed sympy warns."""
+    import importlib.metadata as metadata
+
+    versions = tracking.software_versions()
+    for name in ("sympy", "latex2sympy2_extended", "numpy"):
+        assert versions[name] == metadata.version(name)
+    older = {k: v for k, v in versions.items() if k not in ("sympy", "latex2sympy2_extended", "numpy")}
+    (tmp_path / "run.json").write_text(json.dumps({"attempts": 1, "status": "failed", "software": [older]}))
+    assert saved_identity(tmp_path)["software"] == [older, versions]
+    assert "other software" not in capsys.readouterr().err
+    changed = {**versions, "sympy": "1.0"}
+    (tmp_path / "run.json").write_text(json.dumps({"attempts": 1, "status": "failed", "software": [changed]}))
+    saved_identity(tmp_path)
+    assert f"sympy 1.0 -> {versions['sympy']}" in capsys.readouterr().err
+
+
 def test_software_lists_installed_plugin_packages(tmp_path, monkeypatch):
     dist = tmp_path / "klear_ext-0.3.1.dist-info"  # an installed package with a klear_lab.plugins entry point
     dist.mkdir()
@@ -235,6 +253,34 @@ def test_run_json_names_the_directory_the_run_started_in_and_a_resume_elsewhere_
     warn_if_elsewhere(run_dir)
     assert (f"resuming from {elsewhere}; the run started in {started}, and the relative paths in its config.yaml "
             "(data/train.jsonl) are read from the working directory") in capsys.readouterr().err  # not the hub id
+
+
+def test_a_moved_run_resumed_records_its_new_directory(tmp_path, monkeypatch):
+    """``run.json``'s ``run_dir`` named where the run started after it was moved and resumed (a review)."""
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "run.json").write_text(json.dumps({"status": "failed", "run_dir": "/old/place/run"}))
+    assert saved_identity(moved)["run_dir"] == str(moved.resolve())
+    (moved / "run.json").write_text(json.dumps({"status": "failed", "run_dir": "moved"}))  # the same, relative
+    monkeypatch.chdir(tmp_path)
+    assert saved_identity(Path("moved"))["run_dir"] == "moved"
+
+
+def test_relative_paths_are_the_files_a_run_reads():
+    """The other-directory warning names the files a run of the config reads, by the builders' own rule: a
+    training source's ``eval_path`` is not read (held-out data comes from ``data.eval_sources``), nor an eval
+    run's training sources (it copied that rule, and named both)."""
+    from klear_lab.attempts import relative_paths
+
+    def cfg(kind):
+        return {"run": {"kind": kind}, "model": {"name_or_path": "out/sft"},
+                "data": {"sources": [{"name": "file", "path": "d/train.jsonl", "eval_path": "d/unread.jsonl"},
+                                     {"name": "world"}],
+                         "eval_sources": [{"name": "file", "path": "d/all.jsonl", "eval_path": "d/test.jsonl"},
+                                          {"name": "file", "path": "/abs/test.jsonl"}]}}
+
+    assert relative_paths(cfg("rl")) == ["d/train.jsonl", "d/test.jsonl", "out/sft"]
+    assert relative_paths(cfg("eval")) == ["d/test.jsonl", "out/sft"]
 
 
 def test_the_other_directory_warning_comes_before_the_data_is_read(tmp_path, capsys, monkeypatch):

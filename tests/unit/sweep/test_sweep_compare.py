@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -399,6 +400,23 @@ def test_a_diverged_seed_is_drawn_apart_not_averaged_into_the_arm(tmp_path, bad)
     notes: list[str] = []
     assert plot_curves(records, ["val/acc"], tmp_path / "curves.png", ["a"], notes).is_file()
     assert notes == ["val/acc: a: 1 seed(s) logged a non-finite value (diverged): drawn dashed, not in the mean"]
+
+
+def test_the_curves_read_each_trials_file_once_and_again_after_it_changes(tmp_path, monkeypatch):
+    """The PNG read every trial's metrics.csv once per metric for the mean, once more for the diverged seeds
+    and once per arm for the pruned ones: 2 metrics over 3 trials read 12 files, not 3."""
+    from klear_lab.sweep import curves
+
+    records = [_write_curve(tmp_path, arm, seed, [(0, 0.1 * seed), (10, 0.2)]) for arm, seed in
+               (("a", 0), ("a", 1), ("b", 0))]
+    reads: list[str] = []
+    read_csv = pd.read_csv
+    monkeypatch.setattr(pd, "read_csv", lambda path, **kw: reads.append(str(path)) or read_csv(path, **kw))
+    assert curves.plot_curves(records, ["val/acc", "train/loss"], tmp_path / "c.png", ["a", "b"]).is_file()
+    assert sorted(reads) == sorted(f"{r.run_dir}/csv/metrics.csv" for r in records)
+    changed = Path(records[0].run_dir) / "csv" / "metrics.csv"
+    changed.write_text(changed.read_text() + "20,0.9\n")  # a running trial's file grows: read again
+    assert curves.read_curve(records[0].run_dir, "val/acc").to_dict() == {0: 0.0, 10: 0.2, 20: 0.9}
 
 
 def test_a_table_without_a_baseline_has_no_delta_columns(tmp_path):
