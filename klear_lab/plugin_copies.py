@@ -10,7 +10,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from klear_lab.plugins import code_digest, helper_modules, imported_names
+from klear_lab.plugin_imports import helper_modules, walk_imports
+from klear_lab.plugins import code_digest
 
 SHA8 = "[0-9a-f]" * 8
 
@@ -129,15 +130,12 @@ def _serve_helpers(copy: Path) -> None:
 def _kept_helpers(copy: Path) -> dict[str, Path]:
     """The kept copies beside ``copy`` (``NAME-SHA8.py``) of the modules it imports, and those they import, by
     module name; a name that imports from elsewhere is not one."""
-    found: dict[str, Path] = {}
-    todo = [copy]
-    while todo:
-        for name in imported_names(todo.pop()) - set(found):
-            matches = sorted(copy.parent.glob(f"{name}-{SHA8}.py"))
-            if matches and not _found_elsewhere(name):
-                found[name] = matches[-1].resolve()
-                todo.append(matches[-1])
-    return found
+
+    def kept_helper(name: str) -> Path | None:
+        copies = sorted(copy.parent.glob(f"{name}-{SHA8}.py"))
+        return copies[-1].resolve() if copies and not _found_elsewhere(name) else None
+
+    return walk_imports(copy, kept_helper)
 
 
 def _found_elsewhere(name: str) -> bool:

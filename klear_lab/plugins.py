@@ -3,7 +3,7 @@
 A plugin is a module (importable name) or a ``.py`` file that registers components when
 imported, e.g. ``@CLIP.register("my_clip")``. Every process that builds a run loads them (sweep
 trials run in subprocesses and compose their own config), so a registry is never missing an
-entry that the config names.
+entry that the config names. One that registers nothing is warned about (its decorator missing).
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ import inspect
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from klear_lab.errors import ConfigError
+from klear_lab.plugin_imports import helper_modules as helper_modules  # importable from here too
+from klear_lab.plugin_imports import imported_names as imported_names
+from klear_lab.plugin_imports import names_reached, walk_imports
 
 ENTRY_POINT_GROUP = "klear_lab.plugins"
 FILE_MODULE_PREFIX = "klear_plugin_"  # the module name a ``.py`` plugin file is imported under
@@ -44,7 +48,8 @@ def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None
             raise ConfigError(f"{where}: plugins entries must be strings, got {plugin!r}")
         if not plugin.strip():
             raise ConfigError(f"{where}: plugins entries name a .py file or an importable module, got {plugin!r}")
-        with _refused_as_config_error(f"{where}: plugin {plugin!r}", plugin):
+        what = f"{where}: plugin {plugin!r}"
+        with _warned_if_it_registers_nothing(what, plugin), _refused_as_config_error(what, plugin):
             _import_file(Path(plugin)) if plugin.endswith(".py") else _import_module(plugin)
 
 
@@ -68,6 +73,46 @@ def _refused_as_config_error(what: str, plugin: str) -> Iterator[None]:
         if isinstance(exc, ConfigError) or not isinstance(exc, Exception):  # KeyboardInterrupt
             raise
         raise ConfigError(f"{what}: {_reason(exc, plugin)}") from None
+
+
+@contextlib.contextmanager
+def _warned_if_it_registers_nothing(what: str, plugin: str) -> Iterator[None]:
+    """Warn when importing ``plugin`` (a ``.py`` file or a module's name) ran its code and it registered no
+    component: a missing ``@REGISTRY.register`` was found only as "unknown component" later. A plugin already
+    imported (listed again, by another layer) runs nothing: not warned again. Registrations of a helper it imports
+    count as its own, also when an earlier plugin imported that helper first (it is not run again)."""
+    from klear_lab.registry import REGISTRIES
+
+    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    modules = set(sys.modules)
+    yield
+    if set(sys.modules) <= modules or _registered_since(before) or _registered_by_its_code(plugin):
+        return
+    *axes, last = REGISTRIES
+    warnings.warn(f"{what} registered no component (no {', '.join(axes)} or {last}): its "
+                  '`@REGISTRY.register("name")` decorator may be missing, e.g. `@CLIP.register("my_clip")` above '
+                  "a frozen dataclass or a function", stacklevel=3)
+
+
+def _registered_since(before: dict[str, dict[str, type]]) -> bool:
+    """Whether a registry gained an entry since the ``before`` snapshots, or holds another class under a name."""
+    from klear_lab.registry import REGISTRIES
+
+    return any(before[axis].get(name) is not cls
+               for axis, registry in REGISTRIES.items() for name, cls in registry.snapshot().items())
+
+
+def _registered_by_its_code(plugin: str) -> bool:
+    """Whether an entry comes from a module that ``plugin``'s code imports (or, for a module plugin, from its
+    package): registered when that module was first imported."""
+    from klear_lab.registry import REGISTRIES
+
+    names = names_reached(_code_file(plugin))
+    if not plugin.endswith(".py"):
+        names.add(plugin.split(".")[0])  # a module plugin's package
+    names.discard("klear_lab")  # the built-ins: every plugin imports klear_lab.registry
+    return any(cls.__module__.split(".")[0] in names for registry in REGISTRIES.values()
+               for cls in registry.snapshot().values())
 
 
 def _reason(exc: Exception, plugin: str) -> str:
@@ -118,7 +163,7 @@ def plugin_digests(plugins: list[str]) -> list[str]:
     and sweeps match runs by hash); the run keeps copies of them (:func:`helper_modules`)."""
     out = []
     for plugin in plugins:
-        path = Path(plugin) if str(plugin).endswith(".py") else _module_file(str(plugin))
+        path = _code_file(str(plugin))
         try:
             out.append("sha256:" + code_digest(path) if path else str(plugin))
         except OSError:
@@ -126,55 +171,14 @@ def plugin_digests(plugins: list[str]) -> list[str]:
     return sorted(out)
 
 
-def helper_modules(path: Path) -> list[Path]:
-    """The readable ``.py`` modules beside ``path`` that it imports (``import helper``, ``from helper import
-    x``), and those they import, found by reading the code (nothing is run). A name that imports from
-    elsewhere (``random`` beside a ``random.py``: the plugin's directory comes last on ``sys.path``) is not
-    one; packages and relative imports are not followed."""
-    found: dict[str, Path] = {}
-    todo = [path]
-    while todo:
-        for name in imported_names(todo.pop()):
-            helper = path.parent / f"{name}.py"
-            if helper.name not in found and _beside(helper, path) and os.access(helper, os.R_OK):
-                found[helper.name] = helper
-                todo.append(helper)
-    return sorted(found.values())
-
-
-def imported_names(path: Path) -> set[str]:
-    """The top-level module names ``path`` imports (``import a.b``: ``a``; not relative imports), read from
-    its code; none for a file that cannot be read or parsed."""
-    import ast
-
-    try:
-        tree = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return set()
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
-    return names
-
-
-def _beside(helper: Path, plugin: Path) -> bool:
-    """Whether ``import <helper's name>`` from ``plugin`` loads ``helper``: it exists, is not the plugin, and
-    no module of that name is found before the plugin's directory on ``sys.path``."""
-    if not helper.is_file() or helper.resolve() == plugin.resolve():
-        return False
-    try:
-        spec = importlib.util.find_spec(helper.stem)
-    except (ImportError, ValueError):
-        return True
-    return spec is None or spec.origin is None or Path(spec.origin).resolve() == helper.resolve()
-
-
 def code_digest(path: Path) -> str:
     """SHA-256 of a plugin file's bytes: its identity, its module name's suffix, its saved copy's name."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _code_file(plugin: str) -> Path | None:
+    """A plugin's code: the ``.py`` file listed, or the ``.py`` file of the module named (None: none found)."""
+    return Path(plugin) if plugin.endswith(".py") else _module_file(plugin)
 
 
 def _module_file(name: str) -> Path | None:
@@ -205,13 +209,14 @@ def load_entry_point_plugins() -> None:
     if entry_points:
         _load_builtins()
     for ep in entry_points:
-        try:
-            obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must say which one
-            raise ConfigError(f"entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP} "
-                              f"failed to load: {exc}") from exc
-        if callable(obj):
-            obj()
+        what = f"entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP}"
+        with _warned_if_it_registers_nothing(what, ep.module):
+            try:
+                obj = ep.load()
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must say which one
+                raise ConfigError(f"{what} failed to load: {exc}") from exc
+            if callable(obj):
+                obj()
 
 
 def _import_file(path: Path) -> None:
@@ -265,15 +270,12 @@ def _refuse_clashing_helpers(path: Path) -> None:
 
 def _files_beside(path: Path) -> dict[str, Path]:
     """The ``.py`` files beside ``path`` that it imports by name, and those they import (read, not run)."""
-    found: dict[str, Path] = {}
-    todo = [path]
-    while todo:
-        for name in imported_names(todo.pop()) - set(found):
-            file = path.parent / f"{name}.py"
-            if file.is_file() and file.resolve() != path.resolve():
-                found[name] = file
-                todo.append(file)
-    return found
+
+    def beside(name: str) -> Path | None:
+        file = path.parent / f"{name}.py"
+        return file if file.is_file() and file.resolve() != path.resolve() else None
+
+    return walk_imports(path, beside)
 
 
 def _loaded_file(name: str) -> Path | None:
