@@ -28,42 +28,63 @@ def git_commit(path: Path | None = None) -> str:
         return "unknown"
 
 
-DIFF_LIMIT = 5_000_000
-"""Characters of a ``+dirty`` run's diff kept beside it: a tree holding large generated files is cut there."""
+NEW_FILE_LIMIT = 1_000_000
+"""Bytes of a new, untracked file a ``+dirty`` run's diff takes in whole; a larger one (generated data) is named
+in the diff's header, not copied into it."""
+PATCH_FLAGS = ("--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/")
+"""What makes a diff apply whatever the user's git config says: binary files in full, no external diff or
+textconv, the a/ b/ prefixes ``git apply`` expects (``diff.noprefix`` would drop them)."""
 
 
-def code_diff(path: Path | None = None) -> str:
-    """What ``+dirty`` stands for: ``git diff HEAD`` of the repository holding ``path`` (default: this package;
-    staged and unstaged changes to tracked files) and each new, not ignored file under ``path`` as an added file,
-    so that a run's commit and this diff give the code it ran (``git apply`` at the repository's root). Empty
-    outside a repository."""
+def code_diff(path: Path | None = None) -> tuple[bytes, list[str]]:
+    """What ``+dirty`` stands for, as a patch of bytes that ``git apply`` at the commit's repository root turns
+    back into the code the run ran: ``git diff HEAD`` of the repository holding ``path`` (default: this package;
+    staged and unstaged changes to tracked files, binary ones included) and each new, not ignored file under
+    ``path`` as an added file. Also the new files left out (larger than :data:`NEW_FILE_LIMIT`), named in the
+    patch's header, which ``git apply`` skips. Raises OSError or SubprocessError where git cannot say."""
     where = (path or Path(__file__).resolve().parent).resolve()
 
-    def git(*args: str, cwd: Path = where, ok: tuple[int, ...] = (0,)) -> str:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
-        if out.returncode not in ok:
-            raise subprocess.CalledProcessError(out.returncode, args)
+    def git(*args: str, cwd: Path = where, ok: tuple[int, ...] = (0,)) -> bytes:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=60)
+        if out.returncode not in ok or (out.returncode and out.stderr):  # --no-index: 1 is "differs", not an error
+            raise subprocess.CalledProcessError(out.returncode, args, out.stdout, out.stderr)
         return out.stdout
 
-    try:
-        top = Path(git("rev-parse", "--show-toplevel").strip())
-        parts = [git("diff", "HEAD", "--no-color", cwd=top)]
-        new_files = git("ls-files", "--others", "--exclude-standard", "--full-name", "--", ".").splitlines()
-        parts += [git("diff", "--no-color", "--no-index", "--", "/dev/null", f, cwd=top, ok=(0, 1)) for f in new_files]
-    except (OSError, subprocess.SubprocessError, UnicodeDecodeError):
-        return ""
-    diff = "".join(parts)
-    return diff if len(diff) <= DIFF_LIMIT else diff[:DIFF_LIMIT] + f"\n[cut at {DIFF_LIMIT} characters]\n"
+    top = Path(git("rev-parse", "--show-toplevel").decode().strip())
+    parts = [git("diff", "HEAD", *PATCH_FLAGS, cwd=top)]
+    left_out = []
+    for name in filter(None, git("ls-files", "-z", "--others", "--exclude-standard", "--full-name", "--",
+                                 ".").decode("utf-8", "surrogateescape").split("\0")):
+        if (top / name).stat().st_size > NEW_FILE_LIMIT:
+            left_out.append(name)
+            continue
+        parts.append(git("diff", "--no-index", *PATCH_FLAGS, "--", "/dev/null", name, cwd=top, ok=(0, 1)))
+    header = "".join(f"# left out (a new file over {NEW_FILE_LIMIT} bytes): {n}\n" for n in left_out)
+    return header.encode("utf-8", "surrogateescape") + b"".join(parts), left_out
 
 
 def save_code_diff(run_dir: Path, commit: str, attempt: int = 1, path: Path | None = None) -> str | None:
     """Write :func:`code_diff` (of ``path``'s repository) beside a run whose ``commit`` is ``+dirty``
     (``code.diff``, or ``code-attempt-N.diff`` for a resumed attempt) and return the file's name; None for a
-    clean commit."""
+    clean commit, or with a warning where it could not be made or written: the run goes on without it."""
+    import sys
+
     from klear_lab.tracking import atomic_write
 
-    if not commit.endswith("+dirty") or not (diff := code_diff(path)):
+    if not commit.endswith("+dirty"):
         return None
     name = "code.diff" if attempt <= 1 else f"code-attempt-{attempt}.diff"
-    atomic_write(run_dir / name, lambda tmp: tmp.write_text(diff))
+    try:
+        diff, left_out = code_diff(path)
+        atomic_write(run_dir / name, lambda tmp: tmp.write_bytes(diff))
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", None) or b""
+        reason = detail.decode(errors="replace").strip() if isinstance(detail, bytes) else str(exc)
+        print(f"warning: {run_dir}: the code is {commit}, and its diff could not be kept in {name}: "
+              f"{reason or exc}", file=sys.stderr)
+        return None
+    if left_out:
+        print(f"warning: {run_dir}: {name} leaves out {len(left_out)} new file(s) over {NEW_FILE_LIMIT} bytes "
+              f"({', '.join(left_out[:3])}{', ...' if len(left_out) > 3 else ''}); the run's code needs them too",
+              file=sys.stderr)
     return name

@@ -32,7 +32,7 @@ def imported_names(path: Path) -> set[str]:
 
 def walk_imports(start: Path, match: Callable[[str], Path | None]) -> dict[str, Path]:
     """The modules ``start`` imports, and those they import, by name: each imported name that ``match`` turns
-    into a file (None: not one, and not followed). A name is matched once, its file read once."""
+    into a file (None: not one, and not followed). A name found is followed once, its file read once."""
     found: dict[str, Path] = {}
     todo = [start]
     while todo:

@@ -81,25 +81,16 @@ def _warned_if_it_registers_nothing(what: str, plugin: str) -> Iterator[None]:
     component: a missing ``@REGISTRY.register`` was found only as "unknown component" later. A plugin already
     imported (listed again, by another layer) runs nothing: not warned again. Registrations of a helper it imports
     count as its own, also when an earlier plugin imported that helper first (it is not run again)."""
-    from klear_lab.registry import REGISTRIES
+    from klear_lab.registry import REGISTRIES, Registry
 
-    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
-    modules = set(sys.modules)
+    before, modules = Registry.registrations, set(sys.modules)
     yield
-    if set(sys.modules) <= modules or _registered_since(before) or _registered_by_its_code(plugin):
+    if set(sys.modules) <= modules or Registry.registrations > before or _registered_by_its_code(plugin):
         return
     *axes, last = REGISTRIES
     warnings.warn(f"{what} registered no component (no {', '.join(axes)} or {last}): its "
                   '`@REGISTRY.register("name")` decorator may be missing, e.g. `@CLIP.register("my_clip")` above '
                   "a frozen dataclass or a function", stacklevel=3)
-
-
-def _registered_since(before: dict[str, dict[str, type]]) -> bool:
-    """Whether a registry gained an entry since the ``before`` snapshots, or holds another class under a name."""
-    from klear_lab.registry import REGISTRIES
-
-    return any(before[axis].get(name) is not cls
-               for axis, registry in REGISTRIES.items() for name, cls in registry.snapshot().items())
 
 
 def _registered_by_its_code(plugin: str) -> bool:

@@ -29,6 +29,10 @@ T = TypeVar("T")
 class Registry:
     """Name -> frozen-dataclass component class for one axis."""
 
+    registrations = 0
+    """Registrations made in this process, on any axis (the same entry again too): a plugin whose import made
+    none is warned about (:mod:`klear_lab.plugins`)."""
+
     def __init__(self, axis: str, package: str | None, doc: str, calls: tuple[str, ...] = ()) -> None:
         """``calls``: the arguments an instance is called with, checked against ``__call__`` at registration."""
         self.axis, self.package, self.doc, self.calls = axis, package, doc, calls
@@ -89,6 +93,7 @@ class Registry:
             # again, replaces its entries; nothing else may take a registered name
             raise KeyError(f"{self.axis} {name!r} is already registered by {_registered_by(old)}")
         self._entries[name] = cls
+        Registry.registrations += 1
         if "registered_name" not in cls.__dict__:
             cls.registered_name = name  # type: ignore[attr-defined]
 

@@ -42,6 +42,7 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
         console.print("no runs")
         return
     names, base = run_names(rows)
+    metric = metric_header(metric)
     cells = _cells(rows, metric)
     shown = columns_that_fit(names, cells, console.width)
     if base:  # the names are relative to it: said once, whole, however long
@@ -50,7 +51,7 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
     if hidden := [col for col in cells if col not in shown and col != "note"]:
         console.print(_hidden_line(hidden, console.width))
     if "note" not in shown:
-        _print_notes(console, names, cells["note"])
+        _print_notes(console, names, [r.note for r in rows])  # whole: not cut to fit a table cell
     counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n))
 
@@ -110,8 +111,16 @@ def _hidden_line(hidden: list[str], width: int) -> str:
             "widen the terminal or use --json")
 
 
+COLUMNS = ("kind", "status", "updated", "attempts", "steps", "ckpt", "note")
+
+
+def metric_header(metric: str) -> str:
+    """The metric column's header: ``--metric steps`` took the steps column's place (a red team)."""
+    return metric if metric not in (*COLUMNS, "run") else f"metric {metric}"
+
+
 def _cells(rows: list[RunRow], metric: str) -> dict[str, list[str]]:
-    """The text of each column beside the run's name, by header."""
+    """The text of each column beside the run's name, by header (``metric``: :func:`metric_header`'s)."""
     return {"kind": [r.kind for r in rows], "status": [r.status for r in rows], "updated": [r.updated for r in rows],
             "attempts": [str(r.attempts) for r in rows],
             "steps": ["" if r.steps is None else str(r.steps) for r in rows],

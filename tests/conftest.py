@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -10,6 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # started in the background (`scripts/test.sh &`, nohup): SIGINT is ignored and the processes the tests
+    # start inherit that, so the Ctrl-C tests' runs finished instead of stopping. A handler is reset by exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from klear_lab.hardware import cpu_cores  # noqa: E402 - no heavy imports (torch is set up below)
 

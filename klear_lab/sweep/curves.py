@@ -41,7 +41,7 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     return pd.Series(values, index=steps.to_numpy()).groupby(level=0).last()
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)  # a large sweep's trials; a few hundred rows each
 def _metrics_frame(path: Path, mtime_ns: int, size: int) -> pd.DataFrame:
     """``path`` read once while it is unchanged (its time and size in the key): a table and PNG read each
     trial's file per metric, for the mean, the pruned and the diverged curves. Callers do not modify it."""

@@ -143,3 +143,18 @@ def test_the_cli_at_columns_80(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "".join(column(out, "run")) == FAILED and "hidden at 80 columns" in out
     assert "RuntimeError: boom" in out and squeezed(f"klear-lab train {run_dir / 'config.yaml'}") in note_text(out)
+
+
+def test_a_long_note_under_the_table_is_whole_and_a_metric_named_like_a_column_keeps_its_own(monkeypatch, capsys):
+    """Under the table a note was still cut to 160 characters ("... -> klear-lab resume"), though it said whole;
+    ``--metric steps`` replaced the steps column and ``--metric note`` was moved under the table (a red team)."""
+    long_note = "RuntimeError: gloo " + "x" * 300 + f" -> klear-lab resume {BASE}/{FAILED}"
+    rows = [ROWS[0], RunRow(f"{BASE}/{FAILED}", "rl", "failed", 2, 40, None, True, long_note, "2026-12-06 11:02")]
+    out = printed(monkeypatch, capsys, 80, rows)
+    assert "note" not in header(out) and squeezed(long_note) in note_text(out)
+    monkeypatch.setenv("COLUMNS", "200")
+    for metric in ("steps", "note"):
+        print_runs(rows, metric)
+        out = capsys.readouterr().out
+        assert header(out)[-1] == "note" and f"metric {metric}" in header(out) and "steps" in header(out)
+        assert column(out, "steps")[:2] == ["120", "40"]

@@ -49,24 +49,60 @@ def test_outside_a_repository_it_is_unknown(tmp_path):
     assert git_commit(tmp_path) == "unknown"
 
 
-def test_a_dirty_runs_diff_is_saved_and_applies_to_its_commit(repo, tmp_path_factory):
+def _apply_at(repo, commit, diff, clone):
+    _git(clone, "clone", "-q", str(repo), ".")
+    _git(clone, "checkout", "-q", commit)
+    _git(clone, "apply", str(diff))
+
+
+def test_a_dirty_runs_diff_is_saved_and_applies_to_its_commit(repo, tmp_path_factory, capsys):
     """A ``+dirty`` commit named no diff: the code the run ran was lost once the tree changed (a review).
-    ``code.diff`` holds the tracked changes and the new package files, and applies at the commit."""
+    ``code.diff`` holds the tracked changes and the new package files, byte for byte (CRLF, Latin-1, binary,
+    a non-ASCII name: each made the diff empty or unappliable, a red team), and applies at the commit."""
+    (repo / "pkg" / "crlf.py").write_bytes(b"a = 1\r\nb = 2\r\n")
+    (repo / "pkg" / "data.bin").write_bytes(bytes(range(256)))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "second")
     head = _git(repo, "rev-parse", "HEAD")
     run_dir = tmp_path_factory.mktemp("run")
     assert save_code_diff(run_dir, git_commit(repo / "pkg"), path=repo / "pkg") is None  # clean: nothing written
     assert list(run_dir.iterdir()) == []
-    (repo / "pkg" / "clip.py").write_text("x = 2\n")
-    (repo / "pkg" / "my_clip.py").write_text("registered but not committed\n")
+    changed = {"clip.py": b"x = 2\n", "crlf.py": b"a = 1\r\nb = 3\r\n", "data.bin": bytes(range(255, -1, -1)),
+               "latin.py": b"s = 'caf\xe9'\n", "\u65e5\u672c.py": "y = '\u65e5'\n".encode()}
+    for name, data in changed.items():
+        (repo / "pkg" / name).write_bytes(data)
     (repo / "notes.txt").write_text("not the package's\n")
     commit = git_commit(repo / "pkg")
     assert save_code_diff(run_dir, commit, path=repo / "pkg") == "code.diff"
     assert save_code_diff(run_dir, commit, attempt=2, path=repo / "pkg") == "code-attempt-2.diff"
-    diff = (run_dir / "code.diff").read_text()
-    assert "+x = 2" in diff and "pkg/my_clip.py" in diff and "notes.txt" not in diff
+    assert b"notes.txt" not in (run_dir / "code.diff").read_bytes() and capsys.readouterr().err == ""
     clone = tmp_path_factory.mktemp("clone")
-    _git(clone, "clone", "-q", str(repo), ".")
-    _git(clone, "checkout", "-q", head)
-    _git(clone, "apply", str(run_dir / "code.diff"))
-    assert (clone / "pkg" / "clip.py").read_text() == "x = 2\n"
-    assert (clone / "pkg" / "my_clip.py").read_text() == "registered but not committed\n"
+    _apply_at(repo, head, run_dir / "code.diff", clone)
+    for name, data in changed.items():
+        assert (clone / "pkg" / name).read_bytes() == data, name
+
+
+def test_a_large_new_file_is_named_not_copied_and_a_failed_write_only_warns(repo, tmp_path_factory, capsys,
+                                                                           monkeypatch):
+    """A new 165 MB data file under the package was read whole into the diff, which was then cut in the middle
+    and applied nothing; a diff that could not be written left the run "running" with no error (a red team)."""
+    from klear_lab import git_state, tracking
+
+    head = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setattr(git_state, "NEW_FILE_LIMIT", 1000)
+    (repo / "pkg" / "big.jsonl").write_text("{}\n" * 1000)
+    (repo / "pkg" / "clip.py").write_text("x = 3\n")
+    run_dir = tmp_path_factory.mktemp("run")
+    assert save_code_diff(run_dir, git_commit(repo / "pkg"), path=repo / "pkg") == "code.diff"
+    assert "leaves out 1 new file(s) over 1000 bytes (pkg/big.jsonl)" in capsys.readouterr().err
+    assert (run_dir / "code.diff").read_text().startswith("# left out (a new file over 1000 bytes): pkg/big.jsonl")
+    clone = tmp_path_factory.mktemp("clone")
+    _apply_at(repo, head, run_dir / "code.diff", clone)  # the header is not part of the patch
+    assert (clone / "pkg" / "clip.py").read_text() == "x = 3\n" and not (clone / "pkg" / "big.jsonl").exists()
+
+    def full_disk(path, write):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tracking, "atomic_write", full_disk)
+    assert save_code_diff(run_dir, "abc+dirty", attempt=3, path=repo / "pkg") is None
+    assert "could not be kept in code-attempt-3.diff" in capsys.readouterr().err

@@ -127,3 +127,14 @@ def test_an_entry_point_registering_nothing_is_warned_about(tmp_path, monkeypatc
     with pytest.warns(UserWarning, match=rf"^entry point 'empty' \(klear_ext_empty\) in group klear_lab.plugins "
                                          rf"{SAID}"):
         plugins.load_entry_point_plugins()
+
+
+def test_a_plugin_registering_a_built_in_under_another_name_is_not_warned_about_when_edited(tmp_path):
+    """An alias of a built-in (``CLIP.register("alias")(CLIP.get("ppo"))``), edited and imported again in a
+    notebook, was warned about: the entry held the same class, and built-in classes did not count (a red team)."""
+    alias = tmp_path / "alias_clip.py"
+    text = 'from klear_lab.registry import CLIP\nCLIP.register("warn_ppo_alias")(CLIP.get("ppo"))\n'
+    alias.write_text(text)
+    assert warned([alias]) == []
+    alias.write_text(text + "# edited\n")
+    assert warned([alias]) == []
