@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
+
 from klear_lab.run_list import STATUSES, RunRow
 
 if TYPE_CHECKING:
@@ -96,7 +98,7 @@ def columns_that_fit(names: list[str], cells: dict[str, list[str]], width: int) 
     """``cells`` less the columns (:data:`GIVE_UP`, in turn) the terminal has no room for beside the name at
     :data:`NAME_NARROWEST` (or whole, if shorter), all of them where it has."""
     shown = dict(cells)
-    name = min(max((len(n) for n in names), default=3), NAME_NARROWEST)
+    name = min(max(map(cell_len, names), default=3), NAME_NARROWEST)
     for col in GIVE_UP:
         if _table_width(name, shown) <= width:
             break
@@ -149,7 +151,7 @@ def _table_width(name: int, cells: dict[str, list[str]], narrowest: dict[str, in
     widest cell, or at most ``narrowest`` for those it names. Each column takes 3 more for its border and
     padding, and the table 1."""
     widths = (min(narrowest.get(col, longest), longest)
-                 for col, longest in ((col, max(map(len, [col, *column]))) for col, column in cells.items()))
+                 for col, longest in ((col, max(map(cell_len, [col, *column]))) for col, column in cells.items()))
     return name + sum(widths) + 3 * (len(cells) + 1) + 1
 
 
@@ -157,7 +159,7 @@ def _name_width(names: list[str], cells: dict[str, list[str]], width: int) -> in
     """The longest name where the terminal has room, else what the other columns leave at their narrowest:
     :data:`NAME_NARROWEST` or more once :func:`columns_that_fit` chose them; less only where the status and the
     metric alone leave less (a 40-column terminal), so as not to cut them."""
-    longest = max((len(n) for n in names), default=3)
+    longest = max(map(cell_len, names), default=3)  # on-screen: a CJK character takes 2
     return min(longest, max(width - _table_width(0, cells), 4))
 
 
