@@ -162,7 +162,9 @@ def test_a_long_note_under_the_table_is_whole_and_a_metric_named_like_a_column_k
 
 def test_a_wide_character_name_is_measured_on_screen(monkeypatch, capsys):
     """Names were measured in characters: a CJK name (2 cells a character) was folded where it fitted."""
-    wide = RunRow(f"{BASE}/\u5b9f\u9a13-" + "\u6e2c" * 20 + "-s0", "rl", "completed", 1, 3, 0.5, True, "", "2026-12-06 10:15")
-    out = printed(monkeypatch, capsys, 200, [wide, ROWS[0]])
+    def row(name):
+        return RunRow(f"{BASE}/{name}", "rl", "completed", 1, 3, 0.5, True, "", "2026-12-06 10:15")
+
+    out = printed(monkeypatch, capsys, 200, [row("\u5b9f\u9a13-" + "\u6e2c" * 20 + "-s0"), row("short-s0")])
     assert any("\u6e2c" * 20 + "-s0" in line for line in out.splitlines())  # on one line, whole
     assert all(cell_len(line) <= 200 for line in out.splitlines())
