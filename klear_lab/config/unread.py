@@ -33,10 +33,13 @@ def refuse_unread(config: dict[str, Any], provenance: dict[str, str], typed: set
                   and _at(config, key) != _at(default, key))
     if not keys:
         return
+    from klear_lab.tracking import IDENTITY_EXCLUDE
+
     more = f" (and {', '.join(keys[1:4])}{', ...' if len(keys) > 4 else ''})" if len(keys) > 1 else ""
+    hashed = any(tuple(key.split(".")[:2]) not in IDENTITY_EXCLUDE for key in keys)  # rl.logp_chunk_tokens is not
     raise ConfigError(f"{provenance[keys[0]]}: {keys[0]}{more}: {ARTICLE[kind]} run (run.kind: {kind}) reads no "
-                      f"{other}.* setting: it would change nothing but the config hash; set it on {ARTICLE[other]} "
-                      "experiment")
+                      f"{other}.* setting: it would change nothing{' but the config hash' if hashed else ''}; set it "
+                      f"on {ARTICLE[other]} experiment")
 
 
 def _at(node: Any, key: str) -> Any:

@@ -24,6 +24,9 @@ def test_the_other_kinds_settings_on_a_command_line_are_refused_naming_them(caps
             "would change nothing but the config hash") in err
     assert main(["config", str(RL), "sft.max_steps=5"]) == 2
     assert "command line: sft.max_steps: an RL run (run.kind: rl) reads no sft.* setting" in capsys.readouterr().err
+    assert main(["config", str(SFT), "rl.logp_chunk_tokens=64"]) == 2  # not hashed: it would change nothing
+    err = capsys.readouterr().err
+    assert "reads no rl.* setting: it would change nothing; set it on an RL experiment" in err, err
 
 
 def test_a_notebook_mapping_is_refused_and_defaults_and_the_rollout_engine_pass():
