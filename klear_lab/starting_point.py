@@ -67,6 +67,8 @@ def warn_init_from_unused(cfg: dict[str, Any]) -> None:
 
     m = cfg["model"]
     model = Path(m["name_or_path"]).expanduser()
+    if model.is_absolute() and not model.exists():  # a saved config's starting point, gone: the model's error says so
+        return
     try:
         record = next(p / "run.json" for p in (model, model.parent) if (p / "run.json").is_file())
         if read_record(record).get("config_hash") == config_hash(parent_config(cfg)):

@@ -156,6 +156,9 @@ def test_init_from_that_name_or_path_overrides_is_warned_about(tmp_path, capsys)
     resolve_init_from(cfg)  # a run of init_from: what a run's saved config holds
     assert capsys.readouterr().err == ""
     assert cfg["model"]["name_or_path"] == str(other)
+    gone = compose(QUICK_RL, [f"model.name_or_path={tmp_path / 'deleted' / 'model'}", f"run.out_dir={tmp_path}"])
+    resolve_init_from(gone)  # a saved config's starting point deleted since: the model's own error says that
+    assert "is not used" not in capsys.readouterr().err
 
 
 def test_an_eval_run_is_not_held_to_its_training_data(tmp_path):
