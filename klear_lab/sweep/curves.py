@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+NON_FINITE = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"}
+"""How a logged non-finite value reads in a metrics file (Lightning writes Python's ``nan`` and ``inf``)."""
+
 
 def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     """``metric`` indexed by step (last value per step), or None when absent."""
@@ -36,8 +39,13 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
     rows = df[[c for c in (x, metric) if c]].dropna(subset=[metric])
     if rows.empty:
         return None
+    values = pd.to_numeric(rows[metric], errors="coerce")
+    # a logged "nan" or "inf" (a diverged run) stays; another word ("NA", "None" from a custom runner) is no value
+    rows = rows[values.notna() | rows[metric].astype(str).str.strip().str.lower().isin(NON_FINITE)]
+    if rows.empty:
+        return None
     steps = rows[x] if x else pd.Series(range(len(rows)), index=rows.index)
-    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)  # a logged "nan" stays NaN
+    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)
     return pd.Series(values, index=steps.to_numpy()).groupby(level=0).last()
 
 

@@ -419,6 +419,14 @@ def test_the_curves_read_each_trials_file_once_and_again_after_it_changes(tmp_pa
     assert curves.read_curve(records[0].run_dir, "val/acc").to_dict() == {0: 0.0, 10: 0.2, 20: 0.9}
 
 
+def test_a_word_in_a_custom_runners_metrics_file_is_no_value_not_a_divergence(tmp_path):
+    """With "nan" read as logged (a diverged run), "NA" or "None" from a custom runner's CSV read as NaN too,
+    and the seed was drawn as diverged."""
+    record = _write_curve(tmp_path, "a", 0, [(0, 0.1), (10, "NA"), (20, "None"), (30, 0.4), (40, "-inf")])
+    curve = read_curve(record.run_dir, "val/acc")
+    assert list(curve.index) == [0, 30, 40] and curve[40] == float("-inf")
+
+
 def test_a_table_without_a_baseline_has_no_delta_columns(tmp_path):
     """The header read "Δ val/acc vs None" (a sweep with no arm to be the baseline yet)."""
     df = summarize(_records(), "val/acc", [], "maximize", None, ["ppo", "gppo", "cispo"])
