@@ -253,10 +253,14 @@ def _refuse_clashing_helpers(path: Path) -> None:
             pass
         others = _PLUGIN_DIRS[loaded.parent]
         other = next((p for p in others if name in _files_beside(p)), others[0])
+        from klear_lab.plugin_copies import is_kept_copy
+
+        fix = (f"Rename one of the two helper files, {helper} or {loaded}, and the imports of it" if not
+               any(map(is_kept_copy, (loaded, helper))) else "One is a run's kept copy of the other, edited since: "
+               "run the saved config and the edited plugin in separate processes")
         raise HelperClash(
             f"it imports {name!r}, the helper {helper} beside it, but plugin {other} already imported {name!r} from "
-            f"{loaded}, and one process holds one module per name: {path.name} would run {loaded}. Rename one of "
-            f"the two helper files, {helper} or {loaded}, and the imports of it")
+            f"{loaded}, and one process holds one module per name: {path.name} would run {loaded}. {fix}")
 
 
 def _files_beside(path: Path) -> dict[str, Path]:

@@ -187,3 +187,33 @@ def test_the_legitimate_ways_to_share_a_helper_still_load(tmp_path):
     two.write_text(plugin("shared_two_renamed", "shared_ok_h"))
     compose(EXPERIMENT, [f"plugins=[{one},{two}]", "data.mix=shared_two_renamed"])
     assert "shared_two_mix" not in DATA_MIX.names()
+
+
+def test_a_kept_copy_then_its_edited_original_in_one_process_is_told_to_use_two_processes(tmp_path):
+    """A rerun of a saved config (its kept helper copy served) and then the experiment file (the edited helper),
+    in one notebook, were refused with "rename one of the two helper files": one of them is a run's copy."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mine").mkdir()
+    mine = tmp_path / "mine" / "kept_clash_plugin.py"
+    mine.write_text(plugin("kept_clash_mix", "kept_clash_h"))
+    (tmp_path / "mine" / "kept_clash_h.py").write_text(helper(1))
+    run_dir = saved_run(tmp_path, [mine], "kept_clash_mix")
+    (tmp_path / "mine" / "kept_clash_h.py").write_text(helper(2))
+    code = textwrap.dedent(f"""
+        import warnings
+        from klear_lab.config.compose import compose
+        from klear_lab.errors import ConfigError
+        warnings.simplefilter("ignore")
+        compose({str(run_dir / "config.yaml")!r})
+        try:
+            compose({str(EXPERIMENT)!r}, ["plugins=[{mine}]", "data.mix=kept_clash_mix"])
+        except ConfigError as exc:
+            print(exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    message = " ".join(done.stdout.split())
+    assert "one process holds one module per name" in message, done.stderr[-2000:]
+    assert "run the saved config and the edited plugin in separate processes" in message
+    assert "Rename one" not in message
