@@ -50,7 +50,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from klear_lab.analysis import NoResults, load_analysis, run_reproduction
-    from klear_lab.analysis.report import print_summary, summary_markdown
+    from klear_lab.analysis.summary import print_summary, summary_markdown
     from klear_lab.sweep.spec import user_path
     from klear_lab.tracking import atomic_write
 

@@ -136,24 +136,25 @@ def to_markdown(rep: Reproduction) -> str:
     a, s = rep.analysis, rep.sweep
     lines = [f"# {a.title}", "", f"- paper numbers: {a.source or '(no source given)'}",
              f"- analysis spec: `{a.path}`", f"- sweep: `{s.name}` (`{s.path}`), {progress_line(rep, '`')}",
+             f"- {rep.scale.line}",
              f"- ours: `{s.metric}` ({s.direction}), mean ± std across seeds; "
              "Δ vs the baseline arm with a Welch t 95 % interval over seeds"
              + ("; fractions shown in percent, as the paper prints them (the CSVs keep fractions)"
                 if ours_scale(rep, s.metric) == 100.0 else ""), ""]
-    lines += _md_table(arm_header(rep), [arm_cells(rep, r) for _, r in rep.arms.iterrows()])
+    lines += md_table(arm_header(rep), [arm_cells(rep, r) for _, r in rep.arms.iterrows()])
     if not rep.claims.empty:
         lines += ["", "## The paper's claims", ""]
-        lines += _md_table(claim_header(rep), [claim_cells(rep, r) for _, r in rep.claims.iterrows()])
+        lines += md_table(claim_header(rep), [claim_cells(rep, r) for _, r in rep.claims.iterrows()])
     if not rep.benchmarks.empty:
         mapped = ", ".join(f"{bench}: `{metric}`" for bench, metric in rep.metrics.items())
         lines += ["", "## The paper's claims per benchmark", "",
                   f"Ours on the metric the sweep logs for each benchmark ({mapped}); the verdicts above stay on "
                   f"`{s.metric}`.", ""]
-        lines += _md_table(benchmark_header(), [benchmark_cells(rep, r) for _, r in rep.benchmarks.iterrows()])
+        lines += md_table(benchmark_header(), [benchmark_cells(rep, r) for _, r in rep.benchmarks.iterrows()])
     return "\n".join(lines) + "\n"
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
@@ -175,6 +176,7 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     for _, row in rep.arms.iterrows():
         table.add_row(*[escape(c) for c in arm_cells(rep, row)], style=None if row["in paper"] else "dim")
     console.print(table)
+    console.print(escape(rep.scale.line), style="yellow" if rep.scale.short.startswith("tiny") else None)
     if rep.n_complete < rep.n_trials:
         console.print(escape(progress_line(rep)), style="yellow")
     if not rep.claims.empty:
@@ -237,64 +239,3 @@ def _write_benchmarks(rep: Reproduction, path: Path) -> None:
 
 def _claims_frame(rep: Reproduction) -> pd.DataFrame:
     return rep.claims if not rep.claims.empty else pd.DataFrame(columns=["claim", "verdict"])
-
-
-def summary_interval(rep: Reproduction, row: Any) -> str:
-    """A claim's interval on its paper's scale, saying so when in percentage points."""
-    scale = ours_scale(rep, rep.sweep.metric)
-    return interval(row, scale) + (" pp" if scale == 100.0 and not math.isnan(row["ours Δ"]) else "")
-
-
-SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours Δ [95% CI]", SEEDS, "verdict"]
-
-
-def tested_claims(reps: list[Reproduction]) -> int:
-    """Claims that got an interval (a test at 95 %): not those without a result or under 2 seeds."""
-    return sum(int(rep.claims["ours Δ ci low"].notna().sum()) for rep in reps if not rep.claims.empty)
-
-
-def multiplicity_note(n_claims: int) -> str:
-    """Each verdict is a 95 % test of its own; over many claims, one decided by chance is expected."""
-    if n_claims < 2:
-        return ""
-    return (f"{n_claims} claims with an interval, each tested at 95 % with no correction for multiple "
-            "comparisons: among claims with no real difference, about 1 in 20 is still called reproduced or "
-            "contradicted.")
-
-
-def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
-    """One line per paper claim across analyses: where it was tested and what came out."""
-    rows = [[rep.analysis.title, row["claim"], f"`{rep.sweep.name}`", summary_interval(rep, row),
-             f"{row['n better']}/{row['n than']}", row["verdict"]]
-            for rep in reps for _, row in rep.claims.iterrows()]
-    lines = ["# The paper's claims on this machine's sweeps", ""]
-    lines += _md_table(SUMMARY_HEADER, rows)
-    if note := multiplicity_note(tested_claims(reps)):
-        lines += ["", note]
-    if skipped:
-        lines += ["", "Not run yet: " + ", ".join(f"`{name}`" for name in skipped)]
-    return "\n".join(lines) + "\n"
-
-
-def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = None) -> None:
-    """The summary as a Rich table (reproduced green, contradicted red)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from klear_lab.console import make_console
-
-    console = console or make_console()
-    table = Table(title="the paper's claims on this machine's sweeps")
-    for col in SUMMARY_HEADER:
-        table.add_column(escape(col))  # "[95% CI]" is not a style: Rich would drop it
-    for rep in reps:
-        for _, row in rep.claims.iterrows():
-            style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
-            table.add_row(escape(rep.analysis.title), escape(row["claim"]), escape(rep.sweep.name),
-                          escape(summary_interval(rep, row)),  # "[no interval]" is not a style tag either
-                          f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)
-    console.print(table)
-    if note := multiplicity_note(tested_claims(reps)):
-        console.print(escape(note))
-    if skipped:
-        console.print("not run yet: " + ", ".join(skipped))

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from klear_lab.analysis.arm_rows import arm_row
+from klear_lab.analysis.scale import Scale, scale_of
 from klear_lab.analysis.spec import Analysis, Claim, SweepRef
 from klear_lab.stats import welch_interval
 from klear_lab.sweep.compare import TrialRecord
@@ -63,6 +64,7 @@ class Reproduction:
     failed: list[str] = field(default_factory=list)  # "ARM seed=S" points a rerun would fail again: not unfinished
     failure: str = ""  # the first of those: ``trial 3: ConfigError: ...``
     crashed: list[str] = field(default_factory=list)  # unfinished points whose latest trial raised (not a kill)
+    scale: Scale = Scale("unknown", "")  # what ours ran at: a tiny model on an embedded world, or a checkpoint
 
 
 def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
@@ -123,7 +125,8 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims), n_complete=n_complete,
                         n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
                         unfinished=unfinished, rerun=rerun, failed=failed,
-                        failure=_failure(failures[0]) if failures else "", crashed=crashed(records, unfinished))
+                        failure=_failure(failures[0]) if failures else "", crashed=crashed(records, unfinished),
+                        scale=scale_of(spec))
 
 
 def rerun_of(spec: SweepSpec, source: Path | None = None) -> str:

@@ -86,7 +86,7 @@ def test_the_printed_summary_keeps_a_one_seed_claim_s_no_interval(tmp_path):
     """Rich read "[no interval]" as a style tag and printed the delta alone."""
     from rich.console import Console
 
-    from klear_lab.analysis.report import print_summary
+    from klear_lab.analysis.summary import print_summary
 
     analysis = load_analysis(write_analysis(tmp_path))
     spec = load_spec(analysis.sweeps[0].spec_path)
@@ -95,6 +95,29 @@ def test_the_printed_summary_keeps_a_one_seed_claim_s_no_interval(tmp_path):
     console = Console(record=True, width=250)
     print_summary([rep], [], console)
     assert "+20 [no interval] pp" in console.export_text()  # on the paper's percent scale
+
+
+def test_a_report_says_whether_ours_come_from_a_tiny_model_or_a_checkpoint(tmp_path, repo_root):
+    """Ours sat beside the paper's AIME scores, in percent like them, with nothing saying they came from a tiny
+    model on the embedded world; the summary called a claim "contradicted" on that basis (a review)."""
+    from rich.console import Console
+
+    from klear_lab.analysis.report import to_markdown
+    from klear_lab.analysis.scale import scale_of
+    from klear_lab.analysis.summary import print_summary, summary_markdown
+
+    analysis = load_analysis(write_analysis(tmp_path))
+    spec = load_spec(analysis.sweeps[0].spec_path)
+    rep = reproduce(analysis, analysis.sweeps[0], spec, records({"lr=0.001": [0.1, 0.2], "lr=0.002": [0.3, 0.4]}))
+    assert rep.scale.short == "tiny model, embedded world"
+    assert "- ours: a tiny model built from config, trained on the embedded world" in to_markdown(rep)
+    assert "| ours on |" in summary_markdown([rep], []) and "| tiny model, embedded world |" in summary_markdown(
+        [rep], [])
+    console = Console(record=True, width=250)
+    print_summary([rep], [], console)
+    assert "tiny model, embedded world" in console.export_text()
+    paper = scale_of(load_spec(Path(repo_root) / "sweeps" / "paper" / "table6_alpha.yaml"))
+    assert paper.short == "Kwai-Klear/Klear-Reasoner-8B-SFT" and "trained on data/" in paper.line
 
 
 def test_unmatched_sweep_arms_and_missing_results(tmp_path):
