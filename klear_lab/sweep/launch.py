@@ -116,7 +116,12 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             log(f"sweep {spec.name}: {superseded_note(study)}")
         log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
             f"dir {spec.sweep_dir}")
-        train_parent(spec, base, auto_threads(), log)  # every core, at most OMP_NUM_THREADS
+        try:
+            train_parent(spec, base, auto_threads(), log)  # every core, at most OMP_NUM_THREADS
+        except SweepTerminated:  # passed on to the training, which kept a checkpoint: no trial started
+            log("terminated (SIGTERM): rerun the same command to resume (the starting point continues from its "
+                "checkpoint)")
+            return 143
     base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)
     progress = Progress(n_points, spec.workers, replaces_failures=not arms,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -87,7 +88,12 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
     log(f"sweep {spec.name}: starting point (model.init_from) on {threads} thread(s), log {log_path}")
     started = time.time()
     with open(log_path, "ab") as out:
-        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+        code, terminated = _run_passing_sigterm(cmd, out)
+    if terminated:  # stopped at a checkpoint (or finished meanwhile): no trial starts, a rerun resumes it
+        from klear_lab.sweep.terminate import SweepTerminated
+
+        log(f"sweep {spec.name}: starting point stopped by SIGTERM (exit {code}; see {log_path})")
+        raise SweepTerminated
     if code == TransientError.exit_code:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment}: a download "
                              f"failed on the network (exit {code}; see {log_path}): rerun the sweep when the hub "
@@ -96,6 +102,37 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment} failed "
                           f"(exit {code}); see {log_path}")
     log(f"sweep {spec.name}: starting point ready in {time.time() - started:.1f}s")
+
+
+def _run_passing_sigterm(cmd: list[str], out: Any) -> tuple[int, bool]:
+    """Run the starting point's training; the exit code, and whether a SIGTERM reached the sweep meanwhile. A
+    SIGTERM (a preemption: `docker stop`, Kubernetes, signal the sweep alone) is passed on: the training stops at
+    its step's end with a checkpoint, as `klear-lab train` does, and is waited for; a second one kills it. It
+    went on training, orphaned, when the sweep exited 143 at once (a review). Ctrl-C kills it, as a trial."""
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    received = 0
+
+    def forward(signum: int, frame: Any) -> None:
+        nonlocal received
+        received += 1
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM if received == 1 else signal.SIGKILL)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, forward)
+    except ValueError:  # not the main thread (an API caller's): its SIGTERM handling stays
+        previous = None
+    try:
+        return proc.wait(), received > 0
+    except BaseException:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # what subprocess.run gave it after a Ctrl-C
+            proc.wait(timeout=0.25)
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def trained_start(cfg: dict[str, Any]) -> tuple[Path | None, str | None]:

@@ -326,3 +326,37 @@ def test_a_multi_device_starting_point_is_not_trained_from_here(tmp_path, passed
                                                                  "trainer.strategy=ddp", "trainer.accelerator=cpu"])
     with pytest.raises(ConfigError, match=f"trains on several devices and {which}"):
         starting_point._train_parent(parent, config_hash(parent), "sft.yaml", tmp_path, quiet=passed_over)
+
+
+def test_a_sigterm_while_the_starting_point_trains_is_passed_on_and_waited_for(tmp_path):
+    """The sweep exited 143 at once with nothing said, and its starting point's training went on, orphaned (a
+    review). Now the training stops at its step's end with a checkpoint, the sweep says so and exits 143, and
+    the same command resumes the starting point from that checkpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent = {**TINY_PARENT, "sft": {"max_steps": 100000}, "trainer": {"checkpoint": True}}
+    path = _spec(tmp_path, parent)
+    spec = load_spec(path)
+    log = tmp_path / "sweep.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "klear_lab.cli_sweep", "sweep", str(path)]
+    with open(log, "ab") as out:
+        sweep = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + 240
+    while not list(spec.runs_dir.glob("*/csv/metrics.csv")):  # the starting point is training
+        assert sweep.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    (record,) = spec.runs_dir.glob("*/run.json")
+    child = json.loads(record.read_text())["pid"]
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=180) == 143, log.read_text()[-3000:]
+    said = log.read_text()
+    assert "starting point stopped by SIGTERM" in said and "terminated (SIGTERM): rerun the same command" in said
+    with pytest.raises(ProcessLookupError):  # not orphaned: it stopped before the sweep exited
+        os.kill(child, 0)
+    stopped = json.loads(record.read_text())
+    assert stopped["status"] != "running" and list(record.parent.glob("checkpoints/*")), stopped
