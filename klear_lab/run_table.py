@@ -95,14 +95,19 @@ def _print_notes(console: Console, names: list[str], notes: list[str]) -> None:
 
 
 def columns_that_fit(names: list[str], cells: dict[str, list[str]], width: int) -> dict[str, list[str]]:
-    """``cells`` less the columns (:data:`GIVE_UP`, in turn) the terminal has no room for beside the name at
-    :data:`NAME_NARROWEST` (or whole, if shorter), all of them where it has."""
-    shown = dict(cells)
-    name = min(max(map(cell_len, names), default=3), NAME_NARROWEST)
-    for col in GIVE_UP:
+    """``cells`` less the columns (:data:`GIVE_UP`, in turn) the terminal has no room for beside the longest name
+    on one line, all of them where it has: a name folded onto three lines beside an empty ``ckpt`` column could
+    not be copied into ``klear-lab resume`` (a review). A name too long even beside the status and the metric
+    alone folds, at :data:`NAME_NARROWEST` or wider, beside the columns that leave it that much."""
+    longest = max(map(cell_len, names), default=3)
+    for name in (longest, min(longest, NAME_NARROWEST)):
+        shown = dict(cells)
+        for col in GIVE_UP:
+            if _table_width(name, shown) <= width:
+                return shown
+            shown.pop(col, None)
         if _table_width(name, shown) <= width:
-            break
-        shown.pop(col, None)
+            return shown
     return shown
 
 

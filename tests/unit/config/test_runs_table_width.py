@@ -65,7 +65,9 @@ def test_the_stopped_and_failed_view_keeps_the_names_and_the_whole_command(sweep
     assert main(["runs", str(sweep_runs.parent), "--status", "stopped", "--status", "failed"]) == 0
     out = capsys.readouterr().out
     assert name_column(out) == f"{ARM}-s1my_rl_eps-baseline-20261206-031327-9a8b7c-s0"
-    notes = "".join("".join(line.split("│")[-2].split()) for line in out.splitlines() if line.startswith("│"))
+    lines = out.splitlines()  # the notes: in their column, or under the table where the names need its room
+    notes = "".join("".join(line.split("│")[-2].split()) for line in lines if line.startswith("│")) + "".join(
+        "".join(line.split()) for line in lines[next(i for i, x in enumerate(lines) if x.startswith("└")):])
     for name in (f"{ARM}-s1", "my_rl_eps-baseline-20261206-031327-9a8b7c-s0"):  # whitespace left out: folded
         assert f"klear-labtrain{sweep_runs / 'runs' / name / 'config.yaml'}" in notes
     assert "…" not in out and max(cell_len(line) for line in out.splitlines()) <= 120
