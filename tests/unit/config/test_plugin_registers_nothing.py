@@ -52,6 +52,11 @@ def test_a_plugin_file_registering_nothing_is_warned_about_naming_it(tmp_path):
     assert all(axis in message for axis in REGISTRIES) and "clip" in message and "reward" in message
     assert '`@REGISTRY.register("name")` decorator may be missing' in message
     assert warned([typo]) == []  # listed again: it is not imported again, nor warned about again
+    from klear_lab.errors import ConfigError
+    from klear_lab.registry import CLIP
+
+    with pytest.raises(ConfigError, match=rf"plugin {typo} registered no component: is its `@REGISTRY"):
+        CLIP.get("never_registered_mix")  # the name it meant to register: the error points back at it
 
 
 def test_a_plugin_registering_a_component_or_a_function_is_not_warned_about(tmp_path):
