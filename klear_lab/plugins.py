@@ -88,7 +88,6 @@ def _warned_if_it_registers_nothing(what: str, plugin: str) -> Iterator[None]:
     if set(sys.modules) <= modules or Registry.registrations > before or _registered_by_its_code(plugin):
         return
     *axes, last = REGISTRIES
-    Registry.registered_nothing.append(plugin)
     warnings.warn(f"{what} registered no component (no {', '.join(axes)} or {last}): its "
                   '`@REGISTRY.register("name")` decorator may be missing, e.g. `@CLIP.register("my_clip")` above '
                   "a frozen dataclass or a function", stacklevel=3)

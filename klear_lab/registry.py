@@ -32,8 +32,6 @@ class Registry:
     registrations = 0
     """Registrations made in this process, on any axis (the same entry again too): a plugin whose import made
     none is warned about (:mod:`klear_lab.plugins`)."""
-    registered_nothing: list[str] = []
-    """Plugins whose import registered nothing (warned about): an unknown name then points at them."""
 
     def __init__(self, axis: str, package: str | None, doc: str, calls: tuple[str, ...] = ()) -> None:
         """``calls``: the arguments an instance is called with, checked against ``__call__`` at registration."""
@@ -161,9 +159,8 @@ class Registry:
             where = (f"; {name!r} is registered as a {elsewhere[0]}, not a {self.axis}" if elsewhere else
                      f"; a data file is a source of its own: {{name: file, path: {name}}}" if _looks_like_a_file(name)
                      and self.axis == "source" else
-                     f"; plugin {Registry.registered_nothing[-1]} registered no component: is its "
-                     "`@REGISTRY.register(...)` decorator missing?" if Registry.registered_nothing and not did else
-                     "; a plugin's component needs its file under `plugins:`" if not did else "")
+                     "; a plugin's component needs its file under `plugins:` and its `@REGISTRY.register(name)` "
+                     "decorator" if not did else "")
             raise ConfigError(
                 f"unknown {self.axis} {name!r}{did}; registered: {', '.join(self.names())}{where}"
             )

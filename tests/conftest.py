@@ -117,13 +117,11 @@ def registries_restored():
     them): a plugin a test registers is gone for the worker's later tests. One whose component raises when
     called would stop a later test that asks every registered clip its statistics, and one test module's plugin
     file would collide with another's registering the same name."""
-    from klear_lab.registry import REGISTRIES, Registry
+    from klear_lab.registry import REGISTRIES
 
     for registry in REGISTRIES.values():
         registry.load_builtins()
     before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
-    empty = list(Registry.registered_nothing)
     yield
     for axis, entries in before.items():
         REGISTRIES[axis].restore(entries)
-    Registry.registered_nothing[:] = empty  # a plugin that registered nothing is not named to later tests
