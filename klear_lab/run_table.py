@@ -95,19 +95,17 @@ def _print_notes(console: Console, names: list[str], notes: list[str]) -> None:
 
 
 def columns_that_fit(names: list[str], cells: dict[str, list[str]], width: int) -> dict[str, list[str]]:
-    """``cells`` less the columns (:data:`GIVE_UP`, in turn) the terminal has no room for beside the longest name
-    on one line, all of them where it has: a name folded onto three lines beside an empty ``ckpt`` column could
-    not be copied into ``klear-lab resume`` (a review). A name too long even beside the status and the metric
-    alone folds, at :data:`NAME_NARROWEST` or wider, beside the columns that leave it that much."""
-    longest = max(map(cell_len, names), default=3)
-    for name in (longest, min(longest, NAME_NARROWEST)):
-        shown = dict(cells)
-        for col in GIVE_UP:
-            if _table_width(name, shown) <= width:
-                return shown
-            shown.pop(col, None)
+    """``cells`` less the columns (:data:`GIVE_UP`, in turn) the terminal has no room for beside the names on one
+    line, all of them where it has: a name folded onto three lines beside an empty ``ckpt`` column could not be
+    copied into ``klear-lab resume`` (a review). The names' line is at most what the status and the metric alone
+    leave (:data:`NAME_NARROWEST` at least): a longer name folds, and a wider terminal never hides a column."""
+    always = {col: cells[col] for col in cells if col not in GIVE_UP}
+    name = min(max(map(cell_len, names), default=3), max(width - _table_width(0, always), NAME_NARROWEST))
+    shown = dict(cells)
+    for col in GIVE_UP:
         if _table_width(name, shown) <= width:
-            return shown
+            break
+        shown.pop(col, None)
     return shown
 
 

@@ -109,30 +109,37 @@ def _run_passing_sigterm(cmd: list[str], out: Any) -> tuple[int, bool]:
     SIGTERM (a preemption: `docker stop`, Kubernetes, signal the sweep alone) is passed on: the training stops at
     its step's end with a checkpoint, as `klear-lab train` does, and is waited for; a second one kills it. It
     went on training, orphaned, when the sweep exited 143 at once (a review). Ctrl-C kills it, as a trial."""
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    proc: subprocess.Popen | None = None
     received = 0
 
     def forward(signum: int, frame: Any) -> None:
         nonlocal received
         received += 1
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM if received == 1 else signal.SIGKILL)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM if received == 1 else signal.SIGKILL)
 
-    try:
+    installed = True
+    try:  # before the child starts: a SIGTERM while it forks would kill the sweep and leave it running
         previous = signal.signal(signal.SIGTERM, forward)
     except ValueError:  # not the main thread (an API caller's): its SIGTERM handling stays
-        previous = None
+        installed = False
     try:
-        return proc.wait(), received > 0
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        if received:  # it came while the child started
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait()
     except BaseException:
-        with contextlib.suppress(subprocess.TimeoutExpired):  # what subprocess.run gave it after a Ctrl-C
-            proc.wait(timeout=0.25)
-        proc.kill()
-        proc.wait()
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # what subprocess.run gave it after a Ctrl-C
+                proc.wait(timeout=0.25)
+            proc.kill()
+            proc.wait()
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if installed:  # None: a handler not set from Python, which Python cannot put back; the default then
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    return code, received > 0  # read once the handler is restored: one that came meanwhile counts
 
 
 def trained_start(cfg: dict[str, Any]) -> tuple[Path | None, str | None]:
