@@ -37,16 +37,14 @@ def read_curve(run_dir: str | None, metric: str) -> pd.Series | None:
         return None
     x = "step" if "step" in df.columns else None
     rows = df[[c for c in (x, metric) if c]].dropna(subset=[metric])
-    if rows.empty:
-        return None
     values = pd.to_numeric(rows[metric], errors="coerce")
     # a logged "nan" or "inf" (a diverged run) stays; another word ("NA", "None" from a custom runner) is no value
-    rows = rows[values.notna() | rows[metric].astype(str).str.strip().str.lower().isin(NON_FINITE)]
+    logged = values.notna() | rows[metric].astype(str).str.strip().str.lower().isin(NON_FINITE)
+    rows, values = rows[logged], values[logged]
     if rows.empty:
         return None
     steps = rows[x] if x else pd.Series(range(len(rows)), index=rows.index)
-    values = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)
-    return pd.Series(values, index=steps.to_numpy()).groupby(level=0).last()
+    return pd.Series(values.to_numpy(dtype=float), index=steps.to_numpy()).groupby(level=0).last()
 
 
 @functools.lru_cache(maxsize=1024)  # a large sweep's trials; a few hundred rows each
