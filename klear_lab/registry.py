@@ -159,8 +159,9 @@ class Registry:
             where = (f"; {name!r} is registered as a {elsewhere[0]}, not a {self.axis}" if elsewhere else
                      f"; a data file is a source of its own: {{name: file, path: {name}}}" if _looks_like_a_file(name)
                      and self.axis == "source" else
-                     "; a plugin's component needs its file under `plugins:` and its `@REGISTRY.register(name)` "
-                     "decorator" if not did else "")
+                     f"; a plugin's component needs its file under `plugins:` and its "
+                     f"`@{self.axis.upper()}.register({name!r})` decorator (`from klear_lab.registry import "
+                     f"{self.axis.upper()}`)" if not did else "")
             raise ConfigError(
                 f"unknown {self.axis} {name!r}{did}; registered: {', '.join(self.names())}{where}"
             )

@@ -268,7 +268,7 @@ SOFTWARE = ("klear-lab", "torch", "lightning", "transformers", "tokenizers", "da
             "wandb", "optuna", "omegaconf", *(RECORDED_LATER := ("sympy", "latex2sympy2_extended", "numpy")))
 """The distributions whose versions a run records: its numbers (kernels, samplers, parsers) depend on them;
 math-verify's verdicts on sympy and latex2sympy2_extended. ``RECORDED_LATER``: not in runs from before the
-forty-seventh session (numpy comes with torch, so a record without it is one of those)."""
+forty-sixth session (numpy comes with torch, so a record without it is one of those)."""
 
 
 def software_versions() -> dict[str, str]:

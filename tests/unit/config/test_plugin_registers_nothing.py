@@ -55,7 +55,9 @@ def test_a_plugin_file_registering_nothing_is_warned_about_naming_it(tmp_path):
     from klear_lab.errors import ConfigError
     from klear_lab.registry import CLIP
 
-    with pytest.raises(ConfigError, match=r"needs its file under `plugins:` and its `@REGISTRY.register\(name\)`"):
+    with pytest.raises(ConfigError, match=r"needs its file under `plugins:` and its "
+                       r"`@CLIP.register\('never_registered_mix'\)` decorator \(`from klear_lab.registry "
+                       r"import CLIP`\)"):
         CLIP.get("never_registered_mix")  # the name it meant to register: the error says what else it needs
 
 

@@ -136,3 +136,14 @@ def test_components_marks_the_entries_plugins_registered(tmp_path, capsys, monke
     monkeypatch.setattr(plugins, "_loaded_entry_points", False)
     assert main(["components", "data_mix"]) == 0
     assert _marks(capsys.readouterr().out)["entry_point_mix"] == "(plugin: klear_ext)"
+
+
+def test_the_unknown_name_hint_names_an_importable_decorator_for_every_axis():
+    """The hint's ``@CLIP.register(...)`` and ``from klear_lab.registry import CLIP`` must name the axis's own
+    registry: each axis's upper-cased name is the module attribute holding it."""
+    import klear_lab.registry as registry
+
+    for axis, reg in registry.REGISTRIES.items():
+        assert getattr(registry, axis.upper()) is reg
+        with pytest.raises(ConfigError, match=rf"`@{axis.upper()}\.register\('zz_not_registered_qq'\)`"):
+            reg.get("zz_not_registered_qq")
