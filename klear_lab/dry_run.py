@@ -207,6 +207,11 @@ def init_from_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     done, stale = completed_parent(parent, parent_hash)
     if done is not None:
         return [(key, f"{name}: its completed run {done}" + (f" ({stale})" if stale else ""))]
+    from klear_lab.start_sharing import sweep_start
+
+    if (swept := sweep_start(parent, parent_hash)) is not None:
+        return [(key, f"{name}: the completed run {swept} a sweep trained (hard-linked into {out}/ at the start)"
+                      + (f" ({stale})" if stale else ""))]
     missing = (f"{name}: {stale}" if stale else
                f"{name}: no completed run of it (this config, seed {seed}) in {out}/")
     stopped = find_resumable_run(out, parent_hash, seed=seed)

@@ -1,8 +1,9 @@
 """The starting point of a run (``model.init_from``) and the run directories it is looked up in.
 
 ``model.init_from: EXPERIMENT.yaml`` names the run to start from by its config: its newest completed run
-with that config hash and seed, trained on the records its data files hold now, else trained first (or
-its stopped run resumed). A builder: it reads the config, as :mod:`klear_lab.builders` does.
+with that config hash and seed, trained on the records its data files hold now, else such a run a sweep
+under ``sweep_runs/`` trained (hard-linked: :mod:`klear_lab.start_sharing`), else trained first (or its
+stopped run resumed). A builder: it reads the config, as :mod:`klear_lab.builders` does.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ from klear_lab.errors import ConfigError, DataError, KlearError
 
 def resolve_init_from(cfg: dict[str, Any]) -> None:
     """``model.init_from: EXPERIMENT.yaml``: use its newest completed run with the same config hash,
-    training it first (under a file lock, so parallel sweep workers train it once)."""
+    else one a sweep trained (hard-linked here: ``start_sharing.share_sweep_start``), else train it
+    first (under a file lock, so parallel sweep workers train it once)."""
     m = cfg["model"]
     if m["name_or_path"] and m["init_from"]:
         warn_init_from_unused(cfg)
     if m["name_or_path"] or not m["init_from"]:
         return
     from klear_lab.file_lock import exclusive_lock
+    from klear_lab.start_sharing import share_sweep_start
     from klear_lab.tracking import config_hash, out_dir_of
 
     parent = parent_config(cfg)
@@ -47,16 +50,26 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     with exclusive_lock(out / f".init-{parent_hash}.lock"):
         # looked up again under the lock: a parallel trial may have trained it while this one waited
         run_dir, stale = completed_parent(parent, parent_hash, data)
+        shared = None if run_dir is not None else share_sweep_start(parent, parent_hash, data)
+        if shared is not None:
+            run_dir = shared[1]
         if stale is not None:
             after = f"using {run_dir}, trained on these" if run_dir else "training it again"
             print(f"model.init_from {m['init_from']}: {stale}; {after}", file=sys.stderr)
         if run_dir is None:
             run_dir = _train_parent(parent, parent_hash, m["init_from"], out, quiet=stale is not None)
             print(f"model.init_from {m['init_from']}: starting point ready: {run_dir}", file=sys.stderr)
-        elif stale is None:  # which earlier run the model comes from (its name may be another experiment's)
-            print(f"model.init_from {m['init_from']}: starting from its completed run {run_dir} (same config "
+        elif shared is not None or stale is None:  # which run the model comes from (its name may be another's)
+            print(f"model.init_from {m['init_from']}: starting from {_origin(run_dir, shared)} (same config "
                   f"hash {parent_hash}, seed {parent['run']['seed']})", file=sys.stderr)
     m["name_or_path"] = str(run_dir.resolve())
+
+
+def _origin(run_dir: Path, shared: tuple[Path, Path] | None) -> str:
+    """Where the completed run of a starting point came from: this output dir, or a sweep's (``shared``)."""
+    if shared is None:
+        return f"its completed run {run_dir}"
+    return f"the completed run {shared[0]} a sweep trained, hard-linked into {run_dir}"
 
 
 def warn_init_from_unused(cfg: dict[str, Any]) -> None:

@@ -8,25 +8,23 @@ Skipped when an axis changes the parent, for custom runners, and when there is n
 A starting point another sweep under the same ``out_dir`` already trained with the same config
 and seed is shared (hard-linked) instead of retrained (``share_sibling_start``): the embedded RL
 ablation sweeps all start from the quickstart SFT model. A lock per starting point in ``out_dir``
-makes a sweep started while another trains it wait and share it, rather than train it again.
+makes a sweep started while another trains it wait and share it, rather than train it again; a
+``klear-lab train`` outside the sweeps shares theirs the same way (:mod:`klear_lab.start_sharing`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from klear_lab.config.compose import compose
-from klear_lab.errors import DataError, KlearError, TransientError
-from klear_lab.file_lock import exclusive_lock
+from klear_lab.errors import KlearError, TransientError
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 
 PARENT_KEYS = ("model.init_from", "model.name_or_path")
@@ -63,7 +61,7 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
         if shared is not None:
             log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
             return
-        _train(spec, threads, log)
+        _train(spec, cfg, threads, log)
 
 
 @contextlib.contextmanager
@@ -71,29 +69,31 @@ def _start_lock(cfg: dict[str, Any], on_wait: Any) -> Iterator[None]:
     """An exclusive lock on one starting point (config hash and seed) for every sweep under ``out_dir``:
     a sweep started while another trains it waits (``on_wait`` says so), then shares it."""
     from klear_lab import starting_point
+    from klear_lab.start_sharing import start_lock
     from klear_lab.tracking import config_hash, out_dir_of
 
     parent = starting_point.parent_config(cfg)
     out_dir = out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(out_dir / f".start-{config_hash(parent)}-s{parent['run']['seed']}.lock", on_wait):
+    with start_lock(out_dir, config_hash(parent), parent["run"]["seed"], on_wait):
         yield
 
 
-def _train(spec: SweepSpec, threads: int, log: Any) -> None:
+def _train(spec: SweepSpec, cfg: dict[str, Any], threads: int, log: Any) -> None:
+    """Train the starting point of ``cfg`` (the sweep's base, in its runs dir) in a child process."""
     log_path = spec.sweep_dir / "parent.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "klear_lab.sweep.parents", str(spec.experiment), str(spec.runs_dir), str(threads),
-           *spec.absolute_overrides()]  # the child runs in this directory: a spec's own paths are the spec's
     log(f"sweep {spec.name}: starting point (model.init_from) on {threads} thread(s), log {log_path}")
     started = time.time()
     with open(log_path, "ab") as out:
-        code, terminated = _run_passing_sigterm(cmd, out)
-    if terminated:  # stopped at a checkpoint (or finished meanwhile): no trial starts, a rerun resumes it
-        from klear_lab.sweep.terminate import SweepTerminated
-
-        log(f"sweep {spec.name}: starting point stopped by SIGTERM (exit {code}; see {log_path})")
-        raise SweepTerminated
+        try:
+            code, terminated = _run_passing_sigterm(_start_command(spec, threads), out)
+        except KeyboardInterrupt:  # the child is killed; what the command's own Ctrl-C line leaves out
+            log(f"sweep {spec.name}: starting point interrupted (Ctrl-C; see {log_path}): rerun the same command "
+                "to resume (it continues from its last checkpoint, if it saved one)")
+            raise
+    if terminated:
+        _stop_after_sigterm(spec, cfg, code, log_path, log)
     if code == TransientError.exit_code:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment}: a download "
                              f"failed on the network (exit {code}; see {log_path}): rerun the sweep when the hub "
@@ -102,6 +102,29 @@ def _train(spec: SweepSpec, threads: int, log: Any) -> None:
         raise ParentRunError(f"{spec.path}: training the starting point of {spec.experiment} failed "
                           f"(exit {code}); see {log_path}")
     log(f"sweep {spec.name}: starting point ready in {time.time() - started:.1f}s")
+
+
+def _start_command(spec: SweepSpec, threads: int) -> list[str]:
+    """The child process that trains the starting point (:func:`main`), run in this directory: a spec's own
+    paths are given as the spec's."""
+    return [sys.executable, "-m", "klear_lab.sweep.parents", str(spec.experiment), str(spec.runs_dir), str(threads),
+            *spec.absolute_overrides()]
+
+
+def _stop_after_sigterm(spec: SweepSpec, cfg: dict[str, Any], code: int, log_path: Path, log: Any) -> NoReturn:
+    """No trial starts after a SIGTERM; say whether the starting point stopped at a checkpoint or finished
+    anyway (its exit code cannot tell: Lightning's ``SIGTERMException`` is a bare ``SystemExit``, exit 0 both
+    ways) and raise ``SweepTerminated`` with what a rerun does about it."""
+    from klear_lab.sweep.terminate import SweepTerminated
+
+    done = None
+    with contextlib.suppress(KlearError):  # not known: as if stopped
+        done, _ = trained_start(cfg)
+    if done is not None:
+        log(f"sweep {spec.name}: starting point completed although a SIGTERM came ({done}; see {log_path})")
+        raise SweepTerminated("the starting point completed: the rerun uses it")
+    log(f"sweep {spec.name}: starting point stopped by SIGTERM (exit {code}; see {log_path})")
+    raise SweepTerminated("the starting point continues from its checkpoint")
 
 
 def _run_passing_sigterm(cmd: list[str], out: Any) -> tuple[int, bool]:
@@ -156,47 +179,21 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
     """Bring a completed starting point with the same config hash and seed from another sweep under
     the same ``out_dir`` (``sweep_runs/*/runs``) into this sweep's runs dir, so it is not trained again.
 
-    The copy is made of hard links (no extra disk; a plain copy across file systems), so it
-    stays valid if the other sweep is deleted, and every trial of this sweep keeps the same
-    starting point. Trials then find it by hash as usual. Returns the source, or None.
+    The copy is made of hard links (:mod:`klear_lab.start_sharing`), so it stays valid if the other
+    sweep is deleted, and every trial of this sweep keeps the same starting point. Trials then find it
+    by hash as usual. Returns the source, or None.
     """
     from klear_lab import starting_point
+    from klear_lab.start_sharing import link_completed_start
     from klear_lab.tracking import config_hash, out_dir_of
 
     runs = out_dir_of(cfg)
     parent = starting_point.parent_config(cfg)
-    wanted, seed = config_hash(parent), parent["run"]["seed"]
+    wanted = config_hash(parent)
     if starting_point.completed_parent(parent, wanted)[0] is not None:
         return None
-    siblings = [other for other in runs.parent.parent.glob("*/runs") if other.resolve() != runs.resolve()
-                and starting_point.find_completed_run(other, wanted, seed) is not None]
-    data = None  # a run trained on other contents of a data file is no match; unreadable data: not checked
-    if siblings:
-        with contextlib.suppress(DataError):
-            data = starting_point.records_digests(parent)
-    found = [run for other in siblings
-             for run in [starting_point.find_completed_run(other, wanted, seed, data=data)] if run is not None]
-    if not found:
-        return None
-    source = max(found, key=lambda p: p.stat().st_mtime)
-    runs.mkdir(parents=True, exist_ok=True)
-    tmp = runs / f".sharing-{source.name}-{os.getpid()}"
-    try:
-        shutil.copytree(source, tmp, copy_function=_link_or_copy, symlinks=True)
-        os.rename(tmp, runs / source.name)  # atomic: trials never see half a copy
-    except OSError:
-        if starting_point.find_completed_run(runs, wanted, seed) is None:  # not a lost race with another sweep
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return source
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+    shared = link_completed_start(parent, wanted, runs, runs.parent.parent.glob("*/runs"))
+    return None if shared is None else shared[0]
 
 
 def main(argv: list[str]) -> int:

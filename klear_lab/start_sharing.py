@@ -1,0 +1,129 @@
+"""Share a completed starting point (``model.init_from``) trained elsewhere instead of training it again.
+
+A starting point is the same model wherever it was trained when its config hash and seed match and it
+trained on the records its data files hold now (``starting_point.find_completed_run`` with
+``starting_point.records_digests``: records that cannot be read here are not checked). Such a run is
+brought into the run directory that needs it as a copy made of hard links (no extra disk; a plain copy
+across file systems), so it stays valid when its source is deleted. Two callers:
+
+- a sweep, from the other sweeps under its own ``out_dir`` (``parents.share_sibling_start``);
+- a run outside every sweep (``klear-lab train``, its ``run.out_dir`` not inside :data:`SWEEP_ROOT`), from
+  the sweeps under :data:`SWEEP_ROOT` of the working directory (:func:`share_sweep_start`). Only
+  ``SWEEP_ROOT/*/runs`` is searched: the sweeps' default output root, two directory levels, nothing else.
+  Sweeps given another ``--out-dir`` are not looked for.
+
+Both hold the sweeps' lock on that starting point (:func:`start_lock`) while they look and link, so a
+command started while a sweep trains it waits, then shares it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from klear_lab.errors import DataError
+
+SWEEP_ROOT = Path("sweep_runs")  # SweepSpec.out_dir's default: `klear-lab sweep` writes SWEEP_ROOT/NAME/runs
+
+
+@contextlib.contextmanager
+def start_lock(root: Path, parent_hash: str, seed: int, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """The lock on one starting point (config hash and seed) for every sweep under ``root`` (their
+    ``out_dir``), held while one trains or shares it; ``on_wait`` is called when another holds it."""
+    from klear_lab.file_lock import exclusive_lock
+
+    with exclusive_lock(root / f".start-{parent_hash}-s{seed}.lock", on_wait):
+        yield
+
+
+def share_sweep_start(parent: dict[str, Any], parent_hash: str,
+                      data: dict[str, str] | None = None) -> tuple[Path, Path] | None:
+    """For a run outside the sweeps: link a completed run of its starting point ``parent`` (hash
+    ``parent_hash``) that a sweep under :data:`SWEEP_ROOT` trained into ``parent``'s ``run.out_dir``;
+    ``data``: the digests of its records, when already read. Returns (the sweep's run, the linked copy),
+    or None. A run inside :data:`SWEEP_ROOT` (a trial, a sweep training its starting point) is left to
+    its sweep, which shares on its own and holds the lock taken here while its starting point trains."""
+    from klear_lab.tracking import out_dir_of
+
+    runs, root = out_dir_of(parent).resolve(), SWEEP_ROOT.resolve()
+    if not root.is_dir() or runs.is_relative_to(root):
+        return None
+    with _sweeps_lock(root, parent_hash, parent):
+        return link_completed_start(parent, parent_hash, runs, sorted(root.glob("*/runs")), data)
+
+
+def sweep_start(parent: dict[str, Any], parent_hash: str) -> Path | None:
+    """The completed run of ``parent`` a sweep under :data:`SWEEP_ROOT` trained that :func:`share_sweep_start`
+    would link, for a run outside the sweeps; looked up without the lock and linking nothing (``--dry-run``)."""
+    from klear_lab.tracking import out_dir_of
+
+    root = SWEEP_ROOT.resolve()
+    if not root.is_dir() or out_dir_of(parent).resolve().is_relative_to(root):
+        return None
+    return find_completed_start(parent, parent_hash, sorted(root.glob("*/runs")))
+
+
+def _sweeps_lock(root: Path, parent_hash: str, parent: dict[str, Any]) -> contextlib.AbstractContextManager:
+    """:func:`start_lock` of the sweeps under ``root``, saying when it waits; none where ``root`` is read-only
+    to this user (results copied from elsewhere: the lock file cannot be made, and no sweep of ours trains
+    there), so that a run still looks there."""
+    if not os.access(root, os.W_OK):
+        return contextlib.nullcontext()
+    name = parent["run"]["experiment"]
+    return start_lock(root, parent_hash, parent["run"]["seed"], lambda: print(
+        f"model.init_from {name}: waiting for a sweep training the same starting point in {root}, to share it",
+        file=sys.stderr))
+
+
+def link_completed_start(parent: dict[str, Any], parent_hash: str, runs: Path, sources: Iterable[Path],
+                         data: dict[str, str] | None = None) -> tuple[Path, Path] | None:
+    """Hard-link the newest completed run of ``parent`` (same hash and seed, trained on the records its data
+    files hold now; ``data``: their digests, when already read) found in the run directories ``sources``
+    (``runs`` itself left out) into ``runs``. Returns (that run, its copy in ``runs``), or None."""
+    from klear_lab import starting_point
+
+    source = find_completed_start(parent, parent_hash, [s for s in sources if s.resolve() != runs.resolve()], data)
+    if source is None:
+        return None
+    seed = parent["run"]["seed"]
+    runs.mkdir(parents=True, exist_ok=True)
+    tmp = runs / f".sharing-{source.name}-{os.getpid()}"
+    try:
+        shutil.copytree(source, tmp, copy_function=_link_or_copy, symlinks=True)
+        os.rename(tmp, runs / source.name)  # atomic: trials never see half a copy
+    except OSError:
+        if starting_point.find_completed_run(runs, parent_hash, seed) is None:  # not a lost race with another sweep
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    copy = runs / source.name
+    return source, copy if copy.is_dir() else starting_point.find_completed_run(runs, parent_hash, seed, data=data)
+
+
+def find_completed_start(parent: dict[str, Any], parent_hash: str, sources: Iterable[Path],
+                         data: dict[str, str] | None = None) -> Path | None:
+    """The newest completed run of ``parent`` in the run directories ``sources`` with its hash and seed,
+    trained on the records its data files hold now (read here unless ``data`` is given, and only when a
+    run has its hash and seed; records that cannot be read: not checked), else None."""
+    from klear_lab import starting_point
+
+    seed = parent["run"]["seed"]
+    candidates = [d for d in sources if starting_point.find_completed_run(d, parent_hash, seed) is not None]
+    if candidates and data is None:
+        with contextlib.suppress(DataError):
+            data = starting_point.records_digests(parent)
+    found = [run for d in candidates
+             for run in [starting_point.find_completed_run(d, parent_hash, seed, data=data)] if run is not None]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

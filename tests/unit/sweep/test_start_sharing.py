@@ -1,0 +1,159 @@
+"""A single run (``klear-lab train``) starts from a completed starting point a sweep under ``sweep_runs/``
+trained with the same config hash and seed, hard-linked into its own output dir, instead of training it
+again (it trained its own under ``runs/``). Fake completed runs: nothing trains here."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from klear_lab import starting_point
+from klear_lab.config.compose import compose
+from klear_lab.start_sharing import SWEEP_ROOT, start_lock
+from klear_lab.sweep.spec import SweepSpec
+from klear_lab.tracking import config_hash
+
+REPO = Path(__file__).resolve().parents[3]
+TINY_PARENT = {
+    "base": str(REPO / "experiments/quickstart/sft.yaml"),
+    "data": {"sources": [{"name": "arith_r1", "n_prompts": 20, "levels": [1], "level_weights": [1.0]}],
+             "eval_sources": [{"name": "arith", "levels": [1], "level_weights": [1.0], "n_prompts": 4}]},
+}
+RUN_NAME = "parent-20250101-000000-abcdef-s0"
+
+
+class _Trained(Exception):
+    """Raised in place of training the starting point."""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working dir with ``parent.yaml`` and ``child.yaml`` (RL from it); training the parent raises."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "parent.yaml").write_text(yaml.safe_dump(TINY_PARENT))
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump(
+        {"base": str(REPO / "experiments/quickstart/rl.yaml"), "model": {"init_from": "parent.yaml"}}))
+
+    def train(*args, **kwargs):
+        raise _Trained
+
+    monkeypatch.setattr(starting_point, "_train_parent", train)
+    return tmp_path
+
+
+def _child(out_dir: Path) -> dict:
+    return compose(Path("child.yaml").resolve(), [f"run.out_dir={out_dir}", "trainer.num_threads=1"])
+
+
+def _parent_hash(child: dict) -> str:
+    return config_hash(starting_point.parent_config(child))
+
+
+def _completed_run(runs: Path, cfg_hash: str, seed: int = 0, data: dict | None = None) -> Path:
+    """What ``find_completed_run`` takes for a completed run: run.json, the saved seed, a final model."""
+    run = runs / RUN_NAME
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text("{}")
+    (run / "model" / "model.safetensors").write_bytes(b"weights")
+    (run / "config.yaml").write_text(yaml.safe_dump({"run": {"seed": seed}}))
+    record = {"status": "completed", "config_hash": cfg_hash, **({"data": data} if data else {})}
+    (run / "run.json").write_text(json.dumps(record))
+    return run
+
+
+def test_the_sweep_root_searched_is_the_sweeps_default_out_dir():
+    assert SweepSpec.__dataclass_fields__["out_dir"].default == SWEEP_ROOT
+
+
+def test_a_single_run_links_the_starting_point_a_sweep_trained(workdir, capsys):
+    child = _child(workdir / "runs")
+    trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    starting_point.resolve_init_from(child)  # trains nothing: _train_parent would raise
+    copy = workdir / "runs" / RUN_NAME
+    assert child["model"]["name_or_path"] == str(copy.resolve())
+    weights = Path("model") / "model.safetensors"
+    assert (copy / weights).stat().st_ino == (trained / weights).stat().st_ino  # hard links, no extra disk
+    said = capsys.readouterr().err
+    assert f"starting from the completed run {trained.resolve()} a sweep trained, hard-linked into {copy}" in said
+    assert not [*workdir.rglob(".init-*.lock"), *workdir.rglob(".start-*.lock"), *workdir.rglob(".sharing-*")]
+
+    again = _child(workdir / "runs")  # the next run finds it in its own output dir
+    starting_point.resolve_init_from(again)
+    assert again["model"]["name_or_path"] == str(copy.resolve())
+    assert f"starting from its completed run {copy}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("differs", ["hash", "seed", "data"])
+def test_a_sweeps_starting_point_of_another_config_seed_or_data_is_not_linked(workdir, differs):
+    child = _child(workdir / "runs")
+    wanted = _parent_hash(child)
+    _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", "0" * len(wanted) if differs == "hash" else wanted,
+                   seed=1 if differs == "seed" else 0,
+                   data={"train": "other rows", "eval": "other rows"} if differs == "data" else None)
+    with pytest.raises(_Trained):
+        starting_point.resolve_init_from(child)
+    assert not (workdir / "runs" / RUN_NAME).exists()
+
+
+def test_a_run_inside_the_sweep_root_is_left_to_its_sweep(workdir):
+    """A trial, or the process a sweep trains its starting point in (holding the lock a share would take)."""
+    child = _child(workdir / SWEEP_ROOT / "mine" / "runs")
+    _completed_run(workdir / SWEEP_ROOT / "other" / "runs", _parent_hash(child))
+    with pytest.raises(_Trained):
+        starting_point.resolve_init_from(child)
+
+
+def test_a_single_run_waits_for_a_sweep_training_the_same_starting_point(workdir, capsys):
+    child = _child(workdir / "runs")
+    parent_hash = _parent_hash(child)
+    sweep_runs = workdir / SWEEP_ROOT / "quickstart" / "runs"
+    sweep_runs.mkdir(parents=True)
+    held = threading.Event()
+
+    def sweep_training() -> None:
+        with start_lock(workdir / SWEEP_ROOT, parent_hash, 0):
+            held.set()
+            time.sleep(1.0)
+            _completed_run(sweep_runs, parent_hash)
+
+    thread = threading.Thread(target=sweep_training)
+    thread.start()
+    assert held.wait(30)
+    try:
+        starting_point.resolve_init_from(child)
+    finally:
+        thread.join()
+    assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
+    assert "waiting for a sweep training the same starting point" in capsys.readouterr().err
+
+
+def test_a_read_only_sweep_root_is_searched_without_its_lock(workdir, monkeypatch):
+    """The lock file cannot be made there (sweep results copied from elsewhere): the run used to fail on it."""
+    from klear_lab import start_sharing
+
+    child = _child(workdir / "runs")
+    _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    monkeypatch.setattr(start_sharing.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(start_sharing, "start_lock", lambda *args: pytest.fail("took the lock"))
+    starting_point.resolve_init_from(child)
+    assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
+
+
+def test_the_dry_run_names_the_sweeps_starting_point_it_would_share(workdir):
+    """``--dry-run`` predicts what the run does: share the sweep's completed starting point, not train it."""
+    from klear_lab.dry_run import init_from_rows
+
+    child = _child(workdir / "runs")
+    ((_, before),) = init_from_rows(child)
+    assert "first TRAINS IT" in before
+    trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    ((_, row),) = init_from_rows(child)
+    assert f"the completed run {trained.resolve()} a sweep trained" in row and "TRAINS" not in row
+    assert not (workdir / "runs" / RUN_NAME).exists()  # a dry run links nothing
+    ((_, inside),) = init_from_rows(_child(workdir / SWEEP_ROOT / "other" / "runs"))
+    assert "first TRAINS IT" in inside  # a sweep's own trial is left to its sweep's sharing
