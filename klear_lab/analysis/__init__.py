@@ -135,20 +135,19 @@ def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]
     """An entry for a sweep whose spec the analysis does not list (a shrunk copy of a shipped sweep, say):
     its arms match paper arms by label, and by the ``arms:`` entries of the first listed sweep that has
     every one of its arm labels (the copy's arms are the original's), else of the first listed sweep whose
-    ``arms:`` name one of them; ``metrics:`` entries it records come along. A copy of
+    ``arms:`` name one of them; ``metrics:`` entries it keeps (``spec.keeps_metric``) come along. A copy of
     ``sweeps/sft_sources.yaml`` with arms ``[top1, all]`` keeps ``{"k=all": top10}``.
 
     Raises:
         ConfigError: no arm of the sweep stands for the paper's baseline (named once: the sweep's directory).
     """
-    from klear_lab.analysis.spec import SweepRef, make_ref
+    from klear_lab.analysis.spec import SweepRef, keeps_metric, make_ref
 
     donors = [r for r in analysis.sweeps if set(labels) <= set(r.labels)]
     donors += [r for r in analysis.sweeps if r not in donors and set(r.arms) & set(labels)]
     donor = donors[0] if donors else SweepRef(source)
     arms = {label: arm for label, arm in donor.arms.items() if label in labels}
-    recorded = {spec.metric, *spec.metrics}
-    metrics = {bench: metric for bench, metric in donor.metrics.items() if metric in recorded}
+    metrics = {bench: metric for bench, metric in donor.metrics.items() if keeps_metric(spec, metric)}
     probe = SweepRef(source, arms, labels)
     if analysis.baseline not in {probe.paper_arm(label, list(analysis.paper)) for label in labels}:
         raise ConfigError(

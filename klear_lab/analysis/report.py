@@ -176,7 +176,7 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     for _, row in rep.arms.iterrows():
         table.add_row(*[escape(c) for c in arm_cells(rep, row)], style=None if row["in paper"] else "dim")
     console.print(table)
-    console.print(escape(rep.scale.line), style="yellow" if rep.scale.short.startswith("tiny") else None)
+    console.print(escape(rep.scale.line), style="yellow" if rep.scale.caution else None)
     if rep.n_complete < rep.n_trials:
         console.print(escape(progress_line(rep)), style="yellow")
     if not rep.claims.empty:

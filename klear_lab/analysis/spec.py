@@ -25,8 +25,9 @@ maps paper benchmarks to those metrics (``analysis/table4_topk.yaml``)::
 A sweep arm matches a paper arm through the sweep entry's ``arms`` map, else when its label is a
 paper arm (``top1``), else when it is a one-axis label whose value is one (``clip=gppo`` ->
 ``gppo``). A benchmark named in ``metrics`` is also compared on that metric; the metric must be
-the sweep's objective or in its ``metrics:`` list (what a sweep keeps per trial). Benchmarks left
-out are compared on the objective only. Every check here runs without touching a study, so
+one the sweep keeps per trial (:func:`keeps_metric`: its objective, its ``metrics:`` list, or for a
+``run_experiment`` sweep any final metric of its run kind, such as an RL run's ``val/acc_last5``). Benchmarks
+left out are compared on the objective only. Every check here runs without touching a study, so
 ``--validate-only`` style tests can load every shipped analysis.
 """
 
@@ -38,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.config.yaml_io import load_yaml
-from klear_lab.errors import ConfigError, did_you_mean
-from klear_lab.sweep.spec import user_path
+from klear_lab.errors import ConfigError, KlearError, did_you_mean
+from klear_lab.sweep.metrics import is_logged
+from klear_lab.sweep.spec import DEFAULT_RUNNER, user_path
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
 SWEEP_KEYS = {"spec", "arms", "metrics"}
@@ -208,15 +210,31 @@ def _mapping(analysis: Analysis, key: str, raw: Any, what: str) -> dict[str, str
     return {str(k): str(v) for k, v in (raw or {}).items()}
 
 
+def keeps_metric(sweep: Any, metric: str) -> bool:
+    """Whether the completed trials of ``sweep`` hold ``metric``: its objective and ``metrics:`` (read back
+    from a run's metrics.csv when the run did not return them), and, for a ``run_experiment`` sweep, any final
+    metric of its run kind (``sweep/metrics.py``): a trial keeps every final metric its run returns
+    (``sweep/trial.py``), an RL run's ``val/acc_last5`` and ``val/acc_drawdown`` among them. A custom
+    ``runner:`` returns metrics of its own: only those the spec names are known."""
+    if metric in (sweep.metric, *sweep.metrics):
+        return True
+    if sweep.runner != DEFAULT_RUNNER:
+        return False
+    try:
+        return is_logged(metric, sweep.compose()["run"]["kind"])
+    except (KlearError, OSError):  # the experiment does not compose here: nothing known beyond the spec
+        return False
+
+
 def _check_metrics(analysis: Analysis, key: str, sweep: Any, metrics: dict[str, str]) -> None:
     """Each mapped benchmark is one of the analysis's, and its metric one the sweep keeps per trial
-    (a trial stores its objective and ``metrics:`` only; any other name would compare nothing)."""
+    (:func:`keeps_metric`; any other name would compare nothing)."""
     recorded = [sweep.metric, *sweep.metrics]
     for bench, metric in metrics.items():
         if bench not in analysis.benchmarks:
             raise analysis.err(f"{key}.metrics.{bench}", f"{bench!r} is not a benchmark of this analysis "
                                                          f"(benchmarks: {', '.join(analysis.benchmarks)})")
-        if metric not in recorded:
+        if not keeps_metric(sweep, metric):
             raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} does not record {metric!r} "
                                                          f"(it records {', '.join(recorded)}); add it to that "
                                                          "sweep's `metrics:`")

@@ -13,7 +13,7 @@ from klear_lab.analysis.reproduce import reproduce, verdict
 from klear_lab.analysis.spec import load_analysis
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.compare import TrialRecord
-from klear_lab.sweep.spec import load_spec
+from klear_lab.sweep.spec import DEFAULT_RUNNER, load_spec
 
 # The toy sweep's arms are lr=0.001, lr=0.002, lr=0.003 (sweep_fixtures.write_spec).
 PAPER = {"0.001": [1.0, 10.0], "0.002": [2.0, 30.0], "0.003": [1.5, None]}
@@ -106,7 +106,9 @@ def test_a_report_says_whether_ours_come_from_a_tiny_model_or_a_checkpoint(tmp_p
     from klear_lab.analysis.scale import scale_of
     from klear_lab.analysis.summary import print_summary, summary_markdown
 
-    analysis = load_analysis(write_analysis(tmp_path))
+    path = write_analysis(tmp_path)
+    write_spec(tmp_path, seeds=(0, 1), runner=DEFAULT_RUNNER)  # trained by run_experiment: the config's tiny model
+    analysis = load_analysis(path)
     spec = load_spec(analysis.sweeps[0].spec_path)
     rep = reproduce(analysis, analysis.sweeps[0], spec, records({"lr=0.001": [0.1, 0.2], "lr=0.002": [0.3, 0.4]}))
     assert rep.scale.short == "tiny model, embedded world"

@@ -1,0 +1,75 @@
+"""An analysis entry may compare a benchmark on any final metric a ``run_experiment`` trial keeps (every metric its run
+returns, ``sweep/trial.py``), not only the sweep's objective and ``metrics:``: Figure 2's embedded entry reads
+``val/acc_last5``, the paper's mean of the last 5 evaluations, which the quickstart sweep does not list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sweep_fixtures import write_spec
+
+from klear_lab.analysis.reproduce import reproduce
+from klear_lab.analysis.spec import load_analysis
+from klear_lab.errors import ConfigError
+from klear_lab.sweep.compare import TrialRecord
+from klear_lab.sweep.spec import DEFAULT_RUNNER, load_spec
+
+QUICKSTART_ARMS = ("clip=ppo", "clip=clip_higher", "clip=gppo", "clip=cispo")
+
+
+def toy_analysis(tmp: Path, kind: str, metric: str) -> Path:
+    """A one-benchmark analysis of the toy lr sweep (run by ``run_experiment``, runs of ``kind``) mapping its
+    benchmark to ``metric``."""
+    write_spec(tmp, seeds=(0, 1), runner=DEFAULT_RUNNER, metrics=["val/gain"])
+    (tmp / "exp.yaml").write_text(f"run: {{name: toy, kind: {kind}}}\n")
+    body = {"title": "Toy", "benchmarks": ["A"], "paper": {"0.001": [1.0], "0.002": [2.0]}, "baseline": "0.001",
+            "claims": [{"better": "0.002", "than": "0.001"}],
+            "sweeps": [{"spec": "toy.yaml", "metrics": {"A": metric}}]}
+    path = tmp / "toy_analysis.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def test_a_final_metric_an_rl_run_returns_may_be_mapped_though_the_sweep_does_not_list_it(tmp_path):
+    analysis = load_analysis(toy_analysis(tmp_path, "rl", "val/acc_last5"))
+    assert analysis.sweeps[0].metrics == {"A": "val/acc_last5"}
+
+
+@pytest.mark.parametrize(("kind", "metric"), [("sft", "val/acc_last5"),    # an SFT run has no RL curve summary
+                                              ("rl", "val/acc_lastt5")])  # no run logs it
+def test_a_metric_the_runs_do_not_return_is_still_refused(tmp_path, kind, metric):
+    path = toy_analysis(tmp_path, kind, metric)
+    with pytest.raises(ConfigError, match=f"sweeps\\[0\\].metrics.A: toy.yaml does not record '{metric}'"):
+        load_analysis(path)
+
+
+def test_fig2s_embedded_entry_compares_the_mean_of_the_last_evaluations(repo_root):
+    """The claims stay on the objective, the final val/acc; the AIME24 column reads val/acc_last5."""
+    analysis = load_analysis(Path(repo_root, "analysis", "fig2_clip.yaml"))
+    ref = next(r for r in analysis.sweeps if r.spec_path.name == "quickstart.yaml")
+    assert ref.metrics == {"AIME24 avg@32": "val/acc_last5"}
+    last5 = {"clip=ppo": 0.50, "clip=clip_higher": 0.60, "clip=gppo": 0.70, "clip=cispo": 0.65}
+    recs = [TrialRecord(arm, seed, "COMPLETE", {"val/acc": 0.9 + seed / 100, "val/acc_last5": last5[arm] + seed / 100})
+            for arm in QUICKSTART_ARMS for seed in (0, 1)]
+    rep = reproduce(analysis, ref, load_spec(ref.spec_path), recs)
+    arms = rep.arms.set_index("arm")
+    assert arms.loc["gppo", "ours AIME24 avg@32 mean"] == pytest.approx(0.705)
+    assert arms.loc["gppo", "ours mean"] == pytest.approx(0.905)             # the objective: the final val/acc
+    assert set(rep.benchmarks["metric"]) == {"val/acc_last5"}
+    assert rep.benchmarks.set_index("than").loc["clip_higher", "ours Δ"] == pytest.approx(0.10)
+    assert set(rep.claims["claim"]) == {"GPPO beats GRPO with clip-higher", "GPPO ends above CISPO"}
+
+
+def test_a_shrunk_copy_of_the_quickstart_keeps_the_mapping(tmp_path, repo_root):
+    """A sweep the analysis does not list takes its donor's `metrics:` entries that it keeps."""
+    from klear_lab.analysis import _ref_for
+
+    body = yaml.safe_load(Path(repo_root, "sweeps", "quickstart.yaml").read_text())
+    body |= {"experiment": str(Path(repo_root, "experiments", "quickstart", "rl.yaml")),
+             "axes": {"rl.clip.name": ["clip_higher", "gppo"]}, "baseline": {"rl.clip.name": "clip_higher"}}
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(yaml.safe_dump(body, sort_keys=False))
+    ref = _ref_for(load_analysis(Path(repo_root, "analysis", "fig2_clip.yaml")), load_spec(copy), copy)
+    assert ref.spec_path == copy and ref.metrics == {"AIME24 avg@32": "val/acc_last5"}
