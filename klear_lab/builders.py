@@ -12,6 +12,7 @@ import torch
 
 from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.config.validate import component_args
+from klear_lab.data.decontaminate import decontaminated_pools
 from klear_lab.data.filters.base import filtered_records
 from klear_lab.data.mixes.base import mixed_records, share_metrics
 from klear_lab.data.records import Record, require_gradeable
@@ -142,9 +143,28 @@ def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str]
                                 "(`label: aime24`)")
 
 
-def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
-    """Sources -> difficulty filter (per source) -> data mix. Returns records and data stats."""
+def build_train_records(cfg: dict[str, Any], eval_records: list[Record] | None = None,
+                        ) -> tuple[list[Record], dict[str, float]]:
+    """Sources -> n-gram decontamination (``data.decontaminate_ngram``; against ``eval_records``, built here
+    when not given) -> difficulty filter (per source) -> data mix. Returns records and data stats."""
+    return train_and_heldout(cfg, eval_records)[:2]
+
+
+def build_run_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float], list[Record]]:
+    """:func:`build_train_records` and :func:`build_eval_records`, the held-out records built once."""
+    records, stats, eval_records = train_and_heldout(cfg, None)
+    return records, stats, build_eval_records(cfg) if eval_records is None else eval_records
+
+
+def train_and_heldout(cfg: dict[str, Any], eval_records: list[Record] | None,
+                      ) -> tuple[list[Record], dict[str, float], list[Record] | None]:
+    """Training records, data stats and the held-out records they were compared with (None: not compared;
+    then built after the training ones, as before the key: a plugin source may draw from the global RNGs)."""
     pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])  # refuses sources that gave no records
+    stats: dict[str, float] = {}
+    if n := cfg["data"].get("decontaminate_ngram") or 0:  # a partial saved config from before the key: off
+        eval_records = build_eval_records(cfg) if eval_records is None else eval_records
+        pools, stats = decontaminated_pools(pools, eval_records, n)
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():
@@ -152,9 +172,7 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
             filtered[name] = filtered_records(flt, recs, name)
         except ValueError as exc:  # the filter cannot act on this source's records
             raise DataError(f"data.filter {cfg['data']['filter']['name']!r} on source {name!r}: {exc}") from None
-    stats: dict[str, float] = {}
-    for name in pools:
-        stats[f"data/kept_frac/{name}"] = len(filtered[name]) / max(len(pools[name]), 1)
+        stats[f"data/kept_frac/{name}"] = len(filtered[name]) / max(len(recs), 1)  # of what decontamination left
     empty = [n for n, r in filtered.items() if not r]
     if len(empty) == len(filtered):
         raise DataError(f"data.filter {cfg['data']['filter']['name']!r} removed every record of "
@@ -164,7 +182,8 @@ def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, fl
         records = mixed_records(mix, filtered, ranks, cfg["run"]["seed"])  # emptied sources too: top_k skips none
     except ValueError as exc:
         raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
-    return records, {**stats, **repeat_stats(filtered, records, cfg["data"]["mix"]["name"]), **record_stats(records)}
+    stats.update(repeat_stats(filtered, records, cfg["data"]["mix"]["name"]))
+    return records, {**stats, **record_stats(records)}, eval_records
 
 
 def repeat_stats(pools: dict[str, list[Record]], records: list[Record], mix: str) -> dict[str, float]:

@@ -9,6 +9,7 @@ stopped run resumed). A builder: it reads the config, as :mod:`klear_lab.builder
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import socket
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from klear_lab.builders import build_eval_records, build_train_records
+from klear_lab.builders import build_eval_records, build_run_records
 from klear_lab.data.file_stats import data_file_stats
 from klear_lab.errors import ConfigError, DataError, KlearError
 
@@ -204,7 +205,9 @@ def records_digests(cfg: dict[str, Any]) -> dict[str, str]:
             if cfg["run"]["kind"] == "eval":  # an eval run does not seed before it reads
                 return data_digests(None, build_eval_records(cfg))
             L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
-            return data_digests(build_train_records(cfg)[0], build_eval_records(cfg))
+            with contextlib.redirect_stderr(io.StringIO()):  # the decontamination line is the run's to print
+                records, _, eval_records = build_run_records(cfg)
+            return data_digests(records, eval_records)
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])

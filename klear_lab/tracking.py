@@ -45,7 +45,7 @@ ADDED_KEYS = {("rl", "max_prompt_tokens"): 0, ("rl", "lr_schedule_unit"): "updat
               ("rl", "reward", "process_per_test"): False, ("eval", "code_reward", "process_per_test"): False,
               ("data", "filter", "min_tests"): 0, ("data", "sources", "*", "shared_prompts"): False,
               ("data", "eval_sources", "*", "shared_prompts"): False, ("data", "mix", "select"): "random",
-              ("data", "mix", "kcenter_dim"): 256,
+              ("data", "mix", "kcenter_dim"): 256, ("data", "decontaminate_ngram"): 0,
               # rounding to nearest before it, but no run here had bfloat16 weights (only the paper-scale configs)
               ("optim", "bf16_rounding"): "stochastic"}
 

@@ -97,6 +97,8 @@ def check_train_sources(cfg: dict[str, Any]) -> None:
     require(kind not in ("sft", "rl") or bool(cfg["data"]["sources"]), "data.sources",
             f"is empty: an {kind.upper()} run trains on the records its sources give; "
             "list at least one source (`klear-lab components source` lists them)")
+    n = cfg["data"]["decontaminate_ngram"]
+    require(n >= 0, "data.decontaminate_ngram", f"must be 0 (off) or a word count (the paper's: 9), got {n}")
 
 
 def check_optim(o: dict[str, Any]) -> None:

@@ -64,6 +64,12 @@ class DataSection:
     eval_sources: list = components("source", {"name": "arith", "levels": [1], "level_weights": [1.0],
                                                "n_prompts": 200})
     """Held-out sets (their ``eval`` split) scored with the task's verifier (decoding: the ``eval`` section)."""
+    decontaminate_ngram: int = 0
+    """Drop training records whose prompt shares a run of this many words with a held-out prompt of
+    ``eval_sources``, before ``filter`` and ``mix``; 0 = off. The paper removes training prompts with a
+    9-gram test-set overlap (arXiv 2508.07629, paper.md §6). Words are lowercased runs of letters and
+    digits; a held-out source's prompt template is not matched (klear_lab/data/decontaminate.py). Logged
+    as ``data/decontam_dropped`` and ``data/decontam_dropped_from/<source>``."""
     world_seed: int = 0
     """Seed of the embedded task world (fixed across run seeds, so replicates share data)."""
     max_length: int = 512

@@ -2,8 +2,10 @@
 
 The embedded world keeps the two apart by construction (``sources/base.is_heldout``); a data file listed under
 both ``data.sources`` and ``data.eval_sources`` without an ``eval_path`` does not (its eval split is the same
-file). Prompts are compared after collapsing whitespace: exact duplicates only, not the paper's 9-gram
-decontamination.
+file). Prompts are compared after collapsing whitespace: exact duplicates only. The paper's 9-gram
+decontamination (``data.decontaminate_ngram``, ``klear_lab/data/decontaminate.py``) drops such training
+records before the run; the warning then names only what it left (none, unless a prompt has no word or
+is all template).
 """
 
 from __future__ import annotations

@@ -193,13 +193,12 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])
     if hasattr(engine_cfg, "check_available"):
         engine_cfg.check_available()
-    records, data_stats = builders.build_train_records(cfg)
+    records, data_stats, eval_records = builders.build_run_records(cfg)  # decontaminated (data.decontaminate_ngram)
     if not records:
         raise DataError("RL needs prompts: data.sources produced none")
     check_reward_tasks(rl["reward"]["name"], records)
     require_gradeable(records, "data.sources")
-    eval_records = builders.build_eval_records(cfg)
-    warn_trained_heldout(records, eval_records)
+    warn_trained_heldout(records, eval_records)  # exact matches that decontamination, when on, left
     digests = data_digests(records, eval_records)  # as built: the prompt-length cap depends on the tokenizer
     sampling = builders.eval_sampling(cfg, eval_records)
     starting_point.resolve_init_from(cfg)

@@ -189,10 +189,9 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     check_wandb_login(cfg)
     builders.set_threads(cfg)
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
-    records, data_stats = builders.build_train_records(cfg)
+    records, data_stats, eval_records = builders.build_run_records(cfg)  # decontaminated (data.decontaminate_ngram)
     without = check_responses(records)
-    eval_records = builders.build_eval_records(cfg)
-    warn_trained_heldout(records, eval_records)
+    warn_trained_heldout(records, eval_records)  # exact matches that decontamination, when on, left
     sampling = builders.eval_sampling(cfg, eval_records)
     rewards = builders.build_eval_rewards(cfg)
     tokenizer, model = build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))

@@ -43,6 +43,7 @@ def test_non_finite_numbers_inside_lists_and_mappings_are_named(tmp_path, sectio
     ("data.max_length=0", r"data.max_length must be >= 1"),  # was a ZeroDivisionError
     ("data.max_length=-1", r"data.max_length must be >= 1"),
     ("sft.max_steps=-5", r"sft.max_steps must be > 0, or 0 or -1"),
+    ("data.decontaminate_ngram=-1", r"data.decontaminate_ngram must be 0 \(off\) or a word count"),  # at compose
 ])
 def test_out_of_range_values_are_refused(override, match):
     with pytest.raises(ConfigError, match=match):
