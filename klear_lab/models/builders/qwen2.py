@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from typing import TYPE_CHECKING
 
 from klear_lab.registry import MODEL
+
+if TYPE_CHECKING:  # imported where a model is built: composing a config (each CLI command, sweep) reads the
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # registry, and transformers' Qwen2 costs seconds
 
 # name -> (hidden, layers, heads, kv_heads, intermediate); parameter counts at vocab 512
 SIZES = {
@@ -69,6 +71,8 @@ class TinyQwen2:
         return tuple(g or p for g, p in zip(given, SIZES[self.size], strict=True))  # type: ignore[return-value]
 
     def config(self, tokenizer) -> Qwen2Config:
+        from transformers import Qwen2Config
+
         hidden, layers, heads, kv, inter = self.dims()
         return Qwen2Config(
             vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
@@ -79,4 +83,6 @@ class TinyQwen2:
         )
 
     def build(self, tokenizer) -> Qwen2ForCausalLM:
+        from transformers import Qwen2ForCausalLM
+
         return Qwen2ForCausalLM(self.config(tokenizer))

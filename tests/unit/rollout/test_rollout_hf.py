@@ -12,8 +12,8 @@ from klear_lab.data.sft import prompt_ids
 from klear_lab.errors import ConfigError
 from klear_lab.models.tokenizer import train_tokenizer
 from klear_lab.registry import MODEL, ROLLOUT, SOURCE
+from klear_lab.rl.hf_sampling import SampleLogProbs, penalise_repeats
 from klear_lab.rl.rollout.base import Rollout, prompt_seeds
-from klear_lab.rl.rollout.hf import SampleLogProbs, penalise_repeats
 
 MAX_NEW = 24
 ROOT = Path(__file__).resolve().parents[3]
