@@ -22,6 +22,7 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,10 +93,10 @@ def link_completed_start(parent: dict[str, Any], parent_hash: str, runs: Path, s
         return None
     seed = parent["run"]["seed"]
     runs.mkdir(parents=True, exist_ok=True)
-    tmp = runs / f".sharing-{source.name}-{os.getpid()}"
+    tmp = Path(tempfile.mkdtemp(prefix=".sharing-", dir=runs))  # hidden: no run (a run name may be 255 bytes)
     try:
-        shutil.copytree(source, tmp, copy_function=_link_or_copy, symlinks=True)
-        os.rename(tmp, runs / source.name)  # atomic: trials never see half a copy
+        shutil.copytree(source, tmp / "run", copy_function=_link_or_copy, symlinks=True)
+        os.rename(tmp / "run", runs / source.name)  # atomic: trials never see half a copy
     except OSError:
         if starting_point.find_completed_run(runs, parent_hash, seed) is None:  # not a lost race with another sweep
             raise

@@ -251,9 +251,11 @@ def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
 
 
 def _run_records(out_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """(run directory, its run.json) for each readable one under ``out_dir``."""
-
+    """(run directory, its run.json) for each readable one under ``out_dir``; hidden directories are not runs
+    (a starting point being shared is copied into ``.sharing-*`` first, and a killed copy stays half made)."""
     for path in out_dir.expanduser().glob("*/run.json"):
+        if path.parent.name.startswith("."):
+            continue
         try:
             info = json.loads(path.read_text())
         except (OSError, ValueError):

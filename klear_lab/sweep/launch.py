@@ -120,7 +120,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             train_parent(spec, base, auto_threads(), log)  # every core, at most OMP_NUM_THREADS
         except SweepTerminated as exc:  # passed on to the training: stopped at a checkpoint, or completed meanwhile
             log(f"terminated (SIGTERM): rerun the same command to resume "
-                f"({exc or 'the starting point continues from its checkpoint'})")
+                f"({str(exc) or 'the starting point continues from its checkpoint'})")
             return 143
     base_threads = base["trainer"]["num_threads"]
     threads = threads_per_trial(spec.workers, base_threads)

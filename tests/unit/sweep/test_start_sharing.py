@@ -54,9 +54,9 @@ def _parent_hash(child: dict) -> str:
     return config_hash(starting_point.parent_config(child))
 
 
-def _completed_run(runs: Path, cfg_hash: str, seed: int = 0, data: dict | None = None) -> Path:
+def _completed_run(runs: Path, cfg_hash: str, seed: int = 0, data: dict | None = None, name: str = RUN_NAME) -> Path:
     """What ``find_completed_run`` takes for a completed run: run.json, the saved seed, a final model."""
-    run = runs / RUN_NAME
+    run = runs / name
     (run / "model").mkdir(parents=True)
     (run / "model" / "config.json").write_text("{}")
     (run / "model" / "model.safetensors").write_bytes(b"weights")
@@ -157,3 +157,22 @@ def test_the_dry_run_names_the_sweeps_starting_point_it_would_share(workdir):
     assert not (workdir / "runs" / RUN_NAME).exists()  # a dry run links nothing
     ((_, inside),) = init_from_rows(_child(workdir / SWEEP_ROOT / "other" / "runs"))
     assert "first TRAINS IT" in inside  # a sweep's own trial is left to its sweep's sharing
+
+
+def test_a_copy_left_half_made_by_a_killed_share_is_no_run(workdir):
+    """A share killed mid-copy (SIGKILL, OOM) leaves ``.sharing-*``: with run.json copied, it would pass for
+    the completed starting point, and be the newest."""
+    child = _child(workdir / "runs")
+    _completed_run(workdir / "runs" / ".sharing-abc123", _parent_hash(child), name="run")
+    _completed_run(workdir / "runs", _parent_hash(child), name=".sharing-parent-4242")
+    assert starting_point.find_completed_run(workdir / "runs", _parent_hash(child), seed=0) is None
+    with pytest.raises(_Trained):
+        starting_point.resolve_init_from(child)
+
+
+def test_a_starting_point_with_the_longest_name_a_run_may_have_is_shared(workdir):
+    child = _child(workdir / "runs")
+    name = "p" * 240 + "-s0"  # a run directory name may take 255 bytes: the copy's own name adds nothing
+    trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child), name=name)
+    starting_point.resolve_init_from(child)
+    assert child["model"]["name_or_path"] == str((workdir / "runs" / name).resolve()) and trained.is_dir()
