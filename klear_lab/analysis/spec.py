@@ -40,7 +40,7 @@ from typing import Any
 
 from klear_lab.config.yaml_io import load_yaml
 from klear_lab.errors import ConfigError, KlearError, did_you_mean
-from klear_lab.sweep.metrics import is_logged
+from klear_lab.sweep.metrics import GAIN, PLACEHOLDER, is_logged, unlogged_message
 from klear_lab.sweep.spec import DEFAULT_RUNNER, user_path
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
@@ -212,18 +212,25 @@ def _mapping(analysis: Analysis, key: str, raw: Any, what: str) -> dict[str, str
 
 def keeps_metric(sweep: Any, metric: str) -> bool:
     """Whether the completed trials of ``sweep`` hold ``metric``: its objective and ``metrics:`` (read back
-    from a run's metrics.csv when the run did not return them), and, for a ``run_experiment`` sweep, any final
-    metric of its run kind (``sweep/metrics.py``): a trial keeps every final metric its run returns
-    (``sweep/trial.py``), an RL run's ``val/acc_last5`` and ``val/acc_drawdown`` among them. A custom
-    ``runner:`` returns metrics of its own: only those the spec names are known."""
+    from a run's metrics.csv when the run did not return them), and, for a ``run_experiment`` RL sweep, the
+    summary of its training curve over all held-out problems (``GAIN`` without a ``<source>``:
+    ``val/acc_last5``, ``val/acc_drawdown``...), which every RL run returns with its final metrics and a
+    trial keeps (``sweep/trial.py``). A per-source one (``val/aime24/acc_last5``) exists only with two
+    held-out sources or more, under their labels: the spec names it, so a mistyped label is refused here,
+    not after the sweep. A custom ``runner:`` returns metrics of its own: only those the spec names."""
     if metric in (sweep.metric, *sweep.metrics):
         return True
-    if sweep.runner != DEFAULT_RUNNER:
+    if sweep.runner != DEFAULT_RUNNER or metric not in GAIN or PLACEHOLDER.search(metric):
         return False
+    return _run_kind(sweep) == "rl"
+
+
+def _run_kind(sweep: Any) -> str | None:
+    """``run.kind`` of the sweep's composed experiment; None where it does not compose here."""
     try:
-        return is_logged(metric, sweep.compose()["run"]["kind"])
-    except (KlearError, OSError):  # the experiment does not compose here: nothing known beyond the spec
-        return False
+        return sweep.compose()["run"]["kind"]
+    except (KlearError, OSError):
+        return None
 
 
 def _check_metrics(analysis: Analysis, key: str, sweep: Any, metrics: dict[str, str]) -> None:
@@ -234,10 +241,14 @@ def _check_metrics(analysis: Analysis, key: str, sweep: Any, metrics: dict[str, 
         if bench not in analysis.benchmarks:
             raise analysis.err(f"{key}.metrics.{bench}", f"{bench!r} is not a benchmark of this analysis "
                                                          f"(benchmarks: {', '.join(analysis.benchmarks)})")
-        if not keeps_metric(sweep, metric):
-            raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} does not record {metric!r} "
-                                                         f"(it records {', '.join(recorded)}); add it to that "
-                                                         "sweep's `metrics:`")
+        if keeps_metric(sweep, metric):
+            continue
+        kind = _run_kind(sweep) if sweep.runner == DEFAULT_RUNNER else None
+        if kind is not None and not is_logged(metric, kind):
+            raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name}: {unlogged_message(metric, kind)}")
+        raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} does not record {metric!r} "
+                                                     f"(it records {', '.join(recorded)}); add it to that "
+                                                     "sweep's `metrics:`")
 
 
 def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str], labels: list[str],

@@ -37,11 +37,23 @@ def test_a_final_metric_an_rl_run_returns_may_be_mapped_though_the_sweep_does_no
     assert analysis.sweeps[0].metrics == {"A": "val/acc_last5"}
 
 
-@pytest.mark.parametrize(("kind", "metric"), [("sft", "val/acc_last5"),    # an SFT run has no RL curve summary
-                                              ("rl", "val/acc_lastt5")])  # no run logs it
-def test_a_metric_the_runs_do_not_return_is_still_refused(tmp_path, kind, metric):
+@pytest.mark.parametrize(("kind", "metric", "said"), [
+    ("sft", "val/acc_last5", r"is not a metric sft runs log \(only rl runs do\)"),  # no RL curve summary
+    ("rl", "val/acc_lastt5", r"is not a metric rl runs log \(did you mean 'val/acc_last5'\?\)"),  # none logs it
+])
+def test_a_metric_the_runs_do_not_log_is_refused_saying_so(tmp_path, kind, metric, said):
     path = toy_analysis(tmp_path, kind, metric)
-    with pytest.raises(ConfigError, match=f"sweeps\\[0\\].metrics.A: toy.yaml does not record '{metric}'"):
+    with pytest.raises(ConfigError, match=f"sweeps\\[0\\].metrics.A: toy.yaml: '{metric}' {said}"):
+        load_analysis(path)
+
+
+@pytest.mark.parametrize("metric", ["val/no_such_source/acc_last5",  # per source: only under the spec's labels
+                                    "val/arith/acc_last5",           # and only with two held-out sources
+                                    "val/pass_at_k", "val/level7/acc"])  # logged by some runs only
+def test_a_metric_only_some_runs_log_must_be_in_the_sweeps_metrics(tmp_path, metric):
+    """A mistyped source label (``aime_24``) was accepted, then compared nothing once the sweep had run."""
+    path = toy_analysis(tmp_path, "rl", metric)
+    with pytest.raises(ConfigError, match=f"toy.yaml does not record '{metric}' .*add it to that sweep's"):
         load_analysis(path)
 
 
