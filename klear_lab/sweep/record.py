@@ -11,7 +11,7 @@ from typing import Any
 
 import lightning as L
 
-RUN_DIR_ATTR = "run_dir"
+from klear_lab.sweep.run_status import RUN_DIR_ATTR
 
 
 class RecordRunDir(L.Callback):

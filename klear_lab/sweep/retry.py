@@ -65,7 +65,7 @@ def resumable_run(study: optuna.Study, spec: SweepSpec, trial_id: int, cfg: dict
     sweep's own ``runs/`` first (``SweepSpec.own_run_dir``): a copied sweep trained on in the original's."""
     from klear_lab.resume import as_resolved, resume_config
     from klear_lab.sweep.grid import canonical_point
-    from klear_lab.sweep.record import RUN_DIR_ATTR
+    from klear_lab.sweep.run_status import RUN_DIR_ATTR
     from klear_lab.tracking import config_hash
 
     point = canonical_point(study._storage.get_trial(trial_id).user_attrs.get("point"))
@@ -92,7 +92,7 @@ def superseded_runs(study: optuna.Study, spec: SweepSpec, trial_id: int) -> list
     sweep's own ``runs/`` where there is one of its name (``SweepSpec.own_run_dir``): a copied sweep marked
     the original's runs."""
     from klear_lab.sweep.grid import canonical_point
-    from klear_lab.sweep.record import RUN_DIR_ATTR
+    from klear_lab.sweep.run_status import RUN_DIR_ATTR
 
     point = canonical_point(study._storage.get_trial(trial_id).user_attrs.get("point"))
     if point is None:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+RUN_DIR_ATTR = "run_dir"
+"""The trial's user attribute naming its run directory (set by ``record.RecordRunDir`` when training starts);
+here, not beside the Lightning callback, so that the sweep's own process reads it without importing Lightning."""
+
 
 def mark_pruned(run_dir: str | None, reason: str) -> None:
     """Record a run the pruner stopped as ``pruned`` in its ``run.json`` (so ``klear-lab runs --status pruned``

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "sweep"))
 import sweep_fixtures as fx  # noqa: E402
 
 from klear_lab.run_list import list_runs  # noqa: E402
-from klear_lab.sweep.record import RUN_DIR_ATTR  # noqa: E402
+from klear_lab.sweep.run_status import RUN_DIR_ATTR  # noqa: E402
 from klear_lab.sweep.spec import load_spec  # noqa: E402
 from klear_lab.sweep.storage import default_storage_url, open_study  # noqa: E402
 

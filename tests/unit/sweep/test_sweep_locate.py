@@ -225,8 +225,8 @@ def test_a_moved_sweep_reads_the_metrics_its_own_runs_logged(tmp_path, capsys):
 def test_a_copied_sweep_continues_and_supersedes_its_own_runs_not_the_originals(tmp_path, monkeypatch):
     """Continuing a copy (as its advice says) took a killed trial's recorded run directory, the
     original's: its retry resumed training there, or marked the original's run superseded."""
-    from klear_lab.sweep.record import RUN_DIR_ATTR
     from klear_lab.sweep.retry import resumable_run, superseded_runs
+    from klear_lab.sweep.run_status import RUN_DIR_ATTR
 
     sweep_dir = ran_sweep(tmp_path)
     study = open_study(*locate(sweep_dir), create=False)

@@ -476,8 +476,8 @@ def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_p
     """Once a point's retries were used up, the rerun enqueued it afresh, with no retry history: the trial
     started over instead of continuing the checkpoint its killed run left."""
     from klear_lab import resume
-    from klear_lab.sweep.record import RUN_DIR_ATTR
     from klear_lab.sweep.retry import resumable_run
+    from klear_lab.sweep.run_status import RUN_DIR_ATTR
 
     spec, arms, url, study, lock = _setup(tmp_path)
     prepare_study(study, spec, arms, lock)
@@ -498,8 +498,8 @@ def test_a_point_enqueued_again_after_its_retries_continues_its_killed_run(tmp_p
 def test_a_retry_that_started_over_supersedes_its_predecessors_run(tmp_path):
     """A trial killed (``kill -9``) before its first checkpoint was retried in a new run directory; the killed
     run said "running" for ever (``klear-lab runs``: stopped, "run the sweep again", which did nothing)."""
-    from klear_lab.sweep.record import RUN_DIR_ATTR
     from klear_lab.sweep.retry import queue_retry, superseded_runs
+    from klear_lab.sweep.run_status import RUN_DIR_ATTR
 
     spec, arms, url, study, lock = _setup(tmp_path)
     prepare_study(study, spec, arms, lock)

@@ -21,8 +21,8 @@ from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.claim import take_trial, trial_values
 from klear_lab.sweep.grid import trial_layer
 from klear_lab.sweep.queue import prepare_study
-from klear_lab.sweep.record import RUN_DIR_ATTR
 from klear_lab.sweep.retry import queue_retry, superseded_runs
+from klear_lab.sweep.run_status import RUN_DIR_ATTR
 from klear_lab.sweep.spec import load_spec
 from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
 from klear_lab.sweep.trial import job_stem
