@@ -150,13 +150,14 @@ def build_train_records(cfg: dict[str, Any], eval_records: list[Record] | None =
     return train_and_heldout(cfg, eval_records)[:2]
 
 
-def build_run_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float], list[Record]]:
-    """:func:`build_train_records` and :func:`build_eval_records`, the held-out records built once."""
-    records, stats, eval_records = train_and_heldout(cfg, None)
+def build_run_records(cfg: dict[str, Any], quiet: bool = False) -> tuple[list[Record], dict[str, float], list[Record]]:
+    """:func:`build_train_records` and :func:`build_eval_records`, the held-out records built once; ``quiet``:
+    without the decontamination line (a check of records another run trained on)."""
+    records, stats, eval_records = train_and_heldout(cfg, None, quiet)
     return records, stats, build_eval_records(cfg) if eval_records is None else eval_records
 
 
-def train_and_heldout(cfg: dict[str, Any], eval_records: list[Record] | None,
+def train_and_heldout(cfg: dict[str, Any], eval_records: list[Record] | None, quiet: bool = False,
                       ) -> tuple[list[Record], dict[str, float], list[Record] | None]:
     """Training records, data stats and the held-out records they were compared with (None: not compared;
     then built after the training ones, as before the key: a plugin source may draw from the global RNGs)."""
@@ -164,7 +165,7 @@ def train_and_heldout(cfg: dict[str, Any], eval_records: list[Record] | None,
     stats: dict[str, float] = {}
     if n := cfg["data"].get("decontaminate_ngram") or 0:  # a partial saved config from before the key: off
         eval_records = build_eval_records(cfg) if eval_records is None else eval_records
-        pools, stats = decontaminated_pools(pools, eval_records, n)
+        pools, stats = decontaminated_pools(pools, eval_records, n, quiet)
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():

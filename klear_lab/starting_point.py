@@ -9,7 +9,6 @@ stopped run resumed). A builder: it reads the config, as :mod:`klear_lab.builder
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import socket
@@ -205,8 +204,7 @@ def records_digests(cfg: dict[str, Any]) -> dict[str, str]:
             if cfg["run"]["kind"] == "eval":  # an eval run does not seed before it reads
                 return data_digests(None, build_eval_records(cfg))
             L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
-            with contextlib.redirect_stderr(io.StringIO()):  # the decontamination line is the run's to print
-                records, _, eval_records = build_run_records(cfg)
+            records, _, eval_records = build_run_records(cfg, quiet=True)  # its decontamination line: the run's
             return data_digests(records, eval_records)
     finally:
         random.setstate(states[0])
@@ -251,10 +249,10 @@ def find_resumable_run(out_dir: Path, cfg_hash: str, seed: int) -> Path | None:
 
 
 def _run_records(out_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """(run directory, its run.json) for each readable one under ``out_dir``; hidden directories are not runs
-    (a starting point being shared is copied into ``.sharing-*`` first, and a killed copy stays half made)."""
+    """(run directory, its run.json) for each readable one under ``out_dir``; a ``.sharing-*`` directory is
+    no run: a starting point being shared was copied there first, and a killed copy stays half made."""
     for path in out_dir.expanduser().glob("*/run.json"):
-        if path.parent.name.startswith("."):
+        if path.parent.name.startswith(".sharing-"):
             continue
         try:
             info = json.loads(path.read_text())

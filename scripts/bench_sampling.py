@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from klear_lab.rl.rollout.hf import SampleLogProbs, one_hot_scores
+from klear_lab.rl.hf_sampling import SampleLogProbs, one_hot_scores
 
 
 def per_step(fn, steps: int) -> float:

@@ -4,24 +4,29 @@ prompts with a 9-gram test-set overlap from its SFT and RL data, paper.md §6).
 
 How prompts are compared:
 
-- Words: the prompt lowercased, split on every character that is not a letter or a digit (Unicode ones
-  too; ``_`` splits). ``What is $x^2$?`` and ``what IS x 2`` are the same four words; punctuation, LaTeX
-  markup and whitespace do not tell prompts apart. A run of CJK characters is one word.
-- A training prompt is dropped when its words are exactly a held-out prompt's (an exact duplicate is always
-  caught, whatever its length), or when one of its runs of ``n`` words is one of a held-out prompt's. A
-  prompt shorter than ``n`` words has no such run: a short held-out prompt quoted inside a longer training
-  prompt is not caught. A prompt without any word is compared with nothing.
-- A held-out source's prompt template is not matched: a run found in at least half of the distinct prompts
-  of one held-out source that has at least :data:`TEMPLATE_MIN_PROMPTS` of them is an instruction, not a
-  problem (``You are an expert Python programmer. You will be given a question ...`` opens every code prompt
-  of the paper's RL data, its training files' and LiveCodeBench's alike), and would drop every training
+- Words: the prompt lowercased, cut into runs of letters and digits (Unicode ones too; ``_`` splits) and
+  the arithmetic operators ``+ - * / = < > ^ ! %`` (and ``× ÷ ≤ ≥ ≠ ± −``), one word each. ``What is
+  $x^2$?`` and ``what IS x ^ 2`` are the same four words: other punctuation, LaTeX markup and whitespace do
+  not tell prompts apart, but ``71+43`` and ``71-43`` are different problems. A run of CJK characters is
+  one word.
+- A training prompt is dropped when it holds a held-out prompt's words whole, in order (an exact
+  duplicate, or the problem quoted inside another text, whatever its length), or when one of its runs of
+  ``n`` words is one of a held-out prompt's. A prompt without any word is compared with nothing.
+- Boilerplate is not matched: a run found in :data:`SHARED_BY` or more distinct prompts of one held-out
+  source belongs to no single test problem. It is an instruction (``You are an expert Python programmer.
+  You will be given a question ...`` opens every code prompt of the paper's RL data, its training files'
+  and LiveCodeBench's alike; LiveCodeBench's AtCoder and LeetCode problems each carry their own) or a
+  stock phrase (``where m and n are relatively prime positive integers``), and would drop every training
   record that carries it. Runs that overlap such a run are left out too: one reaching from the instruction
   into a problem's first word ("... passes all tests you") would otherwise drop every training problem
-  that begins with that word after the same instruction.
+  that begins with that word after the same instruction. A held-out problem made only of boilerplate is
+  still caught whole (above).
 
 Cost: the held-out runs go into one set of word tuples (exact, not hashed to integers, so no collision can
 drop a record on one process of a run and not on another); each distinct training prompt is split once and
-its runs looked up in that set (100k prompts of ~80 words: about 4 s on one core).
+its runs looked up in that set, and, for the few held-out prompts without a run of their own (short, or
+boilerplate only), its runs as long as their beginnings looked up among those (100k prompts of ~80 words
+against 1,000 held-out prompts: about 4 s on one core).
 """
 
 from __future__ import annotations
@@ -37,14 +42,14 @@ from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
 
 KEY = "data.decontaminate_ngram"
-WORD = re.compile(r"[^\W_]+")
-"""A word: a run of letters and digits."""
-TEMPLATE_MIN_PROMPTS = 4
-"""Distinct prompts a held-out source needs before runs shared by half of them count as its template."""
+WORD = re.compile(r"[^\W_]+|[-+*/=<>^!%×÷≤≥≠±−]")
+"""A word: a run of letters and digits, or one arithmetic operator."""
+SHARED_BY = 3
+"""Distinct prompts of one held-out source a run must be found in to count as boilerplate, not a problem's."""
 
 
 def prompt_words(prompt: str) -> tuple[str, ...]:
-    """The prompt's words, as they are compared (lowercased; split on whatever is not a letter or digit)."""
+    """The prompt's words, as they are compared (lowercased; letter-and-digit runs and operators)."""
     return tuple(WORD.findall(prompt.lower()))
 
 
@@ -55,18 +60,26 @@ def windows(words: tuple[str, ...], n: int) -> Iterator[tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class HeldOutIndex:
-    """What a training prompt is compared with: the held-out prompts' runs of ``n`` words (those of their
-    templates left out) and each held-out prompt's whole word tuple."""
+    """What a training prompt is compared with: the held-out prompts' runs of ``n`` words (boilerplate left
+    out), and the word tuples of the held-out prompts without such a run (shorter than ``n`` words, or made
+    of boilerplate only) under their first ``min(n, len)`` words: a text holding another prompt whole holds
+    its runs, so only these are looked for whole."""
 
     n: int
     ngrams: frozenset[tuple[str, ...]]
-    whole: frozenset[tuple[str, ...]]
+    starts: dict[tuple[str, ...], tuple[tuple[str, ...], ...]]  # first words -> the held-out prompts' words
 
     def matches(self, prompt: str) -> bool:
         words = prompt_words(prompt)
-        if not words:
-            return False
-        return words in self.whole or not self.ngrams.isdisjoint(windows(words, self.n))
+        return bool(words) and (not self.ngrams.isdisjoint(windows(words, self.n)) or self.quotes(words))
+
+    def quotes(self, words: tuple[str, ...]) -> bool:
+        """Whether ``words`` hold a held-out prompt's words whole, in order."""
+        for k in {len(start) for start in self.starts}:
+            for i, run in enumerate(windows(words, k)):
+                if any(words[i:i + len(held)] == held for held in self.starts.get(run, ())):
+                    return True
+        return False
 
 
 def heldout_index(eval_records: Iterable[Record], n: int) -> HeldOutIndex:
@@ -75,21 +88,21 @@ def heldout_index(eval_records: Iterable[Record], n: int) -> HeldOutIndex:
     for r in eval_records:
         by_source.setdefault(r.source, set()).add(prompt_words(r.prompt))
     ngrams: set[tuple[str, ...]] = set()
+    starts: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
     for prompts in by_source.values():
         counts = Counter(g for words in prompts for g in set(windows(words, n)))
-        template = template_ngrams(counts, len(prompts))
+        template = boilerplate(counts)
         for words in prompts:
-            ngrams.update(content_windows(words, n, template))
-    whole = {words for prompts in by_source.values() for words in prompts if words}
-    return HeldOutIndex(n, frozenset(ngrams), frozenset(whole))
+            if content := content_windows(words, n, template):
+                ngrams.update(content)  # a text that holds the prompt whole holds these runs too
+            elif words:  # shorter than n words, or boilerplate only: looked for whole
+                starts.setdefault(words[:n], set()).add(words)
+    return HeldOutIndex(n, frozenset(ngrams), {k: tuple(v) for k, v in starts.items()})
 
 
-def template_ngrams(counts: Counter, prompts: int) -> set[tuple[str, ...]]:
-    """Runs found in at least half of a source's ``prompts`` distinct prompts (none below
-    :data:`TEMPLATE_MIN_PROMPTS`): the instruction every problem of the source repeats."""
-    if prompts < TEMPLATE_MIN_PROMPTS:
-        return set()
-    return {g for g, c in counts.items() if 2 * c >= prompts}
+def boilerplate(counts: Counter) -> set[tuple[str, ...]]:
+    """The runs found in :data:`SHARED_BY` or more of a held-out source's distinct prompts (``counts``)."""
+    return {g for g, c in counts.items() if c >= SHARED_BY}
 
 
 def content_windows(words: tuple[str, ...], n: int, template: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
@@ -120,11 +133,11 @@ def contaminated(records: list[Record], index: HeldOutIndex) -> list[bool]:
     return out
 
 
-def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Record], n: int,
+def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Record], n: int, quiet: bool = False,
                          ) -> tuple[dict[str, list[Record]], dict[str, float]]:
     """Each pool without its records that match a held-out prompt (:func:`heldout_index`), and the data stats
     ``data/decontam_dropped`` (records dropped) and ``data/decontam_dropped_from/<source>``; one line on
-    stderr says how many and which first.
+    stderr says how many and which first, unless ``quiet``.
 
     Raises:
         ConfigError: ``n`` is negative.
@@ -143,8 +156,10 @@ def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Reco
             raise DataError(f"{KEY}={n}: all {len(recs)} training records of source {name!r} share a {n}-word "
                             "run with a held-out prompt of data.eval_sources or repeat one (the first: "
                             f"{recs[0].uid!r}); is it the held-out file itself, or do both carry one prompt template "
-                            f"(one is recognised from {TEMPLATE_MIN_PROMPTS} held-out prompts)? {KEY}=0 keeps them")
-    report(dropped, sum(map(len, pools.values())), n)
+                            f"(a run found in {SHARED_BY} distinct held-out prompts is not matched)? {KEY}=0 keeps "
+                            "them")
+    if not quiet:
+        report(dropped, sum(map(len, pools.values())), n)
     stats = {f"data/decontam_dropped_from/{name}": float(len(recs)) for name, recs in dropped.items()}
     return kept, {"data/decontam_dropped": float(sum(map(len, dropped.values()))), **stats}
 

@@ -76,12 +76,17 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}
     lists: dict[str, tuple[dict[str, Any], str, str, list[str]]] = {}  # (cfg, section, split, labels)
     rewards: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides rl.reward's fit -> (cfg, labels)
+    decontaminated: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides decontamination -> (cfg, labels)
     points = _trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
         seed = cfg["data"]["world_seed"]
         fit = [cfg["run"]["kind"], cfg["rl"]["reward"]["name"], cfg["data"]["sources"], cfg["data"]["mix"], seed]
         rewards.setdefault(json.dumps(fit, sort_keys=True, default=str), (cfg, []))[1].append(label)
+        if cfg["data"]["decontaminate_ngram"] and cfg["run"]["kind"] in ("sft", "rl"):
+            d = cfg["data"]
+            what = [d["sources"], d["eval_sources"], d["decontaminate_ngram"], seed]
+            decontaminated.setdefault(json.dumps(what, sort_keys=True, default=str), (cfg, []))[1].append(label)
         for section, split in source_sections(cfg):
             key = json.dumps([cfg["data"][section], split, seed], sort_keys=True, default=str)
             lists.setdefault(key, (cfg, section, split, []))[3].append(label)
@@ -121,6 +126,28 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         for w in shown.values():
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     _check_reward_tasks(spec, list(rewards.values()), tasks, len(arms) or len(points), bool(arms))
+    for cfg, labels in decontaminated.values():
+        _check_decontamination(cfg, lambda exc, labels=labels: refused("data.decontaminate_ngram", labels, exc))
+
+
+def _check_decontamination(cfg: dict[str, Any], refused: Any) -> None:
+    """The run's refusal of a training source that ``data.decontaminate_ngram`` empties (its held-out file
+    read as training data, say), which every trial would meet after the sweep trained their starting point.
+    Its files are read again, with every record (the reads above keep one per source); skipped where one is
+    not on this machine (:func:`unavailable_trial_inputs` says so)."""
+    from klear_lab.builders import build_eval_records, build_pools, unavailable_data
+    from klear_lab.data.decontaminate import decontaminated_pools
+
+    if unavailable_data(cfg):
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the reads above showed each once
+            pools, _ = build_pools(cfg, "train", cfg["data"]["sources"])
+            eval_records = build_eval_records(cfg)
+        decontaminated_pools(pools, eval_records, cfg["data"]["decontaminate_ngram"], quiet=True)
+    except (ConfigError, DataError) as exc:
+        raise refused(exc) from None
 
 
 def _check_reward_tasks(spec: SweepSpec, groups: list[tuple[dict[str, Any], list[str]]], tasks: dict[str, set[str]],

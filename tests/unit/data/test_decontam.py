@@ -28,26 +28,35 @@ def kept_uids(train: list[Record], held: list[Record], n: int = 9) -> list[str]:
 def test_one_shared_run_of_nine_words_drops_a_prompt_and_eight_do_not():
     held = [rec("e/0", HELD, "aime")]
     nine = rec("t/nine", "Consider where c be positive reals with abc = 1, find the answer quickly please.")
-    eight = rec("t/eight", "Consider where c be positive reals with abc = 1, find nothing else here today.")
+    eight = rec("t/eight", "Consider where c be positive reals with abc = 1, so nothing else here today.")
     clean = rec("t/clean", "Let a be a prime.")
     assert kept_uids([nine, eight, clean], held) == ["t/eight", "t/clean"]
     assert kept_uids([nine, eight, clean], held, n=8) == ["t/clean"]  # eight words are a run of 8
 
 
-def test_words_are_lowercased_letters_and_digits_whatever_separates_them():
-    assert prompt_words("What  is\n$X^2$?") == ("what", "is", "x", "2")
+def test_words_are_lowercased_letters_and_digits_and_operators_whatever_separates_them():
+    assert prompt_words("What  is\n$X^2$?") == ("what", "is", "x", "^", "2")
     assert prompt_words("snake_case 3.14 Ünï") == ("snake", "case", "3", "14", "ünï")
-    assert prompt_words("$$ -- ?") == ()
+    assert prompt_words("$$ ?? {}.") == ()
+    assert prompt_words("Compute 71-43+14.") != prompt_words("Compute 71+43+14.")  # two problems, not one
     held = [rec("e/0", HELD, "aime")]
     recased = rec("t/0", "LET A,B AND C BE POSITIVE REALS WITH ABC=1; find THE least value!")  # markup and case only
     assert kept_uids([recased, rec("t/1", "Let a be a prime.")], held) == ["t/1"]
 
 
-def test_a_short_prompt_is_dropped_only_as_an_exact_duplicate():
+def test_a_short_prompt_is_dropped_as_a_duplicate_or_quoted_whole():
     held = [rec("e/0", "What is 2 + 3?", "arith"), rec("e/1", "???", "arith")]
     train = [rec("t/dup", "what is 2+3"), rec("t/quoted", "Tell me: what is 2 + 3? Then add one more to it, please."),
-             rec("t/no_words", "???"), rec("t/other", "What is 2 + 4?")]
-    assert kept_uids(train, held) == ["t/quoted", "t/no_words", "t/other"]
+             rec("t/no_words", "???"), rec("t/other", "What is 2 + 4?"), rec("t/part", "What is 2 + 33?")]
+    assert kept_uids(train, held) == ["t/no_words", "t/other", "t/part"]
+
+
+def test_arithmetic_problems_that_differ_in_an_operator_are_different_problems():
+    """The embedded world keeps training and held-out problems apart; without operators as words,
+    'Compute 71+43+14.' was dropped as a copy of the held-out 'Compute 71-43+14.'."""
+    held = [rec("e/0", "Compute 71-43+14.", "arith"), rec("e/1", "Compute 76+73-50.", "arith")]
+    train = [rec("t/0", "Compute 71+43+14."), rec("t/1", "Compute 76+73+50."), rec("t/2", "Compute 71-43+14.")]
+    assert kept_uids(train, held) == ["t/0", "t/1"]
 
 
 def test_a_held_out_sources_prompt_template_is_not_matched():
@@ -60,8 +69,8 @@ def test_a_held_out_sources_prompt_template_is_not_matched():
     assert kept_uids(train, held) == ["t/other", "t/same_start"]  # the run from the template into "you" too
 
 
-def test_a_template_needs_four_distinct_held_out_prompts_copies_counting_once():
-    held = [rec(f"e/{i}.{copy}", TEMPLATE + p, "lcb") for i, p in enumerate(PROBLEMS[:3]) for copy in range(4)]
+def test_boilerplate_is_found_in_three_distinct_held_out_prompts_copies_counting_once():
+    held = [rec(f"e/{i}.{copy}", TEMPLATE + p, "lcb") for i, p in enumerate(PROBLEMS[:2]) for copy in range(4)]
     train = [rec("t/0", TEMPLATE + "Snuke counts the stones in N piles."), rec("t/1", TEMPLATE + "Print N.")]
     with pytest.raises(DataError, match=r"data.decontaminate_ngram=9: all 2 training records of source 's' share "
                                         r"a 9-word run .* \(the first: 't/0'\); is it the held-out file itself"):
@@ -92,4 +101,27 @@ def test_dropping_every_record_of_one_source_is_refused_and_a_negative_n_too():
 
 def test_the_index_keeps_each_held_out_run_once():
     index = heldout_index([rec("e/0", HELD, "aime"), rec("e/1", HELD, "aime")], 9)
-    assert len(index.ngrams) == len(prompt_words(HELD)) - 8 and len(index.whole) == 1
+    assert len(index.ngrams) == len(prompt_words(HELD)) - 8 and not index.starts  # its runs: looked for whole too
+
+
+def test_a_minority_format_of_a_held_out_source_is_boilerplate_too():
+    """LiveCodeBench mixes AtCoder prompts (read stdin) and LeetCode ones (starter code): the format of the
+    fewer was taken for a problem's text, and every training problem in that format was dropped."""
+    stdin = "Read the input from standard input and write the answer to standard output as the judge expects."
+    starter = "You will use the following starter code to write the solution to the problem and enclose it."
+    held = [rec(f"e/s{i}", f"{p} {stdin}", "lcb") for i, p in enumerate(PROBLEMS)]
+    held += [rec(f"e/c{i}", f"{p} {starter}", "lcb") for i, p in enumerate(["Reverse a linked list in place.",
+             "Merge two sorted arrays into one.", "Count the islands of a grid of ones."])]
+    train = [rec("t/0", f"Find the longest palindrome in a string. {starter}"),
+             rec("t/1", f"Sum the leaves of a binary tree. {starter}"),
+             rec("t/2", f"Count the islands of a grid of ones. {starter}")]  # a held-out problem, whole
+    assert kept_uids(train, held) == ["t/0", "t/1"]
+
+
+def test_a_held_out_problem_of_boilerplate_only_is_still_caught_quoted_whole():
+    """Held-out variants that differ only in their numbers made the whole problem boilerplate: a verbatim copy
+    inside a longer training prompt went through."""
+    held = [rec(f"e/{k}", f"A train leaves the station at {k} km per hour and another follows it; when do they "
+                          "meet on the long straight track?", "aime") for k in (40, 50, 60, 70)]
+    quoted = rec("t/0", f"Solve this: {held[1].prompt} Explain every step.")
+    assert kept_uids([quoted, rec("t/1", "Name a prime.")], held) == ["t/1"]

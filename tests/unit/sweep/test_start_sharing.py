@@ -176,3 +176,10 @@ def test_a_starting_point_with_the_longest_name_a_run_may_have_is_shared(workdir
     trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child), name=name)
     starting_point.resolve_init_from(child)
     assert child["model"]["name_or_path"] == str((workdir / "runs" / name).resolve()) and trained.is_dir()
+
+
+def test_a_run_whose_name_starts_with_a_dot_is_still_a_run(workdir):
+    """``run.name=.scratch`` is accepted: only a share's ``.sharing-*`` copies are no runs."""
+    child = _child(workdir / "runs")
+    run = _completed_run(workdir / "runs", _parent_hash(child), name=".scratch-20250101-000000-abcdef-s0")
+    assert starting_point.find_completed_run(workdir / "runs", _parent_hash(child), seed=0) == run

@@ -141,3 +141,21 @@ def test_an_eval_run_is_not_refused_for_training_sources_it_does_not_read(tmp_pa
     empty.write_text("")
     spec = write_spec(tmp_path, overrides=["run.kind=eval", _file_source(empty)])
     assert main(["sweep", str(spec), "--validate-only"]) == 0, capsys.readouterr().err
+
+
+def test_a_source_decontamination_would_empty_stops_the_sweep_before_any_trial(tmp_path, capsys):
+    """With ``data.decontaminate_ngram`` on, the held-out file read as training data: --validate-only said OK,
+    then every trial (an RL sweep: after training its starting point) refused its data."""
+    rows = [{"prompt": f"Compute the sum of the first {k} odd numbers and then add {k} to the result please.",
+             "answer": "1", "response": "1"} for k in range(3)]
+    same = _jsonl(tmp_path / "same.jsonl", rows)
+    other = _jsonl(tmp_path / "other.jsonl", [{"prompt": "Name a prime number below ten.", "answer": "2"}])
+    base = [_file_source(same), f"data.eval_sources=[{{name: file, path: {same}, format: records}}]"]
+    spec = write_spec(tmp_path, overrides=[*base, "data.decontaminate_ngram=9"])
+    assert main(["sweep", str(spec), "--validate-only"]) == 2
+    err = capsys.readouterr().err
+    assert "data.decontaminate_ngram, read by every arm" in err and "no trial was started" in err, err
+    assert "data.decontaminate_ngram=9: all 3 training records of source" in err
+    fine = write_spec(tmp_path, name="fine", overrides=[_file_source(same), "data.decontaminate_ngram=9",
+                                                       f"data.eval_sources=[{{name: file, path: {other}}}]"])
+    assert main(["sweep", str(fine), "--validate-only"]) == 0, capsys.readouterr().err
