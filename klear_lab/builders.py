@@ -17,6 +17,7 @@ from klear_lab.data.filters.base import filtered_records
 from klear_lab.data.mixes.base import mixed_records, share_metrics
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.data.sources.base import SplitExhausted
+from klear_lab.distributed import local_rank
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.hardware import auto_threads
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, REWARD, ROLLOUT, SOURCE
@@ -165,7 +166,7 @@ def train_and_heldout(cfg: dict[str, Any], eval_records: list[Record] | None, qu
     stats: dict[str, float] = {}
     if n := cfg["data"].get("decontaminate_ngram") or 0:  # a partial saved config from before the key: off
         eval_records = build_eval_records(cfg) if eval_records is None else eval_records
-        pools, stats = decontaminated_pools(pools, eval_records, n, quiet)
+        pools, stats = decontaminated_pools(pools, eval_records, n, quiet or local_rank() > 0)  # rank 0 says it
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():

@@ -69,7 +69,8 @@ def _origin(run_dir: Path, shared: tuple[Path, Path] | None) -> str:
     """Where the completed run of a starting point came from: this output dir, or a sweep's (``shared``)."""
     if shared is None:
         return f"its completed run {run_dir}"
-    return f"the completed run {shared[0]} a sweep trained, hard-linked into {run_dir}"
+    linked = os.path.samefile(shared[0] / "run.json", run_dir / "run.json")  # else copied: another file system
+    return f"the completed run {shared[0]} a sweep trained, {'hard-linked' if linked else 'copied'} into {run_dir}"
 
 
 def warn_init_from_unused(cfg: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ EVAL = ("val/acc", "val/acc_macro", "val/n", "val/pass_at_k", "val/samples", "va
 DATA = ("data/records", "data/correct_frac", "data/correct_known_frac", "data/mix_share/<source>",
         "data/kept_frac/<source>", "data/repeat_factor/<source>", "data/decontam_dropped",
         "data/decontam_dropped_from/<source>")
-"""``builders.build_train_records`` (the data stats of a training run)."""
+"""``builders.train_and_heldout`` (the data stats of a training run)."""
 TRAINED = ("train/steps", "perf/train_seconds", "perf/torch_threads", "perf/world_size")
 """Added to the final metrics by stages/sft.py and stages/rl.py."""
 SFT = ("train/loss", "train/grad_norm", "train/tokens", "perf/tokens_per_s",  # modules/sft.py

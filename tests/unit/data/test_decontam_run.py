@@ -60,6 +60,17 @@ def test_the_builder_drops_overlapping_records_and_builds_the_held_out_ones_once
     assert all(is_logged(name, kind) for name in stats for kind in ("sft", "rl"))  # a sweep may use them
 
 
+def test_only_rank_zero_and_not_a_check_of_another_run_prints_the_line(tmp_path, eval_builds, capsys, monkeypatch):
+    cfg = sft_config(tmp_path, 9, TRAIN)
+    _, said, _ = builders.build_run_records(cfg, quiet=True)  # records_digests' check of a starting point
+    assert said["data/decontam_dropped"] == 2.0 and "dropped 2 of 4" not in capsys.readouterr().err
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a DDP rank Lightning started: rank 0 says it
+    assert builders.build_run_records(cfg)[1] == said and "dropped 2 of 4" not in capsys.readouterr().err
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    builders.build_run_records(cfg)
+    assert "dropped 2 of 4" in capsys.readouterr().err
+
+
 def test_off_it_keeps_every_record_and_the_data_stats_as_they_were(tmp_path, eval_builds, capsys):
     cfg = sft_config(tmp_path, 0, TRAIN)
     records, stats, _ = builders.build_run_records(cfg)

@@ -183,3 +183,19 @@ def test_a_run_whose_name_starts_with_a_dot_is_still_a_run(workdir):
     child = _child(workdir / "runs")
     run = _completed_run(workdir / "runs", _parent_hash(child), name=".scratch-20250101-000000-abcdef-s0")
     assert starting_point.find_completed_run(workdir / "runs", _parent_hash(child), seed=0) == run
+
+
+def test_a_copy_made_where_hard_links_fail_is_called_a_copy(workdir, capsys, monkeypatch):
+    """Across file systems (or ``protected_hardlinks``) the share copies every file: its line said hard-linked."""
+    import os
+
+    def no_link(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    child = _child(workdir / "runs")
+    trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    starting_point.resolve_init_from(child)
+    copy = workdir / "runs" / RUN_NAME
+    assert (copy / "model" / "model.safetensors").read_bytes() == b"weights"
+    assert f"the completed run {trained.resolve()} a sweep trained, copied into {copy}" in capsys.readouterr().err
