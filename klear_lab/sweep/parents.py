@@ -117,13 +117,16 @@ def _stop_after_sigterm(spec: SweepSpec, cfg: dict[str, Any], code: int, log_pat
     ways) and raise ``SweepTerminated`` with what a rerun does about it."""
     from klear_lab.sweep.terminate import SweepTerminated
 
-    done = None
-    with contextlib.suppress(KlearError):  # not known: as if stopped
+    done, stopped = None, True  # not known: as if stopped at a checkpoint
+    with contextlib.suppress(KlearError):
         done, _ = trained_start(cfg)
+        stopped = done is None and resumable_start(cfg) is not None
     if done is not None:
         log(f"sweep {spec.name}: starting point completed although a SIGTERM came ({done}; see {log_path})")
         raise SweepTerminated("the starting point completed: the rerun uses it")
     log(f"sweep {spec.name}: starting point stopped by SIGTERM (exit {code}; see {log_path})")
+    if not stopped:  # before its first checkpoint: still waiting on the lock, or reading its data
+        raise SweepTerminated("the starting point had no checkpoint yet: the rerun trains it from the start")
     raise SweepTerminated("the starting point continues from its checkpoint")
 
 
@@ -173,6 +176,16 @@ def trained_start(cfg: dict[str, Any]) -> tuple[Path | None, str | None]:
 
     parent = starting_point.parent_config(cfg)
     return starting_point.completed_parent(parent, config_hash(parent))
+
+
+def resumable_start(cfg: dict[str, Any]) -> Path | None:
+    """This sweep's starting point stopped at a checkpoint that a rerun continues
+    (``starting_point.find_resumable_run``), else None."""
+    from klear_lab import starting_point
+    from klear_lab.tracking import config_hash, out_dir_of
+
+    parent = starting_point.parent_config(cfg)
+    return starting_point.find_resumable_run(out_dir_of(parent), config_hash(parent), parent["run"]["seed"])
 
 
 def share_sibling_start(cfg: dict[str, Any]) -> Path | None:

@@ -356,6 +356,7 @@ def test_a_sigterm_while_the_starting_point_trains_is_passed_on_and_waited_for(t
     assert sweep.wait(timeout=180) == 143, log.read_text()[-3000:]
     said = log.read_text()
     assert "starting point stopped by SIGTERM" in said and "terminated (SIGTERM): rerun the same command" in said
+    assert "(the starting point continues from its checkpoint)" in said  # parents.resumable_start found it
     with pytest.raises(ProcessLookupError):  # not orphaned: it stopped before the sweep exited
         os.kill(child, 0)
     stopped = json.loads(record.read_text())

@@ -40,12 +40,15 @@ def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     spec = SimpleNamespace(name="quick", sweep_dir=tmp_path / "sweep", path=tmp_path / "spec.yaml",
                            experiment=tmp_path / "rl.yaml")
     monkeypatch.setattr(parents, "trained_start", lambda cfg: (done if done.exists() else None, None))
+    checkpoint = tmp_path / "checkpoint"  # the stopped run a rerun continues, once made
+    monkeypatch.setattr(parents, "resumable_start", lambda cfg: checkpoint if checkpoint.exists() else None)
 
     def start(finishes: bool) -> None:
         monkeypatch.setattr(parents, "_start_command", lambda spec, threads: [
             sys.executable, "-c", CHILD, str(done), "1" if finishes else "0", str(ready)])
 
-    return SimpleNamespace(spec=spec, ready=ready, start=start, log=spec.sweep_dir / "parent.log")
+    return SimpleNamespace(spec=spec, ready=ready, start=start, log=spec.sweep_dir / "parent.log",
+                           checkpoint=checkpoint)
 
 
 def _signal_once_ready(ready: Path, signum: int) -> threading.Thread:
@@ -65,6 +68,7 @@ def _signal_once_ready(ready: Path, signum: int) -> threading.Thread:
 @pytest.mark.parametrize("finishes", [True, False])
 def test_after_a_sigterm_the_sweep_says_whether_its_starting_point_completed(sweep, finishes):
     sweep.start(finishes)
+    sweep.checkpoint.write_text("step 50")
     lines: list[str] = []
     sender = _signal_once_ready(sweep.ready, signal.SIGTERM)
     with pytest.raises(SweepTerminated) as stopped:
@@ -90,3 +94,14 @@ def test_a_ctrl_c_while_the_starting_point_trains_says_to_rerun_the_same_command
                                 "command to resume"), lines
     with pytest.raises(ProcessLookupError):  # killed and waited for, as before
         os.kill(int(sweep.ready.read_text()), 0)
+
+
+def test_a_sigterm_before_the_starting_points_first_checkpoint_says_the_rerun_trains_it(sweep):
+    """Still waiting on another sweep's lock, or reading its data: "continues from its checkpoint" was untrue."""
+    sweep.start(finishes=False)
+    lines: list[str] = []
+    sender = _signal_once_ready(sweep.ready, signal.SIGTERM)
+    with pytest.raises(SweepTerminated) as stopped:
+        parents._train(sweep.spec, {}, 1, lines.append)
+    sender.join()
+    assert str(stopped.value) == "the starting point had no checkpoint yet: the rerun trains it from the start"
