@@ -26,9 +26,9 @@ A sweep arm matches a paper arm through the sweep entry's ``arms`` map, else whe
 paper arm (``top1``), else when it is a one-axis label whose value is one (``clip=gppo`` ->
 ``gppo``). A benchmark named in ``metrics`` is also compared on that metric; the metric must be
 one the sweep keeps per trial (:func:`keeps_metric`: its objective, its ``metrics:`` list, or for a
-``run_experiment`` sweep any final metric of its run kind, such as an RL run's ``val/acc_last5``). Benchmarks
-left out are compared on the objective only. Every check here runs without touching a study, so
-``--validate-only`` style tests can load every shipped analysis.
+``run_experiment`` sweep a final metric every run of its kind returns, such as an RL run's
+``val/acc_last5``). Benchmarks left out are compared on the objective only. Every check here runs without
+touching a study, so ``--validate-only`` style tests can load every shipped analysis.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 from klear_lab.config.yaml_io import load_yaml
 from klear_lab.errors import ConfigError, KlearError, did_you_mean
-from klear_lab.sweep.metrics import GAIN, PLACEHOLDER, is_logged, unlogged_message
+from klear_lab.sweep.metrics import GAIN, PLACEHOLDER, TRAINED, is_logged, unlogged_message
 from klear_lab.sweep.spec import DEFAULT_RUNNER, user_path
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
@@ -212,17 +212,27 @@ def _mapping(analysis: Analysis, key: str, raw: Any, what: str) -> dict[str, str
 
 def keeps_metric(sweep: Any, metric: str) -> bool:
     """Whether the completed trials of ``sweep`` hold ``metric``: its objective and ``metrics:`` (read back
-    from a run's metrics.csv when the run did not return them), and, for a ``run_experiment`` RL sweep, the
-    summary of its training curve over all held-out problems (``GAIN`` without a ``<source>``:
-    ``val/acc_last5``, ``val/acc_drawdown``...), which every RL run returns with its final metrics and a
-    trial keeps (``sweep/trial.py``). A per-source one (``val/aime24/acc_last5``) exists only with two
-    held-out sources or more, under their labels: the spec names it, so a mistyped label is refused here,
-    not after the sweep. A custom ``runner:`` returns metrics of its own: only those the spec names."""
+    from a run's metrics.csv when the run did not return them), and, for a ``run_experiment`` sweep, a final
+    metric every run of its kind returns and a trial keeps (``sweep/trial.py``): :func:`always_returned`.
+    A per-source one (``val/aime24/acc_last5``) exists only under the sweep's labels, and some only under some
+    settings (``val/pass_at_k`` with samples): the spec names them, so a mistyped label is refused here, not
+    after the sweep. A custom ``runner:`` returns metrics of its own: only those the spec names."""
     if metric in (sweep.metric, *sweep.metrics):
         return True
-    if sweep.runner != DEFAULT_RUNNER or metric not in GAIN or PLACEHOLDER.search(metric):
-        return False
-    return _run_kind(sweep) == "rl"
+    return sweep.runner == DEFAULT_RUNNER and metric in always_returned(_run_kind(sweep))
+
+
+def always_returned(kind: str | None) -> tuple[str, ...]:
+    """The final metrics every ``run_experiment`` run of ``kind`` returns, whatever its settings: the held-out
+    evaluation's pooled ones, a training run's counts and times, and an RL run's curve summary over all
+    held-out problems (``GAIN`` without a ``<source>``)."""
+    evaluation = ("val/acc", "val/acc_macro", "val/n")
+    if kind == "eval":
+        return (*evaluation, "perf/eval_seconds", "perf/torch_threads")
+    trained = (*evaluation, *TRAINED, "data/records")
+    if kind == "rl":
+        return (*trained, *(name for name in GAIN if not PLACEHOLDER.search(name)))
+    return trained if kind == "sft" else ()
 
 
 def _run_kind(sweep: Any) -> str | None:
@@ -246,9 +256,11 @@ def _check_metrics(analysis: Analysis, key: str, sweep: Any, metrics: dict[str, 
         kind = _run_kind(sweep) if sweep.runner == DEFAULT_RUNNER else None
         if kind is not None and not is_logged(metric, kind):
             raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name}: {unlogged_message(metric, kind)}")
-        raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} does not record {metric!r} "
-                                                     f"(it records {', '.join(recorded)}); add it to that "
-                                                     "sweep's `metrics:`")
+        said = (f"does not record {metric!r} (it records {', '.join(recorded)})" if kind is None else
+                f"may not record {metric!r} in every trial (it records {', '.join(recorded)}, and what every run "
+                "returns)")
+        raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} {said}; add it to that sweep's "
+                                                     "`metrics:`")
 
 
 def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str], labels: list[str],

@@ -5,28 +5,30 @@ prompts with a 9-gram test-set overlap from its SFT and RL data, paper.md §6).
 How prompts are compared:
 
 - Words: the prompt lowercased, cut into runs of letters and digits (Unicode ones too; ``_`` splits) and
-  the arithmetic operators ``+ - * / = < > ^ ! %`` (and ``× ÷ ≤ ≥ ≠ ± −``), one word each. ``What is
-  $x^2$?`` and ``what IS x ^ 2`` are the same four words: other punctuation, LaTeX markup and whitespace do
-  not tell prompts apart, but ``71+43`` and ``71-43`` are different problems. A run of CJK characters is
-  one word.
-- A training prompt is dropped when it holds a held-out prompt's words whole, in order (an exact
-  duplicate, or the problem quoted inside another text, whatever its length), or when one of its runs of
-  ``n`` words is one of a held-out prompt's. A prompt without any word is compared with nothing.
-- Boilerplate is not matched: a run found in :data:`SHARED_BY` or more distinct prompts of one held-out
-  source belongs to no single test problem. It is an instruction (``You are an expert Python programmer.
+  the arithmetic operators ``+ - * / = < > ^ ! %``, one word each (``− × ÷ ≤ ≥ ≠ ±`` read as their ASCII
+  spelling first). ``What is $x^2$?`` and ``what IS x ^ 2`` are the same four words: other punctuation,
+  LaTeX markup and whitespace do not tell prompts apart, but ``71+43`` and ``71-43`` are different
+  problems. A run of CJK characters is one word.
+- A training prompt is dropped when one of its runs of ``n`` words is one of a held-out prompt's, or when
+  its words are exactly those of a held-out prompt shorter than ``n`` words (only then: ``Find x.`` opens
+  many other problems). A prompt without any word is compared with nothing.
+- Boilerplate is not matched: a run found in :data:`SHARED_BY` or more distinct held-out prompts (of any
+  source) belongs to no single test problem. It is an instruction (``You are an expert Python programmer.
   You will be given a question ...`` opens every code prompt of the paper's RL data, its training files'
   and LiveCodeBench's alike; LiveCodeBench's AtCoder and LeetCode problems each carry their own) or a
   stock phrase (``where m and n are relatively prime positive integers``), and would drop every training
   record that carries it. Runs that overlap such a run are left out too: one reaching from the instruction
   into a problem's first word ("... passes all tests you") would otherwise drop every training problem
-  that begins with that word after the same instruction. A held-out problem made only of boilerplate is
-  still caught whole (above).
+  that begins with that word after the same instruction. A held-out prompt made of boilerplate only (one
+  of several that differ in their numbers, say) is looked for whole, in order, inside training prompts.
+- What this misses: one problem held out 3 times or more under different instructions counts as
+  boilerplate itself, so only a copy holding one of its prompts whole is caught; a problem whose numbers
+  were changed is not caught at all.
 
 Cost: the held-out runs go into one set of word tuples (exact, not hashed to integers, so no collision can
 drop a record on one process of a run and not on another); each distinct training prompt is split once and
-its runs looked up in that set, and, for the few held-out prompts without a run of their own (short, or
-boilerplate only), its runs as long as their beginnings looked up among those (100k prompts of ~80 words
-against 1,000 held-out prompts: about 4 s on one core).
+its runs looked up in that set, and in the few boilerplate-only prompts' beginnings (100k prompts of ~80
+words against 1,000 held-out prompts: about 4 s on one core).
 """
 
 from __future__ import annotations
@@ -42,15 +44,17 @@ from klear_lab.data.records import Record
 from klear_lab.errors import ConfigError, DataError
 
 KEY = "data.decontaminate_ngram"
-WORD = re.compile(r"[^\W_]+|[-+*/=<>^!%×÷≤≥≠±−]")
-"""A word: a run of letters and digits, or one arithmetic operator."""
+WORD = re.compile(r"[^\W_]+|[-+*/=<>^!%]")
+"""A word: a run of letters and digits, or one arithmetic operator (after :data:`OPERATORS`)."""
+OPERATORS = str.maketrans({"−": "-", "–": "-", "×": "*", "÷": "/", "≤": "<=", "≥": ">=", "≠": "!=", "±": "+-"})
+"""Unicode operators as their ASCII spelling: a copy typed with ``<=`` is the problem written with ``≤``."""
 SHARED_BY = 3
 """Distinct prompts of one held-out source a run must be found in to count as boilerplate, not a problem's."""
 
 
 def prompt_words(prompt: str) -> tuple[str, ...]:
     """The prompt's words, as they are compared (lowercased; letter-and-digit runs and operators)."""
-    return tuple(WORD.findall(prompt.lower()))
+    return tuple(WORD.findall(prompt.lower().translate(OPERATORS)))
 
 
 def windows(words: tuple[str, ...], n: int) -> Iterator[tuple[str, ...]]:
@@ -58,50 +62,51 @@ def windows(words: tuple[str, ...], n: int) -> Iterator[tuple[str, ...]]:
     return zip(*(words[i:] for i in range(n)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HeldOutIndex:
     """What a training prompt is compared with: the held-out prompts' runs of ``n`` words (boilerplate left
-    out), and the word tuples of the held-out prompts without such a run (shorter than ``n`` words, or made
-    of boilerplate only) under their first ``min(n, len)`` words: a text holding another prompt whole holds
-    its runs, so only these are looked for whole."""
+    out); the word tuples of those made of boilerplate only, under their first ``n`` words (a text holding
+    another prompt whole holds its runs, so only these are looked for whole); and those shorter than ``n``
+    words, matched as exact duplicates only (a short problem, ``Find x.``, opens many others)."""
 
     n: int
     ngrams: frozenset[tuple[str, ...]]
-    starts: dict[tuple[str, ...], tuple[tuple[str, ...], ...]]  # first words -> the held-out prompts' words
+    starts: dict[tuple[str, ...], tuple[tuple[str, ...], ...]]  # first n words -> the held-out prompts' words
+    short: frozenset[tuple[str, ...]]
 
     def matches(self, prompt: str) -> bool:
         words = prompt_words(prompt)
-        return bool(words) and (not self.ngrams.isdisjoint(windows(words, self.n)) or self.quotes(words))
+        return bool(words) and (words in self.short or not self.ngrams.isdisjoint(windows(words, self.n))
+                                or self.quotes(words))
 
     def quotes(self, words: tuple[str, ...]) -> bool:
-        """Whether ``words`` hold a held-out prompt's words whole, in order."""
-        for k in {len(start) for start in self.starts}:
-            for i, run in enumerate(windows(words, k)):
-                if any(words[i:i + len(held)] == held for held in self.starts.get(run, ())):
-                    return True
+        """Whether ``words`` hold a boilerplate-only held-out prompt's words whole, in order."""
+        if not self.starts:
+            return False
+        for i, run in enumerate(windows(words, self.n)):
+            if any(words[i:i + len(held)] == held for held in self.starts.get(run, ())):
+                return True
         return False
 
 
 def heldout_index(eval_records: Iterable[Record], n: int) -> HeldOutIndex:
-    """The :class:`HeldOutIndex` of ``eval_records``: each source's distinct prompts, its template left out."""
-    by_source: dict[str, set[tuple[str, ...]]] = {}
-    for r in eval_records:
-        by_source.setdefault(r.source, set()).add(prompt_words(r.prompt))
+    """The :class:`HeldOutIndex` of ``eval_records``' distinct prompts, boilerplate left out."""
+    prompts = {prompt_words(r.prompt) for r in eval_records} - {()}
+    template = boilerplate(Counter(g for words in prompts for g in set(windows(words, n))))
     ngrams: set[tuple[str, ...]] = set()
     starts: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
-    for prompts in by_source.values():
-        counts = Counter(g for words in prompts for g in set(windows(words, n)))
-        template = boilerplate(counts)
-        for words in prompts:
-            if content := content_windows(words, n, template):
-                ngrams.update(content)  # a text that holds the prompt whole holds these runs too
-            elif words:  # shorter than n words, or boilerplate only: looked for whole
-                starts.setdefault(words[:n], set()).add(words)
-    return HeldOutIndex(n, frozenset(ngrams), {k: tuple(v) for k, v in starts.items()})
+    for words in prompts:
+        if content := content_windows(words, n, template):
+            ngrams.update(content)  # a text that holds the prompt whole holds these runs too
+        elif len(words) >= n:  # boilerplate only: looked for whole
+            starts.setdefault(words[:n], set()).add(words)
+    short = frozenset(words for words in prompts if len(words) < n)
+    return HeldOutIndex(n, frozenset(ngrams), {k: tuple(v) for k, v in starts.items()}, short)
 
 
 def boilerplate(counts: Counter) -> set[tuple[str, ...]]:
-    """The runs found in :data:`SHARED_BY` or more of a held-out source's distinct prompts (``counts``)."""
+    """The runs found in :data:`SHARED_BY` or more distinct held-out prompts (``counts``), of any source: a
+    stock phrase spread over two benchmarks is one still."""
     return {g for g, c in counts.items() if c >= SHARED_BY}
 
 

@@ -126,7 +126,8 @@ def _stop_after_sigterm(spec: SweepSpec, cfg: dict[str, Any], code: int, log_pat
         raise SweepTerminated("the starting point completed: the rerun uses it")
     log(f"sweep {spec.name}: starting point stopped by SIGTERM (exit {code}; see {log_path})")
     if not stopped:  # before its first checkpoint: still waiting on the lock, or reading its data
-        raise SweepTerminated("the starting point had no checkpoint yet: the rerun trains it from the start")
+        raise SweepTerminated("the starting point had no checkpoint yet: the rerun trains it from the start, or "
+                              "shares the one another sweep completed meanwhile")
     raise SweepTerminated("the starting point continues from its checkpoint")
 
 

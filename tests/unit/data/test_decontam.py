@@ -44,11 +44,30 @@ def test_words_are_lowercased_letters_and_digits_and_operators_whatever_separate
     assert kept_uids([recased, rec("t/1", "Let a be a prime.")], held) == ["t/1"]
 
 
-def test_a_short_prompt_is_dropped_as_a_duplicate_or_quoted_whole():
-    held = [rec("e/0", "What is 2 + 3?", "arith"), rec("e/1", "???", "arith")]
+def test_a_short_prompt_is_dropped_only_as_an_exact_duplicate():
+    """``Find x.`` or ``Simplify sqrt(242).`` open many other problems: looked for inside them, they dropped
+    problems that are not theirs."""
+    held = [rec("e/0", "What is 2 + 3?", "arith"), rec("e/1", "???", "arith"), rec("e/2", "Find x.", "geo"),
+            rec("e/3", "Simplify $\\sqrt{242}$.", "alg")]
     train = [rec("t/dup", "what is 2+3"), rec("t/quoted", "Tell me: what is 2 + 3? Then add one more to it, please."),
-             rec("t/no_words", "???"), rec("t/other", "What is 2 + 4?"), rec("t/part", "What is 2 + 33?")]
-    assert kept_uids(train, held) == ["t/no_words", "t/other", "t/part"]
+             rec("t/no_words", "???"), rec("t/other", "What is 2 + 4?"),
+             rec("t/find", "In triangle ABC the angle A is 30 degrees; find x, the length of BC, given AB = 4."),
+             rec("t/more", "Simplify $\\sqrt{242}\\cdot\\sqrt{8}$ and give an integer.")]
+    assert kept_uids(train, held) == ["t/quoted", "t/no_words", "t/other", "t/find", "t/more"]
+
+
+def test_unicode_operators_read_as_their_ascii_spelling():
+    held = [rec("e/0", "Solve −3x − 7 ≤ 2x − 12 − x and x − 1 ≥ −5 − x for real x, giving every solution.", "alg")]
+    typed = rec("t/0", "Solve -3x - 7 <= 2x - 12 - x and x - 1 >= -5 - x for real x, giving every solution.")
+    assert kept_uids([typed, rec("t/1", "Name a prime.")], held) == ["t/1"]
+
+
+def test_a_stock_phrase_spread_over_two_benchmarks_is_boilerplate():
+    tail = "can be written as m/n, where m and n are relatively prime positive integers. Find m+n."
+    held = [rec(f"e/{src}{i}", f"{p} {tail}", src) for src, ps in
+            (("aime24", PROBLEMS[:2]), ("aime25", PROBLEMS[2:])) for i, p in enumerate(ps)]
+    train = rec("t/0", f"Two dice are rolled and the chance that their sum is prime {tail}")
+    assert kept_uids([train], held) == ["t/0"]
 
 
 def test_arithmetic_problems_that_differ_in_an_operator_are_different_problems():

@@ -53,8 +53,16 @@ def test_a_metric_the_runs_do_not_log_is_refused_saying_so(tmp_path, kind, metri
 def test_a_metric_only_some_runs_log_must_be_in_the_sweeps_metrics(tmp_path, metric):
     """A mistyped source label (``aime_24``) was accepted, then compared nothing once the sweep had run."""
     path = toy_analysis(tmp_path, "rl", metric)
-    with pytest.raises(ConfigError, match=f"toy.yaml does not record '{metric}' .*add it to that sweep's"):
+    with pytest.raises(ConfigError, match=f"toy.yaml may not record '{metric}' in every trial .*add it to that "
+                                          "sweep's"):
         load_analysis(path)
+
+
+@pytest.mark.parametrize(("kind", "metric"), [("rl", "train/steps"), ("sft", "perf/train_seconds"),
+                                              ("sft", "data/records"), ("rl", "val/acc_macro")])
+def test_a_metric_every_run_of_the_kind_returns_may_be_mapped(tmp_path, kind, metric):
+    """Every trial keeps every final metric its run returns: a mapping of these was accepted before."""
+    assert load_analysis(toy_analysis(tmp_path, kind, metric)).sweeps[0].metrics == {"A": metric}
 
 
 def test_fig2s_embedded_entry_compares_the_mean_of_the_last_evaluations(repo_root):
