@@ -4,7 +4,9 @@ A starting point is the same model wherever it was trained when its config hash 
 trained on the records its data files hold now (``starting_point.find_completed_run`` with
 ``starting_point.records_digests``: records that cannot be read here are not checked). Such a run is
 brought into the run directory that needs it as a copy made of hard links (no extra disk; a plain copy
-across file systems), so it stays valid when its source is deleted. Two callers:
+across file systems), so it stays valid when its source is deleted; its ``wandb/`` is left out (the copy
+would hold the source's W&B run id, and ``wandb sync`` of both directories would upload one run twice).
+Two callers:
 
 - a sweep, from the other sweeps under its own ``out_dir`` (``parents.share_sibling_start``);
 - a run outside every sweep (``klear-lab train``, its ``run.out_dir`` not inside :data:`SWEEP_ROOT`), from
@@ -95,7 +97,8 @@ def link_completed_start(parent: dict[str, Any], parent_hash: str, runs: Path, s
     runs.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sharing-", dir=runs))  # hidden: no run (a run name may be 255 bytes)
     try:
-        shutil.copytree(source, tmp / "run", copy_function=_link_or_copy, symlinks=True)
+        shutil.copytree(source, tmp / "run", copy_function=_link_or_copy, symlinks=True,
+                        ignore=lambda where, names: ["wandb"] if Path(where) == source else [])
         os.rename(tmp / "run", runs / source.name)  # atomic: trials never see half a copy
     except OSError:
         if starting_point.find_completed_run(runs, parent_hash, seed) is None:  # not a lost race with another sweep

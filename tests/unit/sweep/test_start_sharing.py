@@ -199,3 +199,15 @@ def test_a_copy_made_where_hard_links_fail_is_called_a_copy(workdir, capsys, mon
     copy = workdir / "runs" / RUN_NAME
     assert (copy / "model" / "model.safetensors").read_bytes() == b"weights"
     assert f"the completed run {trained.resolve()} a sweep trained, copied into {copy}" in capsys.readouterr().err
+
+
+def test_the_copy_leaves_out_the_sweeps_wandb_run(workdir):
+    """The copy held the source's offline W&B run, id and all: `wandb sync` of both uploaded one run twice."""
+    child = _child(workdir / "runs")
+    trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    (trained / "wandb" / "offline-run-20250101_000000-abc123").mkdir(parents=True)
+    (trained / "model" / "wandb").mkdir()  # only the run's own W&B directory is left out
+    starting_point.resolve_init_from(child)
+    copy = workdir / "runs" / RUN_NAME
+    assert not (copy / "wandb").exists() and (copy / "model" / "wandb").is_dir()
+    assert (trained / "wandb" / "offline-run-20250101_000000-abc123").is_dir()  # the source keeps it
