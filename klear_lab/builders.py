@@ -144,28 +144,28 @@ def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str]
                                 "(`label: aime24`)")
 
 
-def build_train_records(cfg: dict[str, Any], eval_records: list[Record] | None = None,
-                        ) -> tuple[list[Record], dict[str, float]]:
-    """Sources -> n-gram decontamination (``data.decontaminate_ngram``; against ``eval_records``, built here
-    when not given) -> difficulty filter (per source) -> data mix. Returns records and data stats."""
-    return train_and_heldout(cfg, eval_records)[:2]
+def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
+    """Sources -> n-gram decontamination (``data.decontaminate_ngram``, against the held-out records) ->
+    difficulty filter (per source) -> data mix. Returns records and data stats."""
+    return train_and_heldout(cfg)[:2]
 
 
 def build_run_records(cfg: dict[str, Any], quiet: bool = False) -> tuple[list[Record], dict[str, float], list[Record]]:
     """:func:`build_train_records` and :func:`build_eval_records`, the held-out records built once; ``quiet``:
     without the decontamination line (a check of records another run trained on)."""
-    records, stats, eval_records = train_and_heldout(cfg, None, quiet)
+    records, stats, eval_records = train_and_heldout(cfg, quiet)
     return records, stats, build_eval_records(cfg) if eval_records is None else eval_records
 
 
-def train_and_heldout(cfg: dict[str, Any], eval_records: list[Record] | None, quiet: bool = False,
+def train_and_heldout(cfg: dict[str, Any], quiet: bool = False,
                       ) -> tuple[list[Record], dict[str, float], list[Record] | None]:
     """Training records, data stats and the held-out records they were compared with (None: not compared;
     then built after the training ones, as before the key: a plugin source may draw from the global RNGs)."""
     pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])  # refuses sources that gave no records
     stats: dict[str, float] = {}
+    eval_records = None
     if n := cfg["data"].get("decontaminate_ngram") or 0:  # a partial saved config from before the key: off
-        eval_records = build_eval_records(cfg) if eval_records is None else eval_records
+        eval_records = build_eval_records(cfg)
         pools, stats = decontaminated_pools(pools, eval_records, n, quiet or local_rank() > 0)  # rank 0 says it
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}

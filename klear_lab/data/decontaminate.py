@@ -49,7 +49,7 @@ WORD = re.compile(r"[^\W_]+|[-+*/=<>^!%]")
 OPERATORS = str.maketrans({"−": "-", "–": "-", "×": "*", "÷": "/", "≤": "<=", "≥": ">=", "≠": "!=", "±": "+-"})
 """Unicode operators as their ASCII spelling: a copy typed with ``<=`` is the problem written with ``≤``."""
 SHARED_BY = 3
-"""Distinct prompts of one held-out source a run must be found in to count as boilerplate, not a problem's."""
+"""Distinct held-out prompts (of any source) a run must be found in to count as boilerplate, not a problem's."""
 
 
 def prompt_words(prompt: str) -> tuple[str, ...]:
