@@ -10,9 +10,10 @@ Two callers:
 
 - a sweep, from the other sweeps under its own ``out_dir`` (``parents.share_sibling_start``);
 - a run outside every sweep (``klear-lab train``, its ``run.out_dir`` not inside :data:`SWEEP_ROOT`), from
-  the sweeps under :data:`SWEEP_ROOT` of the working directory (:func:`share_sweep_start`). Only
-  ``SWEEP_ROOT/*/runs`` is searched: the sweeps' default output root, two directory levels, nothing else.
-  Sweeps given another ``--out-dir`` are not looked for.
+  the sweeps under the :data:`SWEEP_ROOT` beside its ``run.out_dir`` (:func:`share_sweep_start`; for the
+  default ``runs``, ``sweep_runs`` of the working directory). Only ``SWEEP_ROOT/*/runs`` is searched: the
+  sweeps' default output root, two directory levels, nothing else. Sweeps given another ``--out-dir`` are
+  not looked for.
 
 Both hold the sweeps' lock on that starting point (:func:`start_lock`) while they look and link, so a
 command started while a sweep trains it waits, then shares it.
@@ -53,22 +54,32 @@ def share_sweep_start(parent: dict[str, Any], parent_hash: str,
     its sweep, which shares on its own and holds the lock taken here while its starting point trains."""
     from klear_lab.tracking import out_dir_of
 
-    runs, root = out_dir_of(parent).resolve(), SWEEP_ROOT.resolve()
-    if not root.is_dir() or runs.is_relative_to(root):
+    if (root := _sweeps_root(parent)) is None:
         return None
-    with _sweeps_lock(root, parent_hash, parent):
-        return link_completed_start(parent, parent_hash, runs, sorted(root.glob("*/runs")), data)
+    with _sweeps_lock(root, parent_hash, parent):  # the sweeps looked for once it is held: one may have begun
+        return link_completed_start(parent, parent_hash, out_dir_of(parent).resolve(), sorted(root.glob("*/runs")),
+                                    data)
 
 
 def sweep_start(parent: dict[str, Any], parent_hash: str) -> Path | None:
     """The completed run of ``parent`` a sweep under :data:`SWEEP_ROOT` trained that :func:`share_sweep_start`
     would link, for a run outside the sweeps; looked up without the lock and linking nothing (``--dry-run``)."""
+    root = _sweeps_root(parent)
+    return None if root is None else find_completed_start(parent, parent_hash, sorted(root.glob("*/runs")))
+
+
+def _sweeps_root(parent: dict[str, Any]) -> Path | None:
+    """Where a run of ``parent`` looks for a sweep's (``SWEEP_ROOT/*/runs``): the :data:`SWEEP_ROOT` beside its
+    ``run.out_dir`` (for the default ``runs``, ``sweep_runs`` of the working directory, where ``klear-lab sweep``
+    writes by default; a run written elsewhere, a test's in its temporary directory, does not take a starting
+    point from the working directory's sweeps). None where there is none, or for a run inside one, which is
+    left to its sweep."""
     from klear_lab.tracking import out_dir_of
 
-    root = SWEEP_ROOT.resolve()
-    if not root.is_dir() or out_dir_of(parent).resolve().is_relative_to(root):
-        return None
-    return find_completed_start(parent, parent_hash, sorted(root.glob("*/runs")))
+    runs = out_dir_of(parent).resolve()
+    root = runs.parent / SWEEP_ROOT
+    inside = any(runs.is_relative_to(r) for r in (root, SWEEP_ROOT.resolve()))
+    return None if inside or not root.is_dir() else root
 
 
 def _sweeps_lock(root: Path, parent_hash: str, parent: dict[str, Any]) -> contextlib.AbstractContextManager:
