@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import time
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -62,12 +63,43 @@ def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             retry = (optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry) if heartbeat_interval
                      else None)
-            return optuna.storages.RDBStorage(
+            return _rdb_storage(
                 url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
                 grace_period=2 * heartbeat_interval if heartbeat_interval else None,
                 heartbeat_stale_trial_callback=retry)
     except Exception as exc:  # sqlalchemy OperationalError, bad database name...
         raise ConfigError(f"storage {_redact(url)}: cannot open: {exc}") from None
+
+
+SCHEMA_RACE_TRIES = 5
+
+
+def _rdb_storage(url: str, **kwargs) -> optuna.storages.RDBStorage:
+    """``RDBStorage(url, **kwargs)``, tried again when another process created its tables at the same moment.
+
+    On an empty database every opener creates Optuna's tables (``create_all``: look, then create). Two at once
+    -- a sweep and its ``--join`` worker started together on a fresh PostgreSQL database, ``compare`` beside
+    a starting sweep -- and the slower one fails with a duplicate key or "already exists". The tables are
+    whole by then (each creation is one transaction), so opening again finds them.
+    """
+    for attempt in range(SCHEMA_RACE_TRIES):
+        try:
+            return optuna.storages.RDBStorage(url, **kwargs)
+        except Exception as exc:
+            if attempt == SCHEMA_RACE_TRIES - 1 or not _lost_schema_race(exc):
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _lost_schema_race(exc: Exception) -> bool:
+    """A table, type or version row created by another opener in between (PostgreSQL, SQLite, MySQL wording)."""
+    from sqlalchemy import exc as sa_exc
+
+    if not isinstance(exc, (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.OperationalError)):
+        return False
+    message = str(getattr(exc, "orig", None) or exc).lower()
+    return "already exists" in message or "duplicate key" in message or "duplicate entry" in message
 
 
 def make_sampler(spec: SweepSpec, trial_number: int = 0) -> optuna.samplers.BaseSampler:
@@ -102,8 +134,8 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
     """
     if not create and _missing_sqlite_file(url):  # opening it would create the file, its lock and directory
         raise _no_study(spec, url)
-    # concurrent schema creation races; a study that must exist has its schema (and a reader of another
-    # user's or a read-only sweep directory could not open the lock file)
+    # the lock orders the creators; a reader (``--join``, ``compare``) opens without it (a read-only or another
+    # user's sweep directory has no lock file it could open), and loses a schema race to no one (``_rdb_storage``)
     with StudyLock(url, "klear-lab storage init").hold() if create else contextlib.nullcontext():
         storage = make_storage(url, spec.heartbeat_interval if heartbeat else None, spec.max_retry)
         kwargs = {"study_name": spec.name, "storage": storage, "sampler": make_sampler(spec),

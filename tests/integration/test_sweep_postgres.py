@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,39 @@ def pg_url():
     finally:
         subprocess.run(["bash", str(SCRIPT), "stop", data], capture_output=True, timeout=120)
         shutil.rmtree(data, ignore_errors=True)
+
+
+OPEN_AT = """
+import sys, time
+from klear_lab.sweep.storage import make_storage
+url, start = sys.argv[1], float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))
+make_storage(url, heartbeat_interval=10)
+"""
+
+
+def test_processes_opening_a_fresh_database_at_once_all_succeed(pg_url):
+    """Every opener of an empty database creates Optuna's tables; the ones that lose the race open again.
+
+    Before ``storage._rdb_storage`` one of two processes started together failed on every try
+    (``duplicate key value violates unique constraint "pg_type_typname_nsp_index"``): CI's run of
+    ``test_two_workers_share_a_postgres_study`` lost its main sweep that way.
+    """
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    for i in range(3):
+        name = f"fresh_{i}"
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        url = pg_url.rsplit("/", 1)[0] + f"/{name}"
+        start = time.time() + 2.0  # after every child has imported
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, url, str(start)], stderr=subprocess.PIPE,
+                                  text=True) for _ in range(3)]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(errors)[-3000:]
+    admin.dispose()
 
 
 def test_two_workers_share_a_postgres_study(tmp_path, pg_url):
