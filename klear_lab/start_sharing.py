@@ -6,17 +6,21 @@ trained on the records its data files hold now (``starting_point.find_completed_
 brought into the run directory that needs it as a copy made of hard links (no extra disk; a plain copy
 across file systems), so it stays valid when its source is deleted; its ``wandb/`` is left out (the copy
 would hold the source's W&B run id, and ``wandb sync`` of both directories would upload one run twice).
-Two callers:
+Three callers:
 
 - a sweep, from the other sweeps under its own ``out_dir`` (``parents.share_sibling_start``);
 - a run outside every sweep (``klear-lab train``, its ``run.out_dir`` not inside :data:`SWEEP_ROOT`), from
   the sweeps under the :data:`SWEEP_ROOT` beside its ``run.out_dir`` (:func:`share_sweep_start`; for the
   default ``runs``, ``sweep_runs`` of the working directory). Only ``SWEEP_ROOT/*/runs`` is searched: the
   sweeps' default output root, two directory levels, nothing else. Sweeps given another ``--out-dir`` are
-  not looked for.
+  not looked for;
+- a sweep, from the ``run.out_dir`` where ``klear-lab train`` of its starting point writes, when that is
+  beside its ``out_dir`` as above (:func:`train_runs`, ``parents.share_train_start``): the same pairs of
+  directories share, both ways.
 
-Both hold the sweeps' lock on that starting point (:func:`start_lock`) while they look and link, so a
-command started while a sweep trains it waits, then shares it.
+All hold the sweeps' lock on that starting point (:func:`start_lock`) while they look and link, so a
+command started while a sweep trains it waits, then shares it. A sweep does not wait for a
+``klear-lab train`` training it (that holds only its own ``.init-*`` lock): it takes completed runs only.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,10 +81,36 @@ def _sweeps_root(parent: dict[str, Any]) -> Path | None:
     left to its sweep."""
     from klear_lab.tracking import out_dir_of
 
-    runs = out_dir_of(parent).resolve()
+    return _sweeps_beside(out_dir_of(parent).resolve())
+
+
+def _sweeps_beside(runs: Path) -> Path | None:
+    """The :data:`SWEEP_ROOT` beside the run directory ``runs`` (absolute), if it exists and ``runs`` is
+    not inside it or the working directory's."""
     root = runs.parent / SWEEP_ROOT
     inside = any(runs.is_relative_to(r) for r in (root, SWEEP_ROOT.resolve()))
     return None if inside or not root.is_dir() else root
+
+
+def train_runs(init_from: str | Path, sweeps: Path) -> Path | None:
+    """Where a sweep under ``sweeps`` (its ``out_dir``) looks for a starting point ``init_from`` that a
+    ``klear-lab train`` made: that experiment's composed ``run.out_dir`` (relative: to the working
+    directory), where ``klear-lab train INIT_FROM`` run here writes it, and only where a run written there
+    would itself look for this sweep's (:func:`_sweeps_root`: ``sweeps`` is the :data:`SWEEP_ROOT` beside
+    it). So the default ``sweep_runs`` takes from the ``runs`` beside it, and a sweep given another
+    ``--out-dir`` (a test's temporary one) takes nothing from the working directory's runs: exactly the
+    pairs that share the other way. One directory, no walk. None when it is not there."""
+    from klear_lab.config.compose import compose
+    from klear_lab.tracking import out_dir_of
+
+    runs = out_dir_of(compose(init_from)).resolve()
+    return runs if runs.is_dir() and _sweeps_beside(runs) == sweeps.resolve() else None
+
+
+def linked_or_copied(source: Path, copy: Path) -> str:
+    """How :func:`link_completed_start` brought ``source`` into ``copy``: "hard-linked", or "copied" where
+    links failed (another file system, ``protected_hardlinks``)."""
+    return "hard-linked" if os.path.samefile(source / "run.json", copy / "run.json") else "copied"
 
 
 def _sweeps_lock(root: Path, parent_hash: str, parent: dict[str, Any]) -> contextlib.AbstractContextManager:
@@ -124,17 +155,26 @@ def find_completed_start(parent: dict[str, Any], parent_hash: str, sources: Iter
                          data: dict[str, str] | None = None) -> Path | None:
     """The newest completed run of ``parent`` in the run directories ``sources`` with its hash and seed,
     trained on the records its data files hold now (read here unless ``data`` is given, and only when a
-    run has its hash and seed; records that cannot be read: not checked), else None."""
+    run has its hash and seed; records that cannot be read: not checked, with a warning naming the run,
+    as ``starting_point.completed_parent`` gives for a run of its own output dir), else None."""
     from klear_lab import starting_point
 
     seed = parent["run"]["seed"]
     candidates = [d for d in sources if starting_point.find_completed_run(d, parent_hash, seed) is not None]
+    unread = None
     if candidates and data is None:
-        with contextlib.suppress(DataError):
+        try:
             data = starting_point.records_digests(parent)
+        except DataError as exc:
+            unread = exc
     found = [run for d in candidates
              for run in [starting_point.find_completed_run(d, parent_hash, seed, data=data)] if run is not None]
-    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+    newest = max(found, key=lambda p: p.stat().st_mtime, default=None)
+    if newest is not None and unread is not None:
+        warnings.warn(f"model.init_from {parent['run']['experiment']}: its data cannot be read here to check that "
+                      f"the completed run {newest} trained on it ({unread}); sharing that run", UserWarning,
+                      stacklevel=2)
+    return newest
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -7,9 +7,11 @@ the trials then find it by config hash (threads and output dir are not part of t
 Skipped when an axis changes the parent, for custom runners, and when there is no ``init_from``.
 A starting point another sweep under the same ``out_dir`` already trained with the same config
 and seed is shared (hard-linked) instead of retrained (``share_sibling_start``): the embedded RL
-ablation sweeps all start from the quickstart SFT model. A lock per starting point in ``out_dir``
-makes a sweep started while another trains it wait and share it, rather than train it again; a
-``klear-lab train`` outside the sweeps shares theirs the same way (:mod:`klear_lab.start_sharing`).
+ablation sweeps all start from the quickstart SFT model. Else one a ``klear-lab train`` completed in
+the ``run.out_dir`` beside ``out_dir`` (``runs`` beside ``sweep_runs``) is shared the same way
+(``share_train_start``). A lock per starting point in ``out_dir`` makes a sweep started while another
+trains it wait and share it, rather than train it again; a ``klear-lab train`` outside the sweeps shares
+theirs the same way (:mod:`klear_lab.start_sharing`).
 """
 
 from __future__ import annotations
@@ -57,11 +59,25 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
         if done is not None:  # a rerun of the sweep: the parent's process would only find it
             log(f"sweep {spec.name}: starting point: {done} (trained before)")
             return
-        shared = share_sibling_start(cfg)
-        if shared is not None:
-            log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
-            return
-        _train(spec, cfg, threads, log)
+        if not _share_start(spec, cfg, log):
+            _train(spec, cfg, threads, log)
+
+
+def _share_start(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> bool:
+    """Share a completed starting point another sweep trained, else one a ``klear-lab train`` made; say
+    which on one line. False when there is none to share."""
+    from klear_lab.start_sharing import linked_or_copied
+
+    shared = share_sibling_start(cfg)
+    if shared is not None:
+        log(f"sweep {spec.name}: starting point: reusing {shared} (same config and seed, trained by another sweep)")
+        return True
+    taken = share_train_start(cfg)
+    if taken is not None:
+        source, copy = taken
+        log(f"sweep {spec.name}: starting point: reusing {source} (same config and seed, trained by "
+            f"`klear-lab train`), {linked_or_copied(source, copy)} into {copy}")
+    return taken is not None
 
 
 @contextlib.contextmanager
@@ -208,6 +224,24 @@ def share_sibling_start(cfg: dict[str, Any]) -> Path | None:
         return None
     shared = link_completed_start(parent, wanted, runs, runs.parent.parent.glob("*/runs"))
     return None if shared is None else shared[0]
+
+
+def share_train_start(cfg: dict[str, Any]) -> tuple[Path, Path] | None:
+    """Bring the newest completed starting point with the same config hash, seed and records that a
+    ``klear-lab train`` made in its ``run.out_dir`` beside this sweep's ``out_dir`` (``start_sharing.train_runs``)
+    into this sweep's runs dir, as :func:`share_sibling_start` does a sibling's; for a sweep without one of
+    its own, under the lock on it. A run still training is not completed: not taken. Returns (that run,
+    its copy), or None."""
+    from klear_lab import starting_point
+    from klear_lab.start_sharing import link_completed_start, train_runs
+    from klear_lab.tracking import config_hash, out_dir_of
+
+    runs = out_dir_of(cfg)
+    source = train_runs(cfg["model"]["init_from"], runs.parent.parent)
+    if source is None:
+        return None
+    parent = starting_point.parent_config(cfg)
+    return link_completed_start(parent, config_hash(parent), runs, [source])
 
 
 def main(argv: list[str]) -> int:

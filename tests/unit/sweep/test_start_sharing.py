@@ -5,6 +5,7 @@ again (it trained its own under ``runs/``). Fake completed runs: nothing trains 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -211,3 +212,21 @@ def test_the_copy_leaves_out_the_sweeps_wandb_run(workdir):
     copy = workdir / "runs" / RUN_NAME
     assert not (copy / "wandb").exists() and (copy / "model" / "wandb").is_dir()
     assert (trained / "wandb" / "offline-run-20250101_000000-abc123").is_dir()  # the source keeps it
+
+
+def test_a_share_whose_data_cannot_be_read_here_says_it_was_not_checked(workdir):
+    """A corpus deleted after training: the sweep's run is shared unchecked, as a run of the output dir's own is
+    used, and with the same warning (the share said nothing)."""
+    data = workdir / "corpus.jsonl"
+    data.write_text('{"prompt": "What is 1+1?", "answer": "2", "response": "\\\\boxed{2}"}\n')
+    (workdir / "parent.yaml").write_text(yaml.safe_dump({**TINY_PARENT, "data": {
+        **TINY_PARENT["data"], "sources": [{"name": "file", "path": str(data)}]}}))
+    child = _child(workdir / "runs")
+    trained = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child),
+                             data={"train": "the rows then"})
+    data.unlink()
+    said = (re.escape(f"model.init_from parent.yaml: its data cannot be read here to check that the completed run "
+                      f"{trained.resolve()} trained on it (") + r".*corpus\.jsonl.*\); sharing that run")
+    with pytest.warns(UserWarning, match=said):
+        starting_point.resolve_init_from(child)
+    assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
