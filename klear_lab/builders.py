@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
@@ -14,10 +13,10 @@ from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.config.validate import component_args
 from klear_lab.data.decontaminate import decontaminated_pools
 from klear_lab.data.filters.base import filtered_records
-from klear_lab.data.mixes.base import mixed_records, share_metrics
+from klear_lab.data.mixes.base import mixed_records
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.data.sources.base import SplitExhausted
-from klear_lab.distributed import local_rank
+from klear_lab.data.training_stats import record_stats, repeat_stats
 from klear_lab.errors import ConfigError, DataError
 from klear_lab.hardware import auto_threads
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, REWARD, ROLLOUT, SOURCE
@@ -166,7 +165,7 @@ def train_and_heldout(cfg: dict[str, Any], quiet: bool = False,
     eval_records = None
     if n := cfg["data"].get("decontaminate_ngram") or 0:  # a partial saved config from before the key: off
         eval_records = build_eval_records(cfg)
-        pools, stats = decontaminated_pools(pools, eval_records, n, quiet or local_rank() > 0)  # rank 0 says it
+        pools, stats = decontaminated_pools(pools, eval_records, n, quiet)  # said by global rank 0 only
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():
@@ -188,39 +187,10 @@ def train_and_heldout(cfg: dict[str, Any], quiet: bool = False,
     return records, {**stats, **record_stats(records)}, eval_records
 
 
-def repeat_stats(pools: dict[str, list[Record]], records: list[Record], mix: str) -> dict[str, float]:
-    """``data/repeat_factor/<source>``: records drawn from a source per distinct record, with a warning when
-    a source is repeated to fill its share (a budget larger than a filtered pool is met by repeating it,
-    so two arms of one budget can differ in how often they see each example)."""
-    owner = {id(r): name for name, recs in pools.items() for r in recs}
-    drawn = Counter(owner.get(id(r)) for r in records)
-    distinct = Counter(owner.get(i) for i in {id(r) for r in records})
-    stats = {}
-    for name in pools:
-        if drawn[name]:
-            stats[f"data/repeat_factor/{name}"] = factor = drawn[name] / distinct[name]
-            if factor > 1:
-                warnings.warn(f"data.mix {mix!r}: source {name!r} has {len(pools[name])} records after data.filter "
-                              f"for a share of {drawn[name]}: each is used {factor:.2f} times on average "
-                              f"(data/repeat_factor/{name})", UserWarning, stacklevel=2)
-    return stats
-
-
-def record_stats(records: list[Record]) -> dict[str, float]:
-    """What the training records hold: each source's share, their count, and how many responses are known
-    to be correct: ``data/correct_frac`` among those whose correctness is known (absent when none is),
-    ``data/correct_known_frac`` the share known (a file without a correctness column: 0)."""
-    stats = share_metrics(Counter(r.source for r in records))
-    stats["data/records"] = float(len(records))
-    known = [r.response_correct for r in records if r.response_correct is not None]
-    stats["data/correct_known_frac"] = len(known) / max(len(records), 1)
-    if known:
-        stats["data/correct_frac"] = sum(known) / len(known)
-    return stats
-
-
-def build_eval_records(cfg: dict[str, Any]) -> list[Record]:
-    pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"])  # refuses sources that gave no records
+def build_eval_records(cfg: dict[str, Any], read: Callable[[dict[str, Any]], list[Record]] | None = None,
+                       ) -> list[Record]:
+    """The held-out records (``read``: a source node's, as :func:`build_pools` takes them, every one given)."""
+    pools, _ = build_pools(cfg, "eval", cfg["data"]["eval_sources"], read)  # refuses sources that gave no records
     records = [r for recs in pools.values() for r in recs]
     require_gradeable(records, "data.eval_sources")
     return records

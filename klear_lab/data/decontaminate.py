@@ -28,16 +28,23 @@ How prompts are compared:
 Cost: the held-out runs go into one set of word tuples (exact, not hashed to integers, so no collision can
 drop a record on one process of a run and not on another); each distinct training prompt is split once and
 its runs looked up in that set, and in the few boilerplate-only prompts' beginnings (100k prompts of ~80
-words against 1,000 held-out prompts: about 4 s on one core).
+words against 1,000 held-out prompts: about 4 s on one core). A process pays it once per pool: which of a pool's
+distinct prompts matched is remembered (:data:`MEMO_SIZE` pools), keyed by ``n`` and digests of the pool's and
+the held-out prompts, so a run whose starting point's records were checked first (``records_digests``, a
+resumed run) does not compare them again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import sys
-from collections import Counter
-from collections.abc import Iterable, Iterator
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from itertools import accumulate
 
 from klear_lab.data.records import Record
@@ -50,6 +57,18 @@ OPERATORS = str.maketrans({"−": "-", "–": "-", "×": "*", "÷": "/", "≤": 
 """Unicode operators as their ASCII spelling: a copy typed with ``<=`` is the problem written with ``≤``."""
 SHARED_BY = 3
 """Distinct held-out prompts (of any source) a run must be found in to count as boilerplate, not a problem's."""
+MEMO_SIZE = 32
+"""Pools whose matches a process remembers (:func:`contaminated`), the least recently used forgotten first."""
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+"""Where a process's rank is set before Lightning's trainer sets its own, the first one present read (Lightning's
+order, ``lightning.fabric.utilities.rank_zero._get_rank``): torchrun's ``RANK`` is global, the ``LOCAL_RANK`` of
+Lightning's own launcher counts within a node (see :func:`global_rank_zero`), SLURM's and LSF's are global."""
+NODE_VARIABLES = ("NODE_RANK", "GROUP_RANK", "SLURM_NODEID")
+"""Where a node's rank is set: Lightning's launcher's, torchrun's, SLURM's (a job script that exports
+``LOCAL_RANK=$SLURM_LOCALID`` would otherwise make each node's first task say it)."""
+_memo_lock = threading.Lock()
+_matched: OrderedDict[tuple[int, bytes, bytes], bytes] = OrderedDict()
+"""(n, held-out prompts' digest, a pool's distinct prompts' digest) -> one byte per distinct prompt: 1 matched."""
 
 
 def prompt_words(prompt: str) -> tuple[str, ...]:
@@ -125,24 +144,46 @@ def content_windows(words: tuple[str, ...], n: int, template: set[tuple[str, ...
     return [g for i, g in enumerate(runs) if covered[i + n] == covered[i]]
 
 
-def contaminated(records: list[Record], index: HeldOutIndex) -> list[bool]:
-    """Whether each record's prompt matches ``index``; a prompt repeated over records (SFT data holds up to
-    16 responses per prompt) is split once."""
-    seen: dict[str, bool] = {}
-    out = []
-    for r in records:
-        hit = seen.get(r.prompt)
-        if hit is None:
-            hit = seen[r.prompt] = index.matches(r.prompt)
-        out.append(hit)
-    return out
+def contaminated(records: list[Record], n: int, eval_key: bytes, index: Callable[[], HeldOutIndex]) -> list[bool]:
+    """Whether each record's prompt matches ``index()``, the held-out prompts' (digest ``eval_key``) at ``n``
+    words. A prompt repeated over records (SFT data holds up to 16 responses per prompt) is split once, and a
+    pool of the same distinct prompts once per process (:data:`MEMO_SIZE`): ``index`` is called only then."""
+    prompts = list(dict.fromkeys(r.prompt for r in records))
+    key = (n, eval_key, prompts_digest(prompts))
+    with _memo_lock:  # an API caller's threads
+        flags = _matched.get(key)
+        if flags is not None:
+            _matched.move_to_end(key)
+    if flags is None:
+        flags = matched_flags(prompts, index())
+        with _memo_lock:
+            _matched[key] = flags
+            while len(_matched) > max(MEMO_SIZE, 0):  # 0: nothing remembered
+                _matched.popitem(last=False)
+    hits = {prompt for prompt, hit in zip(prompts, flags) if hit}
+    return [r.prompt in hits for r in records]
+
+
+def matched_flags(prompts: list[str], index: HeldOutIndex) -> bytes:
+    """One byte per prompt: 1 where it matches ``index``."""
+    return bytes(index.matches(prompt) for prompt in prompts)
+
+
+def prompts_digest(prompts: Iterable[str]) -> bytes:
+    """An exact key of ``prompts``, in order: a hash of each one's UTF-8 text after its length."""
+    h = hashlib.blake2b(digest_size=32)
+    for prompt in prompts:
+        text = prompt.encode("utf-8", "surrogatepass")
+        h.update(len(text).to_bytes(8, "little"))
+        h.update(text)
+    return h.digest()
 
 
 def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Record], n: int, quiet: bool = False,
                          ) -> tuple[dict[str, list[Record]], dict[str, float]]:
     """Each pool without its records that match a held-out prompt (:func:`heldout_index`), and the data stats
     ``data/decontam_dropped`` (records dropped) and ``data/decontam_dropped_from/<source>``; one line on
-    stderr says how many and which first, unless ``quiet``.
+    stderr says how many and which first, unless ``quiet`` or in a process other than a run's global rank 0.
 
     Raises:
         ConfigError: ``n`` is negative.
@@ -150,11 +191,12 @@ def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Reco
     """
     if n < 0:
         raise ConfigError(f"{KEY} must be 0 (off) or a word count (the paper's: 9), got {n}")
-    index = heldout_index(eval_records, n)
+    index = cache(lambda: heldout_index(eval_records, n))  # built where a pool is not remembered
+    eval_key = prompts_digest(r.prompt for r in eval_records)
     kept: dict[str, list[Record]] = {}
     dropped: dict[str, list[Record]] = {}
     for name, recs in pools.items():
-        flags = contaminated(recs, index)
+        flags = contaminated(recs, n, eval_key, index)
         kept[name] = [r for r, hit in zip(recs, flags) if not hit]
         dropped[name] = [r for r, hit in zip(recs, flags) if hit]
         if recs and not kept[name]:
@@ -163,7 +205,7 @@ def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Reco
                             f"{recs[0].uid!r}); is it the held-out file itself, or do both carry one prompt template "
                             f"(a run found in {SHARED_BY} distinct held-out prompts is not matched)? {KEY}=0 keeps "
                             "them")
-    if not quiet:
+    if not quiet and global_rank_zero():
         report(dropped, sum(map(len, pools.values())), n)
     stats = {f"data/decontam_dropped_from/{name}": float(len(recs)) for name, recs in dropped.items()}
     return kept, {"data/decontam_dropped": float(sum(map(len, dropped.values()))), **stats}
@@ -179,3 +221,13 @@ def report(dropped: dict[str, list[Record]], total: int, n: int) -> None:
         per_source = ", ".join(f"{name}: {len(recs)}" for name, recs in dropped.items() if recs)
         line += f" ({per_source}; the first: {first.uid!r} of {first.source!r})"
     print(line, file=sys.stderr)
+
+
+def global_rank_zero() -> bool:
+    """Whether this process is the global rank 0 of its run (or the run's only process), as the environment
+    says before Lightning's trainer sets ranks (the records are built before it): the first of
+    :data:`RANK_VARIABLES` present is 0, and so is the node's rank (the first of :data:`NODE_VARIABLES`), which
+    Lightning's launcher combines with ``LOCAL_RANK``: every node's local rank 0 would say it otherwise."""
+    rank = next((os.environ[name] for name in RANK_VARIABLES if name in os.environ), "0")
+    node = next((os.environ[name] for name in NODE_VARIABLES if name in os.environ), "0")
+    return all(not value.strip().isdigit() or int(value) == 0 for value in (rank, node))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from klear_lab.config.layers import override_key
@@ -62,7 +63,10 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     Then each distinct list of sources goes through the refusals a run makes of the records its sources
     gave (``builders.build_pools``: no records at all, an empty file beside others), from those reads, and
     each distinct RL reward, sources and mix through the run's refusal of a reward of another task
-    (:func:`_check_reward_tasks`, its ConfigError).
+    (:func:`_check_reward_tasks`, its ConfigError), and each distinct ``data.decontaminate_ngram`` setting
+    through decontamination (:func:`_check_decontamination`), from the records read: the files it compares are
+    kept until then (every such file at once, where arms compare different ones; training records without
+    their responses, most of an SFT corpus's bytes), not read again.
 
     Raises:
         DataError: the source's message (file, row, key), or the run's refusal of a list of sources that
@@ -77,13 +81,15 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     lists: dict[str, tuple[dict[str, Any], str, str, list[str]]] = {}  # (cfg, section, split, labels)
     rewards: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides rl.reward's fit -> (cfg, labels)
     decontaminated: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides decontamination -> (cfg, labels)
+    kept_whole: set[str] = set()  # read keys of the files decontamination compares: every record kept
     points = _trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
         seed = cfg["data"]["world_seed"]
         fit = [cfg["run"]["kind"], cfg["rl"]["reward"]["name"], cfg["data"]["sources"], cfg["data"]["mix"], seed]
         rewards.setdefault(json.dumps(fit, sort_keys=True, default=str), (cfg, []))[1].append(label)
-        if cfg["data"]["decontaminate_ngram"] and cfg["run"]["kind"] in ("sft", "rl"):
+        decontaminates = bool(cfg["data"]["decontaminate_ngram"]) and cfg["run"]["kind"] in ("sft", "rl")
+        if decontaminates:
             d = cfg["data"]
             what = [d["sources"], d["eval_sources"], d["decontaminate_ngram"], seed]
             decontaminated.setdefault(json.dumps(what, sort_keys=True, default=str), (cfg, []))[1].append(label)
@@ -94,26 +100,32 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
             path = source_path(node, split)
             if path is None or unavailable(path):
                 continue
-            read = reads.setdefault(_read_key(node, split, seed), (node, split, seed, f"data.{section}.{i}", []))
-            read[4].append(label)
+            key = _read_key(node, split, seed)
+            reads.setdefault(key, (node, split, seed, f"data.{section}.{i}", []))[4].append(label)
+            if decontaminates:
+                kept_whole.add(key)
 
     def refused(where: str, labels: list[str], exc: Exception) -> DataError:
         who = _data_origin(spec, list(dict.fromkeys(labels)), len(arms) or len(points), bool(arms))
         return DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started")
 
     gave: dict[str, list[Record]] = {}  # read key -> a record of each source name in the file's (none: empty)
+    whole: dict[str, list[Record]] = {}  # read key (of kept_whole) -> every record of the file
     tasks: dict[str, set[str]] = {}  # read key -> the tasks of its records (reward_checks.source_tasks' cache)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for node, split, seed, where, labels in reads.values():
+            for key, (node, split, seed, where, labels) in reads.items():
                 try:
                     records = build(SOURCE, node).records(seed, split)
                 except (ConfigError, DataError) as exc:
                     raise refused(where, labels, exc) from None
-                gave[_read_key(node, split, seed)] = list({r.source: r for r in records}.values())
-                tasks[_read_key(node, split, seed)] = {r.task for r in records}
+                gave[key] = list({r.source: r for r in records}.values())
+                tasks[key] = {r.task for r in records}
+                if key in kept_whole:  # what decontamination reads, without the bulk (responses)
+                    whole[key] = [replace(r, response=None, meta={}) for r in records] if split == "train" \
+                        else records
             for cfg, section, split, labels in lists.values():
                 seed = cfg["data"]["world_seed"]
                 try:  # a source not read (a generated world, a file not here) is taken as giving records
@@ -127,24 +139,32 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     _check_reward_tasks(spec, list(rewards.values()), tasks, len(arms) or len(points), bool(arms))
     for cfg, labels in decontaminated.values():
-        _check_decontamination(cfg, lambda exc, labels=labels: refused("data.decontaminate_ngram", labels, exc))
+        _check_decontamination(cfg, whole, lambda exc, labels=labels: refused("data.decontaminate_ngram", labels, exc))
 
 
-def _check_decontamination(cfg: dict[str, Any], refused: Any) -> None:
+def _check_decontamination(cfg: dict[str, Any], whole: dict[str, list[Record]], refused: Any) -> None:
     """The run's refusal of a training source that ``data.decontaminate_ngram`` empties (its held-out file
     read as training data, say), which every trial would meet after the sweep trained their starting point.
-    Its files are read again, with every record (the reads above keep one per source); skipped where one is
-    not on this machine (:func:`unavailable_trial_inputs` says so)."""
-    from klear_lab.builders import build_eval_records, build_pools, unavailable_data
+    From the records read above (``whole``: every record of each file, by read key); a source without a file
+    (a generated world) is generated again. Skipped where a file is not on this machine
+    (:func:`unavailable_trial_inputs` says so)."""
+    from klear_lab.builders import build, build_eval_records, build_pools, unavailable_data
     from klear_lab.data.decontaminate import decontaminated_pools
+    from klear_lab.registry import SOURCE
 
     if unavailable_data(cfg):
         return
+    seed = cfg["data"]["world_seed"]
+
+    def records(node: dict[str, Any], split: str) -> list[Record]:
+        key = _read_key(node, split, seed)
+        return whole[key] if key in whole else build(SOURCE, node).records(seed, split)
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the reads above showed each once
-            pools, _ = build_pools(cfg, "train", cfg["data"]["sources"])
-            eval_records = build_eval_records(cfg)
+            pools, _ = build_pools(cfg, "train", cfg["data"]["sources"], read=lambda node: records(node, "train"))
+            eval_records = build_eval_records(cfg, read=lambda node: records(node, "eval"))
         decontaminated_pools(pools, eval_records, cfg["data"]["decontaminate_ngram"], quiet=True)
     except (ConfigError, DataError) as exc:
         raise refused(exc) from None
