@@ -135,13 +135,15 @@ def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]
     """An entry for a sweep whose spec the analysis does not list (a shrunk copy of a shipped sweep, say):
     its arms match paper arms by label, and by the ``arms:`` entries of the first listed sweep that has
     every one of its arm labels (the copy's arms are the original's), else of the first listed sweep whose
-    ``arms:`` name one of them; ``metrics:`` entries it keeps (``spec.keeps_metric``) come along. A copy of
-    ``sweeps/sft_sources.yaml`` with arms ``[top1, all]`` keeps ``{"k=all": top10}``.
+    ``arms:`` name one of them; ``metrics:`` entries it keeps (``benchmark_metrics.keeps_metric``) come along,
+    each with its direction. A copy of ``sweeps/sft_sources.yaml`` with arms ``[top1, all]`` keeps
+    ``{"k=all": top10}``.
 
     Raises:
         ConfigError: no arm of the sweep stands for the paper's baseline (named once: the sweep's directory).
     """
-    from klear_lab.analysis.spec import SweepRef, keeps_metric, make_ref
+    from klear_lab.analysis.benchmark_metrics import keeps_metric
+    from klear_lab.analysis.spec import SweepRef, make_ref
 
     donors = [r for r in analysis.sweeps if set(labels) <= set(r.labels)]
     donors += [r for r in analysis.sweeps if r not in donors and set(r.arms) & set(labels)]
@@ -155,7 +157,8 @@ def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]
             f"(its arms: {', '.join(labels)}); the analysis does not list its spec ({_display(source)}): add it "
             f"under `sweeps:` with `arms:` naming the paper arm of each sweep arm, e.g. "
             f"`- {{spec: {_display(source)}, arms: {{\"{labels[0]}\": \"{analysis.baseline}\"}}}}`")
-    ref = make_ref(analysis, f"sweep {spec.sweep_dir}", source, arms, labels, metrics)
+    directions = {bench: donor.direction(bench) for bench in metrics}
+    ref = make_ref(analysis, f"sweep {spec.sweep_dir}", source, arms, labels, metrics, directions)
     ref.name = spec.name
     return ref
 

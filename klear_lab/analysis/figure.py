@@ -16,6 +16,7 @@ import numpy as np
 
 from klear_lab.analysis.report import ours_scale, paper_decimals
 from klear_lab.analysis.reproduce import Reproduction
+from klear_lab.analysis.verdicts import printed
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def draw_deltas(rep: Reproduction):
     paper = rep.arms[rep.arms["in paper"].astype(bool)]
     width_arms = max(len(paper), len(ours.arms), 1)
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(9.0, 1.3 * width_arms * 2), 4.2))
-    benches = rep.analysis.benchmarks
+    benches = [bench for bench in rep.analysis.benchmarks if printed(rep.analysis, bench)]  # a null column: no slot
     width = 0.8 / max(len(benches), 1)
     xp = np.arange(len(paper))
     for i, bench in enumerate(benches):  # a benchmark the paper does not report for an arm: no bar

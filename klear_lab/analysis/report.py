@@ -71,7 +71,8 @@ SEEDS = "seeds (better/than)"
 
 def arm_cells(rep: Reproduction, row: Any) -> list[str]:
     dec = paper_decimals(rep)
-    paper = [("–" if not row["in paper"] else num(row[f"paper {b}"], decimals=dec) if row["baseline"]
+    paper = [("–" if not row["in paper"] or math.isnan(row[f"paper {b}"])  # not reported: no Δ either
+              else num(row[f"paper {b}"], decimals=dec) if row["baseline"]
               else f"{num(row[f'paper {b}'], decimals=dec)} ({num(row[f'paper Δ {b}'], True, dec)})")
              for b in rep.analysis.benchmarks]
     name = f"{row['arm']} (baseline)" if row["baseline"] else row["arm"]
@@ -80,10 +81,25 @@ def arm_cells(rep: Reproduction, row: Any) -> list[str]:
             "baseline" if row["baseline"] else interval(row, scale)]
 
 
+def metric_cell(row: Any, scale: float = 1.0) -> str:
+    """``val/b/acc (%)``, ``val/acc_drawdown (lower is better)``: the metric a claim's row is judged on, in
+    the unit shown, saying so where lower is better; ``–`` for none (a claim on a benchmark left unmapped)."""
+    if not row["metric"]:
+        return "–"
+    return row["metric"] + unit(scale) + (" (lower is better)" if row["direction"] == "lower" else "")
+
+
+def claims_name_metrics(rep: Reproduction) -> bool:
+    """Whether a claim is judged on another metric than the objective (one naming a ``benchmark:``): the
+    claims table then has a ``metric`` column; else every row is on the objective, which the report names once."""
+    return any(claim.benchmark for claim in rep.analysis.claims)
+
+
 def claim_cells(rep: Reproduction, row: Any) -> list[str]:
     paper = [num(row[f"paper Δ {b}"], True, paper_decimals(rep)) for b in rep.analysis.benchmarks]
-    return [row["claim"], *paper, interval(row, ours_scale(rep, rep.sweep.metric)),
-            f"{row['n better']}/{row['n than']}", row["verdict"]]
+    scale = ours_scale(rep, row["metric"] or rep.sweep.metric)
+    metric = [metric_cell(row, scale)] if claims_name_metrics(rep) else []
+    return [row["claim"], *paper, *metric, interval(row, scale), f"{row['n better']}/{row['n than']}", row["verdict"]]
 
 
 def arm_header(rep: Reproduction) -> list[str]:
@@ -93,8 +109,11 @@ def arm_header(rep: Reproduction) -> list[str]:
 
 
 def claim_header(rep: Reproduction) -> list[str]:
-    return ["paper's claim", *[f"paper Δ {b}" for b in rep.analysis.benchmarks],
-            f"ours Δ{unit(ours_scale(rep, rep.sweep.metric))} [95% CI]", SEEDS, "verdict"]
+    """With a ``metric`` column (:func:`claims_name_metrics`) the unit is in its cells, else in this header."""
+    named = claims_name_metrics(rep)
+    scale = "" if named else unit(ours_scale(rep, rep.sweep.metric))
+    return ["paper's claim", *[f"paper Δ {b}" for b in rep.analysis.benchmarks], *(["metric"] if named else []),
+            f"ours Δ{scale} [95% CI]", SEEDS, "verdict"]
 
 
 def benchmark_header() -> list[str]:
@@ -103,7 +122,7 @@ def benchmark_header() -> list[str]:
 
 def benchmark_cells(rep: Reproduction, row: Any) -> list[str]:
     scale = ours_scale(rep, row["metric"])
-    return [row["claim"], row["benchmark"], row["metric"] + unit(scale),
+    return [row["claim"], row["benchmark"], metric_cell(row, scale),
             num(row["paper Δ"], True, paper_decimals(rep)), interval(row, scale),
             f"{row['n better']}/{row['n than']}", row["verdict"]]
 
@@ -146,10 +165,12 @@ def to_markdown(rep: Reproduction) -> str:
         lines += ["", "## The paper's claims", ""]
         lines += md_table(claim_header(rep), [claim_cells(rep, r) for _, r in rep.claims.iterrows()])
     if not rep.benchmarks.empty:
-        mapped = ", ".join(f"{bench}: `{metric}`" for bench, metric in rep.metrics.items())
+        mapped = ", ".join(f"{bench}: `{metric}`" + (" (lower is better)" if rep.directions.get(bench) == "lower"
+                                                     else "") for bench, metric in rep.metrics.items())
+        stay = " but for a claim on one benchmark, on its metric" if claims_name_metrics(rep) else ""
         lines += ["", "## The paper's claims per benchmark", "",
                   f"Ours on the metric the sweep logs for each benchmark ({mapped}); the verdicts above stay on "
-                  f"`{s.metric}`.", ""]
+                  f"`{s.metric}`{stay}.", ""]
         lines += md_table(benchmark_header(), [benchmark_cells(rep, r) for _, r in rep.benchmarks.iterrows()])
     return "\n".join(lines) + "\n"
 

@@ -3,17 +3,12 @@
 The paper reports one benchmark score per arm; a sweep reports its objective per trial (several
 seeds per arm). Neither scale is the other's, so the comparison is about *differences*: each
 arm's delta against the baseline arm, the paper's per benchmark and ours with a Welch t 95 %
-interval over seeds (``klear_lab.stats``). A claim "A beats B" is
-
-- ``reproduced`` when our interval for A - B lies entirely on the better side of 0,
-- ``contradicted`` when it lies entirely on the worse side,
-- ``inconclusive`` otherwise, saying which way the means lean.
-
-Both arms need at least two completed seeds for an interval; with two, only a difference several
-times the seed-to-seed spread is decisive (t = 12.7 at one degree of freedom). A claim with no
-result says why: an arm the sweep does not have, one whose seeds have not finished (with the
-command that runs them), or one whose seeds failed on a config or data error, or diverged, which a rerun
-would repeat (as ``klear-lab sweep`` says: fix the config first; the trial logs named).
+interval over seeds (``klear_lab.stats``). A claim "A beats B" is reproduced, contradicted or
+inconclusive by that interval, in the direction of the metric it is judged on
+(:mod:`klear_lab.analysis.verdicts`). A claim with no result says why: an arm the sweep does not have,
+one whose seeds have not finished (with the command that runs them), or one whose seeds failed on a
+config or data error, or diverged, which a rerun would repeat (as ``klear-lab sweep`` says: fix the
+config first; the trial logs named).
 
 A sweep's progress is counted in grid points x seeds, the trials it plans: an interrupted trial and
 its queued retry are one point, and the points not finished yet are listed (``unfinished``), apart
@@ -23,7 +18,9 @@ A benchmark that the sweep entry maps to a metric the sweep logs (``metrics: {AI
 val/aime24/acc}``) is compared on its own as well: per arm, our mean of that metric and its delta
 (``ours ... AIME 2024`` columns of ``arms``); per claim, a verdict for that benchmark
 (``benchmarks``: one row per claim and mapped benchmark), higher being better as for the paper's
-scores. The objective columns and each claim's overall verdict stay on the objective and its direction.
+scores unless the entry maps it ``{metric: ..., direction: lower}`` (a drawdown). The objective columns
+and each claim's overall verdict stay on the objective and its direction, except for a claim naming a
+``benchmark:``: it is judged on that benchmark's metric alone (Figure 2's "GPPO is more stable than CISPO").
 """
 
 from __future__ import annotations
@@ -31,20 +28,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from klear_lab.analysis.arm_rows import arm_row
+from klear_lab.analysis.benchmark_metrics import optimize
 from klear_lab.analysis.scale import Scale, scale_of
-from klear_lab.analysis.spec import Analysis, Claim, SweepRef
-from klear_lab.stats import welch_interval
+from klear_lab.analysis.spec import Analysis, SweepRef
+from klear_lab.analysis.verdicts import Measure, benchmark_row, claim_row, judged_benchmarks
 from klear_lab.sweep.compare import TrialRecord
 from klear_lab.sweep.grid import grid_arms
 from klear_lab.sweep.spec import SweepSpec
-
-MIN_SEEDS_FOR_VERDICT = 2
 
 
 @dataclass
@@ -58,6 +53,7 @@ class Reproduction:
     n_complete: int  # grid points x seeds with a completed trial
     n_trials: int  # grid points x seeds the sweep plans (not its trials: a retry is the same point)
     metrics: dict[str, str] = field(default_factory=dict)  # mapped paper benchmark -> our metric
+    directions: dict[str, str] = field(default_factory=dict)  # mapped paper benchmark -> higher or lower (is better)
     benchmarks: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per (claim, mapped benchmark)
     unfinished: list[str] = field(default_factory=list)  # "ARM seed=S" points with no finished trial
     rerun: str = ""  # the command that runs them: ``klear-lab sweep SPEC``
@@ -65,27 +61,6 @@ class Reproduction:
     failure: str = ""  # the first of those: ``trial 3: ConfigError: ...``
     crashed: list[str] = field(default_factory=list)  # unfinished points whose latest trial raised (not a kill)
     scale: Scale = Scale("unknown", "")  # what ours ran at: a tiny model on an embedded world, or a checkpoint
-
-
-def verdict(delta: float, lo: float, hi: float, direction: str, n_better: int, n_than: int) -> str:
-    """``reproduced`` / ``contradicted`` / ``inconclusive (...)`` / ``no result`` for "better beats than"."""
-    if n_better == 0 or n_than == 0 or math.isnan(delta):
-        return "no result"
-    sign = 1.0 if direction == "maximize" else -1.0
-    if min(n_better, n_than) < MIN_SEEDS_FOR_VERDICT:
-        why = f"; under {MIN_SEEDS_FOR_VERDICT} seeds per arm"
-    elif math.isnan(lo):
-        why = "; no spread across seeds to size an interval"
-    else:
-        why = ""
-        low, high = sorted((sign * lo, sign * hi))
-        if low > 0:
-            return "reproduced"
-        if high < 0:
-            return "contradicted"
-    lean = sign * delta
-    how = "tie" if lean == 0 else "leans the paper's way" if lean > 0 else "leans the other way"
-    return f"inconclusive ({how}{why})"
 
 
 def objective_values(records: list[TrialRecord], label: str, metric: str) -> np.ndarray:
@@ -106,24 +81,25 @@ def reproduce(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[
     it unless the sweep directory says otherwise (:func:`rerun_of`)."""
     metrics = mapped_metrics(analysis, ref)
     rerun = rerun_of(spec, source)
-    values = _by_arm(records, ref.labels, spec.metric)
-    per_bench = {bench: _by_arm(records, ref.labels, metric) for bench, metric in metrics.items()}
-    why = _why_empty(analysis, ref, spec, records, spec.metric, values, rerun)
-    bench_why = {bench: _why_empty(analysis, ref, spec, records, metric, per_bench[bench], rerun)
-                 for bench, metric in metrics.items()}
-    base = ref.label_of[analysis.baseline]
-    rows = [arm_row(analysis, arm, ref.label_of.get(arm), values, per_bench, base) for arm in analysis.paper]
-    matched = set(ref.label_of.values())
-    rows += [arm_row(analysis, None, label, values, per_bench, base) for label in ref.labels if label not in matched]
-    claims = [_claim_row(analysis, ref, claim, values, spec.direction, why) for claim in analysis.claims]
+    objective = _measure(analysis, ref, spec, records, rerun, spec.metric, spec.direction)
     # a metric mapped to a paper benchmark stands for its score (accuracy, pass rate): higher is better
-    # whichever way the sweep's objective points (a sweep may minimize a loss)
-    benches = [_benchmark_row(analysis, ref, claim, bench, metric, per_bench[bench], "maximize", bench_why[bench])
-               for claim in analysis.claims for bench, metric in metrics.items()]
+    # whichever way the sweep's objective points (a sweep may minimize a loss), unless the entry says lower
+    mapped = {bench: _measure(analysis, ref, spec, records, rerun, metric, optimize(ref.direction(bench)))
+              for bench, metric in metrics.items()}
+    per_bench = {bench: measure.values for bench, measure in mapped.items()}
+    base = ref.label_of[analysis.baseline]
+    rows = [arm_row(analysis, arm, ref.label_of.get(arm), objective.values, per_bench, base) for arm in analysis.paper]
+    matched = set(ref.label_of.values())
+    rows += [arm_row(analysis, None, label, objective.values, per_bench, base) for label in ref.labels
+             if label not in matched]
+    claims = [claim_row(analysis, ref, claim, objective, mapped) for claim in analysis.claims]
+    benches = [benchmark_row(analysis, ref, claim, bench, mapped[bench])
+               for claim in analysis.claims for bench in judged_benchmarks(analysis, claim, mapped)]
     n_complete, planned, unfinished, failed = progress(spec, records)
     failures = [r for (arm, seed), r in config_failed(records).items() if point_label(arm, seed) in failed]
     return Reproduction(analysis, spec, pd.DataFrame(rows), pd.DataFrame(claims), n_complete=n_complete,
                         n_trials=planned, metrics=metrics, benchmarks=pd.DataFrame(benches),
+                        directions={bench: ref.direction(bench) for bench in metrics},
                         unfinished=unfinished, rerun=rerun, failed=failed,
                         failure=_failure(failures[0]) if failures else "", crashed=crashed(records, unfinished),
                         scale=scale_of(spec))
@@ -198,12 +174,11 @@ def _failure(record: TrialRecord) -> str:
     return f"trial {record.number}" + (f": {error}" if error else "")
 
 
-def _by_arm(records: list[TrialRecord], labels: list[str], metric: str) -> dict[str, np.ndarray]:
-    return {label: objective_values(records, label, metric) for label in labels}
-
-
-def _claim_name(claim: Claim) -> str:
-    return claim.text or f"{claim.better} beats {claim.than}"
+def _measure(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord], rerun: str,
+             metric: str, direction: str) -> Measure:
+    """Each sweep arm's values of ``metric`` and why a paper arm has none, to judge claims on it."""
+    values = {label: objective_values(records, label, metric) for label in ref.labels}
+    return Measure(metric, direction, values, _why_empty(analysis, ref, spec, records, metric, values, rerun))
 
 
 def _why_empty(analysis: Analysis, ref: SweepRef, spec: SweepSpec, records: list[TrialRecord], metric: str,
@@ -241,38 +216,3 @@ def _why(arm: str, label: str | None, seeds: list[int], records: list[TrialRecor
         if len(pruned) + len(refused) < len(seeds):
             why += f"; {len(seeds) - len(pruned) - len(refused)} not finished"
     return why + f": run the sweep again: {rerun}" if len(pruned) + len(refused) < len(seeds) else why
-
-
-def _compare(ref: SweepRef, claim: Claim, values: dict[str, np.ndarray], direction: str,
-             why: dict[str, str]) -> dict[str, Any]:
-    """Our Δ of ``claim.better`` - ``claim.than`` with its interval, seed counts and verdict; ``no result``
-    says why (``why``: paper arm -> reason it has no value)."""
-    better = values.get(ref.label_of.get(claim.better, ""), np.array([]))
-    than = values.get(ref.label_of.get(claim.than, ""), np.array([]))
-    d, lo, hi = welch_interval(better, than)
-    said = verdict(d, lo, hi, direction, len(better), len(than))
-    reasons = [why[arm] for arm in (claim.better, claim.than) if arm in why]
-    if said == "no result" and reasons:
-        said += f" ({'; '.join(reasons)})"
-    return {"ours Δ": d, "ours Δ ci low": lo, "ours Δ ci high": hi, "n better": len(better), "n than": len(than),
-            "verdict": said}
-
-
-def _claim_row(analysis: Analysis, ref: SweepRef, claim: Claim, values: dict[str, np.ndarray],
-               direction: str, why: dict[str, str]) -> dict[str, Any]:
-    row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than}
-    for i, bench in enumerate(analysis.benchmarks):
-        row[f"paper Δ {bench}"] = analysis.paper[claim.better][i] - analysis.paper[claim.than][i]
-    return row | _compare(ref, claim, values, direction, why)
-
-
-def _benchmark_row(analysis: Analysis, ref: SweepRef, claim: Claim, bench: str, metric: str,
-                   values: dict[str, np.ndarray], direction: str, why: dict[str, str]) -> dict[str, Any]:
-    i = analysis.benchmarks.index(bench)
-    row: dict[str, Any] = {"claim": _claim_name(claim), "better": claim.better, "than": claim.than,
-                           "benchmark": bench, "metric": metric,
-                           "paper Δ": analysis.paper[claim.better][i] - analysis.paper[claim.than][i]}
-    out = row | _compare(ref, claim, values, direction, why)
-    if row["paper Δ"] <= 0:  # a tie or the other way in the paper itself (Table 5's AIME 2024: 28.33 both)
-        out["verdict"] += f"; the paper's own Δ here is {row['paper Δ']:+g}: not the claim's side"
-    return out

@@ -25,10 +25,15 @@ maps paper benchmarks to those metrics (``analysis/table4_topk.yaml``)::
 A sweep arm matches a paper arm through the sweep entry's ``arms`` map, else when its label is a
 paper arm (``top1``), else when it is a one-axis label whose value is one (``clip=gppo`` ->
 ``gppo``). A benchmark named in ``metrics`` is also compared on that metric; the metric must be
-one the sweep keeps per trial (:func:`keeps_metric`: its objective, its ``metrics:`` list, or for a
-``run_experiment`` sweep a final metric every run of its kind returns, such as an RL run's
-``val/acc_last5``). Benchmarks left out are compared on the objective only. Every check here runs without
-touching a study, so ``--validate-only`` style tests can load every shipped analysis.
+one the sweep keeps per trial (``benchmark_metrics.keeps_metric``: its objective, its ``metrics:`` list, or
+for a ``run_experiment`` sweep a final metric every run of its kind returns, such as an RL run's
+``val/acc_last5``), higher being better unless the entry says ``{metric: val/acc_drawdown, direction: lower}``
+(:mod:`klear_lab.analysis.benchmark_metrics`). Benchmarks left out are compared on the objective only.
+
+A claim is judged on the sweep's objective and on each mapped benchmark the paper prints a number for; one
+naming a ``benchmark:`` is judged on that benchmark's metric alone, in its direction, even where the paper
+prints no number for it (a directional claim: Figure 2's "more stable", on a drawdown). Every check here
+runs without touching a study, so ``--validate-only`` style tests can load every shipped analysis.
 """
 
 from __future__ import annotations
@@ -38,22 +43,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from klear_lab.analysis.benchmark_metrics import HIGHER, check_metrics, parse_metric_map
 from klear_lab.config.yaml_io import load_yaml
-from klear_lab.errors import ConfigError, KlearError, did_you_mean
-from klear_lab.sweep.metrics import GAIN, PLACEHOLDER, TRAINED, is_logged, unlogged_message
-from klear_lab.sweep.spec import DEFAULT_RUNNER, user_path
+from klear_lab.errors import ConfigError, did_you_mean
+from klear_lab.sweep.spec import user_path
 
 TOP_KEYS = {"title", "source", "benchmarks", "paper", "baseline", "claims", "sweeps", "description"}
 SWEEP_KEYS = {"spec", "arms", "metrics"}
+CLAIM_KEYS = {"better", "than", "text", "benchmark"}
 
 
 @dataclass(frozen=True)
 class Claim:
-    """The paper's conclusion that arm ``better`` beats arm ``than``."""
+    """The paper's conclusion that arm ``better`` beats arm ``than``: on one ``benchmark``, or ("") in general."""
 
     better: str
     than: str
     text: str = ""
+    benchmark: str = ""
 
 
 @dataclass
@@ -67,6 +74,11 @@ class SweepRef:
     label_of: dict[str, str] = field(default_factory=dict)  # paper arm -> the sweep arm standing for it
     metrics: dict[str, str] = field(default_factory=dict)  # paper benchmark -> a metric the sweep records
     name: str = ""  # the sweep's (study) name
+    directions: dict[str, str] = field(default_factory=dict)  # paper benchmark -> higher or lower (is better)
+
+    def direction(self, bench: str) -> str:
+        """``higher`` or ``lower``: which way is better on the metric mapped to ``bench``."""
+        return self.directions.get(bench, HIGHER)
 
     def paper_arm(self, label: str, paper_arms: list[str]) -> str | None:
         """The paper arm a sweep arm label stands for, or None."""
@@ -173,9 +185,12 @@ def _paper(path: Path, raw: Any, width: int) -> dict[str, list[float]]:
 
 def _claim(analysis: Analysis, i: int, raw: Any) -> Claim:
     key = f"claims[{i}]"
-    if not isinstance(raw, dict) or not {"better", "than"} <= set(raw) or set(raw) - {"better", "than", "text"}:
-        raise analysis.err(key, f"expected {{better: ARM, than: ARM, text: ...}}, got {raw!r}")
-    claim = Claim(str(raw["better"]), str(raw["than"]), str(raw.get("text") or ""))
+    if not isinstance(raw, dict) or not {"better", "than"} <= set(raw) or set(raw) - CLAIM_KEYS:
+        raise analysis.err(key, f"expected {{better: ARM, than: ARM, text: ..., benchmark: BENCHMARK}}, got {raw!r}")
+    claim = Claim(str(raw["better"]), str(raw["than"]), str(raw.get("text") or ""), str(raw.get("benchmark") or ""))
+    if claim.benchmark and claim.benchmark not in analysis.benchmarks:
+        raise analysis.err(f"{key}.benchmark", f"{claim.benchmark!r} is not a benchmark of this analysis "
+                                               f"(benchmarks: {', '.join(analysis.benchmarks)})")
     for side in ("better", "than"):
         if getattr(claim, side) not in analysis.paper:
             raise analysis.err(f"{key}.{side}", f"{getattr(claim, side)!r} is not a paper arm "
@@ -196,10 +211,10 @@ def _sweep_ref(analysis: Analysis, i: int, raw: Any) -> SweepRef:
     if not spec_path.is_absolute():
         spec_path = (analysis.path.parent / spec_path).resolve()
     arms = _mapping(analysis, f"{key}.arms", raw.get("arms"), "sweep arm label -> paper arm")
-    metrics = _mapping(analysis, f"{key}.metrics", raw.get("metrics"), "paper benchmark -> sweep metric")
+    metrics, directions = parse_metric_map(analysis, f"{key}.metrics", raw.get("metrics"))
     sweep, labels = _load_sweep(analysis, key, spec_path)
-    _check_metrics(analysis, key, sweep, metrics)
-    ref = make_ref(analysis, key, spec_path, arms, labels, metrics)
+    check_metrics(analysis, key, sweep, metrics)
+    ref = make_ref(analysis, key, spec_path, arms, labels, metrics, directions)
     ref.name = sweep.name
     return ref
 
@@ -210,64 +225,11 @@ def _mapping(analysis: Analysis, key: str, raw: Any, what: str) -> dict[str, str
     return {str(k): str(v) for k, v in (raw or {}).items()}
 
 
-def keeps_metric(sweep: Any, metric: str) -> bool:
-    """Whether the completed trials of ``sweep`` hold ``metric``: its objective and ``metrics:`` (read back
-    from a run's metrics.csv when the run did not return them), and, for a ``run_experiment`` sweep, a final
-    metric every run of its kind returns and a trial keeps (``sweep/trial.py``): :func:`always_returned`.
-    A per-source one (``val/aime24/acc_last5``) exists only under the sweep's labels, and some only under some
-    settings (``val/pass_at_k`` with samples): the spec names them, so a mistyped label is refused here, not
-    after the sweep. A custom ``runner:`` returns metrics of its own: only those the spec names."""
-    if metric in (sweep.metric, *sweep.metrics):
-        return True
-    return sweep.runner == DEFAULT_RUNNER and metric in always_returned(_run_kind(sweep))
-
-
-def always_returned(kind: str | None) -> tuple[str, ...]:
-    """The final metrics every ``run_experiment`` run of ``kind`` returns, whatever its settings: the held-out
-    evaluation's pooled ones, a training run's counts and times, and an RL run's curve summary over all
-    held-out problems (``GAIN`` without a ``<source>``)."""
-    evaluation = ("val/acc", "val/acc_macro", "val/n")
-    if kind == "eval":
-        return (*evaluation, "perf/eval_seconds", "perf/torch_threads")
-    trained = (*evaluation, *TRAINED, "data/records")
-    if kind == "rl":
-        return (*trained, *(name for name in GAIN if not PLACEHOLDER.search(name)))
-    return trained if kind == "sft" else ()
-
-
-def _run_kind(sweep: Any) -> str | None:
-    """``run.kind`` of the sweep's composed experiment; None where it does not compose here."""
-    try:
-        return sweep.compose()["run"]["kind"]
-    except (KlearError, OSError):
-        return None
-
-
-def _check_metrics(analysis: Analysis, key: str, sweep: Any, metrics: dict[str, str]) -> None:
-    """Each mapped benchmark is one of the analysis's, and its metric one the sweep keeps per trial
-    (:func:`keeps_metric`; any other name would compare nothing)."""
-    recorded = [sweep.metric, *sweep.metrics]
-    for bench, metric in metrics.items():
-        if bench not in analysis.benchmarks:
-            raise analysis.err(f"{key}.metrics.{bench}", f"{bench!r} is not a benchmark of this analysis "
-                                                         f"(benchmarks: {', '.join(analysis.benchmarks)})")
-        if keeps_metric(sweep, metric):
-            continue
-        kind = _run_kind(sweep) if sweep.runner == DEFAULT_RUNNER else None
-        if kind is not None and not is_logged(metric, kind):
-            raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name}: {unlogged_message(metric, kind)}")
-        said = (f"does not record {metric!r} (it records {', '.join(recorded)})" if kind is None else
-                f"may not record {metric!r} in every trial (it records {', '.join(recorded)}, and what every run "
-                "returns)")
-        raise analysis.err(f"{key}.metrics.{bench}", f"{Path(sweep.path).name} {said}; add it to that sweep's "
-                                                     "`metrics:`")
-
-
 def make_ref(analysis: Analysis, key: str, spec_path: Path, arms: dict[str, str], labels: list[str],
-             metrics: dict[str, str] | None = None) -> SweepRef:
+             metrics: dict[str, str] | None = None, directions: dict[str, str] | None = None) -> SweepRef:
     """A checked SweepRef: map entries are real arms and paper arms, one sweep arm per paper arm,
-    and some sweep arm stands for the baseline (``metrics`` is checked by the caller)."""
-    ref = SweepRef(spec_path, arms, labels, metrics=dict(metrics or {}))
+    and some sweep arm stands for the baseline (``metrics`` and their ``directions`` are checked by the caller)."""
+    ref = SweepRef(spec_path, arms, labels, metrics=dict(metrics or {}), directions=dict(directions or {}))
     for label, arm in ref.arms.items():
         if label not in labels:
             raise analysis.err(f"{key}.arms.{label}", f"not an arm of {spec_path.name} (arms: {', '.join(labels)})")
@@ -323,8 +285,14 @@ def grid_labels(spec: Any) -> list[str]:
 
 
 def _check_coverage(analysis: Analysis) -> None:
-    """Every paper arm is matched by some sweep (a typo in an arm name fails here)."""
+    """Every paper arm is matched by some sweep (a typo in an arm name fails here), and every benchmark a
+    claim names is mapped to a metric by some sweep entry (else that claim would never be judged)."""
     matched = {arm for ref in analysis.sweeps for arm in ref.label_of}
     missing = [arm for arm in analysis.paper if arm not in matched]
     if missing:
         raise analysis.err("paper", f"arm {missing[0]!r} is matched by no sweep arm; name it in a sweep's `arms:` map")
+    mapped = {bench for ref in analysis.sweeps for bench in ref.metrics}
+    for i, claim in enumerate(analysis.claims):
+        if claim.benchmark and claim.benchmark not in mapped:
+            raise analysis.err(f"claims[{i}].benchmark", f"no sweep entry maps {claim.benchmark!r} to a metric: "
+                                                         "add it to a sweep entry's `metrics:`")

@@ -6,14 +6,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from klear_lab.analysis.report import SEEDS, interval, md_table, ours_scale
+from klear_lab.analysis.report import SEEDS, interval, md_table, metric_cell, ours_scale
 from klear_lab.analysis.reproduce import Reproduction
 
 
 def summary_interval(rep: Reproduction, row: Any) -> str:
     """A claim's interval on its paper's scale, saying so when in percentage points."""
-    scale = ours_scale(rep, rep.sweep.metric)
+    scale = ours_scale(rep, row["metric"] or rep.sweep.metric)
     return interval(row, scale) + (" pp" if scale == 100.0 and not math.isnan(row["ours Δ"]) else "")
+
+
+def summary_claim(rep: Reproduction, row: Any) -> str:
+    """The claim, naming the metric it was judged on where that is not the sweep's objective (a claim naming a
+    ``benchmark:``: ``GPPO is more stable than CISPO, on val/acc_drawdown (lower is better)``)."""
+    return row["claim"] if row["metric"] == rep.sweep.metric else f"{row['claim']}, on {metric_cell(row)}"
 
 
 SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours on", "ours Δ [95% CI]", SEEDS, "verdict"]
@@ -35,8 +41,8 @@ def multiplicity_note(n_claims: int) -> str:
 
 def summary_markdown(reps: list[Reproduction], skipped: list[str]) -> str:
     """One line per paper claim across analyses: where it was tested and what came out."""
-    rows = [[rep.analysis.title, row["claim"], f"`{rep.sweep.name}`", rep.scale.short, summary_interval(rep, row),
-             f"{row['n better']}/{row['n than']}", row["verdict"]]
+    rows = [[rep.analysis.title, summary_claim(rep, row), f"`{rep.sweep.name}`", rep.scale.short,
+             summary_interval(rep, row), f"{row['n better']}/{row['n than']}", row["verdict"]]
             for rep in reps for _, row in rep.claims.iterrows()]
     lines = ["# The paper's claims on this machine's sweeps", ""]
     lines += md_table(SUMMARY_HEADER, rows)
@@ -61,7 +67,7 @@ def print_summary(reps: list[Reproduction], skipped: list[str], console: Any = N
     for rep in reps:
         for _, row in rep.claims.iterrows():
             style = {"reproduced": "green", "contradicted": "red"}.get(row["verdict"])
-            table.add_row(escape(rep.analysis.title), escape(row["claim"]), escape(rep.sweep.name),
+            table.add_row(escape(rep.analysis.title), escape(summary_claim(rep, row)), escape(rep.sweep.name),
                           escape(rep.scale.short),
                           escape(summary_interval(rep, row)),  # "[no interval]" is not a style tag either
                           f"{row['n better']}/{row['n than']}", escape(row["verdict"]), style=style)

@@ -44,7 +44,8 @@ def log_reproduction(rep: Reproduction, out_dir: Path, png: Path | None) -> tupl
         config={"analysis": str(rep.analysis.path), "title": rep.analysis.title, "source": rep.analysis.source,
                 "sweep": rep.sweep.name, "objective": rep.sweep.metric, "direction": rep.sweep.direction,
                 "paper": rep.analysis.paper, "benchmarks": rep.analysis.benchmarks,
-                "benchmark_metrics": rep.metrics, "ours_on": rep.scale.short, "scale": rep.scale.line},
+                "benchmark_metrics": rep.metrics, "benchmark_directions": rep.directions,
+                "ours_on": rep.scale.short, "scale": rep.scale.line},
         settings=wandb.Settings(silent=True, console="off"), reinit="finish_previous",
     )
     try:

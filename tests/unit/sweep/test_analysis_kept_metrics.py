@@ -66,20 +66,33 @@ def test_a_metric_every_run_of_the_kind_returns_may_be_mapped(tmp_path, kind, me
 
 
 def test_fig2s_embedded_entry_compares_the_mean_of_the_last_evaluations(repo_root):
-    """The claims stay on the objective, the final val/acc; the AIME24 column reads val/acc_last5."""
+    """The accuracy claims stay on the objective, the final val/acc; the AIME24 column reads val/acc_last5, and
+    the stability claim val/acc_drawdown, lower being better (every RL run returns it)."""
     analysis = load_analysis(Path(repo_root, "analysis", "fig2_clip.yaml"))
     ref = next(r for r in analysis.sweeps if r.spec_path.name == "quickstart.yaml")
-    assert ref.metrics == {"AIME24 avg@32": "val/acc_last5"}
+    assert ref.metrics == {"AIME24 avg@32": "val/acc_last5", "stability (drawdown)": "val/acc_drawdown"}
+    assert ref.direction("stability (drawdown)") == "lower" and ref.direction("AIME24 avg@32") == "higher"
     last5 = {"clip=ppo": 0.50, "clip=clip_higher": 0.60, "clip=gppo": 0.70, "clip=cispo": 0.65}
-    recs = [TrialRecord(arm, seed, "COMPLETE", {"val/acc": 0.9 + seed / 100, "val/acc_last5": last5[arm] + seed / 100})
+    fall = {"clip=ppo": 0.05, "clip=clip_higher": 0.05, "clip=gppo": 0.01, "clip=cispo": 0.05}  # gppo steadier
+    recs = [TrialRecord(arm, seed, "COMPLETE", {"val/acc": 0.9 + seed / 100, "val/acc_last5": last5[arm] + seed / 100,
+                                                "val/acc_drawdown": fall[arm] + seed / 1000})
             for arm in QUICKSTART_ARMS for seed in (0, 1)]
     rep = reproduce(analysis, ref, load_spec(ref.spec_path), recs)
     arms = rep.arms.set_index("arm")
     assert arms.loc["gppo", "ours AIME24 avg@32 mean"] == pytest.approx(0.705)
     assert arms.loc["gppo", "ours mean"] == pytest.approx(0.905)             # the objective: the final val/acc
-    assert set(rep.benchmarks["metric"]) == {"val/acc_last5"}
-    assert rep.benchmarks.set_index("than").loc["clip_higher", "ours Δ"] == pytest.approx(0.10)
-    assert set(rep.claims["claim"]) == {"GPPO beats GRPO with clip-higher", "GPPO ends above CISPO"}
+    claims = rep.claims.set_index("claim")
+    assert list(claims.index) == ["GPPO beats GRPO with clip-higher", "GPPO ends above CISPO",
+                                  "GPPO is more stable than CISPO"]
+    assert claims["metric"].tolist() == ["val/acc", "val/acc", "val/acc_drawdown"]
+    stable = claims.loc["GPPO is more stable than CISPO"]
+    assert stable["ours Δ"] == pytest.approx(-0.04) and stable["verdict"] == "reproduced"  # a fall 0.04 smaller
+    benches = rep.benchmarks
+    assert list(zip(benches["claim"], benches["metric"], benches["direction"], strict=True)) == [
+        ("GPPO beats GRPO with clip-higher", "val/acc_last5", "higher"),
+        ("GPPO ends above CISPO", "val/acc_last5", "higher"),
+        ("GPPO is more stable than CISPO", "val/acc_drawdown", "lower")]   # no accuracy claim on the drawdown
+    assert benches.set_index("than").loc["clip_higher", "ours Δ"] == pytest.approx(0.10)
 
 
 def test_a_shrunk_copy_of_the_quickstart_keeps_the_mapping(tmp_path, repo_root):
@@ -92,4 +105,6 @@ def test_a_shrunk_copy_of_the_quickstart_keeps_the_mapping(tmp_path, repo_root):
     copy = tmp_path / "mine.yaml"
     copy.write_text(yaml.safe_dump(body, sort_keys=False))
     ref = _ref_for(load_analysis(Path(repo_root, "analysis", "fig2_clip.yaml")), load_spec(copy), copy)
-    assert ref.spec_path == copy and ref.metrics == {"AIME24 avg@32": "val/acc_last5"}
+    assert ref.spec_path == copy and ref.metrics == {"AIME24 avg@32": "val/acc_last5",
+                                                     "stability (drawdown)": "val/acc_drawdown"}
+    assert ref.direction("stability (drawdown)") == "lower"  # its direction comes along

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from klear_lab.analysis.reproduce import verdict
+from klear_lab.analysis.verdicts import verdict
 from klear_lab.stats import t_quantile, welch_interval
 
 
