@@ -38,8 +38,11 @@ def parse_metric_map(analysis: Analysis, key: str, raw: Any) -> tuple[dict[str, 
 
 def _metric_entry(analysis: Analysis, key: str, value: Any) -> tuple[str, str]:
     """``val/acc`` -> (``val/acc``, ``higher``); ``{metric: M, direction: D}`` -> (M, D), D checked."""
-    if not isinstance(value, dict):
-        return str(value), HIGHER
+    if isinstance(value, str):
+        return value, HIGHER
+    if not isinstance(value, dict):  # a list, a number, an empty value
+        raise analysis.err(key, f"expected a metric name or {{metric: NAME, direction: higher or lower}}, "
+                                f"got {value!r}")
     if "metric" not in value or set(value) - ENTRY_KEYS:
         raise analysis.err(key, f"expected a metric name or {{metric: NAME, direction: higher or lower}}, "
                                 f"got {value!r}")

@@ -19,7 +19,9 @@ def summary_interval(rep: Reproduction, row: Any) -> str:
 def summary_claim(rep: Reproduction, row: Any) -> str:
     """The claim, naming the metric it was judged on where that is not the sweep's objective (a claim naming a
     ``benchmark:``: ``GPPO is more stable than CISPO, on val/acc_drawdown (lower is better)``)."""
-    return row["claim"] if row["metric"] == rep.sweep.metric else f"{row['claim']}, on {metric_cell(row)}"
+    if row["metric"] == rep.sweep.metric or not row["metric"]:  # none: a benchmark this entry leaves unmapped
+        return row["claim"]
+    return f"{row['claim']}, on {metric_cell(row)}"
 
 
 SUMMARY_HEADER = ["table / figure", "claim", "sweep", "ours on", "ours Δ [95% CI]", SEEDS, "verdict"]

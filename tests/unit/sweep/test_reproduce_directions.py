@@ -140,6 +140,7 @@ def test_a_claim_on_a_benchmark_this_entry_leaves_unmapped_says_so(tmp_path):
     assert steadier["verdict"] == (f"no result (the entry for other.yaml maps no metric to 'F': add one to its "
                                    f"`metrics:` in {tmp_path / 'toy_analysis.yaml'})")
     assert rep.benchmarks["claim"].tolist() == ["more lr helps"]
+    assert "| more lr is steadier | `other` |" in summary_markdown([rep], [])  # not "…, on –"
 
 
 @pytest.mark.parametrize(("metrics", "claims", "message"), [
@@ -150,6 +151,9 @@ def test_a_claim_on_a_benchmark_this_entry_leaves_unmapped_says_so(tmp_path):
     ({"F": {"metric": "val/f", "sense": "lower"}}, None,
      "sweeps[0].metrics.F: expected a metric name or {metric: NAME, direction: higher or lower}"),
     ({"F": {"direction": "lower"}}, None, "sweeps[0].metrics.F: expected a metric name or"),
+    ({"F": ["val/f"]}, None, "sweeps[0].metrics.F: expected a metric name or {metric: NAME, direction: higher or "
+     "lower}, got ['val/f']"),
+    ({"F": None}, None, "sweeps[0].metrics.F: expected a metric name or"),
     ({"A": "val/a/acc"}, [HELPS, STEADIER], "claims[1].benchmark: no sweep entry maps 'F' to a metric"),
     ({"F": FALL}, [HELPS | {"benchmark": "G"}], "claims[0].benchmark: 'G' is not a benchmark of this analysis"),
     ({"F": FALL}, [HELPS | {"on": "F"}], "claims[0]: expected {better: ARM, than: ARM, text: ..., benchmark: "),
