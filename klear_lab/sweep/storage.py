@@ -93,13 +93,15 @@ def _rdb_storage(url: str, **kwargs) -> optuna.storages.RDBStorage:
 
 
 def _lost_schema_race(exc: Exception) -> bool:
-    """A table, type or version row created by another opener in between (PostgreSQL, SQLite, MySQL wording)."""
+    """A table, type or version row created by another opener in between (PostgreSQL, SQLite, MySQL wording:
+    SQLite says "UNIQUE constraint failed" of the version row)."""
     from sqlalchemy import exc as sa_exc
 
     if not isinstance(exc, (sa_exc.IntegrityError, sa_exc.ProgrammingError, sa_exc.OperationalError)):
         return False
     message = str(getattr(exc, "orig", None) or exc).lower()
-    return "already exists" in message or "duplicate key" in message or "duplicate entry" in message
+    return any(said in message for said in ("already exists", "duplicate key", "duplicate entry",
+                                             "unique constraint failed"))
 
 
 def make_sampler(spec: SweepSpec, trial_number: int = 0) -> optuna.samplers.BaseSampler:
