@@ -84,12 +84,12 @@ def _sweeps_root(parent: dict[str, Any]) -> Path | None:
     return _sweeps_beside(out_dir_of(parent).resolve())
 
 
-def _sweeps_beside(runs: Path) -> Path | None:
-    """The :data:`SWEEP_ROOT` beside the run directory ``runs`` (absolute), if it exists and ``runs`` is
-    not inside it or the working directory's."""
+def _sweeps_beside(runs: Path, made: bool = True) -> Path | None:
+    """The :data:`SWEEP_ROOT` beside the run directory ``runs`` (absolute), if ``runs`` is not inside it or the
+    working directory's; and, with ``made``, if it exists."""
     root = runs.parent / SWEEP_ROOT
     inside = any(runs.is_relative_to(r) for r in (root, SWEEP_ROOT.resolve()))
-    return None if inside or not root.is_dir() else root
+    return None if inside or (made and not root.is_dir()) else root
 
 
 def train_runs(init_from: str | Path, sweeps: Path) -> Path | None:
@@ -104,7 +104,8 @@ def train_runs(init_from: str | Path, sweeps: Path) -> Path | None:
     from klear_lab.tracking import out_dir_of
 
     runs = out_dir_of(compose(init_from)).resolve()
-    return runs if runs.is_dir() and _sweeps_beside(runs) == sweeps.resolve() else None
+    beside = _sweeps_beside(runs, made=False)  # a sweep's --validate-only asks before its out_dir exists
+    return runs if runs.is_dir() and beside == sweeps.resolve() else None
 
 
 def linked_or_copied(source: Path, copy: Path) -> str:

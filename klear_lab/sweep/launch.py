@@ -16,7 +16,7 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm, grid_arms
-from klear_lab.sweep.parents import train_parent
+from klear_lab.sweep.parents import planned_start, train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import (
@@ -101,6 +101,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         if existing is not None:
             log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
                 "complete): running this spec continues it")
+        if (start := planned_start(spec, spec.compose())) is not None:
+            log(f"starting point (model.init_from): {start}")
         return 0
     study = _wait_for_study(spec, url, arms) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)

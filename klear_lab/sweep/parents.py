@@ -63,6 +63,31 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
             _train(spec, cfg, threads, log)
 
 
+def planned_start(spec: SweepSpec, base: dict[str, Any]) -> str | None:
+    """What running the sweep would do for its starting point, as :func:`train_parent` decides it, looked up
+    without the lock and linking nothing (``--validate-only``); None for a sweep without one."""
+    from klear_lab import starting_point
+    from klear_lab.start_sharing import find_completed_start, train_runs
+    from klear_lab.tracking import config_hash
+
+    if not needs_parent(spec, base):
+        return None
+    cfg = {**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}}
+    parent = starting_point.parent_config(cfg)
+    wanted, runs = config_hash(parent), spec.runs_dir.resolve()
+    if (done := trained_start(cfg)[0]) is not None:
+        return f"{done} (trained before)"
+    siblings = [d for d in runs.parent.parent.glob("*/runs") if d.resolve() != runs]
+    if (shared := find_completed_start(parent, wanted, siblings)) is not None:
+        return f"reuses {shared} (trained by another sweep)"
+    trains = train_runs(cfg["model"]["init_from"], runs.parent.parent)
+    if trains is not None and (taken := find_completed_start(parent, wanted, [trains])) is not None:
+        return f"reuses {taken} (trained by `klear-lab train`)"
+    if (stopped := resumable_start(cfg)) is not None:
+        return f"continues {stopped} from its last checkpoint"
+    return f"trains {cfg['model']['init_from']} (seed {parent['run']['seed']}) first, on every core"
+
+
 def _share_start(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> bool:
     """Share a completed starting point another sweep trained, else one a ``klear-lab train`` made; say
     which on one line. False when there is none to share."""

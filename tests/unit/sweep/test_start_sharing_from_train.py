@@ -174,3 +174,20 @@ def test_a_share_whose_data_cannot_be_read_here_says_it_was_not_checked(workdir)
     with pytest.warns(UserWarning, match=said):
         spec, lines = _sweep()
     assert (spec.runs_dir / RUN_NAME).is_dir() and "hard-linked" in lines[0]
+
+
+def _planned() -> str | None:
+    spec = load_spec("spec.yaml")
+    return parents.planned_start(spec, spec.compose())
+
+
+def test_validate_only_says_what_the_sweep_will_do_for_its_starting_point(workdir):
+    """``--validate-only``'s line (``parents.planned_start``): looked up without linking anything."""
+    assert _planned() == f"trains {workdir / 'parent.yaml'} (seed 0) first, on every core"
+    trained = _completed_run(workdir / "runs", _parent_hash())
+    assert _planned() == f"reuses {trained.resolve()} (trained by `klear-lab train`)"
+    sibling = _completed_run(workdir / SWEEP_ROOT / "other" / "runs", _parent_hash())
+    assert _planned() == f"reuses {sibling.resolve()} (trained by another sweep)"  # tried first, as the sweep does
+    assert not (workdir / SWEEP_ROOT / "quickstart" / "runs").exists()  # nothing linked
+    spec, _ = _sweep()
+    assert _planned() == f"{spec.runs_dir / RUN_NAME} (trained before)"
