@@ -29,6 +29,12 @@ FAILING_RUNNER = f"{HERE}:run_failing"
 REFUSING_RUNNER = f"{HERE}:run_refusing"
 DIVERGING_RUNNER = f"{HERE}:run_diverging"
 FLAKY_RUNNER = f"{HERE}:run_flaky"
+TINY_PARENT = {  # a starting point (``model.init_from``) that composes fast; the sharing tests fake its runs
+    "base": str(REPO / "experiments/quickstart/sft.yaml"),
+    "data": {"sources": [{"name": "arith_r1", "n_prompts": 20, "levels": [1], "level_weights": [1.0]}],
+             "eval_sources": [{"name": "arith", "levels": [1], "level_weights": [1.0], "n_prompts": 4}]},
+}
+PARENT_RUN = "parent-20250101-000000-abcdef-s0"  # the name of a faked completed run of it
 
 
 def write_spec(tmp: Path, name: str = "toy", lrs: tuple[float, ...] = (0.001, 0.002, 0.003),

@@ -13,20 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_fixtures import PARENT_RUN as RUN_NAME
+from sweep_fixtures import REPO, TINY_PARENT
 
 from klear_lab import starting_point
 from klear_lab.start_sharing import SWEEP_ROOT, start_lock
 from klear_lab.sweep import parents
 from klear_lab.sweep.spec import load_spec
 from klear_lab.tracking import config_hash
-
-REPO = Path(__file__).resolve().parents[3]
-TINY_PARENT = {
-    "base": str(REPO / "experiments/quickstart/sft.yaml"),
-    "data": {"sources": [{"name": "arith_r1", "n_prompts": 20, "levels": [1], "level_weights": [1.0]}],
-             "eval_sources": [{"name": "arith", "levels": [1], "level_weights": [1.0], "n_prompts": 4}]},
-}
-RUN_NAME = "parent-20250101-000000-abcdef-s0"
 
 
 class _Trained(Exception):
