@@ -68,14 +68,14 @@ def planned_start(spec: SweepSpec, base: dict[str, Any]) -> str | None:
     without the lock and linking nothing (``--validate-only``); None for a sweep without one."""
     from klear_lab import starting_point
     from klear_lab.start_sharing import find_completed_start, train_runs
-    from klear_lab.tracking import config_hash
+    from klear_lab.tracking import config_hash, out_dir_of
 
     if not needs_parent(spec, base):
         return None
     cfg = {**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}}
     parent = starting_point.parent_config(cfg)
     wanted, runs = config_hash(parent), spec.runs_dir.resolve()
-    if (done := trained_start(cfg)[0]) is not None:
+    if (done := starting_point.completed_parent(parent, wanted)[0]) is not None:  # trained_start, composed once
         return f"{done} (trained before)"
     siblings = [d for d in runs.parent.parent.glob("*/runs") if d.resolve() != runs]
     if (shared := find_completed_start(parent, wanted, siblings)) is not None:
@@ -83,7 +83,7 @@ def planned_start(spec: SweepSpec, base: dict[str, Any]) -> str | None:
     trains = train_runs(cfg["model"]["init_from"], runs.parent.parent)
     if trains is not None and (taken := find_completed_start(parent, wanted, [trains])) is not None:
         return f"reuses {taken} (trained by `klear-lab train`)"
-    if (stopped := resumable_start(cfg)) is not None:
+    if (stopped := starting_point.find_resumable_run(out_dir_of(parent), wanted, parent["run"]["seed"])) is not None:
         return f"continues {stopped} from its last checkpoint"
     return f"trains {cfg['model']['init_from']} (seed {parent['run']['seed']}) first, on every core"
 

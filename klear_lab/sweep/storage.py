@@ -82,14 +82,14 @@ def _rdb_storage(url: str, **kwargs) -> optuna.storages.RDBStorage:
     a starting sweep -- and the slower one fails with a duplicate key or "already exists". The tables are
     whole by then (each creation is one transaction), so opening again finds them.
     """
-    for attempt in range(SCHEMA_RACE_TRIES):
+    for attempt in range(1, SCHEMA_RACE_TRIES):
         try:
             return optuna.storages.RDBStorage(url, **kwargs)
         except Exception as exc:
-            if attempt == SCHEMA_RACE_TRIES - 1 or not _lost_schema_race(exc):
+            if not _lost_schema_race(exc):
                 raise
-            time.sleep(0.1 * (attempt + 1))
-    raise AssertionError("unreachable")
+        time.sleep(0.1 * attempt)
+    return optuna.storages.RDBStorage(url, **kwargs)  # the last try: whatever it raises stands
 
 
 def _lost_schema_race(exc: Exception) -> bool:
