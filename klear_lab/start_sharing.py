@@ -19,8 +19,11 @@ Three callers:
   directories share, both ways.
 
 All hold the sweeps' lock on that starting point (:func:`start_lock`) while they look and link, so a
-command started while a sweep trains it waits, then shares it. A sweep does not wait for a
-``klear-lab train`` training it (that holds only its own ``.init-*`` lock): it takes completed runs only.
+command started while a sweep trains it waits, then shares it. A sweep first takes the lock a ``klear-lab
+train`` holds on it while training it (:func:`train_lock`), so it waits for that train too: both locks are
+taken in one order, the train's first, by trains and sweeps alike, so none waits on another that waits on it.
+A ``runs`` that is a symlink (to another disk) is still beside the working directory's ``sweep_runs``: paths
+are made absolute, not resolved, to find what is beside what.
 """
 
 from __future__ import annotations
@@ -81,14 +84,20 @@ def _sweeps_root(parent: dict[str, Any]) -> Path | None:
     left to its sweep."""
     from klear_lab.tracking import out_dir_of
 
-    return _sweeps_beside(out_dir_of(parent).resolve())
+    return _sweeps_beside(_absolute(out_dir_of(parent)))
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute without resolving symlinks: what is beside a symlinked ``runs`` is beside the link."""
+    return Path(os.path.abspath(path))
 
 
 def _sweeps_beside(runs: Path, made: bool = True) -> Path | None:
     """The :data:`SWEEP_ROOT` beside the run directory ``runs`` (absolute), if ``runs`` is not inside it or the
-    working directory's; and, with ``made``, if it exists."""
+    working directory's (through symlinks or not); and, with ``made``, if it exists."""
     root = runs.parent / SWEEP_ROOT
-    inside = any(runs.is_relative_to(r) for r in (root, SWEEP_ROOT.resolve()))
+    roots = {root, root.resolve(), _absolute(SWEEP_ROOT), SWEEP_ROOT.resolve()}
+    inside = any(r.is_relative_to(s) for r in {runs, runs.resolve()} for s in roots)
     return None if inside or (made and not root.is_dir()) else root
 
 
@@ -103,9 +112,23 @@ def train_runs(init_from: str | Path, sweeps: Path) -> Path | None:
     from klear_lab.config.compose import compose
     from klear_lab.tracking import out_dir_of
 
-    runs = out_dir_of(compose(init_from)).resolve()
+    runs = _absolute(out_dir_of(compose(init_from)))
     beside = _sweeps_beside(runs, made=False)  # a sweep's --validate-only asks before its out_dir exists
-    return runs if runs.is_dir() and beside == sweeps.resolve() else None
+    return runs if runs.is_dir() and beside is not None and beside.resolve() == sweeps.resolve() else None
+
+
+def train_lock(init_from: str | Path, sweeps: Path, parent_hash: str,
+               on_wait: Callable[[], None] | None = None) -> contextlib.AbstractContextManager:
+    """For a sweep under ``sweeps``: the lock a ``klear-lab train`` holds on the starting point ``init_from``
+    (hash ``parent_hash``) while it trains or shares it (``starting_point.init_lock`` in :func:`train_runs`).
+    Taken before the sweeps' :func:`start_lock`, as the train takes them, the sweep waits for such a train,
+    then shares its run. None to take (a null context) where there are no such runs or they are read-only."""
+    from klear_lab.starting_point import init_lock
+
+    runs = train_runs(init_from, sweeps)
+    if runs is None or not os.access(runs, os.W_OK):
+        return contextlib.nullcontext()
+    return init_lock(runs, parent_hash, on_wait)
 
 
 def linked_or_copied(source: Path, copy: Path) -> str:
@@ -130,7 +153,9 @@ def link_completed_start(parent: dict[str, Any], parent_hash: str, runs: Path, s
                          data: dict[str, str] | None = None) -> tuple[Path, Path] | None:
     """Hard-link the newest completed run of ``parent`` (same hash and seed, trained on the records its data
     files hold now; ``data``: their digests, when already read) found in the run directories ``sources``
-    (``runs`` itself left out) into ``runs``. Returns (that run, its copy in ``runs``), or None."""
+    (``runs`` itself left out) into ``runs``. Returns (that run, its copy in ``runs``), or None. Callers
+    hold a lock on this starting point for ``runs``, so a half-made copy of it found there is a killed
+    share's: removed."""
     from klear_lab import starting_point
 
     source = find_completed_start(parent, parent_hash, [s for s in sources if s.resolve() != runs.resolve()], data)
@@ -138,7 +163,10 @@ def link_completed_start(parent: dict[str, Any], parent_hash: str, runs: Path, s
         return None
     seed = parent["run"]["seed"]
     runs.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".sharing-", dir=runs))  # hidden: no run (a run name may be 255 bytes)
+    prefix = f".sharing-{parent_hash}-s{seed}-"  # hidden: no run (a run name may be 255 bytes)
+    for left in runs.glob(f"{prefix}*"):
+        shutil.rmtree(left, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=runs))
     try:
         shutil.copytree(source, tmp / "run", copy_function=_link_or_copy, symlinks=True,
                         ignore=lambda where, names: ["wandb"] if Path(where) == source else [])

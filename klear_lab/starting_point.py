@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
         warn_init_from_unused(cfg)
     if m["name_or_path"] or not m["init_from"]:
         return
-    from klear_lab.file_lock import exclusive_lock
     from klear_lab.start_sharing import share_sweep_start
     from klear_lab.tracking import config_hash, out_dir_of
 
@@ -47,7 +46,9 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     if newest is not None and not files_unchanged(newest, parent):
         with contextlib.suppress(DataError):  # completed_parent says it
             data = records_digests(parent)
-    with exclusive_lock(out / f".init-{parent_hash}.lock"):
+    with init_lock(out, parent_hash, lambda: print(
+            f"model.init_from {m['init_from']}: waiting for another process training or sharing the same starting "
+            f"point in {out}, to use it", file=sys.stderr)):
         # looked up again under the lock: a parallel trial may have trained it while this one waited
         run_dir, stale = completed_parent(parent, parent_hash, data)
         shared = None if run_dir is not None else share_sweep_start(parent, parent_hash, data)
@@ -63,6 +64,16 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
             print(f"model.init_from {m['init_from']}: starting from {_origin(run_dir, shared)} (same config "
                   f"hash {parent_hash}, seed {parent['run']['seed']})", file=sys.stderr)
     m["name_or_path"] = str(run_dir.resolve())
+
+
+def init_lock(out: Path, parent_hash: str,
+              on_wait: Callable[[], None] | None = None) -> contextlib.AbstractContextManager:
+    """The lock on the starting point ``parent_hash`` for runs in the output dir ``out``, held while one of them
+    trains or shares it (parallel trials of a sweep train it once); a sweep that would take a ``klear-lab
+    train``'s run of it takes it too (``start_sharing.train_lock``)."""
+    from klear_lab.file_lock import exclusive_lock
+
+    return exclusive_lock(Path(out) / f".init-{parent_hash}.lock", on_wait)
 
 
 def _origin(run_dir: Path, shared: tuple[Path, Path] | None) -> str:

@@ -51,8 +51,7 @@ def train_parent(spec: SweepSpec, base: dict[str, Any], threads: int, log: Any =
     if not needs_parent(spec, base):
         return
     cfg = {**base, "run": {**base["run"], "out_dir": str(spec.runs_dir)}}
-    with _start_lock(cfg, lambda: log(f"sweep {spec.name}: starting point: waiting for another sweep "
-                                      "training the same one, to share it")):
+    with _start_locks(spec, cfg, log):
         done, stale = trained_start(cfg)
         if stale is not None:  # what it does instead follows: shares another sweep's, or trains one
             log(f"sweep {spec.name}: starting point: {stale}")
@@ -106,17 +105,23 @@ def _share_start(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _start_lock(cfg: dict[str, Any], on_wait: Any) -> Iterator[None]:
-    """An exclusive lock on one starting point (config hash and seed) for every sweep under ``out_dir``:
-    a sweep started while another trains it waits (``on_wait`` says so), then shares it."""
+def _start_locks(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> Iterator[None]:
+    """The locks on one starting point (config hash and seed): the one a ``klear-lab train`` of it takes, where
+    the sweep would share its run (``start_sharing.train_lock``), then the one for every sweep under
+    ``out_dir``. A sweep started while another sweep or such a train trains it waits (saying so), then shares
+    it. Trains take both in the same order: neither waits on the other while holding what it needs."""
     from klear_lab import starting_point
-    from klear_lab.start_sharing import start_lock
+    from klear_lab.start_sharing import start_lock, train_lock
     from klear_lab.tracking import config_hash, out_dir_of
 
     parent = starting_point.parent_config(cfg)
-    out_dir = out_dir_of(cfg).parent.parent
+    parent_hash, out_dir = config_hash(parent), out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    with start_lock(out_dir, config_hash(parent), parent["run"]["seed"], on_wait):
+    with (train_lock(cfg["model"]["init_from"], out_dir, parent_hash, lambda: log(
+            f"sweep {spec.name}: starting point: waiting for a `klear-lab train` training or sharing the same one, "
+            "to share it")),
+          start_lock(out_dir, parent_hash, parent["run"]["seed"], lambda: log(
+              f"sweep {spec.name}: starting point: waiting for another sweep training the same one, to share it"))):
         yield
 
 

@@ -224,3 +224,15 @@ def test_a_share_whose_data_cannot_be_read_here_says_it_was_not_checked(workdir)
     with pytest.warns(UserWarning, match=said):
         starting_point.resolve_init_from(child)
     assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
+
+
+def test_a_run_in_a_symlinked_runs_links_the_sweeps_starting_point(workdir):
+    """``runs`` linked to another disk is still beside the working directory's ``sweep_runs`` (the sweeps were
+    looked for beside the link's target, and never found)."""
+    elsewhere = workdir / "disk" / "runs"
+    elsewhere.mkdir(parents=True)
+    (workdir / "runs").symlink_to(elsewhere)
+    child = _child(Path("runs"))
+    _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    starting_point.resolve_init_from(child)
+    assert (elsewhere / RUN_NAME / "run.json").is_file()

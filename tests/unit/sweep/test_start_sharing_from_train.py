@@ -185,3 +185,94 @@ def test_validate_only_says_what_the_sweep_will_do_for_its_starting_point(workdi
     assert not (workdir / SWEEP_ROOT / "quickstart" / "runs").exists()  # nothing linked
     spec, _ = _sweep()
     assert _planned() == f"{spec.runs_dir / RUN_NAME} (trained before)"
+
+
+def _child() -> dict:
+    """What ``klear-lab train child.yaml`` composes: the same starting point as the sweep's, in ``runs``."""
+    from klear_lab.config.compose import compose
+
+    return compose(Path("child.yaml").resolve(), ["trainer.num_threads=1"])
+
+
+def _in_thread(target) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)  # daemon: a deadlock fails the test, not the session
+    thread.start()
+    return thread
+
+
+def test_a_sweep_waits_for_a_train_training_its_starting_point_then_takes_it(workdir, monkeypatch):
+    """A `klear-lab train` of the child training the starting point holds its lock on it; the sweep takes that
+    lock first (the order the train takes both in), waits, and shares the run when it completes."""
+    parent_hash, training = _parent_hash(), threading.Event()
+
+    def train_parent(parent, wanted, init_from, out, quiet=False):
+        training.set()
+        time.sleep(1.0)
+        return _completed_run(Path(out), wanted)
+
+    monkeypatch.setattr(starting_point, "_train_parent", train_parent)
+    child = _child()
+    thread = _in_thread(lambda: starting_point.resolve_init_from(child))
+    assert training.wait(30)
+    spec, lines = _sweep()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert lines[0] == ("sweep quickstart: starting point: waiting for a `klear-lab train` training or sharing the "
+                        "same one, to share it")
+    assert f"reusing {(workdir / 'runs' / RUN_NAME).resolve()} " in lines[1] and "klear-lab train" in lines[1]
+    assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
+    assert starting_point.find_completed_run(spec.runs_dir, parent_hash, seed=0) == spec.runs_dir / RUN_NAME
+
+
+@pytest.mark.parametrize("runs_made", [True, False], ids=["runs-made", "no-runs-yet"])
+def test_a_train_started_while_a_sweep_trains_its_starting_point_waits_and_shares_it(workdir, monkeypatch, capsys,
+                                                                                     runs_made):
+    """The other way round: the train waits on whichever lock the sweep holds (the train's, where ``runs``
+    was there when the sweep began, else the sweeps'), then shares the sweep's run; neither waits forever."""
+    if runs_made:
+        (workdir / "runs").mkdir()
+    parent_hash, training = _parent_hash(), threading.Event()
+
+    def sweep_trains(spec, cfg, threads, log):
+        training.set()
+        time.sleep(1.0)
+        _completed_run(spec.runs_dir, parent_hash)
+
+    monkeypatch.setattr(parents, "_train", sweep_trains)
+    monkeypatch.setattr(starting_point, "_train_parent", lambda *a, **k: pytest.fail("the train trained it too"))
+    thread = _in_thread(_sweep)
+    assert training.wait(30)
+    child = _child()
+    starting_point.resolve_init_from(child)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
+    waited = ("waiting for another process training or sharing the same starting point" if runs_made
+              else "waiting for a sweep training the same starting point")
+    assert waited in capsys.readouterr().err
+
+
+def test_a_symlinked_runs_is_still_beside_the_sweeps(workdir):
+    """``runs`` linked to another disk: its runs are where a train of the starting point writes, beside
+    ``sweep_runs`` (they were looked for beside the link's target, and never found)."""
+    elsewhere = workdir / "disk" / "runs"
+    elsewhere.mkdir(parents=True)
+    (workdir / "runs").symlink_to(elsewhere)
+    _completed_run(workdir / "runs", _parent_hash())
+    spec, lines = _sweep()
+    assert f"reusing {workdir / 'runs' / RUN_NAME} " in lines[0]
+    assert (spec.runs_dir / RUN_NAME / "run.json").is_file()
+
+
+def test_a_copy_a_killed_share_left_half_made_is_removed_by_the_next(workdir):
+    """Only this starting point's leftovers go: a share of another one may be copying into the same runs dir."""
+    parent_hash = _parent_hash()
+    _completed_run(workdir / "runs", parent_hash)
+    runs = workdir / SWEEP_ROOT / "quickstart" / "runs"
+    left = runs / f".sharing-{parent_hash}-s0-killed" / "run"
+    other = runs / f".sharing-{'0' * len(parent_hash)}-s0-copying" / "run"
+    for half in (left, other):
+        (half / "model").mkdir(parents=True)
+    _sweep()
+    assert not left.parent.exists() and other.is_dir()
+    assert sorted(p.name for p in runs.iterdir()) == sorted([RUN_NAME, other.parent.name])
