@@ -135,7 +135,14 @@ def _compare(ref: SweepRef, claim: Claim, measure: Measure) -> dict[str, Any]:
 
 
 def _unmapped(analysis: Analysis, ref: SweepRef, claim: Claim) -> dict[str, Any]:
-    """A claim naming a benchmark this sweep entry maps to no metric: nothing to judge it on here."""
+    """A claim naming a benchmark this sweep entry maps to no metric: nothing to judge it on here. A sweep the
+    analysis does not list has no entry to edit: it is told to list it (its ``metrics:`` came from another
+    entry's, and only those the sweep records)."""
+    if any(r is ref for r in analysis.sweeps):
+        why = (f"the entry for {ref.spec_path.name} maps no metric to {claim.benchmark!r}: add one to its "
+               f"`metrics:` in {analysis.path}")
+    else:
+        why = (f"{ref.spec_path.name} is not listed in {analysis.path}, and no metric it records is mapped to "
+               f"{claim.benchmark!r}: list it under `sweeps:` with `metrics: {{{claim.benchmark}: METRIC}}`")
     return {"ours Δ": math.nan, "ours Δ ci low": math.nan, "ours Δ ci high": math.nan, "n better": 0, "n than": 0,
-            "verdict": f"no result (the entry for {ref.spec_path.name} maps no metric to {claim.benchmark!r}: add "
-                       f"one to its `metrics:` in {analysis.path})", "metric": "", "direction": ""}
+            "verdict": f"no result ({why})", "metric": "", "direction": ""}

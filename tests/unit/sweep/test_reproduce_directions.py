@@ -143,6 +143,21 @@ def test_a_claim_on_a_benchmark_this_entry_leaves_unmapped_says_so(tmp_path):
     assert "| more lr is steadier | `other` |" in summary_markdown([rep], [])  # not "…, on –"
 
 
+def test_a_claim_unmapped_for_an_unlisted_sweep_says_to_list_it(tmp_path):
+    """A sweep the analysis does not list (its arms taken from a listed entry) has no entry to add a metric to."""
+    from klear_lab.analysis import _ref_for
+
+    analysis = load_analysis(write_analysis(tmp_path, {"A": "val/a/acc", "F": FALL}))
+    copy = write_spec(tmp_path, name="copy", lrs=(0.001, 0.002), seeds=(0, 1), metrics=["val/a/acc"])
+    spec = load_spec(copy)
+    ref = _ref_for(analysis, spec, copy)
+    assert all(ref is not listed for listed in analysis.sweeps)
+    steadier = reproduce(analysis, ref, spec, trial_records()).claims.set_index("claim").loc["more lr is steadier"]
+    assert steadier["verdict"] == (f"no result (copy.yaml is not listed in {tmp_path / 'toy_analysis.yaml'}, and no "
+                                   "metric it records is mapped to 'F': list it under `sweeps:` with "
+                                   "`metrics: {F: METRIC}`)")
+
+
 @pytest.mark.parametrize(("metrics", "claims", "message"), [
     ({"F": {"metric": "val/f", "direction": "down"}}, None,
      "sweeps[0].metrics.F.direction: expected higher or lower, got 'down'"),
