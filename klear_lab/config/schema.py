@@ -28,6 +28,8 @@ class RunSection:
     kind: str = "sft"
     """Stage: ``sft``, ``rl`` or ``eval`` (score a trained model only: ``klear-lab eval RUN_DIR``)."""
     seed: int = 0
+    """The replicate's seed: tiny-model init, the mix's draw, RL prompt order, rollout and eval sampling (the
+    data itself: ``data.world_seed``). Not in the config hash: replicates of one config share it."""
     experiment: str = ""
     """The experiment file this config was composed from (filled in by ``compose``)."""
     out_dir: str = "runs"
@@ -37,7 +39,9 @@ class RunSection:
     job_type: str | None = None
     """W&B job_type (default: the stage, or the sweep arm)."""
     tags: list[str] = field(default_factory=list)
+    """W&B tags, after which the run adds ``kind:``, ``seed:`` and component tags (``clip:gppo``...)."""
     notes: str = ""
+    """W&B run notes; a sweep writes ``sweep NAME trial N`` here (its retries find a trial's runs by it)."""
 
 
 @dataclass
@@ -52,8 +56,14 @@ class ModelSection:
     tokenizer_vocab: int = 512
     """Vocabulary size of the locally trained tokenizer (tiny models only; at least 263: 256 bytes + 7 special)."""
     dtype: str = "float32"
+    """torch dtype the model is built or loaded in (``float32``, ``bfloat16``...); a ``*-true``
+    ``trainer.precision`` converts it for training, ``*-mixed`` keeps it (autocast lowers the compute only)."""
     attn_implementation: str = "sdpa"
+    """transformers' attention kernel: ``sdpa``, ``eager``, ``flash_attention_2`` (packed SFT then needs one
+    row per micro-batch: ``sft.tokens_per_micro_batch`` = ``data.max_length``)."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (transformers' gradient checkpointing): less memory, more
+    compute."""
 
 
 @dataclass
@@ -81,12 +91,19 @@ class DataSection:
 @dataclass
 class OptimSection:
     lr: float = 1e-3
+    """Peak AdamW learning rate, reached after warmup (paper: SFT 8e-5; RL 1e-6 math, 5e-7 code)."""
     min_lr: float = 1e-4
     """Cosine floor (the paper's SFT: 8e-5 -> 4e-5)."""
     warmup_steps: int = 30
+    """Linear warmup length: SFT optimizer steps; in RL updates or rollout steps as ``rl.lr_schedule_unit`` says
+    (paper RL: 10 rollout steps)."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay, on matrices only (not on biases or norm weights; paper RL: 0.1)."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW's [beta1, beta2], each in [0, 1): decay rates of the gradient's first and second moments."""
     grad_clip: float = 1.0
+    """Clip the gradient's global L2 norm to this before each optimizer step (SFT step, RL update); 0 = no
+    clipping (paper RL: 1.0)."""
     schedule: str = "cosine"
     """``cosine`` (warmup then cosine to min_lr) or ``constant`` (warmup then flat; the paper's RL)."""
     bf16_rounding: str = "stochastic"
@@ -98,11 +115,14 @@ class OptimSection:
 @dataclass
 class SFTSection:
     epochs: float = 1.0
+    """Passes over the SFT examples (a fraction: that share of an epoch's steps, rounded up); read when
+    ``sft.max_steps`` is not > 0 (paper: 4)."""
     max_steps: int = -1
-    """Optimizer steps; -1 = derived from epochs."""
+    """Optimizer steps; 0 or -1 = derived from ``sft.epochs``."""
     tokens_per_micro_batch: int = 2048
     """Packed rows of ``data.max_length`` per micro-batch = this // max_length."""
     grad_accum: int = 1
+    """Micro-batches per optimizer step (Lightning's gradient accumulation)."""
     loss: str = "token-mean"
     """``token-mean``: each micro-batch's mean over its response tokens, averaged over the
     ``grad_accum`` micro-batches and the ranks (Lightning's accumulation, DDP's mean): a micro-batch
@@ -140,12 +160,18 @@ class RLSection:
     same log-probs in [seqs, chunk, V] memory instead of [seqs, T, V] float32 (about 20 GB per 32K-token
     Qwen3 response); 0 = all at once. ``scripts/bench_logp_chunks.py`` measures it."""
     ppo_epochs: int = 1
+    """Passes over each rollout batch's kept groups, one update per ``minibatch_prompts`` of them each pass
+    (paper: 1)."""
     max_new_tokens: int = 128
+    """Rollout response budget in tokens; a response still going there is cut (truncated: ``rl.overlong``;
+    paper: 32K)."""
     max_prompt_tokens: int = 0
     """Drop training prompts longer than this many tokens (chat-formatted) before the run; 0 = keep all
     (paper: 4K prompts; verl's ``data.max_prompt_length`` with ``filter_overlong_prompts``)."""
     temperature: float = 1.0
+    """Rollout sampling temperature, > 0; the loss's log-probs use the same tempered softmax (paper: 1.0)."""
     top_p: float = 1.0
+    """Rollout nucleus sampling; only 1 (off, the paper's) is accepted: the PPO ratio would be off-policy."""
     lr_schedule_unit: str = "update"
     """What the LR schedule counts (``optim.warmup_steps``, the cosine's length): ``update`` (each optimizer
     update; the schedule assumes every group is kept) or ``rollout_step`` (verl, and so the paper's recipe:
@@ -163,9 +189,14 @@ class RLSection:
     overlong: str = "none"
     """``none``, ``mask`` (truncated responses leave the loss) or ``penalty`` (DAPO soft overlong)."""
     overlong_buffer: int = 32
+    """``rl.overlong=penalty``: the last this many tokens before ``rl.max_new_tokens``, over which the penalty
+    grows linearly from 0 to ``rl.overlong_penalty`` (DAPO's L_cache); in (0, rl.max_new_tokens]. Unused otherwise."""
     overlong_penalty: float = 1.0
+    """``rl.overlong=penalty``: what a response reaching ``rl.max_new_tokens`` loses from its reward (DAPO's
+    factor: 1.0), >= 0. Unused otherwise; the paper uses no overlong penalty."""
     eval_every: int = 10
-    """Held-out evaluation (``eval``: greedy or avg@k) every N rollout steps, before the first and after the last."""
+    """Held-out evaluation (``eval``: greedy or avg@k) every N rollout steps, and before the first and after the
+    last; 0 = before the first and after the last only."""
 
 
 @dataclass
@@ -173,6 +204,7 @@ class EvalSection:
     every_n_steps: int = 0
     """Validation interval in optimizer steps; 0 = at the end only."""
     max_new_tokens: int = 160
+    """Longest held-out completion in tokens (paper: 32K)."""
     batch_size: int = 100
     """Sequences per ``generate`` call (a problem's ``samples`` count as that many)."""
     samples: int = 1
@@ -202,16 +234,24 @@ class EvalSection:
 @dataclass
 class TrainerSection:
     accelerator: str = "auto"
+    """Lightning's accelerator: ``auto`` (a GPU when one is visible), ``cpu``, ``gpu``/``cuda``."""
     devices: Any = 1
+    """Lightning's devices on this machine: a count, GPU indices (``[0, 1]``, ``"0,1"``) or ``auto``; more than
+    one runs one process each (``trainer.strategy``)."""
     strategy: str = "auto"
     """Passed to Lightning: ``ddp``, ``fsdp``, ``deepspeed_stage_2``... on GPUs."""
     precision: str = "32-true"
+    """Lightning's precision: ``32-true``, ``bf16-mixed``/``16-mixed`` (autocast; weights stay in
+    ``model.dtype``), ``bf16-true``/``16-true`` (weights, gradients and AdamW states in that dtype)..."""
     num_threads: int = 0
     """torch threads of the run; 0 = cores // parallel workers (KLEAR_PARALLEL_WORKERS), at most
     ``OMP_NUM_THREADS`` where it is set. A CPU DDP
     run's processes share them (each gets num_threads // devices)."""
     log_every_n_steps: int = 5
+    """Log training metrics every N SFT optimizer steps (RL logs every rollout step); 0 = no step logging."""
     checkpoint: bool = True
+    """Write resume checkpoints (every ``trainer.checkpoint_every``); false: none. The final model is saved
+    either way."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.ckpt`` every this many steps (SFT: optimizer steps; RL: rollout steps),
     so ``klear-lab resume RUN_DIR`` continues a stopped run where it left off. 0: no checkpoints."""
@@ -223,10 +263,13 @@ class TrainerSection:
 @dataclass
 class WandbSection:
     enabled: bool = True
+    """false: no W&B logging (as ``tracking.wandb.mode=disabled``)."""
     mode: str = "offline"
     """``offline`` (default: no account; ``wandb sync`` later), ``online`` or ``disabled``."""
     project: str = "klear-lab"
+    """W&B project the run logs to (no ``/``: a team goes in ``entity``)."""
     entity: str | None = None
+    """W&B team or user the project belongs to; null = the logged-in user's default."""
     log_samples: int = 8
     """Sample generations logged as a W&B table at each evaluation."""
 
@@ -235,6 +278,7 @@ class WandbSection:
 class TrackingSection:
     wandb: WandbSection = field(default_factory=WandbSection)
     csv: bool = True
+    """Log metrics to ``RUN_DIR/csv/metrics.csv`` (what ``klear-lab compare``, ``runs`` and ``resume`` read)."""
 
 
 @dataclass

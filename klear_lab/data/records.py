@@ -159,7 +159,7 @@ def require_gradeable(records: list[Record], what: str) -> None:
     bad = [r for r in records if (r.task == "code" and not r.tests) or (r.task == "math" and not r.answer.strip())]
     if bad:
         first = bad[0]
-        why = _no_tests_hint(first) if first.task == "code" else "an empty reference answer"
+        why = _no_tests_hint(first) if first.task == "code" else "no reference answer (missing, null or blank)"
         raise DataError(f"{what}: {len(bad)} of {len(records)} records cannot be graded; the first, "
                         f"{first.uid!r} of source {first.source!r} ({first.task}), has {why}")
 

@@ -90,7 +90,7 @@ class FileSource:
         fmt = self.format if self.format != "auto" else detect_format(rows)
         columns = {**COLUMNS[fmt], **self.fields}
         label = self.label or Path(path).stem or path
-        records = [to_record(row, i, fmt, columns, path, label, self.task) for i, row in rows]
+        records = [to_record(row, i, fmt, columns, path, label, self.task, scored=split == "eval") for i, row in rows]
         warn_repeated_uids(path, [n for n, _ in rows], records)
         if fmt in ("messages", "verl") and (dropped := dropped_turns(rows, columns, fmt)):
             warn_dropped_turns(path, dropped)

@@ -38,11 +38,19 @@ class _Row:
     def fail(self, key: str, why: str) -> DataError:
         return DataError(f"{self.path}: row {self.n}: field {self.columns.get(key, key)!r}: {why}")
 
+    def raw(self, key: str) -> Any:
+        return _get(self.row, self.columns[key]) if key in self.columns else _MISSING
+
+    def absence(self, key: str) -> str:
+        """How an absent field reads in errors: ``missing``, or ``missing (null)`` (a parquet row's absent
+        field reads as None)."""
+        return "missing" if self.raw(key) is _MISSING else "missing (null)"
+
     def get(self, key: str, types: tuple[type, ...], default: Any = _MISSING) -> Any:
-        value = _get(self.row, self.columns[key]) if key in self.columns else _MISSING
+        value = self.raw(key)
         if value is _MISSING or value is None:
-            if default is _MISSING:  # a parquet row's absent field reads as None
-                raise self.fail(key, "missing" if value is _MISSING else "missing (null)")
+            if default is _MISSING:
+                raise self.fail(key, self.absence(key))
             return default
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             names = "/".join(t.__name__ for t in types)
@@ -51,7 +59,9 @@ class _Row:
 
 
 def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, label: str,
-               task: str) -> Record:
+              task: str, scored: bool = False) -> Record:
+    """One row as a record. ``scored``: the rows are a held-out set (the ``eval`` split), which a reward grades
+    whether or not a row has a response, so a math row there needs its reference answer."""
     r = _Row(row, n, columns, path)
     own = r.get("source", (str,), None)  # the row's data_source / source
     source = label if own is None else own
@@ -68,9 +78,9 @@ def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, la
     if fmt == "verl":
         fields = _verl_fields(r, kind)
     elif fmt == "messages":
-        fields = _messages_fields(r)
+        fields = _messages_fields(r, kind, scored)
     else:
-        fields = _records_fields(r, kind)
+        fields = _records_fields(r, kind, scored)
     if not fields["prompt"].strip():  # a cut column or a template that lost its question
         raise r.fail("messages" if fmt == "messages" else "prompt", "the prompt is empty")
     used = {c.split(".")[0] for c in columns.values()}
@@ -96,13 +106,25 @@ def other_tasks(rows: list[tuple[int, Any]], columns: dict[str, str]) -> list[tu
     return [(n, v) for n, v in values if isinstance(v, str) and v.strip() and v.strip().lower() not in TASKS]
 
 
-def _answer(r: _Row, kind: str, response: str | None = None) -> str:
-    """A row's reference answer; a math row without a ``response`` is only graded, so its answer must not be
-    blank (a code row is graded by its tests; an SFT row with a response trains without one)."""
-    answer = str(r.get("answer", (str, int, float)))
-    if kind != "code" and not answer.strip() and not response:  # else refused later by uid only
-        raise r.fail("answer", "empty (a gradeable record needs its reference answer)")
+ANSWER_NEEDED = "a math row without a response is graded against its reference answer"
+HELD_OUT_ANSWER_NEEDED = "a held-out math row is graded against its reference answer"
+
+
+def _answer(r: _Row, kind: str, needed_because: str | None) -> str:
+    """A row's reference answer, "" where it has none (missing, null or blank). ``needed_because``: why the row
+    must have one (a math row without a ``response`` is only graded; a held-out row is scored), None where it
+    need not: a code row is graded by its tests, and an SFT row with a response trains without one (an RL run
+    refuses such a math row later, by uid: ``records.require_gradeable``)."""
+    value = r.get("answer", (str, int, float), None)
+    answer = "" if value is None else str(value)
+    if needed_because and kind != "code" and not answer.strip():
+        raise r.fail("answer", f"{'empty' if value is not None else r.absence('answer')}; {needed_because}")
     return answer
+
+
+def _needed_because(scored: bool, response: str | None) -> str | None:
+    """Why a records row must have its answer: it is held out (scored), or it has no response to train on."""
+    return HELD_OUT_ANSWER_NEEDED if scored else None if response else ANSWER_NEEDED
 
 
 def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
@@ -111,7 +133,7 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
         prompt = _last_turn(r, "prompt", prompt, "user")
     out: dict[str, Any] = {"prompt": prompt}
     if kind != "code":
-        return {**out, "answer": _answer(r, kind)}
+        return {**out, "answer": _answer(r, kind, ANSWER_NEEDED)}
     spec = r.get("answer", (str, dict))
     if isinstance(spec, str):
         try:
@@ -140,7 +162,7 @@ def _verl_fields(r: _Row, kind: str) -> dict[str, Any]:
     return {**out, "answer": json.dumps(spec), "tests": tests, "meta": limits}
 
 
-def _messages_fields(r: _Row) -> dict[str, Any]:
+def _messages_fields(r: _Row, kind: str, scored: bool) -> dict[str, Any]:
     messages = r.get("messages", (list,))
     turns = [m for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
     if len(turns) != len(messages):
@@ -148,7 +170,7 @@ def _messages_fields(r: _Row) -> dict[str, Any]:
     last_bot = max((i for i, m in enumerate(turns) if m.get("role") == "assistant"), default=len(turns))
     prompt = _last_turn(r, "messages", turns[:last_bot], "user")
     response = _present(turns[last_bot]["content"]) if last_bot < len(turns) else None
-    answer = str(r.get("answer", (str, int, float), ""))
+    answer = _answer(r, kind, HELD_OUT_ANSWER_NEEDED if scored else None)  # a training chat row may have none
     return {"prompt": prompt, "answer": answer, "response": response,
             "response_correct": r.get("response_correct", (bool,), None)}
 
@@ -166,7 +188,7 @@ def _last_turn(r: _Row, key: str, turns: list[Any], role: str) -> str:
     raise r.fail(key, f"no {role} turn with string content")
 
 
-def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
+def _records_fields(r: _Row, kind: str, scored: bool) -> dict[str, Any]:
     tests = r.get("tests", (list,), [])
     for k, t in enumerate(tests):
         function_test = isinstance(t, dict) and isinstance(t.get("input"), list) and "output" in t
@@ -175,8 +197,8 @@ def _records_fields(r: _Row, kind: str) -> dict[str, Any]:
             raise r.fail(f"tests.{k}", "a test is {\"input\": [arguments], \"output\": value} (a function "
                          "call) or {\"stdin\": text, \"stdout\": text} (a whole program), got "
                          f"{json.dumps(t)[:80]}")
-    response = _present(r.get("response", (str,), None))
-    return {"prompt": r.get("prompt", (str,)), "answer": _answer(r, kind, response), "tests": tuple(tests),
+    prompt, response = r.get("prompt", (str,)), _present(r.get("response", (str,), None))
+    return {"prompt": prompt, "answer": _answer(r, kind, _needed_because(scored, response)), "tests": tuple(tests),
             "response": response, "meta": dict(r.get("meta", (dict,), {})),
             "response_correct": r.get("response_correct", (bool,), None)}
 

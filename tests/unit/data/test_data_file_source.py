@@ -272,7 +272,7 @@ def test_bad_parquet_row_is_numbered(tmp_path):
         FileSource(path=path).records(0, "train")  # said "expected str, got NoneType"
 
 
-EMPTY_ANSWER = "empty (a gradeable record needs its reference answer)"
+EMPTY_ANSWER = "empty; a math row without a response is graded against its reference answer"
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "hf_dir"])

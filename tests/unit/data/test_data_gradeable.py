@@ -21,7 +21,7 @@ def test_blank_math_answer_and_testless_code_are_refused():
     good = [Record("m/0", "s", "math", "p", "5"), code]
     require_gradeable(good, "data.sources")
     with pytest.raises(DataError, match=r"data.sources: 1 of 3 records cannot be graded; the first, 'm/1' of source "
-                                        r"'s' \(math\), has an empty reference answer"):
+                                        r"'s' \(math\), has no reference answer \(missing, null or blank\)"):
         require_gradeable([*good, Record("m/1", "s", "math", "p", "  ")], "data.sources")
     with pytest.raises(DataError, match=r"2 of 4 .* 'c/1' of source 'lcb' \(code\), has no tests"):
         require_gradeable([*good, Record("c/1", "lcb", "code", "p", "x"), Record("m/2", "s", "math", "p", "")],

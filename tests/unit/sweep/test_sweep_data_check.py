@@ -26,7 +26,7 @@ def _file_source(path) -> str:
 def test_a_bad_row_in_the_overrides_data_stops_validation_and_the_sweep_before_any_trial(tmp_path, capsys):
     """--validate-only said OK ("2 arm(s) x 2 seed(s) = 4 trials"), then each of the 4 trials failed on
     ``DataError: ...: row 3: field 'answer': missing`` and the sweep exited 1 (a user review)."""
-    bad = _jsonl(tmp_path / "missing.jsonl", [GOOD, GOOD, {"prompt": "3+3=", "response": "6"}])
+    bad = _jsonl(tmp_path / "missing.jsonl", [GOOD, GOOD, {"prompt": "3+3="}])
     spec = write_spec(tmp_path, lrs=(0.001, 0.002), seeds=(0, 1), overrides=[_file_source(bad)])
     for args in (["--validate-only"], []):
         assert main(["sweep", str(spec), *args]) == 2
@@ -48,7 +48,7 @@ def test_a_bad_file_on_a_data_axis_names_the_arm_that_reads_it(tmp_path, capsys)
 
 def test_tpe_reads_each_value_of_a_data_axis(tmp_path, capsys):
     good = _jsonl(tmp_path / "good.jsonl", [GOOD])
-    bad = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"}])
+    bad = _jsonl(tmp_path / "bad.jsonl", [{"prompt": "p"}])
     spec = write_spec(tmp_path, overrides=[_file_source(good)], sampler="tpe", n_trials=4,
                       axes={"optim.lr": {"low": 0.001, "high": 0.01}, "data.sources.0.path": [str(good), str(bad)]})
     assert main(["sweep", str(spec), "--validate-only"]) == 2
