@@ -1,4 +1,4 @@
-"""Checks that run before any trial: axis keys and values, objective name, storage URL (the data: ``data_checks.py``).
+"""Checks that run before any trial: axis keys and values, overrides, objective name (the data: ``data_checks.py``).
 
 Every axis value is composed onto the base experiment through ``compose()`` (the same path a
 trial takes; the other axes at their first value), then every grid arm is composed whole, so a
@@ -9,11 +9,8 @@ makes before it loads a model (``runnable_problem``): a config every trial would
 
 from __future__ import annotations
 
-import ast
-import importlib
-import importlib.util
+import contextlib
 import json
-from pathlib import Path
 from typing import Any
 
 from klear_lab.config.layers import override_key
@@ -31,6 +28,7 @@ from klear_lab.sweep.grid import (
 )
 from klear_lab.sweep.metrics import clip_metric_names, is_logged, unlogged_message
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
+from klear_lab.sweep.spec_parse import check_runner
 
 METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/", "data/", "plan/")
 """Namespaces a custom runner's metrics must use (``run_experiment``'s names are checked one by one)."""
@@ -47,10 +45,13 @@ def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
     Raises:
         ConfigError: naming the spec file and the key at fault.
     """
+    from klear_lab.sweep.storage import check_storage_url  # optuna's import: not for the lighter checks' users
+
     check_storage_url(spec.storage, spec)
     check_runner(spec)
     check_owned_overrides(spec)
     base = _check_base(spec)
+    check_axis_overrides(spec, base)
     clips = _configured_clips(spec, base) if base.get("plugins") and base["run"]["kind"] == "rl" else None
     check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")), clips=clips)
     inherited = runnable_problem(base)  # reported as the base's when an arm has it (no axis is at fault)
@@ -88,50 +89,6 @@ def _check_distinct(spec: SweepSpec, axis: Any) -> None:
         if key in seen:
             raise spec.err(f"axes.{axis.key}", f"values {seen[key]!r} and {value!r} are the same config value")
         seen[key] = value
-
-
-def check_runner(spec: SweepSpec) -> None:
-    """A custom ``runner:`` must name a function that exists: otherwise every trial would start, fail on
-    it and be counted as a failure a rerun retries. A file runner is read, not run (``ast``), here."""
-    if spec.runner == DEFAULT_RUNNER:
-        return
-    module, _, attr = spec.runner.rpartition(":")
-    if module.endswith(".py"):
-        path = Path(module)
-        try:
-            tree = ast.parse(path.read_text(), filename=str(path))
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise spec.err("runner", f"cannot read {path}: {exc}") from None
-        names = _module_level_names(tree)
-        if "*" not in names and attr not in names:  # a star import may bring it: left to the trial
-            raise spec.err("runner", f"{path} defines no {attr!r} at its top level")
-        return
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise spec.err("runner", f"no module {module!r} on this Python's path")
-    try:
-        loaded = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - its own imports or code: every trial would fail on it
-        raise spec.err("runner", f"importing {module!r} failed: {type(exc).__name__}: {exc}") from None
-    if not hasattr(loaded, attr):
-        raise spec.err("runner", f"module {module!r} has no {attr!r}")
-
-
-def _module_level_names(tree: ast.Module) -> set[str]:
-    """Every name the file binds, at any depth ("*" for a star import): lenient, so that a runner defined
-    inside ``try``/``if`` blocks passes; only a name bound nowhere is refused."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-    return names
 
 
 def _configured_clips(spec: SweepSpec, base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,29 +175,6 @@ def _trainer_problem(trainer: dict[str, Any]) -> str | None:
     return _TRAINER_PROBLEMS[settings]
 
 
-def check_storage_url(url: str | None, spec: SweepSpec | None = None) -> None:
-    """A parseable SQLAlchemy URL whose dialect and driver are installed (no connection made)."""
-    if url is None:
-        return
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    def fail(message: str) -> ConfigError:
-        return spec.err("storage", message) if spec else ConfigError(f"storage: {message}")
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise fail(f"{url!r} is not an SQLAlchemy URL ({exc}); e.g. sqlite:///study.db or "
-                   "postgresql+psycopg://user@127.0.0.1:5432/db") from None
-    try:
-        parsed.get_dialect().import_dbapi()
-    except (NoSuchModuleError, ImportError) as exc:
-        raise fail(f"{url!r}: database driver not available: {exc}") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise fail(f"{url!r}: workers share the study through a file; give sqlite:///PATH")
-
-
 def _check_base(spec: SweepSpec) -> dict[str, Any]:
     if spec.experiment is not None and not spec.experiment.is_file():
         raise spec.err("experiment", f"{spec.experiment} not found")
@@ -269,6 +203,104 @@ def check_owned_overrides(spec: SweepSpec) -> None:
             where = "command line" if i >= own else f"{spec.path}: overrides"
             raise ConfigError(f"{where}: {item!r}: {key} is set by the sweep for each trial (replicates go in "
                               "seeds:, the output in out_dir:, the W&B group in wandb: group:)")
+
+
+def check_axis_overrides(spec: SweepSpec, base: dict[str, Any]) -> None:
+    """An override of what an axis sets for each trial was dropped without a word, yet saved in the study's base
+    (a rerun without it was then refused): refuse one whose value a trial's config does not keep.
+
+    Decided by composing the trials (each grid arm; tpe/random: each axis value, the others at their first)
+    and comparing each leaf the override sets (``rl.clip=cispo``: ``rl.clip.name``) with the base's: an
+    override of the axis key, a key under it or the section above it, or a parameter of the component the axis
+    switches (``rl.clip.eps_high`` beside an axis on ``rl.clip.name``), is refused where a trial loses it, and
+    allowed where every trial keeps it (another parameter of the same component). A field inside a list the
+    override writes whole (``data.sources=[{name: file, path: P}]`` beside an axis on ``data.sources.0.path``)
+    may be replaced, as long as the trial keeps something else of the override: the item needs a value there.
+    A section's field need not be given (``data.mix={name: top_k, k: 1, budget: 64}`` beside an axis on
+    ``data.mix.budget``): the refusal says to leave it out.
+    """
+    own = len(spec.overrides) - len(spec.cli_overrides)
+    related = [(i, item) for i, item in enumerate(spec.overrides) if _axes_near(spec, override_key(item))]
+    trials = _trial_configs(spec) if related else []
+    for i, item in related:
+        leaves = _override_leaves(item, base)
+        for label, cfg in trials:
+            lost = [(path, inside) for path, inside in leaves if _differs(_at(cfg, path), _at(base, path))]
+            if not lost or (len(lost) < len(leaves) and all(inside for _, inside in lost)):
+                continue
+            path = next((p for p, inside in lost if not inside), lost[0][0])
+            axis = (_axes_near(spec, path) or _axes_near(spec, override_key(item)))[0]
+            how = (f"sets {path} for each trial" if f"{path}.".startswith(f"{axis}.") or axis.startswith(f"{path}.")
+                   else "switches the component, whose parameters start from its defaults")
+            where = "command line" if i >= own else f"{spec.path}: overrides"
+            section = path == axis and path.startswith(f"{override_key(item)}.") and len(leaves) > 1
+            todo = (f"leave {path} out of the override" if section
+                    else f"change the values of `axes: {axis}` in {spec.path} instead")
+            raise ConfigError(
+                f"{where}: {item!r}: the axis {axis} {how}, so trials would not run with this override (arm "
+                f"{label}: {path}={_at(cfg, path)!r}, not {_at(base, path)!r}), yet the study would record it in "
+                f"its base; {todo}")
+
+
+def _axes_near(spec: SweepSpec, key: str) -> list[str]:
+    """The axis keys that set ``key``, a key under or above it, or another key of the component it is in."""
+    from klear_lab.config.merge import component_paths
+
+    def node(k: str) -> str:  # the component node a key is in (``rl.clip`` for ``rl.clip.eps_high``), else k
+        return next((c for c in component_paths() if k == c or k.startswith(f"{c}.")), k)
+
+    return [a.key for a in spec.axes if key == a.key or key.startswith(f"{a.key}.") or a.key.startswith(f"{key}.")
+            or node(key) == node(a.key) != key]
+
+
+def _trial_configs(spec: SweepSpec) -> list[tuple[str, dict[str, Any]]]:
+    """(arm label, composed config) of each grid arm (tpe/random: each axis value, the others at their first);
+    one that does not compose is left to the checks that report it."""
+    if spec.sampler == "grid":
+        points = [(arm.label, arm.params) for arm in grid_arms(spec)[:MAX_COMPOSED_ARMS]]
+    else:
+        first = {a.key: probe_values(a)[0] for a in spec.axes}
+        points = [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in probe_values(a)]
+    out = []
+    for label, values in points:
+        with contextlib.suppress(ConfigError):
+            out.append((label, spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])))
+    return out
+
+
+def _override_leaves(item: str, base: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(dotted path, inside a list) of each value ``item`` sets; a component shorthand is its ``.name``."""
+    from klear_lab.config.layers import dotlist_layer
+
+    leaves: list[tuple[str, bool]] = []
+
+    def walk(node: Any, path: str, in_list: bool) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else str(k), in_list)
+        elif isinstance(node, list) and node:
+            for j, v in enumerate(node):
+                walk(v, f"{path}.{j}", True)
+        else:
+            shorthand = isinstance(node, str) and isinstance(_at(base, path), dict)
+            leaves.append((f"{path}.name" if shorthand else path, in_list))
+
+    walk(dotlist_layer([item])[1], "", False)
+    return leaves
+
+
+def _at(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(cfg, list) and part.isdigit() and int(part) < len(cfg):
+            cfg = cfg[int(part)]
+        else:
+            cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def _differs(a: Any, b: Any) -> bool:
+    return json.dumps(canonical_value(a), sort_keys=True, default=str) != \
+        json.dumps(canonical_value(b), sort_keys=True, default=str)
 
 
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,

@@ -38,6 +38,37 @@ def unavailable_trial_inputs(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str
     return sorted(set(data), key=data.index), sorted(set(rewards), key=rewards.index)
 
 
+def unavailable_machinery(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], list[str]]:
+    """``(models, engines)``: the checkpoints trials would load and the rollout engines they would start that
+    this machine lacks, as ``klear-lab train --dry-run`` marks them (its rows: a hub model not cached with the
+    hub offline, an engine's package not installed), each distinct one once. From the base experiment's config,
+    or where an axis sets what decides them, each arm's (``tpe``/``random``: each value of such an axis)."""
+    from klear_lab.build_model import unavailable_model
+    from klear_lab.dry_run import NOT_HERE, model_name
+
+    models, engines = [], []
+    for cfg in _configs_varied_by(spec, arms, ("model", "rl.rollout", "run.kind", "eval", "trainer")):
+        if cfg["model"]["name_or_path"] and (why := unavailable_model(cfg["model"]["name_or_path"])):
+            models.append(f"{model_name(cfg)} ({NOT_HERE}: {why})")
+        if NOT_HERE in (engine := _engine_row(cfg)):
+            engines.append(engine)
+    return list(dict.fromkeys(models)), list(dict.fromkeys(engines))
+
+
+def _engine_row(cfg: dict[str, Any]) -> str:
+    """What ``train --dry-run`` says of the run's rollout engine: an RL run's own row, else the engine part of
+    its evaluation row (``eval.engine: rollout``); "" where it starts none."""
+    from klear_lab.distributed import device_count
+    from klear_lab.dry_run import eval_row
+    from klear_lab.stages.rl_plan import rl_plan_rows
+
+    if cfg["run"]["kind"] == "rl":
+        return next(f"{key} {value}" for key, value in rl_plan_rows(cfg, device_count(cfg["trainer"]))
+                    if key.startswith("rollout engine"))
+    evaluation = eval_row(cfg)[1]
+    return evaluation[evaluation.index("rollout engine"):] if "rollout engine" in evaluation else ""
+
+
 def _configs_varied_by(spec: SweepSpec, arms: list[Arm], prefixes: tuple[str, ...]) -> list[dict[str, Any]]:
     """The base experiment's config, or where an axis sets keys under ``prefixes``, each arm's (``tpe``/
     ``random``: each value of such an axis, the others at their first)."""

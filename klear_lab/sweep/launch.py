@@ -14,7 +14,7 @@ from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
-from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
+from klear_lab.sweep.data_checks import check_trial_data, unavailable_machinery, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm, grid_arms
 from klear_lab.sweep.parents import planned_start, train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
@@ -30,7 +30,14 @@ from klear_lab.sweep.queue import (
     trial_count,
 )
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
-from klear_lab.sweep.storage import StudyLock, current_study, default_storage_url, open_study
+from klear_lab.sweep.storage import (
+    NoStudyError,
+    StudyLock,
+    check_storage_opens,
+    current_study,
+    default_storage_url,
+    open_study,
+)
 from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.terminate import SweepTerminated
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
@@ -90,7 +97,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         raise ConfigError(f"{spec.path}: the trials would call rewards this machine cannot run: {'; '.join(lacking)}")
     check_trial_data(spec, arms)  # a bad row fails here, not in every trial reading it
     if validate_only:
-        existing = _existing_study(spec, url, log)
+        existing = _existing_study(spec, url)
         if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
             check_same_base(existing, spec)
         log(f"{spec.path}: OK: {trial_plan(spec, arms, n_points)}, objective {spec.metric} ({spec.direction})")
@@ -98,6 +105,11 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
         if lacking:
             log(f"note: rewards this machine cannot run, so trials here would fail: {'; '.join(lacking)}")
+        models, engines = unavailable_machinery(spec, arms)  # as `train --dry-run` notes them; the run loads them
+        if models:
+            log(f"note: models this machine cannot load, so trials here would fail: {'; '.join(models)}")
+        if engines:
+            log(f"note: rollout engines this machine cannot start, so trials here would fail: {'; '.join(engines)}")
         if existing is not None:
             log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
                 "complete): running this spec continues it")
@@ -252,14 +264,17 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
         time.sleep(2.0)
 
 
-def _existing_study(spec: SweepSpec, url: str, log: Any) -> Any:
-    """The spec's study if its storage already holds one (never created here), else None."""
+def _existing_study(spec: SweepSpec, url: str) -> Any:
+    """The spec's study if its storage already holds one (never created here), else None.
+
+    Raises:
+        ConfigError: the run's own refusal of a storage it could not open or create (a server that refuses the
+            connection, an SQLite file under /proc): "no such study yet" is fine, those are not.
+    """
+    check_storage_opens(url)
     try:
         return open_study(spec, url, create=False, heartbeat=False)
-    except ConfigError:  # no such study yet
-        return None
-    except Exception as exc:  # noqa: BLE001 - an unreachable server: validation of the spec itself stands
-        log(f"note: storage {_short(url)} not reachable ({type(exc).__name__}); not compared with a study there")
+    except NoStudyError:
         return None
 
 

@@ -39,6 +39,9 @@ def check_sweep_dirs(spec: SweepSpec, arms: list[Arm], out_dir_flag: bool = Fals
     if blocker is not None:
         raise ConfigError(f"{out_dir}: {blocker} is a file, not a directory: the sweep writes its directory "
                           f"{spec.sweep_dir} (study, trials, runs) there; give a directory")
+    if (problem := creation_problem(spec.sweep_dir)) is not None:  # a read-only mount, /proc: not at the end
+        raise ConfigError(f"{out_dir}: cannot write the sweep directory {spec.sweep_dir} there: {problem}; give a "
+                          "directory this machine can write")
     started = (spec.sweep_dir / "sweep.json").is_file()  # its trials' names are what they are: not refused now
     longest = max(_run_dir_names(spec, arms, evaluations=not started), key=lambda n: len(n.encode()))
     if len(longest.encode()) > limit:
@@ -97,6 +100,19 @@ def file_in_the_way(path: Path) -> Path | None:
     any work, so the refusal names the option instead of a traceback from ``mkdir`` at the end."""
     found = existing_ancestor(path)
     return None if found.is_dir() else found
+
+
+def creation_problem(path: Path) -> str | None:
+    """Why a file could not be made in directory ``path`` (or ``path`` made, where it is missing): the error's
+    text, else None. Probed with a nameless temporary file (``O_TMPFILE``) in ``path`` or the nearest directory
+    above it that exists, so nothing is left and no directory is made (``--validate-only`` makes none)."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=existing_ancestor(path)):
+            return None
+    except OSError as exc:
+        return exc.strerror
 
 
 def check_out_dir(path: Path, option: str) -> None:

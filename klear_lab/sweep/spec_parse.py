@@ -1,12 +1,15 @@
 """Helpers of ``spec.load_spec``: typed readers of a sweep spec's top-level keys, the parsers of its
 ``objective:`` and ``wandb:`` blocks, the sampler's rules (``check_sampler``) and the ``experiment:`` file's
-(``check_experiment``).
+(``check_experiment``), and the ``runner:`` function's (``check_runner``).
 
 Every error names the spec file and the key.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,3 +139,49 @@ def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> No
     else:
         hint = f"; no directory {folder}"
     raise ConfigError(f"{spec_path}: experiment: {written!r} not found{where}{hint}")
+
+
+def check_runner(spec: SweepSpec) -> None:
+    """A custom ``runner:`` must name a function that exists: otherwise every trial would start, fail on
+    it and be counted as a failure a rerun retries. A file runner is read, not run (``ast``), here."""
+    from klear_lab.sweep.spec import DEFAULT_RUNNER
+
+    if spec.runner == DEFAULT_RUNNER:
+        return
+    module, _, attr = spec.runner.rpartition(":")
+    if module.endswith(".py"):
+        path = Path(module)
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise spec.err("runner", f"cannot read {path}: {exc}") from None
+        names = _module_level_names(tree)
+        if "*" not in names and attr not in names:  # a star import may bring it: left to the trial
+            raise spec.err("runner", f"{path} defines no {attr!r} at its top level")
+        return
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise spec.err("runner", f"no module {module!r} on this Python's path")
+    try:
+        loaded = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - its own imports or code: every trial would fail on it
+        raise spec.err("runner", f"importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+    if not hasattr(loaded, attr):
+        raise spec.err("runner", f"module {module!r} has no {attr!r}")
+
+
+def _module_level_names(tree: ast.Module) -> set[str]:
+    """Every name the file binds, at any depth ("*" for a star import): lenient, so that a runner defined
+    inside ``try``/``if`` blocks passes; only a name bound nowhere is refused."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names

@@ -19,6 +19,7 @@ import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 from sqlalchemy.engine import make_url
@@ -43,6 +44,28 @@ def default_storage_url(spec: SweepSpec) -> str:
             or Path(url.database).is_absolute():
         return spec.storage
     return url.set(database=str(user_path(url.database).resolve())).render_as_string(hide_password=False)
+
+
+def check_storage_url(url: str | None, spec: SweepSpec | None = None) -> None:
+    """A parseable SQLAlchemy URL whose dialect and driver are installed (no connection made)."""
+    if url is None:
+        return
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    def fail(message: str) -> ConfigError:
+        return spec.err("storage", message) if spec else ConfigError(f"storage: {message}")
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise fail(f"{url!r} is not an SQLAlchemy URL ({exc}); e.g. sqlite:///study.db or "
+                   "postgresql+psycopg://user@127.0.0.1:5432/db") from None
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as exc:
+        raise fail(f"{url!r}: database driver not available: {exc}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise fail(f"{url!r}: workers share the study through a file; give sqlite:///PATH")
 
 
 def own_study_url(sweep_dir: Path) -> str:
@@ -150,8 +173,12 @@ def open_study(spec: SweepSpec, url: str, *, create: bool, heartbeat: bool = Tru
         raise _no_study(spec, url) from None
 
 
+class NoStudyError(ConfigError):
+    """The storage opened and holds no study of that name (``open_study(create=False)``): not a failure to open it."""
+
+
 def _no_study(spec: SweepSpec, url: str) -> ConfigError:
-    return ConfigError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
+    return NoStudyError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
                        f"`{spec.launch_command()}` first")
 
 
@@ -183,8 +210,7 @@ class StudyLock:
             try:
                 self.lock_file.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # the sweep's directory (--out-dir) or an SQLite URL's
-                raise ConfigError(f"cannot create {self.lock_file.parent} for the study's SQLite file "
-                                  f"({_redact(url)}): {exc.strerror}") from None
+                raise _no_directory(self.lock_file, _redact(url), exc.strerror) from None
         self.engine, self.shown = None, _redact(url)
         if self.backend == "postgresql":
             from sqlalchemy import create_engine
@@ -199,8 +225,7 @@ class StudyLock:
             try:
                 fh = open(self.lock_file, "a")  # noqa: SIM115 - closed below
             except OSError as exc:  # a read-only or another user's directory; a URL into /proc
-                raise ConfigError(f"cannot open {self.lock_file}, the lock beside the study's SQLite file "
-                                  f"({self.shown}): {exc.strerror}") from None
+                raise _no_lock(self.lock_file, self.shown, exc.strerror) from None
             with fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 try:
@@ -208,14 +233,9 @@ class StudyLock:
                 finally:
                     fcntl.flock(fh, fcntl.LOCK_UN)
         elif self.engine is not None:
-            from sqlalchemy import exc, text
+            from sqlalchemy import text
 
-            try:
-                conn = self.engine.connect()
-            except exc.SQLAlchemyError as error:  # the first contact with the server: a wrong host, password...
-                raise ConfigError(f"storage {self.shown}: cannot connect: {getattr(error, 'orig', None) or error}"
-                                  ) from None
-            with conn:
+            with self.connect() as conn:
                 conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self.key})
                 try:
                     yield
@@ -223,6 +243,50 @@ class StudyLock:
                     conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
         else:
             yield
+
+    def connect(self) -> Any:
+        """A connection to the PostgreSQL server: the first contact with it, a ConfigError when it fails."""
+        from sqlalchemy import exc
+
+        try:
+            return self.engine.connect()
+        except exc.SQLAlchemyError as error:  # a wrong host, port, password...
+            raise ConfigError(f"storage {self.shown}: cannot connect: {getattr(error, 'orig', None) or error}"
+                              ) from None
+
+
+def check_storage_opens(url: str) -> None:
+    """Raise the ConfigError the sweep's first opening of ``url`` meets (``open_study(create=True)``: the
+    directory and lock file beside an SQLite database, a PostgreSQL server's first connection), creating
+    nothing: ``--validate-only`` said OK for a storage the run then could not open. A directory or lock file
+    the run would make is probed (``path_checks.creation_problem``), not made; an existing lock is opened as
+    the run opens it, which changes nothing in it."""
+    from klear_lab.sweep.path_checks import creation_problem
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        StudyLock(url, "klear-lab storage probe").connect().close()
+    if parsed.get_backend_name() != "sqlite":
+        return
+    lock = Path(f"{parsed.database}.lock")
+    if not lock.parent.is_dir():
+        if (problem := creation_problem(lock.parent)) is not None:
+            raise _no_directory(lock, _redact(url), problem)
+    elif lock.exists():
+        try:
+            open(lock, "a").close()  # noqa: SIM115 - as ``StudyLock.hold`` opens it
+        except OSError as exc:
+            raise _no_lock(lock, _redact(url), exc.strerror) from None
+    elif (problem := creation_problem(lock.parent)) is not None:
+        raise _no_lock(lock, _redact(url), problem)
+
+
+def _no_directory(lock: Path, shown: str, why: str | None) -> ConfigError:
+    return ConfigError(f"cannot create {lock.parent} for the study's SQLite file ({shown}): {why}")
+
+
+def _no_lock(lock: Path, shown: str, why: str | None) -> ConfigError:
+    return ConfigError(f"cannot open {lock}, the lock beside the study's SQLite file ({shown}): {why}")
 
 
 def _redact(url: str) -> str:

@@ -139,7 +139,7 @@ def test_a_matching_reward_validates_and_a_declared_world_is_not_generated(tmp_p
     monkeypatch.setattr(ArithSource, "records", lambda self, seed, split: calls.append(split)
                         or real(self, seed, split))
     spec = _rl_spec(tmp_path, {"data.mix.budget": [64, 128, 256]},
-                    overrides=["data.mix={name: top_k, k: 1, budget: 64}"])
+                    overrides=["data.mix={name: top_k, k: 1}"])
     assert sweep_main(["sweep", str(spec), "--validate-only"]) == 0, capsys.readouterr().err
     assert "3 arm(s) x 1 seed(s) = 3 trials" in capsys.readouterr().out
     assert calls.count("train") == 0, calls
@@ -157,7 +157,7 @@ def test_a_task_auto_file_is_read_once_across_arms(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(file_source, "read_rows", lambda path: reads.append(path) or real(path))
     spec = _rl_spec(tmp_path, {"data.mix.budget": [4, 8]},
                     overrides=[f"data.sources=[{{name: file, path: {data}}}]",
-                               "data.mix={name: top_k, k: 1, budget: 4}"])
+                               "data.mix={name: top_k, k: 1}"])
     assert sweep_main(["sweep", str(spec), "--validate-only"]) == 2
     assert "data.sources.0 (file " in _one_line(capsys.readouterr().err)  # code rows, a math reward
     assert reads.count(str(data)) == 1, reads

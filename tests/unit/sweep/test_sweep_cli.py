@@ -67,7 +67,7 @@ def test_validate_only_says_how_a_sampled_sweep_uses_its_seeds(tmp_path, capsys)
 
 def test_overrides_may_follow_the_options(tmp_path, capsys):
     spec = write_spec(tmp_path)
-    assert main(["sweep", str(spec), "--validate-only", "optim.lr=0.5"]) == 0
+    assert main(["sweep", str(spec), "--validate-only", "optim.weight_decay=0.5"]) == 0
     assert main(["sweep", str(spec), "--workers", "2", "--validate-only", "optim.nope=1"]) == 2
     assert "optim.nope" in capsys.readouterr().err
     for stray in (["stray"], ["--wrokers", "2"]):
@@ -280,9 +280,9 @@ def test_validate_only_compares_with_an_existing_study(tmp_path, capsys):
     prepare_study(study, spec, check_spec(spec), StudyLock(url, spec.name))
     assert main(["sweep", str(spec_path), "--validate-only"]) == 0
     assert f"study {spec.name!r} exists (0 trial(s) complete)" in capsys.readouterr().out
-    assert main(["sweep", str(spec_path), "--validate-only", "optim.lr=0.5"]) == 2
+    assert main(["sweep", str(spec_path), "--validate-only", "optim.weight_decay=0.5"]) == 2
     err = capsys.readouterr().err
-    assert "was started with a different base (overrides: added ['optim.lr=0.5'])" in err, err
+    assert "was started with a different base (overrides: added ['optim.weight_decay=0.5'])" in err, err
     # what the config hash leaves out (threads, checkpoint spacing) may change between runs of a study
     assert main(["sweep", str(spec_path), "--validate-only", "trainer.num_threads=1",
                  "trainer.checkpoint_every=3"]) == 0, capsys.readouterr().err
