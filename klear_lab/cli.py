@@ -13,7 +13,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from klear_lab.cli_args import parse_args
+from klear_lab.cli_args import expand_user, parse_args
 from klear_lab.distributed import joined_run_dir, record_rank_failure
 from klear_lab.errors import ConfigError, KlearError, interrupted
 from klear_lab.resume import RESUME_OVERRIDABLE
@@ -22,19 +22,20 @@ from klear_lab.run_report import print_result
 
 
 def _train(args: argparse.Namespace) -> int:
+    from klear_lab.attempts import warn_if_elsewhere, warn_if_other_data
     from klear_lab.config.compose import compose
 
     cfg = compose(args.experiment, args.overrides)
-    if args.dry_run:
-        return _dry_run(cfg)
-    from klear_lab.attempts import warn_if_elsewhere, warn_if_other_data
-    from klear_lab.run import run_experiment
-
     saved = Path(args.experiment).parent  # a run's saved config.yaml, rerun: say what may differ from the run
     rerun = Path(args.experiment).name == "config.yaml" and (saved / "run.json").is_file()
     if rerun and joined_run_dir() is None:
         warn_if_elsewhere(saved, "rerunning its saved config")
-        warn_if_other_data(saved, cfg)
+        if not args.dry_run:  # it reads the data files, which a dry run does not
+            warn_if_other_data(saved, cfg)
+    if args.dry_run:
+        return _dry_run(cfg, args.experiment)
+    from klear_lab.run import run_experiment
+
     result = run_experiment(cfg)
     _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
@@ -43,18 +44,15 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from klear_lab.errors import ConfigError
     from klear_lab.resume import resume_config
+    from klear_lab.resume_trial import trial_refusal
     from klear_lab.run import run_experiment
     from klear_lab.run_list import sweep_trial
 
-    if (sweep := sweep_trial(Path(args.run_dir).expanduser().resolve())) is not None:
-        raise ConfigError(f"{args.run_dir}: a trial of a sweep: continue the sweep instead, which resumes it from its "
-                          f"checkpoint: {sweep}. Resumed here, the sweep's study would not learn of it and would train "
-                          "that trial again")
-    result = run_experiment(resume_config(args.run_dir, args.overrides), resume=args.run_dir)
+    run_dir = Path(args.run_dir)
+    if (sweep := sweep_trial(run_dir.resolve())) is not None:  # its sweep continues it, or says why not
+        raise trial_refusal(run_dir, sweep)
+    result = run_experiment(resume_config(run_dir, args.overrides), resume=str(run_dir))
     _run_done()
     if joined_run_dir() is None:
         print_result(result)
@@ -67,7 +65,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     cfg = eval_config(args.target, args.overrides)
     if args.dry_run:
-        return _dry_run(cfg)
+        return _dry_run(cfg, args.target)
     result = run_experiment(cfg)
     _run_done()
     print_result(result)
@@ -89,13 +87,13 @@ def _run_done() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (main thread only; None: a handler main cannot put back)
 
 
-def _dry_run(cfg: dict) -> int:
+def _dry_run(cfg: dict, source: str | Path) -> int:
     """Print the plan; a row that says NOT SUPPORTED then fails the command like the run's ConfigError
     would (exit 2), so a script checking configs with ``--dry-run`` sees it. Rows that say something is
     not available on this machine do not: the config may be meant for another one."""
     from klear_lab.dry_run import dry_run, unsupported
 
-    problems = unsupported(dry_run(cfg))
+    problems = unsupported(dry_run(cfg, source))
     if problems:
         raise ConfigError(f"the plan above cannot run: {'; '.join(problems)}")
     return 0
@@ -189,25 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="klear-lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="run one experiment")
-    p.add_argument("experiment", help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")
-    p.add_argument("overrides", nargs="*", help="key=value overrides (Hydra-style dotlist)")
+    p.add_argument("experiment", type=expand_user, help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")
+    p.add_argument("overrides", nargs="*", default=[], help="key=value overrides (Hydra-style dotlist)")
     p.add_argument("--dry-run", action="store_true", help="build on the meta device and print the plan")
     p.set_defaults(func=_train)
     p = sub.add_parser("resume", help="continue a stopped SFT or RL run from its last checkpoint")
-    p.add_argument("run_dir", help="the run directory (config.yaml, run.json, checkpoints/last.ckpt)")
-    p.add_argument("overrides", nargs="*", help=f"key=value of {', '.join(RESUME_OVERRIDABLE)} (nothing that changes "
-                   "what the run computes)")
+    p.add_argument("run_dir", type=expand_user, help="the run directory (config.yaml, run.json, checkpoints/last.ckpt)")
+    p.add_argument("overrides", nargs="*", default=[], help=f"key=value of {', '.join(RESUME_OVERRIDABLE)} (nothing "
+                   "that changes what the run computes)")
     p.set_defaults(func=_resume)
     p = sub.add_parser("eval", help="score a trained model on held-out sets (greedy or avg@k)")
-    p.add_argument("target", help="a finished run directory (its config and final model) or an experiment YAML")
-    p.add_argument("overrides", nargs="*", help="key=value, e.g. eval.samples=32 eval.temperature=0.6 eval.top_p=0.95")
+    p.add_argument("target", type=expand_user,
+                   help="a finished run directory (its config and final model) or an experiment YAML")
+    p.add_argument("overrides", nargs="*", default=[],
+                   help="key=value, e.g. eval.samples=32 eval.temperature=0.6 eval.top_p=0.95")
     p.add_argument("--dry-run", action="store_true", help="print the evaluation plan, load nothing")
     p.set_defaults(func=_eval)
     p = sub.add_parser("runs", help="list runs and their status: running, stopped (its process died), failed, "
                        "pruned, completed, unknown (running on another machine); how to continue the stopped ones")
-    p.add_argument("paths", nargs="*", help="run, runs or sweep directories (default: runs/ and sweep_runs/ here; "
-                   "when neither exists it says there are no runs yet and exits 0, while a directory given here "
-                   "that does not exist is an error, exit 2)")
+    p.add_argument("paths", nargs="*", default=[], help="run, runs or sweep directories (default: runs/ and "
+                   "sweep_runs/ here; when neither exists it says there are no runs yet and exits 0, while a directory "
+                   "given here that does not exist is an error, exit 2)")
     p.add_argument("--status", action="append", choices=STATUSES, help="only runs with this status (repeatable)")
     p.add_argument("--metric", default="val/acc", help="the metric column (default: val/acc)")
     p.add_argument("--json", action="store_true", help="one JSON object per run instead of a table")
@@ -216,8 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print the resolved config as YAML. `klear-lab config --keys [PREFIX]` lists "
                        "the keys (e.g. --keys rl, --keys rl.alpha) with their defaults and descriptions; after an "
                        "experiment, with its values.")
-    p.add_argument("experiment", nargs="?", help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")
-    p.add_argument("overrides", nargs="*", help="key=value overrides (Hydra-style dotlist)")
+    p.add_argument("experiment", nargs="?", type=expand_user, help="experiment YAML (e.g. "
+                   "experiments/quickstart/sft.yaml)")
+    p.add_argument("overrides", nargs="*", default=[], help="key=value overrides (Hydra-style dotlist)")
     p.add_argument("--keys", nargs="?", const="", metavar="PREFIX",
                    help="list the config keys at or under PREFIX (all when omitted), each with its value and "
                    "description, instead of the YAML")

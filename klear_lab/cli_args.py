@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -16,3 +17,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     if extra:
         args.overrides = [*args.overrides, *extra]
     return args
+
+
+def expand_user(value: str) -> str:
+    """A path argument with ``~`` expanded (argparse ``type``): no shell expands a quoted ``'~/runs'``."""
+    return os.path.expanduser(value)

@@ -29,7 +29,7 @@ def _compare(args: argparse.Namespace) -> int:
     from klear_lab.sweep.spec import with_baseline
     from klear_lab.sweep.storage import open_study
 
-    spec, url = locate(args.target)
+    spec, url = locate(_compare_target(args))
     spec = with_baseline(spec, args.baseline)  # a wrong one stops before the study is read
     study = open_study(spec, url, create=False, heartbeat=False)
     out_dir = Path(args.out_dir).expanduser().absolute() if args.out_dir else None
@@ -44,6 +44,25 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         compare_study(spec, study, out_dir, require_finished=True)
     return 0
+
+
+def _compare_target(args: argparse.Namespace) -> str:
+    """The sweep ``compare`` reads. ``compare --rescore K=V ... TARGET``: ``--rescore`` (nargs='+') took the
+    target too, which argparse then said was missing; an override holds '=', so its last value without one
+    is the target. Also sets ``args.rescore`` to the overrides alone.
+
+    Raises:
+        KlearError: no target, or ``--rescore`` without an override once the target is taken from it.
+    """
+    if args.target is None and args.rescore and "=" not in args.rescore[-1]:
+        args.target = args.rescore.pop()
+        if not args.rescore:
+            raise KlearError(f"--rescore takes at least one KEY=VALUE (e.g. eval.samples=8): klear-lab compare "
+                             f"{args.target} --rescore KEY=VALUE ...")
+    if args.target is None:
+        raise KlearError("compare: no sweep given: give its directory (sweep_runs/NAME) or spec file: "
+                         "klear-lab compare TARGET [--rescore KEY=VALUE ...]")
+    return args.target
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -84,6 +103,8 @@ def _reproduce(args: argparse.Namespace) -> int:
                 raise
             print(f"klear-lab: error: {exc}", file=sys.stderr)
             failed.append(p.stem)
+    if many and not args.validate_only and not reps and not failed:  # a table of nothing, exit 0: as if reproduced
+        raise NoResults(f"{path}: no results yet for any of its {len(paths)} analyses: run the sweeps named above")
     if many and not args.validate_only:
         print_summary(reps, skipped)
         if summary:
@@ -109,7 +130,7 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
                               description="Run every grid point x seed once, one process and W&B run per "
                                           "trial; rerun the same command to resume.")
     p.add_argument("spec", help="sweep spec YAML (e.g. sweeps/quickstart.yaml)")
-    p.add_argument("overrides", nargs="*", help="key=value overrides of the base experiment")
+    p.add_argument("overrides", nargs="*", default=[], help="key=value overrides of the base experiment")
     p.add_argument("--workers", type=int, default=None, help="parallel trials here (default: spec workers)")
     p.add_argument("--join", action="store_true",
                    help="add workers to an existing study (any machine sharing its storage)")
@@ -122,12 +143,15 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", default=None, help="parent of the sweep directory (default: spec out_dir)")
     p.set_defaults(func=_sweep)
     p = subparsers.add_parser("compare", help="comparison table of a sweep (arms x seeds, delta vs baseline)",
+                              usage="%(prog)s [-h] TARGET [--baseline ARM] [--rescore KEY=VALUE [KEY=VALUE ...]] "
+                                    "[--out-dir DIR]",
                               description="The table of a sweep's study in SWEEP_DIR/compare/. The baseline is "
                                           "--baseline, else the `baseline:` of the target: the spec file as it "
                                           "is now, or for a sweep directory the spec.yaml frozen when the sweep "
                                           "ran; the table's notes say which.")
-    p.add_argument("target", help="sweep directory (sweep_runs/NAME: baseline from its frozen spec.yaml) or a "
-                                  "spec file (baseline from that file as it is now)")
+    p.add_argument("target", nargs="?", default=None,  # required: _compare_target (after --rescore too)
+                   help="sweep directory (sweep_runs/NAME: baseline from its frozen spec.yaml) or a "
+                        "spec file (baseline from that file as it is now)")
     p.add_argument("--baseline", default=None, metavar="ARM",
                    help="the arm the deltas are taken against, as `baseline:` takes it: a label such as "
                         "clip=gppo, or a mapping such as '{rl.clip.name: gppo}'")

@@ -264,7 +264,9 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 
-def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple[str, str]]:
+    """Print the run's plan, titled with ``source`` (the experiment, saved config or run given), and return its
+    rows."""
     from klear_lab.build_model import warn_positions
 
     if cfg["run"]["kind"] == "eval":  # the run's own refusal: a plan of a model it would not score
@@ -282,11 +284,20 @@ def dry_run(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     config = model_config(cfg)
     warn_positions(cfg, config)
     params = meta_params(config)
-    rows = plan_rows(cfg, params)
-    table = Table(title=f"dry run: {cfg['run']['experiment'] or cfg['run']['name']} (meta device, nothing loaded)")
+    rows = plan_rows(cfg, params) + earlier_run_rows(cfg)
+    table = Table(title=f"dry run: {source or cfg['run']['experiment'] or cfg['run']['name']} (meta device, nothing "
+                        "loaded)")
     table.add_column("item")
     table.add_column("value", justify="right")
     for k, v in rows:
         table.add_row(escape(k), escape(v))  # values quote errors like "pip install 'klear-lab[vllm]'"
     make_console().print(table)
     return rows
+
+
+def earlier_run_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The note the run gives at its start: an earlier run of this config and seed stopped at a checkpoint."""
+    from klear_lab.resume import resumable_twins
+
+    return [("earlier run", f"{twin} stopped at a checkpoint: `klear-lab resume {twin}` continues it (this run "
+             "starts over)") for twin in resumable_twins(cfg)]

@@ -68,7 +68,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
     """
     found: dict[Path, Path] = {}  # resolved -> as found (a symlinked directory is listed once)
     for raw in paths:
-        path = Path(raw)
+        path = Path(raw).expanduser()  # a quoted `~/runs`: no shell expanded it
         if not path.is_dir():
             what = "not a directory: give a run, runs or sweep directory" if path.exists() else "no such directory"
             raise KlearError(f"{path}: {what}")
@@ -91,7 +91,7 @@ def unrecorded_run_dirs(paths: list[str | Path]) -> list[Path]:
     found: dict[Path, Path] = {}
     globs = [g.replace("run.json", "config.yaml") for g in RUN_GLOBS]
     for raw in paths:
-        path = Path(raw)
+        path = Path(raw).expanduser()
         candidates = [path] if (path / "config.yaml").is_file() else [c.parent for g in globs for c in path.glob(g)]
         for run_dir in candidates:
             if not (run_dir / "run.json").exists() and any((run_dir / d).is_dir() for d in ("csv", "checkpoints")):
@@ -147,7 +147,7 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
     if sweep is None and not (run_dir / "config.yaml").is_file():
         how = f"{run_dir / 'config.yaml'} is missing: neither resume nor a rerun can start from this directory"
     elif repeats is not None:
-        how = _fix_first(repeats, run_dir, sweep is not None)
+        how = ("sweep trial: " if sweep is not None else "") + fix_first(repeats, run_dir, sweep is not None)
     elif kind not in ("sft", "rl"):
         how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"
     elif sweep is not None:
@@ -178,13 +178,14 @@ def repeating_error(error: str) -> type[BaseException] | None:
     return None
 
 
-def _fix_first(error: type[BaseException], run_dir: Path, sweep_trial: bool) -> str:
+def fix_first(error: type[BaseException], run_dir: Path, sweep_trial: bool) -> str:
     """Advice for a run that failed on its config or data, or diverged: a rerun (or resume, or a rerun of
-    its sweep) fails the same way, so the config comes first (as ``klear-lab sweep`` says of such trials)."""
+    its sweep) fails the same way, so the config comes first (as ``klear-lab sweep`` says of such trials).
+    ``klear-lab runs`` and ``klear-lab resume`` of a sweep's trial word it alike."""
     diverged = issubclass(error, DivergedError)
     fix = "fix the config first (a lower optim.lr, say)" if diverged else "fix the config or data first"
     if sweep_trial:
-        return f"sweep trial: {fix} in the sweep spec: a rerun of the sweep would likely repeat it"
+        return f"{fix} in the sweep spec: a rerun of the sweep would likely repeat it"
     change = "optim.lr=..." if diverged else "KEY=VALUE"
     return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
 

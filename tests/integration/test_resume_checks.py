@@ -154,7 +154,22 @@ def test_running_a_stopped_runs_command_again_names_the_run_to_resume(tmp_path, 
     with pytest.raises(ConfigError, match=rf"only a completed run has a final model to score \(`klear-lab resume "
                                           rf"{stopped}` continues it\)"):
         eval_config(stopped)  # it can resume: the refusal says how
+    _dry_run_says_so(stopped, overrides, capsys)
     again = run_experiment(compose(SFT, overrides))
     err = capsys.readouterr().err
     assert f"note: {stopped} is an earlier run of this config and seed" in err and f"klear-lab resume {stopped}" in err
     assert again.run_dir != stopped and again.metrics["train/steps"] == 4
+
+
+def _dry_run_says_so(stopped, overrides, capsys) -> None:
+    """``--dry-run`` gives the same note as a row, and is titled with the file given (a saved config here, whose
+    experiment is another file)."""
+    from klear_lab.dry_run import dry_run
+
+    rows = dry_run(compose(SFT, overrides))
+    assert ("earlier run", f"{stopped} stopped at a checkpoint: `klear-lab resume {stopped}` continues it (this run "
+            "starts over)") in rows
+    capsys.readouterr()
+    assert main(["train", str(stopped / "config.yaml"), "--dry-run"]) == 0
+    out = "".join(capsys.readouterr().out.split())  # Rich wraps the title: compared without spaces (paths have none)
+    assert f"dryrun:{stopped / 'config.yaml'}(metadevice" in out

@@ -134,6 +134,8 @@ def test_resume_of_a_sweep_trial_points_to_its_sweep(tmp_path, capsys):
     (sweep / "sweep.json").write_text(json.dumps({"name": "quick", "spec": "sweeps/quickstart.yaml"}))
     run = sweep / "runs" / "quick-clip-ppo-s0"
     (run / "config.yaml").write_text("run: {name: quick-clip-ppo, kind: rl, notes: sweep quick trial 3}\n")
+    (run / "checkpoints").mkdir()  # stopped at a checkpoint: the sweep resumes it from there
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
     before = sorted(p.name for p in run.rglob("*"))
     assert main(["resume", str(run)]) == 2
     err = capsys.readouterr().err

@@ -117,6 +117,19 @@ def test_reproduce_a_finished_sweep(tmp_path, capsys, monkeypatch):
     assert not (out / "benchmarks.csv").exists() and (out / "claims.csv").is_file()
 
 
+def test_a_directory_of_analyses_none_of_which_has_results_fails_writing_nothing(tmp_path, capsys):
+    """As a single analysis without results does (exit 2), not an empty table and summary with exit 0."""
+    write_spec(tmp_path, seeds=(0, 1))
+    write_analysis(tmp_path, "toy_table", "../toy.yaml")
+    write_analysis(tmp_path, "other_table", "../toy.yaml")
+    summary = tmp_path / "claims.md"
+    assert main(["reproduce", str(tmp_path / "analysis"), "--summary", str(summary), "--no-wandb"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.count("skipped: ") == 2 and "`klear-lab sweep " in captured.out
+    assert f"{tmp_path / 'analysis'}: no results yet for any of its 2 analyses" in captured.err
+    assert not summary.exists() and "the paper's claims on this machine's sweeps" not in captured.out
+
+
 def test_validate_only_and_bad_spec(tmp_path, capsys):
     write_spec(tmp_path, seeds=(0, 1))
     write_analysis(tmp_path, "toy_table", "../toy.yaml")

@@ -1,0 +1,48 @@
+"""What ``klear-lab resume`` says of a sweep's trial, which it does not resume: resumed by hand, the sweep's
+study would not learn of the run and would train that trial again.
+
+What to do instead depends on the run, as ``klear-lab runs`` says it: a completed trial has nothing to
+resume, nor has one its sweep's pruner stopped (the sweep counts it as finished); a stopped one with a
+checkpoint is resumed from it by its sweep; one without a checkpoint is trained again from the start by its
+sweep (the old run marked superseded); one that failed on its config or data, or diverged, would fail so
+again, so the sweep spec is fixed first (:func:`klear_lab.run_list.fix_first`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from klear_lab.distributed import recorded_error
+from klear_lab.errors import ConfigError
+from klear_lab.resume import check_run_dir, checkpoint_path, read_record
+from klear_lab.run_list import fix_first, repeating_error
+from klear_lab.sweep.run_status import SUPERSEDED
+
+
+def trial_refusal(run_dir: Path, sweep: str) -> ConfigError:
+    """The error refusing to resume ``run_dir``, a trial of the sweep that the command ``sweep`` continues.
+
+    Raises:
+        ConfigError: not a run directory, or a damaged ``run.json`` (what ``klear-lab resume`` says of any run).
+    """
+    check_run_dir(run_dir)
+    record = run_dir / "run.json"
+    identity = read_record(record)
+    if identity.get("status") == "completed":  # as of a run outside a sweep, not "continue the sweep"
+        return ConfigError(f"{record}: the trial already completed; nothing to resume")
+    if identity.get("status") == "pruned":
+        return ConfigError(f"{record}: the sweep's pruner stopped this trial; the sweep counts it as finished and "
+                          "does not train it again: nothing to resume")
+    error = str(recorded_error(run_dir, identity) or "")
+    if error.startswith(SUPERSEDED):  # the sweep already trained its point again in another run
+        return ConfigError(f"{run_dir}: a trial of a sweep, {error}: nothing to resume")
+    ckpt = checkpoint_path(run_dir)
+    if ckpt.is_file():
+        how = (f"continue the sweep instead, which resumes it from its checkpoint: {sweep}. Resumed here, the "
+               "sweep's study would not learn of it and would train that trial again")
+    else:
+        how = (f"no checkpoint to resume from ({ckpt}): rerunning the sweep trains it again from the start: "
+               f"{sweep}")
+    repeats = repeating_error(error)  # the config comes first, as `klear-lab runs` says
+    why = f", which failed with {error}: {fix_first(repeats, run_dir, sweep_trial=True)};" if repeats else ":"
+    return ConfigError(f"{run_dir}: a trial of a sweep{why} {how}")
