@@ -22,6 +22,7 @@ from rich.table import Table
 from klear_lab.build_model import check_model_dir, resolve_model_dir
 from klear_lab.console import make_console
 from klear_lab.distributed import device_count
+from klear_lab.dry_run_twins import earlier_run_rows
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
 from klear_lab.stages.rl_plan import lr_schedule_text
@@ -294,10 +295,3 @@ def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple
     make_console().print(table)
     return rows
 
-
-def earlier_run_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """The note the run gives at its start: an earlier run of this config and seed stopped at a checkpoint."""
-    from klear_lab.resume import resumable_twins
-
-    return [("earlier run", f"{twin} stopped at a checkpoint: `klear-lab resume {twin}` continues it (this run "
-             "starts over)") for twin in resumable_twins(cfg)]

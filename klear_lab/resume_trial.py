@@ -2,10 +2,10 @@
 study would not learn of the run and would train that trial again.
 
 What to do instead depends on the run, as ``klear-lab runs`` says it: a completed trial has nothing to
-resume, nor has one its sweep's pruner stopped (the sweep counts it as finished); a stopped one with a
-checkpoint is resumed from it by its sweep; one without a checkpoint is trained again from the start by its
-sweep (the old run marked superseded); one that failed on its config or data, or diverged, would fail so
-again, so the sweep spec is fixed first (:func:`klear_lab.run_list.fix_first`).
+resume, nor has one its sweep's pruner stopped (the sweep counts it as finished), nor one running now; a
+stopped one with a checkpoint is resumed from it by its sweep; one without a checkpoint is trained again
+from the start by its sweep (the old run marked superseded); one that failed on its config or data, or
+diverged, would fail so again, so the sweep spec is fixed first (:func:`klear_lab.run_list.fix_first`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from klear_lab.distributed import recorded_error
 from klear_lab.errors import ConfigError
 from klear_lab.resume import check_run_dir, checkpoint_path, read_record
 from klear_lab.run_list import fix_first, repeating_error
+from klear_lab.run_owner import live_status
 from klear_lab.sweep.run_status import SUPERSEDED
 
 
@@ -33,6 +34,14 @@ def trial_refusal(run_dir: Path, sweep: str) -> ConfigError:
     if identity.get("status") == "pruned":
         return ConfigError(f"{record}: the sweep's pruner stopped this trial; the sweep counts it as finished and "
                           "does not train it again: nothing to resume")
+    live = live_status(identity)
+    if live == "running":  # "continue the sweep" would start a second sweep beside the one running it
+        return ConfigError(f"{run_dir}: a trial of a sweep, running now (pid {identity.get('pid')}): nothing to "
+                           f"resume; its sweep goes on with it ({sweep})")
+    if live == "unknown":
+        return ConfigError(f"{run_dir}: a trial of a sweep, recorded as running on {identity.get('host')}, whose "
+                           f"processes cannot be checked from here: nothing to resume here; its sweep ({sweep}) "
+                           "retries it once its heartbeat is stale")
     error = str(recorded_error(run_dir, identity) or "")
     if error.startswith(SUPERSEDED):  # the sweep already trained its point again in another run
         return ConfigError(f"{run_dir}: a trial of a sweep, {error}: nothing to resume")

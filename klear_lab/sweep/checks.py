@@ -9,11 +9,9 @@ makes before it loads a model (``runnable_problem``): a config every trial would
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
 
-from klear_lab.config.layers import override_key
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.baseline_checks import check_drawable_baseline
 from klear_lab.sweep.blame import check_trial_settings, unknown_axis
@@ -27,15 +25,13 @@ from klear_lab.sweep.grid import (
     trial_layer,
 )
 from klear_lab.sweep.metrics import clip_metric_names, is_logged, unlogged_message
+from klear_lab.sweep.override_checks import SWEEP_OWNED_KEYS, check_axis_overrides, check_owned_overrides
+from klear_lab.sweep.probe import MAX_COMPOSED_ARMS, probe_values
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
 from klear_lab.sweep.spec_parse import check_runner
 
 METRIC_PREFIXES = ("val/", "train/", "perf/", "rl/", "reward/", "eval/", "test/", "data/", "plan/")
 """Namespaces a custom runner's metrics must use (``run_experiment``'s names are checked one by one)."""
-SWEEP_OWNED_KEYS = ("run.seed", "run.group", "run.job_type", "run.tags", "run.out_dir", "run.name",
-                    "run.notes")
-"""Set by the sweep for every trial; an axis on them would be overwritten (use ``seeds:``)."""
-MAX_COMPOSED_ARMS = 512
 
 
 def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
@@ -184,123 +180,6 @@ def _check_base(spec: SweepSpec) -> dict[str, Any]:
         msg = str(exc)
         raise ConfigError(msg if msg.startswith(f"{spec.path}: ") else f"{spec.path}: base experiment: {msg}") from None
     return cfg
-
-
-def probe_values(axis: Any) -> list[Any]:
-    if not axis.is_range:
-        return list(axis.values)
-    integer = isinstance(axis.step, int) or (isinstance(axis.low, int) and isinstance(axis.high, int))
-    return [int(axis.low), int(axis.high)] if integer else [float(axis.low), float(axis.high)]
-
-
-def check_owned_overrides(spec: SweepSpec) -> None:
-    """An override of a key the sweep sets for every trial (``run.seed``, ``run.out_dir``...) was dropped
-    without a word, as an axis on one is refused."""
-    own = len(spec.overrides) - len(spec.cli_overrides)
-    for i, item in enumerate(spec.overrides):
-        key = override_key(item)
-        if key in SWEEP_OWNED_KEYS:
-            where = "command line" if i >= own else f"{spec.path}: overrides"
-            raise ConfigError(f"{where}: {item!r}: {key} is set by the sweep for each trial (replicates go in "
-                              "seeds:, the output in out_dir:, the W&B group in wandb: group:)")
-
-
-def check_axis_overrides(spec: SweepSpec, base: dict[str, Any]) -> None:
-    """An override of what an axis sets for each trial was dropped without a word, yet saved in the study's base
-    (a rerun without it was then refused): refuse one whose value a trial's config does not keep.
-
-    Decided by composing the trials (each grid arm; tpe/random: each axis value, the others at their first)
-    and comparing each leaf the override sets (``rl.clip=cispo``: ``rl.clip.name``) with the base's: an
-    override of the axis key, a key under it or the section above it, or a parameter of the component the axis
-    switches (``rl.clip.eps_high`` beside an axis on ``rl.clip.name``), is refused where a trial loses it, and
-    allowed where every trial keeps it (another parameter of the same component). A field inside a list the
-    override writes whole (``data.sources=[{name: file, path: P}]`` beside an axis on ``data.sources.0.path``)
-    may be replaced, as long as the trial keeps something else of the override: the item needs a value there.
-    A section's field need not be given (``data.mix={name: top_k, k: 1, budget: 64}`` beside an axis on
-    ``data.mix.budget``): the refusal says to leave it out.
-    """
-    own = len(spec.overrides) - len(spec.cli_overrides)
-    related = [(i, item) for i, item in enumerate(spec.overrides) if _axes_near(spec, override_key(item))]
-    trials = _trial_configs(spec) if related else []
-    for i, item in related:
-        leaves = _override_leaves(item, base)
-        for label, cfg in trials:
-            lost = [(path, inside) for path, inside in leaves if _differs(_at(cfg, path), _at(base, path))]
-            if not lost or (len(lost) < len(leaves) and all(inside for _, inside in lost)):
-                continue
-            path = next((p for p, inside in lost if not inside), lost[0][0])
-            axis = (_axes_near(spec, path) or _axes_near(spec, override_key(item)))[0]
-            how = (f"sets {path} for each trial" if f"{path}.".startswith(f"{axis}.") or axis.startswith(f"{path}.")
-                   else "switches the component, whose parameters start from its defaults")
-            where = "command line" if i >= own else f"{spec.path}: overrides"
-            section = path == axis and path.startswith(f"{override_key(item)}.") and len(leaves) > 1
-            todo = (f"leave {path} out of the override" if section
-                    else f"change the values of `axes: {axis}` in {spec.path} instead")
-            raise ConfigError(
-                f"{where}: {item!r}: the axis {axis} {how}, so trials would not run with this override (arm "
-                f"{label}: {path}={_at(cfg, path)!r}, not {_at(base, path)!r}), yet the study would record it in "
-                f"its base; {todo}")
-
-
-def _axes_near(spec: SweepSpec, key: str) -> list[str]:
-    """The axis keys that set ``key``, a key under or above it, or another key of the component it is in."""
-    from klear_lab.config.merge import component_paths
-
-    def node(k: str) -> str:  # the component node a key is in (``rl.clip`` for ``rl.clip.eps_high``), else k
-        return next((c for c in component_paths() if k == c or k.startswith(f"{c}.")), k)
-
-    return [a.key for a in spec.axes if key == a.key or key.startswith(f"{a.key}.") or a.key.startswith(f"{key}.")
-            or node(key) == node(a.key) != key]
-
-
-def _trial_configs(spec: SweepSpec) -> list[tuple[str, dict[str, Any]]]:
-    """(arm label, composed config) of each grid arm (tpe/random: each axis value, the others at their first);
-    one that does not compose is left to the checks that report it."""
-    if spec.sampler == "grid":
-        points = [(arm.label, arm.params) for arm in grid_arms(spec)[:MAX_COMPOSED_ARMS]]
-    else:
-        first = {a.key: probe_values(a)[0] for a in spec.axes}
-        points = [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in probe_values(a)]
-    out = []
-    for label, values in points:
-        with contextlib.suppress(ConfigError):
-            out.append((label, spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])))
-    return out
-
-
-def _override_leaves(item: str, base: dict[str, Any]) -> list[tuple[str, bool]]:
-    """(dotted path, inside a list) of each value ``item`` sets; a component shorthand is its ``.name``."""
-    from klear_lab.config.layers import dotlist_layer
-
-    leaves: list[tuple[str, bool]] = []
-
-    def walk(node: Any, path: str, in_list: bool) -> None:
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(v, f"{path}.{k}" if path else str(k), in_list)
-        elif isinstance(node, list) and node:
-            for j, v in enumerate(node):
-                walk(v, f"{path}.{j}", True)
-        else:
-            shorthand = isinstance(node, str) and isinstance(_at(base, path), dict)
-            leaves.append((f"{path}.name" if shorthand else path, in_list))
-
-    walk(dotlist_layer([item])[1], "", False)
-    return leaves
-
-
-def _at(cfg: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(cfg, list) and part.isdigit() and int(part) < len(cfg):
-            cfg = cfg[int(part)]
-        else:
-            cfg = cfg.get(part) if isinstance(cfg, dict) else None
-    return cfg
-
-
-def _differs(a: Any, b: Any) -> bool:
-    return json.dumps(canonical_value(a), sort_keys=True, default=str) != \
-        json.dumps(canonical_value(b), sort_keys=True, default=str)
 
 
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from klear_lab.config.layers import override_key
 from klear_lab.errors import ConfigError, DataError
-from klear_lab.sweep.checks import MAX_COMPOSED_ARMS, probe_values
 from klear_lab.sweep.grid import Arm, trial_layer
+from klear_lab.sweep.probe import MAX_COMPOSED_ARMS, probe_values, trial_points
 from klear_lab.sweep.spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     rewards: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides rl.reward's fit -> (cfg, labels)
     decontaminated: dict[str, tuple[dict[str, Any], list[str]]] = {}  # what decides decontamination -> (cfg, labels)
     kept_whole: set[str] = set()  # read keys of the files decontamination compares: every record kept
-    points = _trial_points(spec, arms)
+    points = trial_points(spec, arms)
     for label, values in points:
         cfg = spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
         seed = cfg["data"]["world_seed"]
@@ -225,14 +225,6 @@ def _read_key(node: dict[str, Any], split: str, seed: int) -> str:
     from klear_lab.reward_checks import source_key
 
     return source_key(node, split, seed)
-
-
-def _trial_points(spec: SweepSpec, arms: list[Arm]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, axis values) of each grid arm; ``tpe``/``random``: of each axis value, the others at their first."""
-    if arms:
-        return [(arm.label, arm.params) for arm in arms[:MAX_COMPOSED_ARMS]]
-    first = {a.key: probe_values(a)[0] for a in spec.axes}
-    return [(f"{a.key}={v!r}", {**first, a.key: v}) for a in spec.axes for v in probe_values(a)]
 
 
 DATA_KEYS = ("data", "run.kind")  # the overrides that decide what trials read

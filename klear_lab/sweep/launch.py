@@ -97,7 +97,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         raise ConfigError(f"{spec.path}: the trials would call rewards this machine cannot run: {'; '.join(lacking)}")
     check_trial_data(spec, arms)  # a bad row fails here, not in every trial reading it
     if validate_only:
-        existing = _existing_study(spec, url)
+        existing = _existing_study(spec, url, log)
         if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
             check_same_base(existing, spec)
         log(f"{spec.path}: OK: {trial_plan(spec, arms, n_points)}, objective {spec.metric} ({spec.direction})")
@@ -264,14 +264,21 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
         time.sleep(2.0)
 
 
-def _existing_study(spec: SweepSpec, url: str) -> Any:
-    """The spec's study if its storage already holds one (never created here), else None.
+def _existing_study(spec: SweepSpec, url: str, log: Any) -> Any:
+    """The spec's study if its storage already holds one (never created here), else None. A database server
+    this machine cannot reach gets a note (the spec may be meant for a cluster's, as for its data and models).
 
     Raises:
-        ConfigError: the run's own refusal of a storage it could not open or create (a server that refuses the
-            connection, an SQLite file under /proc): "no such study yet" is fine, those are not.
+        ConfigError: the run's own refusal of an SQLite storage it could not open or create (a file under /proc):
+            "no such study yet" is fine, that is not.
     """
-    check_storage_opens(url)
+    try:
+        check_storage_opens(url)
+    except ConfigError as exc:
+        if url.startswith("sqlite"):
+            raise
+        log(f"note: {exc}: a sweep run here would stop at once; not compared with a study there")
+        return None
     try:
         return open_study(spec, url, create=False, heartbeat=False)
     except NoStudyError:

@@ -35,7 +35,7 @@ def locate(target: str | Path) -> tuple[SweepSpec, str]:
     if (path.parent / "sweep.json").is_file() and path.suffix not in (".yaml", ".yml"):  # study.db, a table...
         raise ConfigError(f"{path}: a file of the sweep directory {path.parent}; give that directory (or the "
                           "sweep's spec file)")
-    if path.suffix not in (".yaml", ".yml"):  # a .jsonl read as YAML said "expected '<document start>'"
+    if path.suffix.lower() not in (".yaml", ".yml"):  # a .jsonl read as YAML said "expected '<document start>'"
         raise ConfigError(f"{path}: not a sweep directory or sweep spec: give a sweep directory (sweep_runs/NAME) "
                           "or a sweep spec .yaml (sweeps/NAME.yaml)")
     spec = load_spec(path)

@@ -109,7 +109,8 @@ def _start_locks(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> Iterator[Non
     """The locks on one starting point (config hash and seed): the one a ``klear-lab train`` of it takes, where
     the sweep would share its run (``start_sharing.train_lock``), then the one for every sweep under
     ``out_dir``. A sweep started while another sweep or such a train trains it waits (saying so), then shares
-    it. Trains take both in the same order: neither waits on the other while holding what it needs."""
+    it. Trains take both in the same order: neither waits on the other while holding what it needs. Which one
+    holds the first is not known (a sibling sweep takes it too where those runs exist), so its line names both."""
     from klear_lab import starting_point
     from klear_lab.start_sharing import start_lock, train_lock
     from klear_lab.tracking import config_hash, out_dir_of
@@ -118,8 +119,8 @@ def _start_locks(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> Iterator[Non
     parent_hash, out_dir = config_hash(parent), out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     with (train_lock(cfg["model"]["init_from"], out_dir, parent_hash, lambda: log(
-            f"sweep {spec.name}: starting point: waiting for a `klear-lab train` training or sharing the same one, "
-            "to share it")),
+            f"sweep {spec.name}: starting point: waiting for another sweep or a `klear-lab train` training or "
+            "sharing the same one, to share it")),
           start_lock(out_dir, parent_hash, parent["run"]["seed"], lambda: log(
               f"sweep {spec.name}: starting point: waiting for another sweep training the same one, to share it"))):
         yield

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.checks import probe_values
 from klear_lab.sweep.grid import Arm, arm_label, trial_run_name, value_label
+from klear_lab.sweep.probe import probe_values
 from klear_lab.sweep.spec import SweepSpec
 from klear_lab.tracking import RUN_DIR_NAME_MAX
 

@@ -96,3 +96,24 @@ def test_a_quoted_tilde_run_directory_is_the_home_directory(tmp_path, capsys, mo
     assert f"{run / 'run.json'}: the trial already completed" in err
     err = resume_error("~/nowhere", capsys)  # was "~/nowhere: no such directory"
     assert f"{tmp_path / 'nowhere'}: no such directory" in err
+
+
+def test_a_trial_running_now_has_nothing_to_resume(tmp_path, capsys):
+    """Told to "continue the sweep", a user would start a second sweep beside the one running the trial."""
+    import os
+    import socket
+
+    from klear_lab.run_owner import process_start
+
+    sweep = tmp_path / "sweep_runs" / "quick"
+    here = {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": process_start(os.getpid())}
+    live = make_trial(sweep, "quick-a-s0", "running", checkpoint=True, **here)
+    err = resume_error(live, capsys)
+    assert f"a trial of a sweep, running now (pid {os.getpid()}): nothing to resume" in err
+    assert "continue the sweep" not in err
+    elsewhere = make_trial(sweep, "quick-b-s0", "running", checkpoint=True, pid=1, host="node-7")
+    err = resume_error(elsewhere, capsys)
+    assert "recorded as running on node-7, whose processes cannot be checked from here" in err
+    gone = make_trial(sweep, "quick-c-s0", "running", checkpoint=True, pid=2**22 + 1, host=socket.gethostname(),
+                      pid_start=1)  # a kill -9ed trial: stopped, resumed by its sweep
+    assert FROM_CHECKPOINT in resume_error(gone, capsys)

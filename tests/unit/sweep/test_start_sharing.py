@@ -236,3 +236,21 @@ def test_a_run_in_a_symlinked_runs_links_the_sweeps_starting_point(workdir):
     _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
     starting_point.resolve_init_from(child)
     assert (elsewhere / RUN_NAME / "run.json").is_file()
+
+
+def test_the_dry_runs_earlier_run_rows_look_for_the_config_the_starting_point_resolves_to(workdir, monkeypatch):
+    """A run from ``model.init_from`` is named by its resolved ``model.name_or_path``, which a dry run leaves
+    unset: looked up with it unset, the dry run never found the run's earlier stopped runs (a review)."""
+    from klear_lab import resume
+    from klear_lab.dry_run_twins import earlier_run_rows
+
+    asked: list[str] = []
+    monkeypatch.setattr(resume, "resumable_twins", lambda cfg: asked.append(cfg["model"]["name_or_path"]) or [])
+    child = _child(workdir / "runs")
+    assert earlier_run_rows(child) == [] and asked == []  # its starting point is trained first: no such run yet
+    swept = _completed_run(workdir / SWEEP_ROOT / "quickstart" / "runs", _parent_hash(child))
+    earlier_run_rows(child)
+    assert asked == [str((workdir / "runs" / swept.name).resolve())]  # where the sweep's is hard-linked at the start
+    own = _completed_run(workdir / "runs", _parent_hash(child), name="parent-20260101-000000-abcdef-s0")
+    earlier_run_rows(child)
+    assert asked[-1] == str(own.resolve()) and child["model"]["name_or_path"] is None

@@ -217,8 +217,8 @@ def test_a_sweep_waits_for_a_train_training_its_starting_point_then_takes_it(wor
     spec, lines = _sweep()
     thread.join(30)
     assert not thread.is_alive()
-    assert lines[0] == ("sweep quickstart: starting point: waiting for a `klear-lab train` training or sharing the "
-                        "same one, to share it")
+    assert lines[0] == ("sweep quickstart: starting point: waiting for another sweep or a `klear-lab train` "
+                        "training or sharing the same one, to share it")
     assert f"reusing {(workdir / 'runs' / RUN_NAME).resolve()} " in lines[1] and "klear-lab train" in lines[1]
     assert child["model"]["name_or_path"] == str((workdir / "runs" / RUN_NAME).resolve())
     assert starting_point.find_completed_run(spec.runs_dir, parent_hash, seed=0) == spec.runs_dir / RUN_NAME
@@ -276,3 +276,29 @@ def test_a_copy_a_killed_share_left_half_made_is_removed_by_the_next(workdir):
     _sweep()
     assert not left.parent.exists() and other.is_dir()
     assert sorted(p.name for p in runs.iterdir()) == sorted([RUN_NAME, other.parent.name])
+
+
+def test_a_sweep_waits_for_a_sibling_sweep_where_a_trains_runs_exist(workdir, monkeypatch):
+    """Both sweeps take the train's lock first where ``runs/`` exists: the second waits there, says it waits
+    for another sweep or a train, and shares the first one's starting point."""
+    (workdir / "runs").mkdir()
+    spec_text = (workdir / "spec.yaml").read_text()
+    (workdir / "other.yaml").write_text(spec_text.replace("name: quickstart", "name: other"))
+    parent_hash, training = _parent_hash(), threading.Event()
+
+    def first_trains(spec, cfg, threads, log):
+        training.set()
+        time.sleep(1.0)
+        _completed_run(spec.runs_dir, parent_hash)
+
+    monkeypatch.setattr(parents, "_train", first_trains)
+    thread = _in_thread(_sweep)
+    assert training.wait(30)
+    monkeypatch.setattr(parents, "_train", lambda *a, **k: pytest.fail("the second sweep trained it too"))
+    other = load_spec("other.yaml")
+    lines: list[str] = []
+    parents.train_parent(other, other.compose(), 1, lines.append)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert "waiting for another sweep or a `klear-lab train`" in lines[0]
+    assert "(same config and seed, trained by another sweep)" in lines[1]

@@ -5,6 +5,8 @@ of the component an axis varies) stays allowed: decided by what a trial's config
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from sweep_fixtures import REPO, write_spec
@@ -96,3 +98,41 @@ def test_a_section_override_setting_the_axis_field_says_to_leave_it_out(tmp_path
                                           r"of the override$"):
         _check(spec)
     _check(_rl_spec(tmp_path, {"rl.clip.eps_high": [0.2, 0.3]}, cli=["rl.clip={name: gppo}"]))
+
+
+@pytest.mark.parametrize("override", ["tracking.wandb.project=mine", "tracking.wandb={project: mine}"])
+def test_a_w_and_b_project_the_spec_sets_is_not_overridden_without_a_word(tmp_path, override):
+    """The spec's ``wandb: project:`` is written into every trial; without it the override stands."""
+    from klear_lab.sweep.override_checks import check_owned_overrides
+
+    spec = write_spec(tmp_path, wandb={"project": "theirs"})
+    with pytest.raises(ConfigError, match=rf"command line: '{re.escape(override)}': the W&B project is set for "
+                                          rf"each trial by .*toy.yaml's `wandb: project: theirs`: change it there"):
+        check_owned_overrides(load_spec(spec, [override]))
+    check_owned_overrides(load_spec(write_spec(tmp_path), [override]))
+    check_owned_overrides(load_spec(spec, ["tracking.wandb.mode=offline"]))
+
+
+def test_the_axis_named_is_the_one_that_switches_the_component(tmp_path):
+    """Not the first axis of the same component (an eps_high axis said it switched the clip)."""
+    spec = _rl_spec(tmp_path, {"rl.clip.eps_high": [0.25, 0.3], "rl.clip.name": ["gppo", "clip_higher"]},
+                    cli=["rl.clip.eps_low=0.1"])
+    with pytest.raises(ConfigError, match=r"the axis rl.clip.name switches the component, .*change the values of "
+                                          r"`axes: rl.clip.name`"):
+        _check(spec)
+
+
+def test_a_study_started_with_such_an_override_can_still_be_continued(tmp_path, monkeypatch, capsys):
+    """Refused now, it was accepted before: the study recorded it in its base, so it could be continued neither
+    with it (refused) nor without it (another base). With it, the sweep warns and goes on."""
+    from klear_lab.sweep import checks
+
+    monkeypatch.setenv("KLEAR_FAKE_SLEEP", "0")
+    spec = write_spec(tmp_path, lrs=(0.001, 0.003))
+    with monkeypatch.context() as old:  # the old check, which let it through
+        old.setattr(checks, "check_axis_overrides", lambda spec, base: None)
+        assert main(["sweep", str(spec), "optim.lr=0.5"]) == 0
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match=r"the study was started with it before such overrides were refused"):
+        assert main(["sweep", str(spec), "optim.lr=0.5"]) == 0
+    assert main(["sweep", str(write_spec(tmp_path, name="fresh", lrs=(0.001, 0.003))), "optim.lr=0.5"]) == 2

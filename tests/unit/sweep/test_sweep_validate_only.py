@@ -24,8 +24,18 @@ def _error(argv, capsys) -> str:
     return capsys.readouterr().err
 
 
+def test_a_database_server_this_machine_cannot_reach_is_a_note_of_validate_only_and_stops_the_run(tmp_path, capsys):
+    """As missing data or models: the spec may be meant for a cluster's server. The run stops at once."""
+    spec = str(write_spec(tmp_path, storage="postgresql://nobody@127.0.0.1:1/x"))
+    assert main(["sweep", spec, "--validate-only"]) == 0
+    out = capsys.readouterr().out
+    said = "storage postgresql://nobody@127.0.0.1:1/x: cannot connect: "
+    assert f"note: {said}" in out and "a sweep run here would stop at once" in out, out
+    assert said in _error(["sweep", spec], capsys)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("storage", "said"), [
-    ("postgresql://nobody@127.0.0.1:1/x", "storage postgresql://nobody@127.0.0.1:1/x: cannot connect: "),
     ("sqlite:////proc/klear-nope/study.db", "cannot create /proc/klear-nope for the study's SQLite file "
                                             "(sqlite:////proc/klear-nope/study.db): No such file or directory"),
     ("sqlite:////proc/klear-nope.db", "cannot open /proc/klear-nope.db.lock, the lock beside the study's SQLite file"),
