@@ -200,6 +200,22 @@ def _in_thread(target) -> threading.Thread:
     return thread
 
 
+def _sweep_training_in_a_thread(monkeypatch) -> threading.Thread:
+    """The sweep of ``spec.yaml`` in a thread, inside the training of its starting point (1 s, then completed);
+    returned once that training began."""
+    parent_hash, training = _parent_hash(), threading.Event()
+
+    def sweep_trains(spec, cfg, threads, log):
+        training.set()
+        time.sleep(1.0)
+        _completed_run(spec.runs_dir, parent_hash)
+
+    monkeypatch.setattr(parents, "_train", sweep_trains)
+    thread = _in_thread(_sweep)
+    assert training.wait(30)
+    return thread
+
+
 def test_a_sweep_waits_for_a_train_training_its_starting_point_then_takes_it(workdir, monkeypatch):
     """A `klear-lab train` of the child training the starting point holds its lock on it; the sweep takes that
     lock first (the order the train takes both in), waits, and shares the run when it completes."""
@@ -231,17 +247,8 @@ def test_a_train_started_while_a_sweep_trains_its_starting_point_waits_and_share
     was there when the sweep began, else the sweeps'), then shares the sweep's run; neither waits forever."""
     if runs_made:
         (workdir / "runs").mkdir()
-    parent_hash, training = _parent_hash(), threading.Event()
-
-    def sweep_trains(spec, cfg, threads, log):
-        training.set()
-        time.sleep(1.0)
-        _completed_run(spec.runs_dir, parent_hash)
-
-    monkeypatch.setattr(parents, "_train", sweep_trains)
+    thread = _sweep_training_in_a_thread(monkeypatch)
     monkeypatch.setattr(starting_point, "_train_parent", lambda *a, **k: pytest.fail("the train trained it too"))
-    thread = _in_thread(_sweep)
-    assert training.wait(30)
     child = _child()
     starting_point.resolve_init_from(child)
     thread.join(30)
@@ -284,16 +291,7 @@ def test_a_sweep_waits_for_a_sibling_sweep_where_a_trains_runs_exist(workdir, mo
     (workdir / "runs").mkdir()
     spec_text = (workdir / "spec.yaml").read_text()
     (workdir / "other.yaml").write_text(spec_text.replace("name: quickstart", "name: other"))
-    parent_hash, training = _parent_hash(), threading.Event()
-
-    def first_trains(spec, cfg, threads, log):
-        training.set()
-        time.sleep(1.0)
-        _completed_run(spec.runs_dir, parent_hash)
-
-    monkeypatch.setattr(parents, "_train", first_trains)
-    thread = _in_thread(_sweep)
-    assert training.wait(30)
+    thread = _sweep_training_in_a_thread(monkeypatch)
     monkeypatch.setattr(parents, "_train", lambda *a, **k: pytest.fail("the second sweep trained it too"))
     other = load_spec("other.yaml")
     lines: list[str] = []
