@@ -282,7 +282,8 @@ def _run_command(args: argparse.Namespace) -> int:
             from klear_lab.run import error_line
 
             record_rank_failure(joined, error_line(exc))
-        print(f"klear-lab: error: {exc}", file=sys.stderr)
+        notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", []))  # where it came from
+        print(f"klear-lab: error: {exc}{notes}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("klear-lab: interrupted", file=sys.stderr)

@@ -130,7 +130,12 @@ def _train_parent(parent: dict[str, Any], parent_hash: str, init_from: str, out:
         print(f"model.init_from {init_from}: no completed run of it (this config, seed {parent['run']['seed']}) "
               f"in {out}: training it first, a whole {parent['run']['kind']} run (its plan: klear-lab train "
               f"{init_from} --dry-run)", file=sys.stderr)
-    return _parent_dir(run_experiment(parent))
+    try:
+        return _parent_dir(run_experiment(parent))
+    except KlearError as exc:  # its data's or config's error named the file, not whose run read it
+        exc.add_note(f"while training the starting point (model.init_from {init_from}); alone: klear-lab train "
+                     f"{init_from}")
+        raise
 
 
 def _parent_dir(result: Any) -> Path:

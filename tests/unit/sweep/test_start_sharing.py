@@ -254,3 +254,19 @@ def test_the_dry_runs_earlier_run_rows_look_for_the_config_the_starting_point_re
     own = _completed_run(workdir / "runs", _parent_hash(child), name="parent-20260101-000000-abcdef-s0")
     earlier_run_rows(child)
     assert asked[-1] == str(own.resolve()) and child["model"]["name_or_path"] is None
+
+
+def test_a_bad_row_of_the_starting_points_data_says_whose_run_read_it(workdir, monkeypatch, capsys):
+    """The error named the file and row only; the line before it said a starting point was being trained."""
+    from klear_lab.cli import main
+
+    monkeypatch.undo()  # the real _train_parent: it fails on the data before anything trains
+    monkeypatch.chdir(workdir)
+    data = workdir / "bad.jsonl"
+    data.write_text('{"answer": "2", "response": "2"}\n')
+    (workdir / "parent.yaml").write_text(yaml.safe_dump({**TINY_PARENT, "data": {
+        **TINY_PARENT["data"], "sources": [{"name": "file", "path": str(data)}]}}))
+    assert main(["train", "child.yaml", "trainer.num_threads=1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{data}: row 1: field 'prompt': missing (while training the starting point (model.init_from " in err, err
+    assert "parent.yaml); alone: klear-lab train " in err
