@@ -294,4 +294,3 @@ def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple
         table.add_row(escape(k), escape(v))  # values quote errors like "pip install 'klear-lab[vllm]'"
     make_console().print(table)
     return rows
-

@@ -40,10 +40,7 @@ def _metric_entry(analysis: Analysis, key: str, value: Any) -> tuple[str, str]:
     """``val/acc`` -> (``val/acc``, ``higher``); ``{metric: M, direction: D}`` -> (M, D), D checked."""
     if isinstance(value, str):
         return value, HIGHER
-    if not isinstance(value, dict):  # a list, a number, an empty value
-        raise analysis.err(key, f"expected a metric name or {{metric: NAME, direction: higher or lower}}, "
-                                f"got {value!r}")
-    if "metric" not in value or set(value) - ENTRY_KEYS:
+    if not isinstance(value, dict) or "metric" not in value or set(value) - ENTRY_KEYS:  # a list, a number, none
         raise analysis.err(key, f"expected a metric name or {{metric: NAME, direction: higher or lower}}, "
                                 f"got {value!r}")
     direction = value.get("direction", HIGHER)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
-from pathlib import Path
 from typing import Any
 
 from klear_lab.config.layers import override_key
@@ -104,17 +103,11 @@ def _culprit(spec: SweepSpec, item: str, path: str, values: dict[str, Any], base
 def _recorded_in_study(spec: SweepSpec, item: str) -> bool:
     """Whether the spec's study already exists with ``item`` among its base's overrides (started before such
     overrides were refused); only asked of a refused override. An unreadable storage counts as no study."""
-    from sqlalchemy.engine import make_url
-
     from klear_lab.sweep.queue import BASE_ATTR
     from klear_lab.sweep.storage import default_storage_url, open_study
 
-    url = default_storage_url(spec)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
-        return False
-    try:
-        study = open_study(spec, url, create=False, heartbeat=False)
+    try:  # a missing SQLite file is no study, made by nothing here (open_study's own check)
+        study = open_study(spec, default_storage_url(spec), create=False, heartbeat=False)
     except Exception:  # noqa: BLE001 - no such study, or a storage the run's own opening reports
         return False
     return item in ((study.user_attrs.get(BASE_ATTR) or {}).get("overrides") or [])
