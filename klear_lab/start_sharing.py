@@ -29,6 +29,7 @@ are made absolute, not resolved, to find what is beside what.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import sys
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from klear_lab.errors import DataError
+from klear_lab.errors import DataError, KlearError
 
 SWEEP_ROOT = Path("sweep_runs")  # SweepSpec.out_dir's default: `klear-lab sweep` writes SWEEP_ROOT/NAME/runs
 
@@ -117,18 +118,51 @@ def train_runs(init_from: str | Path, sweeps: Path) -> Path | None:
     return runs if runs.is_dir() and beside is not None and beside.resolve() == sweeps.resolve() else None
 
 
-def train_lock(init_from: str | Path, sweeps: Path, parent_hash: str,
+def train_lock(init_from: str | Path, sweeps: Path, parent_hash: str, seed: int,
                on_wait: Callable[[], None] | None = None) -> contextlib.AbstractContextManager:
     """For a sweep under ``sweeps``: the lock a ``klear-lab train`` holds on the starting point ``init_from``
-    (hash ``parent_hash``) while it trains or shares it (``starting_point.init_lock`` in :func:`train_runs`).
-    Taken before the sweeps' :func:`start_lock`, as the train takes them, the sweep waits for such a train,
-    then shares its run. None to take (a null context) where there are no such runs or they are read-only."""
+    (hash ``parent_hash``, ``seed``) while it trains or shares it (``starting_point.init_lock`` in
+    :func:`train_runs`), or trains it itself (:func:`train_holds`). Taken before the sweeps' :func:`start_lock`,
+    as the train takes them, the sweep waits for such a train, then shares its run. None to take (a null
+    context) where there are no such runs or they are read-only."""
     from klear_lab.starting_point import init_lock
 
     runs = train_runs(init_from, sweeps)
     if runs is None or not os.access(runs, os.W_OK):
         return contextlib.nullcontext()
-    return init_lock(runs, parent_hash, on_wait)
+    return init_lock(runs, parent_hash, seed, on_wait)
+
+
+@contextlib.contextmanager
+def train_holds(cfg: dict[str, Any], runs: Path | None = None) -> Iterator[None]:
+    """For a ``klear-lab train`` or ``resume`` of ``cfg``: hold its :func:`starting_point.init_lock` in ``runs``
+    (default: its ``run.out_dir``; a resumed run's: the directory holding it) while it runs, so a run or sweep
+    starting from this config (``model.init_from``) waits for it, then uses its run, instead of training the
+    same starting point beside it. Taken only where it is free: a second train of this config and seed would
+    not use the first's run, so it does not wait for it. Nothing is taken for an eval, or where ``run.out_dir``
+    cannot be made (the run says why); directories made for the lock alone are removed again (a run refused
+    before it starts leaves nothing)."""
+    from klear_lab.file_lock import lock_if_free
+    from klear_lab.starting_point import init_lock_path, with_start_looked_up
+    from klear_lab.tracking import config_hash, out_dir_of
+
+    out = out_dir_of(cfg) if runs is None else runs
+    made = [d for d in (out, *out.parents) if not d.exists()]  # leaf first
+    path = None
+    with contextlib.suppress(KlearError, OSError):  # a model.init_from that cannot be read, no out_dir: the run says so
+        if cfg["run"]["kind"] != "eval":  # no run starts from an eval
+            looked_up = with_start_looked_up(copy.deepcopy(cfg))  # what a run starting from it hashes
+            out.mkdir(parents=True, exist_ok=True)
+            path = init_lock_path(out, config_hash(looked_up), cfg["run"]["seed"])
+    try:
+        with lock_if_free(path) if path else contextlib.nullcontext():
+            yield
+    finally:
+        for directory in made:
+            try:
+                directory.rmdir()  # only where empty: the run's own directory keeps it
+            except OSError:
+                break
 
 
 def linked_or_copied(source: Path, copy: Path) -> str:

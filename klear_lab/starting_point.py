@@ -46,7 +46,7 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     if newest is not None and not files_unchanged(newest, parent):
         with contextlib.suppress(DataError):  # completed_parent says it
             data = records_digests(parent)
-    with init_lock(out, parent_hash, lambda: print(
+    with init_lock(out, parent_hash, parent["run"]["seed"], lambda: print(
             f"model.init_from {m['init_from']}: waiting for another process training or sharing the same starting "
             f"point in {out}, to use it", file=sys.stderr)):
         # looked up again under the lock: a parallel trial may have trained it while this one waited
@@ -66,14 +66,19 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
     m["name_or_path"] = str(run_dir.resolve())
 
 
-def init_lock(out: Path, parent_hash: str,
+def init_lock(out: Path, parent_hash: str, seed: int,
               on_wait: Callable[[], None] | None = None) -> contextlib.AbstractContextManager:
-    """The lock on the starting point ``parent_hash`` for runs in the output dir ``out``, held while one of them
-    trains or shares it (parallel trials of a sweep train it once); a sweep that would take a ``klear-lab
-    train``'s run of it takes it too (``start_sharing.train_lock``)."""
+    """The lock on the starting point ``parent_hash`` (config hash) and ``seed`` for runs in the output dir
+    ``out``, held while one of them trains or shares it (parallel trials of a sweep train it once), and by a
+    ``klear-lab train`` of that very config while it runs (``start_sharing.train_holds``); a sweep that
+    would take a ``klear-lab train``'s run of it takes it too (``start_sharing.train_lock``)."""
     from klear_lab.file_lock import exclusive_lock
 
-    return exclusive_lock(Path(out) / f".init-{parent_hash}.lock", on_wait)
+    return exclusive_lock(init_lock_path(out, parent_hash, seed), on_wait)
+
+
+def init_lock_path(out: Path, config_hash: str, seed: int) -> Path:
+    return Path(out) / f".init-{config_hash}-s{seed}.lock"
 
 
 def _origin(run_dir: Path, shared: tuple[Path, Path] | None) -> str:
@@ -154,18 +159,25 @@ def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
     ``model.name_or_path``, as its own run records it (and hashes it): looked up with it unset, the middle
     run of a chain was never found, and every run of the chain's last link trained it again (a review)."""
     from klear_lab.config.compose import compose
-    from klear_lab.tracking import config_hash
 
     parent = compose(cfg["model"]["init_from"])
     parent["run"]["out_dir"] = cfg["run"]["out_dir"]
     parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
-    m = parent["model"]
+    return with_start_looked_up(parent)
+
+
+def with_start_looked_up(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` (changed in place) with its ``model.init_from``'s newest completed run as ``model.name_or_path``
+    where it has one and that is unset: the config its run will record and hash. Nothing is trained."""
+    from klear_lab.tracking import config_hash
+
+    m = cfg["model"]
     if m["init_from"] and not m["name_or_path"]:
-        grandparent = parent_config(parent)
-        run_dir, _ = completed_parent(grandparent, config_hash(grandparent))
+        parent = parent_config(cfg)
+        run_dir, _ = completed_parent(parent, config_hash(parent))
         if run_dir is not None:  # none: the parent has no completed run either, and trains it first
             m["name_or_path"] = str(run_dir.resolve())
-    return parent
+    return cfg
 
 
 def completed_parent(parent: dict[str, Any], parent_hash: str,

@@ -12,6 +12,7 @@ loads plugins, validates and checks the result.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import warnings
 from collections.abc import Mapping
@@ -87,7 +88,9 @@ def experiment_file(experiment: Any) -> Path | None:
     return path if path.suffix else path.with_suffix(".yaml")
 
 
-_STARTING: list[str] = []  # the init_from experiments being composed, outermost first
+# the init_from experiments being composed, outermost first: per thread (threads composing the same
+# experiment at once, a notebook's pool, read as a circular chain)
+_STARTING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("klear_lab_starting", default=())
 
 
 class _CircularStart(ConfigError):
@@ -105,11 +108,11 @@ def starting_model(config: dict[str, Any]) -> dict[str, Any] | None:
     m = config["model"]
     if not m["init_from"] or m["name_or_path"]:
         return None
-    start = str(Path(m["init_from"]).resolve())
-    if start in _STARTING:
-        chain = " -> ".join([*_STARTING[_STARTING.index(start):], start])
+    start, starting = str(Path(m["init_from"]).resolve()), _STARTING.get()
+    if start in starting:
+        chain = " -> ".join([*starting[starting.index(start):], start])
         raise _CircularStart(f"model.init_from: a circular chain of starting experiments: {chain}")
-    _STARTING.append(start)
+    token = _STARTING.set((*starting, start))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -119,7 +122,7 @@ def starting_model(config: dict[str, Any]) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 - a missing file, a bad key, a plugin that fails to import: said by the run
         return None
     finally:
-        _STARTING.pop()
+        _STARTING.reset(token)
 
 
 @functools.cache

@@ -118,7 +118,7 @@ def _start_locks(spec: SweepSpec, cfg: dict[str, Any], log: Any) -> Iterator[Non
     parent = starting_point.parent_config(cfg)
     parent_hash, out_dir = config_hash(parent), out_dir_of(cfg).parent.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (train_lock(cfg["model"]["init_from"], out_dir, parent_hash, lambda: log(
+    with (train_lock(cfg["model"]["init_from"], out_dir, parent_hash, parent["run"]["seed"], lambda: log(
             f"sweep {spec.name}: starting point: waiting for another sweep or a `klear-lab train` training or "
             "sharing the same one, to share it")),
           start_lock(out_dir, parent_hash, parent["run"]["seed"], lambda: log(

@@ -391,3 +391,39 @@ def test_a_model_shape_equal_to_the_starting_experiments_is_not_warned_about(tmp
     with pytest.raises(ConfigError, match=r"circular chain of starting experiments: "
                                           r"\S*b.yaml -> \S*a.yaml -> \S*b.yaml"):
         compose(a)
+
+
+def test_threads_composing_the_same_starting_experiment_at_once_see_no_circular_chain(monkeypatch):
+    """The chain being composed is per thread: two threads composing the RL experiment at once (a notebook's
+    pool; a sweep's test) read each other's as one that comes back to itself."""
+    import threading
+
+    from klear_lab.config import compose as compose_module
+
+    rl = ROOT / "experiments/quickstart/rl.yaml"
+    inside, other_done, errors = threading.Event(), threading.Event(), []
+    real = compose_module.compose
+
+    def compose_slowly(path, *args, **kwargs):  # the starting experiment's compose, held until the other is done
+        if threading.current_thread().name == "first" and str(path).endswith("sft.yaml"):
+            inside.set()
+            other_done.wait(30)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(compose_module, "compose", compose_slowly)
+
+    def first() -> None:
+        try:
+            real(rl)
+        except ConfigError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=first, name="first", daemon=True)
+    thread.start()
+    assert inside.wait(30)
+    try:
+        real(rl)  # composes sft.yaml while the first thread is inside it
+    finally:
+        other_done.set()
+        thread.join(30)
+    assert not errors

@@ -72,3 +72,19 @@ def _hold_for(path: str, held, seconds: float) -> None:
         held.set()
         time.sleep(seconds)
         Path(path).with_name("released").touch()
+
+
+def test_lock_if_free_holds_a_free_lock_and_passes_a_held_one_by_at_once(tmp_path):
+    """What a ``klear-lab train`` takes on its own config: held where free; where another holds it, the
+    block runs at once holding nothing, and the holder's file is left to it."""
+    from klear_lab.file_lock import lock_if_free
+
+    path = tmp_path / ".init-abc-s0.lock"
+    with lock_if_free(path) as held:
+        assert held and path.is_file()
+        with lock_if_free(path) as second:  # another open file description: flock refuses it, as another process
+            assert not second
+        assert path.is_file()  # still the holder's
+    assert not path.exists()
+    with exclusive_lock(path), lock_if_free(path) as held:
+        assert not held
