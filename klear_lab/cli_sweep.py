@@ -48,13 +48,14 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _compare_target(args: argparse.Namespace) -> str:
     """The sweep ``compare`` reads. ``compare --rescore K=V ... TARGET``: ``--rescore`` (nargs='+') took the
-    target too, which argparse then said was missing; an override holds '=', so its last value without one
-    is the target. Also sets ``args.rescore`` to the overrides alone.
+    target too, which argparse then said was missing; an override is ``KEY=VALUE`` with a dotted key, so its
+    last value that is not one (a path holding '=' included) is the target. Also sets ``args.rescore`` to the
+    overrides alone.
 
     Raises:
         KlearError: no target, or ``--rescore`` without an override once the target is taken from it.
     """
-    if args.target is None and args.rescore and "=" not in args.rescore[-1]:
+    if args.target is None and args.rescore and not _is_override(args.rescore[-1]):
         args.target = args.rescore.pop()
         if not args.rescore:
             raise KlearError(f"--rescore takes at least one KEY=VALUE (e.g. eval.samples=8): klear-lab compare "
@@ -63,6 +64,14 @@ def _compare_target(args: argparse.Namespace) -> str:
         raise KlearError("compare: no sweep given: give its directory (sweep_runs/NAME) or spec file: "
                          "klear-lab compare TARGET [--rescore KEY=VALUE ...]")
     return args.target
+
+
+def _is_override(value: str) -> bool:
+    """``KEY=VALUE`` with a dotted config key, and not a path that exists (``sweep_runs/lr=0.1``)."""
+    import re
+    from pathlib import Path
+
+    return re.match(r"[A-Za-z_][\w.]*=", value) is not None and not Path(value).expanduser().exists()
 
 
 def _reproduce(args: argparse.Namespace) -> int:

@@ -19,3 +19,12 @@ def make_console(**kwargs: Any):
     if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
         kwargs.setdefault("width", LOG_WIDTH)
     return Console(**kwargs)
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as commands print it: relative to the working directory where it lies inside it (as ``train``
+    and ``sweep`` print the paths they were given), else whole."""
+    from pathlib import Path
+
+    path, cwd = Path(path), Path.cwd()
+    return str(path.relative_to(cwd)) if path.is_absolute() and path.is_relative_to(cwd) and path != cwd else str(path)

@@ -144,7 +144,9 @@ def plugin_origin(cls: type) -> str | None:
         path = Path(inspect.getfile(cls))
     except (TypeError, OSError):  # generated code (exec) in a plugin: no file to name
         return module
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+    from klear_lab.console import shown_path
+
+    return shown_path(path)
 
 
 def plugin_digests(plugins: list[str]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from klear_lab.console import make_console
+from klear_lab.console import make_console, shown_path
 
 if TYPE_CHECKING:
     from klear_lab.run import RunResult
@@ -22,14 +22,15 @@ def print_result(result: RunResult) -> None:
     for key in sorted(result.metrics):
         if key.startswith(("val/", "train/loss", "perf/", "rl/", "reward/")) and key.count("/") <= 2:
             table.add_row(key, f"{result.metrics[key]:.4g}")
-    console.print(f"run finished: {result.run_dir}", soft_wrap=True)  # paths whole in a pipe, to copy or grep
+    run_dir = Path(shown_path(result.run_dir))
+    console.print(f"run finished: {run_dir}", soft_wrap=True)  # paths whole in a pipe, to copy or grep
     console.print(table)
-    console.print(f"run directory : {result.run_dir}", soft_wrap=True)
-    console.print(f"resolved config: {result.run_dir / 'config.yaml'}", soft_wrap=True)
-    console.print(f"metrics CSV   : {result.run_dir / 'csv' / 'metrics.csv'}", soft_wrap=True)
-    console.print(f"summary JSON  : {result.run_dir / 'summary.json'}", soft_wrap=True)
+    console.print(f"run directory : {run_dir}", soft_wrap=True)
+    console.print(f"resolved config: {run_dir / 'config.yaml'}", soft_wrap=True)
+    console.print(f"metrics CSV   : {run_dir / 'csv' / 'metrics.csv'}", soft_wrap=True)
+    console.print(f"summary JSON  : {run_dir / 'summary.json'}", soft_wrap=True)
     if result.wandb_dir:
-        console.print(f"W&B run       : {wandb_upload(Path(result.wandb_dir))}", soft_wrap=True)
+        console.print(f"W&B run       : {wandb_upload(Path(shown_path(result.wandb_dir)))}", soft_wrap=True)
 
 
 def wandb_upload(run_dir: Path) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from klear_lab.analysis.reproduce import Reproduction
 from klear_lab.analysis.spec import Analysis, SweepRef, load_analysis
+from klear_lab.console import shown_path
 from klear_lab.errors import ConfigError
 
 
@@ -82,7 +83,7 @@ def _first_with_results(analysis: Analysis) -> Path:
             if _has_completed_trial(sweep_dir):
                 return sweep_dir
             started.append(sweep_dir)
-        looked.append(f"`klear-lab sweep {_display(ref.spec_path)}` (results would be in {sweep_dir})")
+        looked.append(f"`klear-lab sweep {shown_path(ref.spec_path)}` (results would be in {sweep_dir})")
     if started:
         return started[0]
     raise NoResults(f"{analysis.path}: no results yet; run one of: " + "; ".join(looked))
@@ -154,17 +155,11 @@ def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]
     if analysis.baseline not in {probe.paper_arm(label, list(analysis.paper)) for label in labels}:
         raise ConfigError(
             f"{analysis.path}: no arm of the sweep in {spec.sweep_dir} matches the baseline {analysis.baseline!r} "
-            f"(its arms: {', '.join(labels)}); the analysis does not list its spec ({_display(source)}): add it "
+            f"(its arms: {', '.join(labels)}); the analysis does not list its spec ({shown_path(source)}): add it "
             f"under `sweeps:` with `arms:` naming the paper arm of each sweep arm, e.g. "
-            f"`- {{spec: {_display(source)}, arms: {{\"{labels[0]}\": \"{analysis.baseline}\"}}}}`")
+            f"`- {{spec: {shown_path(source)}, arms: {{\"{labels[0]}\": \"{analysis.baseline}\"}}}}`")
     directions = {bench: donor.direction(bench) for bench in metrics}
     ref = make_ref(analysis, f"sweep {spec.sweep_dir}", source, arms, labels, metrics, directions)
     ref.name = spec.name
     return ref
 
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

@@ -99,7 +99,8 @@ def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: 
     """A mapping of indices merged into a copy of a list (``data.sources.0.n_prompts=5``); only the
     leaves it sets take ``label`` as their provenance."""
     items = {str(i): copy.deepcopy(v) for i, v in enumerate(old)}  # the layer that set the list stays as written
-    span = f"a list of {len(old)} item{'s' * (len(old) != 1)}: {path}.0 to {path}.{len(old) - 1}" if old \
+    indices = f"{path}.0" if len(old) == 1 else f"{path}.0 to {path}.{len(old) - 1}"
+    span = f"a list of {len(old)} item{'s' * (len(old) != 1)}: {indices}" if old \
         else f"an empty list: set it whole, {path}=[...]"
     for key in value:
         if str(key) not in items:

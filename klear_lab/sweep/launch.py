@@ -37,6 +37,7 @@ from klear_lab.sweep.storage import (
     current_study,
     default_storage_url,
     open_study,
+    redacted,
 )
 from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.terminate import SweepTerminated
@@ -128,7 +129,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         frozen = freeze_spec(spec, url)  # only once the study took the spec: a refused rerun keeps the old one
         if study.study_name != before:
             log(f"sweep {spec.name}: {superseded_note(study)}")
-        log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {_short(url)}, "
+        log(f"sweep {spec.name}: {n_points} trials ({added} enqueued now), storage {redacted(url)}, "
             f"dir {spec.sweep_dir}")
         try:
             train_parent(spec, base, auto_threads(), log)  # every core, at most OMP_NUM_THREADS
@@ -284,8 +285,3 @@ def _existing_study(spec: SweepSpec, url: str, log: Any) -> Any:
     except NoStudyError:
         return None
 
-
-def _short(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

@@ -16,7 +16,7 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     from rich.markup import escape
     from rich.table import Table
 
-    from klear_lab.console import make_console
+    from klear_lab.console import make_console, shown_path
     from klear_lab.sweep.best import best_notes
     from klear_lab.sweep.compare_text import (
         cell,
@@ -51,10 +51,10 @@ def print_table(df: pd.DataFrame, spec: SweepSpec, baseline: str | None, out_dir
     for note in [*notes, one_batch_note(spec.metric, spec.metrics) if len(df) else ""]:
         if note:
             console.print(escape(note), style="yellow")
-    console.print(f"table: {out_dir / 'table.csv'}  {out_dir / 'table.md'}")
+    console.print(f"table: {shown_path(out_dir / 'table.csv')}  {shown_path(out_dir / 'table.md')}")
     if png or not rescored:  # a rescoring has one number per run: no curves to speak of
-        console.print(f"curves: {png}" if png else "curves: none (no metrics.csv with them in the run dirs)")
-    console.print(f"runs: {spec.sweep_dir / 'runs'} (W&B offline runs inside; `wandb sync` them), "
+        console.print(f"curves: {shown_path(png) if png else 'none (no metrics.csv with them in the run dirs)'}")
+    console.print(f"runs: {shown_path(spec.sweep_dir / 'runs')} (W&B offline runs inside; `wandb sync` them), "
                   f"W&B group {spec.wandb_group or spec.name}")
 
 

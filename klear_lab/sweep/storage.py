@@ -91,7 +91,7 @@ def make_storage(url: str, heartbeat_interval: int | None = None, max_retry: int
                 grace_period=2 * heartbeat_interval if heartbeat_interval else None,
                 heartbeat_stale_trial_callback=retry)
     except Exception as exc:  # sqlalchemy OperationalError, bad database name...
-        raise ConfigError(f"storage {_redact(url)}: cannot open: {exc}") from None
+        raise ConfigError(f"storage {redacted(url)}: cannot open: {exc}") from None
 
 
 SCHEMA_RACE_TRIES = 5
@@ -178,7 +178,7 @@ class NoStudyError(ConfigError):
 
 
 def _no_study(spec: SweepSpec, url: str) -> ConfigError:
-    return NoStudyError(f"{spec.path}: no study {spec.name!r} in {_redact(url)}; start it with "
+    return NoStudyError(f"{spec.path}: no study {spec.name!r} in {redacted(url)}; start it with "
                        f"`{spec.launch_command()}` first")
 
 
@@ -210,8 +210,8 @@ class StudyLock:
             try:
                 self.lock_file.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # the sweep's directory (--out-dir) or an SQLite URL's
-                raise _no_directory(self.lock_file, _redact(url), exc.strerror) from None
-        self.engine, self.shown = None, _redact(url)
+                raise _no_directory(self.lock_file, redacted(url), exc.strerror) from None
+        self.engine, self.shown = None, redacted(url)
         if self.backend == "postgresql":
             from sqlalchemy import create_engine
             from sqlalchemy.pool import NullPool
@@ -271,14 +271,14 @@ def check_storage_opens(url: str) -> None:
     lock = Path(f"{parsed.database}.lock")
     if not lock.parent.is_dir():
         if (problem := creation_problem(lock.parent)) is not None:
-            raise _no_directory(lock, _redact(url), problem)
+            raise _no_directory(lock, redacted(url), problem)
     elif lock.exists():
         try:
             open(lock, "a").close()  # noqa: SIM115 - as ``StudyLock.hold`` opens it
         except OSError as exc:
-            raise _no_lock(lock, _redact(url), exc.strerror) from None
+            raise _no_lock(lock, redacted(url), exc.strerror) from None
     elif (problem := creation_problem(lock.parent)) is not None:
-        raise _no_lock(lock, _redact(url), problem)
+        raise _no_lock(lock, redacted(url), problem)
 
 
 def _no_directory(lock: Path, shown: str, why: str | None) -> ConfigError:
@@ -289,5 +289,6 @@ def _no_lock(lock: Path, shown: str, why: str | None) -> ConfigError:
     return ConfigError(f"cannot open {lock}, the lock beside the study's SQLite file ({shown}): {why}")
 
 
-def _redact(url: str) -> str:
+def redacted(url: str) -> str:
+    """``url`` as shown in messages and logs: its password hidden."""
     return make_url(url).render_as_string(hide_password=True)

@@ -235,12 +235,15 @@ def test_overrides_reach_into_a_list_set_on_the_same_command_line():
     assert cfg["data"]["sources"][0]["levels"] == [1, 2]
     with pytest.raises(ConfigError, match=r"command line: data.sources.3: index out of range"):
         compose(ROOT / "experiments/quickstart/sft.yaml", ["data.sources.3.n_prompts=9"])
+    two = ["data.sources=[{name: arith_r1}, {name: arith}]", "data.sources.2.n_prompts=9"]
+    with pytest.raises(ConfigError, match=r"data.sources is a list of 2 items: data.sources.0 to data.sources.1\)"):
+        compose(ROOT / "experiments/quickstart/sft.yaml", two)
 
 
 @pytest.mark.parametrize("override, needle", [
     # a key that is not an index replaced the list of sources with one mapping
     ("data.sources.name=arith_web", "data.sources.name: not an index (data.sources is a list of 1 item: "
-                                    "data.sources.0 to data.sources.0)"),
+                                    "data.sources.0)"),
     ("data.sources.-1.n_prompts=5", "data.sources.-1: not an index"),
     ("data.sources.01.n_prompts=5", "data.sources.01: not an index"),
     ("plugins.0=x.py", "plugins.0: index out of range (plugins is an empty list: set it whole, plugins=[...])"),

@@ -41,3 +41,21 @@ def test_after_a_resume_the_upload_command_takes_every_attempt_in_order(tmp_path
 def test_an_online_run_is_named_without_an_upload_command(tmp_path):
     online = tmp_path / "wandb" / "run-20261206_034012-x"
     assert wandb_upload(online) == str(online)
+
+
+def test_paths_inside_the_working_directory_are_shown_relative_to_it(tmp_path, capsys, monkeypatch):
+    """As `train` prints the `runs/...` it was given: an `eval` of a run (its eval runs beside it, absolute) too."""
+    from klear_lab.console import shown_path
+
+    run_dir = tmp_path / "runs" / "sft-s0" / "evals" / "eval-s0"
+    wandb_dir = run_dir / "wandb" / "offline-run-20261206_034045-x"
+    wandb_dir.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    print_result(_result(run_dir, wandb_dir))
+    lines = capsys.readouterr().out.splitlines()
+    assert "run finished: runs/sft-s0/evals/eval-s0" in lines
+    assert any(x.endswith("upload with `wandb sync runs/sft-s0/evals/eval-s0/wandb/offline-run-20261206_034045-x`)")
+               for x in lines)
+    monkeypatch.chdir(run_dir)
+    assert shown_path(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")  # outside it: whole
+    assert shown_path(run_dir) == str(run_dir) and shown_path("runs/x") == "runs/x"

@@ -41,6 +41,18 @@ def test_rescore_takes_the_target_before_or_after_it(tmp_path, rescored, target_
     assert rescored == {"sweep": spec.sweep_dir, "overrides": ["eval.samples=4", "eval.temperature=0.6"]}
 
 
+def test_a_target_path_holding_an_equals_sign_is_the_target(tmp_path, rescored, monkeypatch):
+    """A sweep directory named after a value (``lr=0.1``), given after ``--rescore``: a path, not an override."""
+    odd = tmp_path / "lr=0.1"
+    odd.mkdir()
+    path, spec = _sweep_with_a_study(odd)
+    assert main(["compare", "--rescore", "eval.samples=4", str(path)]) == 0
+    assert rescored == {"sweep": spec.sweep_dir, "overrides": ["eval.samples=4"]}
+    monkeypatch.chdir(tmp_path)  # relative, it starts like a key (lr=...): the target, as that path exists
+    assert main(["compare", "--rescore", "eval.samples=4", str(path.relative_to(tmp_path))]) == 0
+    assert rescored["overrides"] == ["eval.samples=4"]
+
+
 def test_compare_says_what_is_missing(tmp_path, capsys):
     assert main(["compare", "--rescore", "eval.samples=4", str(tmp_path / "gone")]) == 2  # the target, not "required"
     assert f"{tmp_path / 'gone'}: no such sweep directory or spec file" in capsys.readouterr().err
