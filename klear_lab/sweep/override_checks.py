@@ -5,6 +5,7 @@ base though no trial ran with it, and a rerun without it was then refused as ano
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import warnings
 from typing import Any
@@ -57,7 +58,8 @@ def check_axis_overrides(spec: SweepSpec, base: dict[str, Any]) -> None:
     switches (``rl.clip.eps_high`` beside an axis on ``rl.clip.name``), is refused where a trial loses it, and
     allowed where every trial keeps it (another parameter of the same component). A field inside a list the
     override writes whole (``data.sources=[{name: file, path: P}]`` beside an axis on ``data.sources.0.path``)
-    may be replaced, as long as the trial keeps something else of the override: the item needs a value there.
+    may be replaced, as long as the override still changes the trial (``name: file``): the item needs a value
+    there.
     A section's field need not be given (``data.mix={name: top_k, k: 1, budget: 64}`` beside an axis on
     ``data.mix.budget``): the refusal says to leave it out.
     """
@@ -68,7 +70,8 @@ def check_axis_overrides(spec: SweepSpec, base: dict[str, Any]) -> None:
         leaves = _override_leaves(item, base)
         for label, values, cfg in trials:
             lost = [(path, inside) for path, inside in leaves if _differs(_at(cfg, path), _at(base, path))]
-            if not lost or (len(lost) < len(leaves) and all(inside for _, inside in lost)):
+            if not lost or (len(lost) < len(leaves) and all(inside for _, inside in lost)
+                            and _changes_the_trial(spec, i, values, cfg)):
                 continue
             path = next((p for p, inside in lost if not inside), lost[0][0])
             axis, direct = _culprit(spec, item, path, values, base)
@@ -126,15 +129,34 @@ def _axes_near(spec: SweepSpec, key: str) -> list[str]:
             or _node(key) == _node(a.key) != key]
 
 
+def _changes_the_trial(spec: SweepSpec, i: int, values: dict[str, Any], cfg: dict[str, Any]) -> bool:
+    """Whether the override ``spec.overrides[i]`` changes the config ``cfg`` of the trial of axis ``values``:
+    composed without it, the trial differs where it writes. A list written whole whose only change is the
+    field an axis sets (``data.sources=[{name: arith_r1, n_prompts: 99}]`` beside an axis on
+    ``data.sources.0.n_prompts``) changes nothing: its other fields are what the trial had anyway."""
+    own = len(spec.overrides) - len(spec.cli_overrides)
+    without = dataclasses.replace(spec, overrides=[o for j, o in enumerate(spec.overrides) if j != i],
+                                  cli_overrides=[o for j, o in enumerate(spec.cli_overrides) if own + j != i])
+    try:
+        before = _trial_config(without, values)
+    except ConfigError:  # the trial needs it (a list item's required field): it changes the trial
+        return True
+    key = override_key(spec.overrides[i])
+    return _differs(_at(cfg, key), _at(before, key))
+
+
 def _trial_configs(spec: SweepSpec) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(arm label, axis values, composed config) of each trial the checks probe (``probe.trial_points``); one
     that does not compose is left to the checks that report it."""
     out = []
     for label, values in trial_points(spec, grid_arms(spec) if spec.sampler == "grid" else []):
         with contextlib.suppress(ConfigError):
-            out.append((label, values,
-                        spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])))
+            out.append((label, values, _trial_config(spec, values)))
     return out
+
+
+def _trial_config(spec: SweepSpec, values: dict[str, Any]) -> dict[str, Any]:
+    return spec.compose([trial_layer(spec, values, spec.seeds[0], None, None, "check")])
 
 
 def _override_leaves(item: str, base: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -136,3 +136,16 @@ def test_a_study_started_with_such_an_override_can_still_be_continued(tmp_path, 
     with pytest.warns(UserWarning, match=r"the study was started with it before such overrides were refused"):
         assert main(["sweep", str(spec), "optim.lr=0.5"]) == 0
     assert main(["sweep", str(write_spec(tmp_path, name="fresh", lrs=(0.001, 0.003))), "optim.lr=0.5"]) == 2
+
+
+def test_a_list_written_whole_whose_only_change_is_the_axis_field_is_refused(tmp_path):
+    """Its unchanged ``name`` counted as kept (a review's nitpick): the 99 was dropped by every trial. A list
+    that changes more (another source) stays allowed, as a placeholder path beside an axis on it is."""
+    axes = {"data.sources.0.n_prompts": [10, 20]}
+    same = "data.sources=[{name: arith_r1, n_prompts: 99, levels: [1, 2, 3], level_weights: [1.0, 1.0, 1.0]}]"
+    spec = write_spec(tmp_path, axes=axes, overrides=[same])
+    with pytest.raises(ConfigError, match=r"the axis data.sources.0.n_prompts sets data.sources.0.n_prompts for "
+                                          r"each trial.*leave data.sources.0.n_prompts out of the override$"):
+        _check(load_spec(spec))
+    other = "data.sources=[{name: arith, n_prompts: 99}]"  # another source: the trials keep it
+    _check(load_spec(write_spec(tmp_path, axes=axes, overrides=[other])))
