@@ -139,7 +139,9 @@ def train_holds(cfg: dict[str, Any], runs: Path | None = None) -> Iterator[None]
     (default: its ``run.out_dir``; a resumed run's: the directory holding it) while it runs, so a run or sweep
     starting from this config (``model.init_from``) waits for it, then uses its run, instead of training the
     same starting point beside it. Taken only where it is free: a second train of this config and seed would
-    not use the first's run, so it does not wait for it. Nothing is taken for an eval, or where ``run.out_dir``
+    not use the first's run, so it does not wait for it. A config with a ``model.init_from`` of its own is
+    hashed with its newest completed run, its records not read (seconds for a generated world, on every RL
+    train). Nothing is taken for an eval, or where ``run.out_dir``
     cannot be made (the run says why); directories made for the lock alone are removed again (a run refused
     before it starts leaves nothing)."""
     from klear_lab.file_lock import lock_if_free
@@ -151,7 +153,7 @@ def train_holds(cfg: dict[str, Any], runs: Path | None = None) -> Iterator[None]
     path = None
     with contextlib.suppress(KlearError, OSError):  # a model.init_from that cannot be read, no out_dir: the run says so
         if cfg["run"]["kind"] != "eval":  # no run starts from an eval
-            looked_up = with_start_looked_up(copy.deepcopy(cfg))  # what a run starting from it hashes
+            looked_up = with_start_looked_up(copy.deepcopy(cfg), read_data=False)  # what a child hashes, mostly
             out.mkdir(parents=True, exist_ok=True)
             path = init_lock_path(out, config_hash(looked_up), cfg["run"]["seed"])
     try:

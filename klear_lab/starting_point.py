@@ -153,7 +153,7 @@ def _parent_dir(result: Any) -> Path:
     return result.run_dir
 
 
-def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def parent_config(cfg: dict[str, Any], read_data: bool = True) -> dict[str, Any]:
     """The composed ``model.init_from`` experiment, run in ``cfg``'s output dir with its threads. A parent
     that starts from an ``init_from`` of its own gets that one's newest completed run as its
     ``model.name_or_path``, as its own run records it (and hashes it): looked up with it unset, the middle
@@ -163,18 +163,23 @@ def parent_config(cfg: dict[str, Any]) -> dict[str, Any]:
     parent = compose(cfg["model"]["init_from"])
     parent["run"]["out_dir"] = cfg["run"]["out_dir"]
     parent["trainer"]["num_threads"] = cfg["trainer"]["num_threads"]
-    return with_start_looked_up(parent)
+    return with_start_looked_up(parent, read_data)
 
 
-def with_start_looked_up(cfg: dict[str, Any]) -> dict[str, Any]:
+def with_start_looked_up(cfg: dict[str, Any], read_data: bool = True) -> dict[str, Any]:
     """``cfg`` (changed in place) with its ``model.init_from``'s newest completed run as ``model.name_or_path``
-    where it has one and that is unset: the config its run will record and hash. Nothing is trained."""
-    from klear_lab.tracking import config_hash
+    where it has one and that is unset: the config its run will record and hash. Nothing is trained. Without
+    ``read_data``, the newest completed run whatever records it trained on (reading them to check takes
+    seconds for a generated world; ``start_sharing.train_holds`` only names a lock with it)."""
+    from klear_lab.tracking import config_hash, out_dir_of
 
     m = cfg["model"]
     if m["init_from"] and not m["name_or_path"]:
-        parent = parent_config(cfg)
-        run_dir, _ = completed_parent(parent, config_hash(parent))
+        parent = parent_config(cfg, read_data)
+        if read_data:
+            run_dir, _ = completed_parent(parent, config_hash(parent))
+        else:
+            run_dir = find_completed_run(out_dir_of(parent), config_hash(parent), seed=parent["run"]["seed"])
         if run_dir is not None:  # none: the parent has no completed run either, and trains it first
             m["name_or_path"] = str(run_dir.resolve())
     return cfg

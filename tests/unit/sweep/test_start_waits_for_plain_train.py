@@ -4,6 +4,7 @@ then uses its run instead of training it beside it. The runs are faked: nothing 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -25,10 +26,18 @@ from klear_lab.config.compose import compose
 from klear_lab.distributed import RUN_DIR_ENV
 from klear_lab.run import RunResult
 
+FIRST_DONE = threading.Event()  # the first faked train of a test made its run
 
-def _train_in_a_thread(monkeypatch, overrides: tuple[str, ...] = ()) -> tuple[threading.Thread, threading.Event]:
-    """``klear-lab train parent.yaml OVERRIDES`` in a thread: its run takes 1 s, then leaves a completed run of
-    the hash its run would record; returned once that run began."""
+
+@pytest.fixture(autouse=True)
+def _first_not_done():
+    FIRST_DONE.clear()
+
+
+def _train_in_a_thread(monkeypatch, overrides: tuple[str, ...] = (),
+                       release: threading.Event | None = None) -> tuple[threading.Thread, threading.Event]:
+    """``klear-lab train parent.yaml OVERRIDES`` in a thread: its run takes 1 s (or until ``release``), then
+    leaves a completed run of the hash its run would record; returned once that run began."""
     import klear_lab.run
 
     running, making = threading.Event(), threading.Lock()
@@ -36,11 +45,15 @@ def _train_in_a_thread(monkeypatch, overrides: tuple[str, ...] = ()) -> tuple[th
 
     def run_experiment(cfg, resume=None):
         running.set()
-        time.sleep(1.0)
+        if release is None or threading.current_thread() is threading.main_thread():
+            time.sleep(1.0)
+        else:
+            assert release.wait(30)
         with making:  # a second train's fake finishes at about the same time
             made = Path("runs") / RUN_NAME
             if not made.is_dir():
                 _completed_run(Path("runs"), _parent_hash(), cfg["run"]["seed"])
+                FIRST_DONE.set()
             return RunResult(made)
 
     monkeypatch.setattr(klear_lab.run, "run_experiment", run_experiment)
@@ -73,22 +86,35 @@ def test_a_run_starting_from_it_waits_for_the_train_and_uses_its_run(workdir, mo
 
 def test_a_train_of_another_seed_is_not_waited_for(workdir, monkeypatch):  # noqa: F811
     """The lock is per config and seed: the sweep (seed 0) goes on, and trains its own."""
-    thread, running = _train_in_a_thread(monkeypatch, ("run.seed=1",))
+    release = threading.Event()
+    thread, running = _train_in_a_thread(monkeypatch, ("run.seed=1",), release)
     assert running.wait(30)
-    started = time.monotonic()
-    with pytest.raises(_Trained):
-        _sweep()
-    assert time.monotonic() - started < 0.9 and thread.is_alive()  # it did not wait for the train's second
-    thread.join(30)
+    try:
+        with pytest.raises(_Trained):
+            _sweep()  # while the train runs: waiting on its lock, it would go on only once the train gave up
+        assert thread.is_alive()  # still running: the sweep did not wait for it
+    finally:
+        release.set()
+        thread.join(30)
 
 
 def test_a_second_train_of_the_same_config_does_not_wait(workdir, monkeypatch):  # noqa: F811
     """It would not use the first's run (a train always trains), so waiting would only delay it."""
     thread, running = _train_in_a_thread(monkeypatch)
     assert running.wait(30)
+    import klear_lab.run
+
+    faked = klear_lab.run.run_experiment
+    started_before_the_first_ended = []
+
+    def second_run(cfg, resume=None):
+        started_before_the_first_ended.append(not FIRST_DONE.is_set())
+        return faked(cfg, resume)
+
+    monkeypatch.setattr(klear_lab.run, "run_experiment", second_run)
     second = cli._run_held(compose(Path("parent.yaml").resolve(), ["trainer.num_threads=1"]))  # faked: 1 s
-    assert thread.is_alive()  # it ran beside the first, not after it
     thread.join(30)
+    assert started_before_the_first_ended == [True]  # it ran beside the first, not after it
     assert second.run_dir.name == RUN_NAME
 
 
@@ -118,3 +144,29 @@ def test_a_resume_holds_it_in_the_directory_of_the_run_it_resumes(workdir, monke
     cli._run_held(cfg, resume=workdir / "runs" / RUN_NAME)
     assert [p.parent for p in seen] == [workdir / "runs"]
     assert seen[0].name == f".init-{_parent_hash()}-s0.lock"
+
+
+def test_the_middle_of_a_chain_is_locked_under_the_hash_its_child_computes_without_reading_data(workdir,  # noqa: F811
+                                                                                            monkeypatch):
+    """``klear-lab train child.yaml`` (RL from parent.yaml) locks the hash an experiment starting from the child
+    computes for it: its parent's completed run as ``model.name_or_path``; found without reading the parent's
+    records (that took about 3 s on every RL train of the quickstart)."""
+    import klear_lab.run
+
+    trained = _completed_run(workdir / "runs", _parent_hash())
+    seen: list[Path] = []
+    monkeypatch.setattr(klear_lab.run, "run_experiment",
+                        lambda cfg, resume=None: seen.extend(workdir.rglob(".init-*.lock")) or RunResult(workdir))
+    child = _child()
+    with monkeypatch.context() as patched:
+        patched.setattr(starting_point, "records_digests", lambda cfg: pytest.fail("read the parent's records"))
+        cli._run_held(child)
+    data = {"train": "rows", "eval": "rows"}  # what the grandchild's lookup reads: as the fake run recorded
+    monkeypatch.setattr(starting_point, "records_digests", lambda cfg: data)
+    (trained / "run.json").write_text(json.dumps({"status": "completed", "config_hash": _parent_hash(), "data": data}))
+    (workdir / "grandchild.yaml").write_text("base: child.yaml\nmodel: {init_from: child.yaml}\n")
+    from klear_lab.tracking import config_hash
+
+    as_its_child_hashes = starting_point.parent_config(compose(Path("grandchild.yaml").resolve()))
+    assert as_its_child_hashes["model"]["name_or_path"] == str(trained.resolve())
+    assert [p.name for p in seen] == [f".init-{config_hash(as_its_child_hashes)}-s0.lock"]
