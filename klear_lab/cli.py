@@ -6,7 +6,6 @@ Exit codes: 0 success, 2 bad input (config, data, CLI usage), 1 anything else.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -35,34 +34,25 @@ def _train(args: argparse.Namespace) -> int:
             warn_if_other_data(saved, cfg)
     if args.dry_run:
         return _dry_run(cfg, args.experiment)
-    result = _run_held(cfg)
+    from klear_lab.run import run_experiment
+
+    result = run_experiment(cfg, hold_start=True)  # runs and sweeps starting from it wait for it
     _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
         print_result(result)
     return 0
 
 
-def _run_held(cfg: dict, resume: Path | None = None):  # noqa: ANN202 - a RunResult
-    """``run_experiment`` holding the lock on this config and seed (``start_sharing.train_holds``) where it is
-    free, so runs and sweeps starting from it wait and use its run; DDP ranks > 0 take none (rank 0 holds it)."""
-    from klear_lab.run import run_experiment
-    from klear_lab.start_sharing import train_holds
-
-    runs = None if resume is None else resume.parent
-    held = train_holds(cfg, runs) if joined_run_dir() is None else contextlib.nullcontext()
-    with held:
-        return run_experiment(cfg, resume=None if resume is None else str(resume))
-
-
 def _resume(args: argparse.Namespace) -> int:
     from klear_lab.resume import resume_config
     from klear_lab.resume_trial import trial_refusal
+    from klear_lab.run import run_experiment
     from klear_lab.run_list import sweep_trial
 
     run_dir = Path(args.run_dir)
     if (sweep := sweep_trial(run_dir.resolve())) is not None:  # its sweep continues it, or says why not
         raise trial_refusal(run_dir, sweep)
-    result = _run_held(resume_config(run_dir, args.overrides), resume=run_dir)
+    result = run_experiment(resume_config(run_dir, args.overrides), resume=str(run_dir), hold_start=True)
     _run_done()
     if joined_run_dir() is None:
         print_result(result)

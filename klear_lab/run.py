@@ -61,7 +61,7 @@ class RunResult:
 
 
 def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
-                   resume: str | Path | None = None) -> RunResult:
+                   resume: str | Path | None = None, hold_start: bool = False) -> RunResult:
     """Run one experiment from a resolved config (``klear_lab.config.compose.compose``).
 
     Everything that can fail on bad input (data files, rows, component values) is built before
@@ -73,6 +73,9 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         callbacks: extra Lightning callbacks (sweeps pass Optuna's pruning callback).
         resume: a stopped run's directory to continue in (its ``checkpoints/last.ckpt``); ``cfg`` must
             be its saved config (:func:`klear_lab.resume.resume_config` checks both).
+        hold_start: hold the lock of this config and seed as a starting point while the run runs, where it
+            is free (``start_sharing.train_holds``), so runs and sweeps starting from it wait and use its run
+            (``klear-lab train`` and ``resume``; not sweep trials, whose sweep shares its own way).
     """
     check_composed(cfg)
     kind = cfg["run"]["kind"]
@@ -90,7 +93,20 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
         if resume is not None and joined_run_dir() is None:  # one writer per run: a second resume fails here
             held.enter_context(run_lock(Path(resume)))
             resumable = check_resumable(Path(resume), cfg)  # again under the lock; the API and sweeps pass a cfg
-        return _run(cfg, prepare, callbacks, resume, resumable)
+        hold = _start_hold(cfg, resume, held) if hold_start and joined_run_dir() is None else None
+        return _run(cfg, prepare, callbacks, resume, resumable, hold)
+
+
+def _start_hold(cfg: dict[str, Any], resume: str | Path | None, held: contextlib.ExitStack) -> Any:
+    """Hold ``start_sharing.train_holds`` now, under the config hash a run starting from this one computes
+    (its own starting point, if any, looked up as it stands); the function returned holds it again once the
+    run has resolved that starting point, when that changed the hash (it trained or chose another)."""
+    from klear_lab.start_sharing import train_holds
+
+    runs = None if resume is None else Path(resume).absolute().parent  # "resume ." from inside the run too
+    start = cfg["model"]["name_or_path"]
+    held.enter_context(train_holds(cfg, runs))
+    return lambda: held.enter_context(train_holds(cfg, runs)) if cfg["model"]["name_or_path"] != start else None
 
 
 def check_composed(cfg: Any) -> None:
@@ -130,7 +146,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 
 def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str | Path | None,
-         resumable: Resumable | None) -> RunResult:
+         resumable: Resumable | None, hold_resolved: Any = None) -> RunResult:
     from klear_lab.sigterm import sigterm_restored
     from klear_lab.stages.common import without_upstream_noise
 
@@ -155,6 +171,8 @@ def _run(cfg: dict[str, Any], prepare: Any, callbacks: list | None, resume: str 
     # before reading: a file edited meanwhile reads as changed later, not as the same (a resume keeps its first)
     files = data_file_stats(cfg) if resume is None else None
     stage = prepare(cfg)  # may raise ConfigError / DataError: nothing written yet
+    if hold_resolved is not None:
+        hold_resolved()
     if ckpt is None:
         for twin in resumable_twins(cfg):
             print(f"note: {twin} is an earlier run of this config and seed that stopped at a checkpoint; "

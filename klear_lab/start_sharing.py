@@ -141,9 +141,9 @@ def train_holds(cfg: dict[str, Any], runs: Path | None = None) -> Iterator[None]
     same starting point beside it. Taken only where it is free: a second train of this config and seed would
     not use the first's run, so it does not wait for it. A config with a ``model.init_from`` of its own is
     hashed with its newest completed run, its records not read (seconds for a generated world, on every RL
-    train). Nothing is taken for an eval, or where ``run.out_dir``
-    cannot be made (the run says why); directories made for the lock alone are removed again (a run refused
-    before it starts leaves nothing)."""
+    train; ``run_experiment`` holds it again under its exact hash once it resolved that starting point).
+    Nothing is taken for an eval, or where ``run.out_dir`` cannot be made or written to (the run says why);
+    directories made for the lock alone are removed again (a run refused before it starts leaves nothing)."""
     from klear_lab.file_lock import lock_if_free
     from klear_lab.starting_point import init_lock_path, with_start_looked_up
     from klear_lab.tracking import config_hash, out_dir_of
@@ -157,7 +157,10 @@ def train_holds(cfg: dict[str, Any], runs: Path | None = None) -> Iterator[None]
             out.mkdir(parents=True, exist_ok=True)
             path = init_lock_path(out, config_hash(looked_up), cfg["run"]["seed"])
     try:
-        with lock_if_free(path) if path else contextlib.nullcontext():
+        with contextlib.ExitStack() as stack:
+            if path is not None:
+                with contextlib.suppress(OSError):  # a runs dir this user cannot write to (or just removed)
+                    stack.enter_context(lock_if_free(path))
             yield
     finally:
         for directory in made:

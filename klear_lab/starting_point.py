@@ -50,6 +50,9 @@ def resolve_init_from(cfg: dict[str, Any]) -> None:
             f"model.init_from {m['init_from']}: waiting for another process training or sharing the same starting "
             f"point in {out}, to use it", file=sys.stderr)):
         # looked up again under the lock: a parallel trial may have trained it while this one waited
+        if parent["model"]["init_from"] and not parent["model"]["name_or_path"]:  # so may its own starting point
+            parent, data = parent_config(cfg), None  # (a `klear-lab train` of the parent trained both)
+            parent_hash = config_hash(parent)
         run_dir, stale = completed_parent(parent, parent_hash, data)
         shared = None if run_dir is not None else share_sweep_start(parent, parent_hash, data)
         if shared is not None:
