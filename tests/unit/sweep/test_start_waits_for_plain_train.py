@@ -169,8 +169,7 @@ def test_a_resume_holds_it_in_the_directory_of_the_run_it_resumes(workdir, monke
 def test_a_runs_dir_this_user_cannot_write_to_holds_nothing_and_the_run_says_why(workdir, monkeypatch):  # noqa: F811
     """It raised a PermissionError traceback from the lock file; the run's own check names run.out_dir."""
     seen = _seen_locks(monkeypatch, workdir)
-    monkeypatch.setattr("os.access", lambda path, mode: False)  # as for a non-root user (tests run as root)
-    monkeypatch.setattr("klear_lab.file_lock.os.open", lambda *a: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    monkeypatch.setattr("klear_lab.file_lock.os.open",  # as for a non-root user (tests run as root) lambda *a: (_ for _ in ()).throw(PermissionError(13, "denied")))
     run_experiment(_parent(), hold_start=True)
     assert seen == [[]]
 
