@@ -169,7 +169,10 @@ def test_a_resume_holds_it_in_the_directory_of_the_run_it_resumes(workdir, monke
 def test_a_runs_dir_this_user_cannot_write_to_holds_nothing_and_the_run_says_why(workdir, monkeypatch):  # noqa: F811
     """It raised a PermissionError traceback from the lock file; the run's own check names run.out_dir."""
     seen = _seen_locks(monkeypatch, workdir)
-    monkeypatch.setattr("klear_lab.file_lock.os.open",  # as for a non-root user (tests run as root) lambda *a: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    def denied(*args):  # as for a non-root user (tests run as root)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("klear_lab.file_lock.os.open", denied)
     run_experiment(_parent(), hold_start=True)
     assert seen == [[]]
 
