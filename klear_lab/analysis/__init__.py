@@ -8,6 +8,7 @@ reproduces it (``analysis.reproduce``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,11 @@ def _ref_for(analysis: Analysis, spec: Any, source: Path) -> SweepRef:
     return _unlisted_ref(analysis, spec, source, labels)
 
 
+def _from_analysis(analysis: Analysis, spec_path: Path) -> str:
+    """``spec_path`` as an entry of ``analysis``'s ``sweeps:`` names it: relative to the analysis file's folder."""
+    return os.path.relpath(Path(spec_path).absolute(), Path(analysis.path).absolute().parent)
+
+
 def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]) -> SweepRef:
     """An entry for a sweep whose spec the analysis does not list (a shrunk copy of a shipped sweep, say):
     its arms match paper arms by label, and by the ``arms:`` entries of the first listed sweep that has
@@ -157,7 +163,8 @@ def _unlisted_ref(analysis: Analysis, spec: Any, source: Path, labels: list[str]
             f"{analysis.path}: no arm of the sweep in {spec.sweep_dir} matches the baseline {analysis.baseline!r} "
             f"(its arms: {', '.join(labels)}); the analysis does not list its spec ({shown_path(source)}): add it "
             f"under `sweeps:` with `arms:` naming the paper arm of each sweep arm, e.g. "
-            f"`- {{spec: {shown_path(source)}, arms: {{\"{labels[0]}\": \"{analysis.baseline}\"}}}}`")
+            f"`- {{spec: {_from_analysis(analysis, source)}, arms: {{\"{labels[0]}\": \"{analysis.baseline}\"}}}}` "
+            "(a spec path is read from the analysis file's folder)")
     directions = {bench: donor.direction(bench) for bench in metrics}
     ref = make_ref(analysis, f"sweep {spec.sweep_dir}", source, arms, labels, metrics, directions)
     ref.name = spec.name

@@ -65,3 +65,16 @@ def test_no_baseline_arm_names_the_sweep_once(tmp_path):
     assert f"no arm of the sweep in {other.sweep_dir} matches the baseline '0.001'" in message
     assert "spec.yaml" not in message and "sweep " + str(other.path) not in message
     assert '`- {spec: ' in message and '"lr=0.002": "0.001"' in message  # the entry to add, spelled out
+
+
+def test_the_entry_to_add_names_the_spec_from_the_analysis_files_folder(tmp_path, monkeypatch):
+    """Pasted into an analysis under ``analysis/``, a path relative to the working directory did not resolve
+    (a fresh-user walkthrough): spec paths are read from the analysis file's folder."""
+    text = write_analysis(tmp_path, None).read_text().replace("full.yaml", "../full.yaml")
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "mine.yaml").write_text(text)
+    analysis = load_analysis(tmp_path / "analysis" / "mine.yaml")
+    other = load_spec(write_spec(tmp_path, name="other", lrs=(0.002, 0.004)))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"`- \{spec: \.\./other\.yaml, arms: "):
+        _ref_for(analysis, other, Path(other.path))
