@@ -187,7 +187,7 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     from rich.markup import escape
     from rich.table import Table
 
-    from klear_lab.console import make_console
+    from klear_lab.console import make_console, shown_path
 
     console = console or make_console()
     title = f"{rep.analysis.title} — sweep {rep.sweep.name} ({rep.n_complete}/{rep.n_trials} trials)"
@@ -206,9 +206,9 @@ def print_reproduction(rep: Reproduction, out_dir: Path, png: Path | None, conso
     if not rep.benchmarks.empty:
         console.print(_verdict_table("the paper's claims per benchmark", benchmark_header(), 3,
                                      [benchmark_cells(rep, r) for _, r in rep.benchmarks.iterrows()]))
-    tables = "  ".join(str(out_dir / name) for name in written_tables(rep))
-    console.print(escape(f"report: {out_dir / 'report.md'}  tables: {tables}"))
-    console.print(escape(f"figure: {png}") if png else "figure: none (no completed trials)")
+    tables = "  ".join(shown_path(out_dir / name) for name in written_tables(rep))
+    console.print(escape(f"report: {shown_path(out_dir / 'report.md')}  tables: {tables}"))
+    console.print(escape(f"figure: {shown_path(png)}") if png else "figure: none (no completed trials)")
 
 
 def _verdict_table(title: str, header: list[str], n_left: int, rows: list[list[str]]) -> Any:
@@ -219,8 +219,9 @@ def _verdict_table(title: str, header: list[str], n_left: int, rows: list[list[s
     from rich.table import Table
 
     table = Table(title=title)
-    for i, col in enumerate(header):
-        table.add_column(escape(col), justify="left" if i < n_left else "right")
+    for i, col in enumerate(header):  # the verdict folds: a command in it was cut to "…" at the terminal's width
+        table.add_column(escape(col), justify="left" if i < n_left else "right",
+                         overflow="fold" if i == len(header) - 1 else "ellipsis")
     for cells in rows:
         style = {"reproduced": "green", "contradicted": "red"}.get(cells[-1])
         table.add_row(*[escape(c) for c in cells], style=style)

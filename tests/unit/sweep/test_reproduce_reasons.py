@@ -246,3 +246,19 @@ def test_unfinished_points_whose_trials_raised_point_at_the_trial_logs(tmp_path)
     assert progress_line(rep).endswith(f"2 not finished (lr=0.002 seed=0, lr=0.002 seed=1), 1 of them failed (see "
                                        f"the trial logs in {spec.sweep_dir / 'trials'}): run the sweep again: "
                                        f"{rep.rerun}")
+
+
+def test_a_long_verdict_folds_instead_of_being_cut_at_the_terminals_width():
+    """A verdict holding the rerun command was cut to "…" on an 80-column terminal (a fresh-user walkthrough)."""
+    import io
+
+    from rich.console import Console
+
+    from klear_lab.analysis.report import _verdict_table
+
+    command = "klear-lab sweep /home/someone/projects/klear/myexp/sweep_my3_with_a_long_name.yaml"
+    out = io.StringIO()
+    Console(file=out, width=80).print(_verdict_table("claims", ["claim", "Δ", "verdict"], 1,
+                                                     [["0.003 beats 0.001", "+0.10", f"no result (run {command})"]]))
+    cells = "".join(line.split("│")[3].strip() for line in out.getvalue().splitlines() if line.count("│") == 4)
+    assert command.replace(" ", "") in cells.replace(" ", "") and "…" not in out.getvalue()
