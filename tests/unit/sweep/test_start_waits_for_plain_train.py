@@ -49,6 +49,7 @@ def _train_in_a_thread(monkeypatch, overrides: tuple[str, ...] = (),
     """``klear-lab train parent.yaml OVERRIDES`` in a thread: its run takes 1 s (or until ``release``), then
     leaves a completed run of the hash its run would record; returned once that run began."""
     running, making = threading.Event(), threading.Lock()
+    runs, parent_hash = Path("runs").absolute(), _parent_hash()  # absolute: see _train_the_chain
 
     def fake_run(cfg, *args, **kwargs):
         running.set()
@@ -57,9 +58,9 @@ def _train_in_a_thread(monkeypatch, overrides: tuple[str, ...] = (),
         else:
             assert release.wait(30)
         with making:  # a second train's fake finishes at about the same time
-            made = Path("runs") / RUN_NAME
+            made = runs / RUN_NAME
             if not made.is_dir():
-                _completed_run(Path("runs"), _parent_hash(), cfg["run"]["seed"])
+                _completed_run(runs, parent_hash, cfg["run"]["seed"])
                 FIRST_DONE.set()
             return RunResult(made)
 
@@ -196,9 +197,10 @@ def test_a_refused_run_leaves_no_directory_made_for_the_lock(workdir, monkeypatc
 DATA = {"train": "the rows", "eval": "the held-out rows"}
 
 
-def _child_run(cfg: dict) -> Path:
-    """A completed run of the child config ``cfg`` (its starting point resolved), named apart from the parent's."""
-    run = Path("runs") / "child-20250101-000000-abcdef-s0"
+def _child_run(cfg: dict, runs: Path) -> Path:
+    """A completed run of the child config ``cfg`` (its starting point resolved) in ``runs``, named apart from the
+    parent's."""
+    run = runs / "child-20250101-000000-abcdef-s0"
     (run / "model").mkdir(parents=True)
     (run / "model" / "config.json").write_text("{}")
     (run / "model" / "model.safetensors").write_bytes(b"weights")
@@ -211,16 +213,16 @@ def _train_the_chain(monkeypatch, parent_done: threading.Event, child_ready: thr
     """``klear-lab train child.yaml`` in a thread: it trains the parent (its run made, once ``parent_done`` is set),
     resolves it as ``stages.rl`` would, then trains itself until ``child_ready`` is set. Returned once it holds
     its lock."""
-    holding = threading.Event()
+    holding, runs, parent_hash = threading.Event(), Path("runs").absolute(), _parent_hash()
 
-    def fake_run(cfg, prepare, callbacks, resume, resumable, hold_resolved=None):
-        holding.set()
-        assert parent_done.wait(30)
-        parent = _completed_run(Path("runs"), _parent_hash(), data=DATA)
+    def fake_run(cfg, prepare, callbacks, resume, resumable, hold_resolved=None):  # absolute paths: a thread
+        holding.set()                                                            # left behind by a failed test
+        assert parent_done.wait(30)                                              # writes nothing in the repo
+        parent = _completed_run(runs, parent_hash, data=DATA)
         cfg["model"]["name_or_path"] = str(parent.resolve())  # what resolve_init_from does in prepare_rl
         hold_resolved()
         assert child_ready.wait(30)
-        return RunResult(_child_run(cfg))
+        return RunResult(_child_run(cfg, runs))
 
     monkeypatch.setattr(klear_lab.run, "_run", fake_run)
     child = _child()
