@@ -35,6 +35,8 @@ class Record:
         meta: anything else carried through untouched.
         difficulty_known: whether ``difficulty`` was given (a file without a difficulty column reads as
             level 1, which a level band must not take for an annotation). Not part of the records' digest.
+        origin: where a record read from a file came from (``data/train.jsonl: row 5``), for errors found
+            after loading (``require_gradeable``); None for generated records. Not part of the digest.
     """
 
     uid: str
@@ -48,6 +50,7 @@ class Record:
     tests: tuple[dict[str, Any], ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     difficulty_known: bool = field(default=True, compare=False, hash=False)
+    origin: str | None = field(default=None, compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,7 +141,7 @@ def own_test_limits(record: Record) -> tuple[float | None, int | None]:
     timeout, cap = record.meta.get(TEST_TIMEOUT_KEY), record.meta.get(MAX_TESTS_KEY)
     problem = code_limits_problem(timeout, cap)
     if problem:
-        raise DataError(f"code record {record.uid!r} of source {record.source!r}: {problem}")
+        raise DataError(f"code record {record.uid!r} of source {record.source!r}{_read_from(record)}: {problem}")
     return timeout, (None if cap is None else int(cap))
 
 
@@ -161,7 +164,12 @@ def require_gradeable(records: list[Record], what: str) -> None:
         first = bad[0]
         why = _no_tests_hint(first) if first.task == "code" else "no reference answer (missing, null or blank)"
         raise DataError(f"{what}: {len(bad)} of {len(records)} records cannot be graded; the first, "
-                        f"{first.uid!r} of source {first.source!r} ({first.task}), has {why}")
+                        f"{first.uid!r} of source {first.source!r} ({first.task}){_read_from(first)}, has {why}")
+
+
+def _read_from(record: Record) -> str:
+    """``, read from data/x.jsonl: row 5`` for a record read from a file (as row errors name it), else ""."""
+    return f", read from {record.origin}" if record.origin else ""
 
 
 def _no_tests_hint(record: Record) -> str:

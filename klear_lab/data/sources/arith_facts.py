@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from klear_lab.data.records import Record
+from klear_lab.data.sources.base import check_quality_rank
 from klear_lab.registry import SOURCE
 
 
@@ -38,6 +39,7 @@ class ArithFacts:
     """Rank for the ``top_k`` data mix, 1 = best (as the paper ranks its sources, paper.md §4.2 Tables 4-5)."""
 
     def __post_init__(self) -> None:
+        check_quality_rank(self)
         if self.n_records < 0:
             raise ValueError(f"n_records must be >= 0, got {self.n_records}")
 

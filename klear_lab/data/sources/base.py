@@ -33,8 +33,17 @@ def is_heldout(prompt: str, eval_share: int = 10) -> bool:
     return int.from_bytes(digest, "little") % eval_share == 0
 
 
+def check_quality_rank(src) -> None:
+    """``quality_rank`` counts from 1 (the best): a 0 or negative rank would sort ahead of the best source."""
+    rank = src.quality_rank
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"quality_rank must be a whole number >= 1 (1 = the best source), got {rank!r}")
+
+
 def check_teacher_fields(src, styles: tuple[str, ...], levels: tuple[int, ...]) -> None:
-    """Shared ``__post_init__`` checks of the embedded teacher sources (counts, style, error rate, levels)."""
+    """Shared ``__post_init__`` checks of the embedded teacher sources (counts, style, error rate, levels,
+    quality rank)."""
+    check_quality_rank(src)
     for field in ("n_prompts", "responses_per_prompt"):
         if getattr(src, field) < 1:
             raise ValueError(f"{field} must be >= 1, got {getattr(src, field)}")

@@ -13,6 +13,7 @@ from typing import Any
 
 from klear_lab.data.records import Record
 from klear_lab.data.sources.base import SPLITS
+from klear_lab.data.sources.file_checks import PATH_FORMS, check_mapped_columns, check_params, one_object_error
 from klear_lab.data.sources.file_rows import dropped_turns, other_tasks, to_record
 from klear_lab.errors import DataError, hub_offline, load_error
 from klear_lab.registry import SOURCE
@@ -43,23 +44,27 @@ class FileSource:
     ``record_limits``. Loading is all-or-nothing; the seed is unused (file order is kept).
     """
 
-    path: str = ""
+    path: str | None = ""
     """The data: a ``.jsonl``/``.json``/``.parquet`` file (relative to the working directory; ``~`` expands),
-    a ``datasets.save_to_disk`` directory, or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split."""
+    a ``datasets.save_to_disk`` directory, or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split.
+    Required: null (``path=`` with nothing after it) is refused when the config is checked (typed
+    ``str | None`` only so that the refusal can say what to give), an empty text when the file is read."""
     eval_path: str | None = None
     """What the ``eval`` split (``data.eval_sources``) reads, in the forms of ``path``; None = ``path``."""
     format: str = "auto"
     """Row layout: ``verl`` (``prompt``, ``reward_model.ground_truth``, ``data_source``, ``ability``),
     ``messages`` (chat ``messages``), ``records`` (``Record`` fields), or ``auto``: ``messages`` if the
     first row has ``messages``, ``verl`` if it has ``reward_model``, else ``records``."""
-    fields: dict[str, str] = field(default_factory=dict)
+    fields: dict[str, str | None] = field(default_factory=dict)
     """Record field -> column, over the layout's mapping; dotted paths reach into nested objects
-    (``{prompt: question, answer: solution}``)."""
+    (``{prompt: question, answer: solution}``). A column no row of the file has is refused (a misspelt
+    optional one would read as absent on every row), and so is a null column (``{prompt:question}`` without
+    the space is one key, ``prompt:question``, holding null; typed ``str | None`` only to say so)."""
     task: str = "auto"
     """``math`` or ``code`` for every row, or ``auto``: the row's task column (verl ``ability``) if it says
     one, else ``code`` if the row has tests or its ``source``/``data_source`` contains "code", else ``math``."""
     quality_rank: int = 1
-    """Rank for the ``top_k`` data mix, 1 = best (as the paper ranks its sources, paper.md §4.2 Tables 4-5)."""
+    """Rank (>= 1) for the ``top_k`` data mix, 1 = best (as the paper ranks its sources, paper.md §4.2 Tables 4-5)."""
     limit: int | None = None
     """Read only the first ``limit`` rows (>= 1) of the split's file; None = all."""
     label: str | None = None
@@ -67,6 +72,7 @@ class FileSource:
     over the rows' ``source``/``data_source``; None: that column, else the file name (the mix: ``file``)."""
 
     def __post_init__(self) -> None:
+        check_params(self)
         if self.label is not None and not self.label.strip():
             raise ValueError("label must be a non-empty name or null")
         if self.format not in FORMATS:
@@ -85,12 +91,18 @@ class FileSource:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         path = getattr(self, self.path_field(split))
         if not path:
-            raise DataError(f"source 'file': no path set for the {split} split")
+            raise DataError(f"source 'file': no path set for the {split} split: give {self.path_field(split)} "
+                            f"({PATH_FORMS})")
         rows = read_rows(path)[: self.limit]
+        check_mapped_columns(path, rows, self.fields)
         fmt = self.format if self.format != "auto" else detect_format(rows)
         columns = {**COLUMNS[fmt], **self.fields}
         label = self.label or Path(path).stem or path
-        records = [to_record(row, i, fmt, columns, path, label, self.task, scored=split == "eval") for i, row in rows]
+        try:
+            records = [to_record(row, i, fmt, columns, path, label, self.task, scored=split == "eval")
+                       for i, row in rows]
+        except DataError as exc:
+            raise one_object_error(path, rows, exc) from None
         warn_repeated_uids(path, [n for n, _ in rows], records)
         if fmt in ("messages", "verl") and (dropped := dropped_turns(rows, columns, fmt)):
             warn_dropped_turns(path, dropped)
@@ -99,7 +111,6 @@ class FileSource:
             warn_other_tasks(path, others, first)
         # the label names the source whatever the file's columns say (after they chose each task)
         return [replace(r, source=self.label) for r in records] if self.label else records
-
 
     def path_field(self, split: str) -> str:
         """The field holding the file ``split`` reads: ``path``, or for ``eval`` ``eval_path`` when set."""
@@ -212,6 +223,23 @@ def _read_json(p: Path) -> list[tuple[int, Any]]:
             raise DataError(f"{p}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
         except _RepeatedKey as exc:
             raise DataError(f"{p}: a row gives {exc} twice: which value is meant?") from None
+    try:
+        return _json_lines(p, text)
+    except DataError:
+        if p.suffix == ".json" and isinstance(whole := _one_value(text), dict):
+            return [(1, whole)]  # one object over many lines: a row, or one_object_error names the file's shape
+        raise
+
+
+def _one_value(text: str) -> Any:
+    """The file's text as one JSON value, None where it is not one."""
+    try:
+        return json.loads(text, object_pairs_hook=_one_value_per_key)
+    except (json.JSONDecodeError, _RepeatedKey):
+        return None
+
+
+def _json_lines(p: Path, text: str) -> list[tuple[int, Any]]:
     kind = p.suffix or "file without a suffix"
     hint = "" if p.suffix in (".jsonl", ".json") else \
         f"; a {kind} is read as JSON lines: give .jsonl, .json, .parquet or a saved dataset"

@@ -74,7 +74,7 @@ def to_record(row: Any, n: int, fmt: str, columns: dict[str, str], path: str, la
     if difficulty is not None and difficulty < 1:  # a 0-based file's easiest level would fall out of every band
         raise r.fail("difficulty", f"levels start at 1 (the easiest), got {difficulty}; shift the column by 1")
     base = {"uid": str(r.get("uid", (str, int), f"{label}/{n}")), "source": source, "task": kind,
-            "difficulty": difficulty or 1, "difficulty_known": difficulty is not None}
+            "difficulty": difficulty or 1, "difficulty_known": difficulty is not None, "origin": f"{path}: row {n}"}
     if fmt == "verl":
         fields = _verl_fields(r, kind)
     elif fmt == "messages":
@@ -114,7 +114,7 @@ def _answer(r: _Row, kind: str, needed_because: str | None) -> str:
     """A row's reference answer, "" where it has none (missing, null or blank). ``needed_because``: why the row
     must have one (a math row without a ``response`` is only graded; a held-out row is scored), None where it
     need not: a code row is graded by its tests, and an SFT row with a response trains without one (an RL run
-    refuses such a math row later, by uid: ``records.require_gradeable``)."""
+    refuses such a math row later, naming its file and row: ``records.require_gradeable``)."""
     value = r.get("answer", (str, int, float), None)
     answer = "" if value is None else str(value)
     if needed_because and kind != "code" and not answer.strip():

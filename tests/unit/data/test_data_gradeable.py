@@ -71,7 +71,8 @@ def test_a_plain_records_row_without_tests_gets_the_records_layout_hint(tmp_path
     path = tmp_path / "code.jsonl"
     path.write_text(json.dumps({"uid": "c1", "task": "code", "prompt": "Write f.", "answer": "", "tests": []}) + "\n")
     records = FileSource(path=str(path)).records(0, "train")
-    with pytest.raises(DataError, match=r"'c1' of source 'code' \(code\), has no tests \(a code record needs a "
+    with pytest.raises(DataError, match=r"'c1' of source 'code' \(code\), read from .*code\.jsonl: row 1, has no "
+                                        r"tests \(a code record needs a "
                                         r"non-empty 'tests' list: .*\"input\".*\"stdin\"") as caught:
         require_gradeable(records, "data.sources")
     assert "verl" not in str(caught.value)

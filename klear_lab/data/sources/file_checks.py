@@ -1,0 +1,113 @@
+"""Checks of a ``file`` source's parameters and of how its rows meet them (registers nothing).
+
+Mistakes a user bringing their own data makes (an empty ``path=``, ``{prompt:question}`` without its space,
+a ``fields`` column the file does not have, one JSON object instead of rows) are named here with what to
+write instead, rather than surfacing as a type error or as rows silently read with a default.
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+from typing import Any
+
+from klear_lab.data.sources.base import check_quality_rank
+from klear_lab.errors import DataError
+
+PATH_FORMS = "a .jsonl/.json/.parquet file, a datasets.save_to_disk directory or a hub id"
+_SHOWN_COLUMNS = 20  # a wide file's column list is cut to this many names
+
+
+def check_params(src: Any) -> None:
+    """``path`` and ``fields`` problems YAML lets through as null, and a ``quality_rank`` below 1.
+
+    Raises:
+        ValueError: naming the key, what was given and what to write.
+    """
+    if src.path is None:  # `path=` on a command line, `path:` in a file
+        raise ValueError(f"path is empty (null): give the data, e.g. path=data/train.jsonl ({PATH_FORMS})")
+    check_quality_rank(src)
+    for key, column in src.fields.items():
+        if column is None or not str(column).strip():
+            raise ValueError(f"fields: {key!r} maps to no column ({column!r}){_colon_hint(key)}")
+
+
+def _colon_hint(key: str) -> str:
+    """``{prompt:question}`` is one YAML key, ``prompt:question``, with a null value: say how to split it."""
+    if ":" not in key:
+        return "; give the column it reads, or leave it out"
+    field, _, column = key.partition(":")
+    return (f"; YAML read `{key}` as one key: write `{{{field.strip()}: {column.strip()}}}`, with a space "
+            "after the colon")
+
+
+def check_mapped_columns(path: str, rows: list[tuple[int, Any]], fields: dict[str, str]) -> None:
+    """A column the user mapped in ``fields`` that no row has is a misspelling: read as absent, an optional
+    field would silently take its default on every row (``{difficulty: level}`` on a file without ``level``:
+    every row level 1). A column some rows have keeps the per-row handling (absent there).
+
+    Raises:
+        DataError: naming the file, the mapping, and the columns the rows do have.
+    """
+    objects = [row for _, row in rows if isinstance(row, dict)]
+    if not objects:  # an empty file, or rows that are not objects: refused elsewhere, with their row
+        return
+    for key, column in fields.items():
+        if not any(_has(row, column.split(".")) for row in objects):
+            raise DataError(f"{path}: fields: {{{key}: {column}}}: no row (of {len(objects)} read) has a column "
+                            f"{column!r}; {_columns_near(objects, column)}; fix the column's name in fields, or "
+                            f"leave {key!r} out of fields")
+
+
+def _has(row: Any, keys: list[str]) -> bool:
+    for key in keys:
+        if not isinstance(row, dict) or key not in row:
+            return False
+        row = row[key]
+    return True
+
+
+def _columns_near(rows: list[dict[str, Any]], column: str) -> str:
+    """The columns the rows have where ``column`` was looked for: the top level, or inside its deepest
+    dotted prefix that some row has (``reward_model`` for ``reward_model.answer``)."""
+    keys = column.split(".")
+    depth = max((d for d in range(len(keys)) if any(_has(r, keys[:d]) for r in rows)), default=0)
+    names: dict[str, None] = {}
+    for row in rows:
+        value = _get_at(row, keys[:depth])
+        if isinstance(value, dict):
+            names.update(dict.fromkeys(map(str, value)))
+    where = "the rows' columns" if depth == 0 else f"the rows' {'.'.join(keys[:depth])!r} holds"
+    shown = sorted(names)[:_SHOWN_COLUMNS]
+    more = f", ... ({len(names) - len(shown)} more)" if len(names) > len(shown) else ""
+    return f"{where}: {', '.join(shown) or 'none'}{more}"
+
+
+def _get_at(row: Any, keys: list[str]) -> Any:
+    for key in keys:
+        row = row.get(key) if isinstance(row, dict) else None
+    return row
+
+
+def one_object_error(path: str, rows: list[tuple[int, Any]], exc: DataError) -> DataError:
+    """``exc`` (a row refused), saying so when the file is a ``.json`` holding one object rather than rows:
+    read as JSON lines, that object was taken for the only row (``{"data": [...]}``, pandas' column-wise
+    ``to_json``), and the row error alone does not say the file's shape is at fault."""
+    if not _is_one_json_object(path, rows):
+        return exc
+    obj = rows[0][1]
+    keys = ", ".join(repr(k) for k in list(obj)[:_SHOWN_COLUMNS])
+    inner = next((k for k, v in obj.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)),
+                 None)
+    nested = f"; its {inner!r} holds {len(obj[inner])} objects: save that list as the file" if inner else ""
+    return DataError(f"{path}: the file is one JSON object (keys {keys}), not rows: a .json file holds an array "
+                     f"of row objects [{{...}}, {{...}}], a .jsonl file one row object per line{nested}. Read as "
+                     f"one row, it fails: {exc}")
+
+
+def _is_one_json_object(path: str, rows: list[tuple[int, Any]]) -> bool:
+    p = Path(path).expanduser()
+    if len(rows) != 1 or not isinstance(rows[0][1], dict) or p.suffix != ".json" or not p.is_file():
+        return False
+    head = p.read_bytes()[:4096].removeprefix(codecs.BOM_UTF8).lstrip()
+    return head.startswith(b"{")

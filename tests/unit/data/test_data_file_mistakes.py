@@ -1,0 +1,116 @@
+"""Mistakes a user bringing their own data makes, each refused naming what to write instead: a ``fields`` column
+no row has (an optional one read as absent on every row), a ``quality_rank`` below 1, an empty ``path=``,
+``{prompt:question}`` without its space, a ``.json`` file holding one object, and an RL record without an
+answer named by file and row."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from klear_lab.data.records import require_gradeable
+from klear_lab.data.sources.arith import ArithSource
+from klear_lab.data.sources.arith_facts import ArithFacts
+from klear_lab.data.sources.file import FileSource
+from klear_lab.errors import ConfigError, DataError
+
+ROOT = Path(__file__).resolve().parents[3]
+ROWS = [{"prompt": f"What is {i}+1?", "answer": str(i + 1)} for i in range(3)]
+
+
+def _jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _compose_error(tmp_path: Path, source: str, *more: str) -> str:
+    from klear_lab.config.compose import compose
+
+    _jsonl(tmp_path / "rows.jsonl", ROWS)
+    with pytest.raises(ConfigError) as err:
+        compose(ROOT / "experiments/quickstart/rl.yaml",
+                [f"data.sources=[{{name: file, path: {tmp_path / 'rows.jsonl'}, {source}}}]", *more])
+    return str(err.value)
+
+
+def test_an_optional_field_mapped_to_a_column_no_row_has_is_refused(tmp_path):
+    """``{difficulty: level}`` on a file without ``level`` read every row as level 1, in silence."""
+    path = _jsonl(tmp_path / "rows.jsonl", ROWS)
+    with pytest.raises(DataError) as err:
+        FileSource(path=path, fields={"difficulty": "level"}).records(0, "train")
+    assert str(err.value).startswith(f"{path}: fields: {{difficulty: level}}: no row (of 3 read) has a column "
+                                     "'level'; the rows' columns: answer, prompt;")
+
+
+def test_a_mapped_column_some_rows_have_keeps_the_per_row_default(tmp_path):
+    path = _jsonl(tmp_path / "rows.jsonl", [{**ROWS[0], "level": 3}, ROWS[1]])
+    records = FileSource(path=path, fields={"difficulty": "level"}).records(0, "train")
+    assert [(r.difficulty, r.difficulty_known) for r in records] == [(3, True), (1, False)]
+
+
+def test_a_dotted_column_names_what_its_object_holds(tmp_path):
+    row = {"data_source": "s", "prompt": "2+3?", "reward_model": {"ground_truth": "5", "style": "rule"}}
+    path = _jsonl(tmp_path / "verl.jsonl", [row])
+    with pytest.raises(DataError, match=r"has a column 'reward_model\.level'; the rows' 'reward_model' holds: "
+                                        r"ground_truth, style;"):
+        FileSource(path=path, fields={"difficulty": "reward_model.level"}).records(0, "train")
+
+
+@pytest.mark.parametrize("rank", [0, -3])
+@pytest.mark.parametrize("make", [lambda r: FileSource(path="x.jsonl", quality_rank=r),
+                                  lambda r: ArithSource(quality_rank=r), lambda r: ArithFacts(quality_rank=r)],
+                         ids=["file", "arith", "arith_facts"])
+def test_a_quality_rank_below_1_is_refused(make, rank):
+    with pytest.raises(ValueError, match=rf"quality_rank must be a whole number >= 1 .*got {rank}"):
+        make(rank)
+
+
+def test_a_quality_rank_below_1_is_refused_at_compose_naming_the_key(tmp_path):
+    assert "data.sources.0: source 'file': quality_rank must be" in _compose_error(tmp_path, "quality_rank: 0")
+
+
+def test_an_empty_path_says_so_and_what_to_give(tmp_path):
+    """``data.sources.0.path=`` said "expected str, got NoneType (None)"."""
+    message = _compose_error(tmp_path, "label: x", "data.sources.0.path=")
+    assert "data.sources.0: source 'file': path is empty (null): give the data, e.g. path=data/train.jsonl" in message
+
+
+def test_a_fields_key_without_its_space_gets_the_yaml_hint(tmp_path):
+    """``{prompt:question}`` is one YAML key holding null: it said "got dict ({'prompt:question': None})"."""
+    message = _compose_error(tmp_path, "fields: {prompt:question}")
+    assert "write `{prompt: question}`, with a space after the colon" in message
+    with pytest.raises(ValueError, match=r"'answer' maps to no column \(None\); give the column it reads"):
+        FileSource(path="x.jsonl", fields={"answer": None})
+
+
+@pytest.mark.parametrize("indent", [None, 2], ids=["one_line", "pretty"])
+def test_a_json_file_holding_one_object_says_it_wants_rows(tmp_path, indent):
+    """It said "row 1: field 'prompt': missing" (one line), or "row 1: invalid JSON" (pretty-printed)."""
+    path = tmp_path / "wrapped.json"
+    path.write_text(json.dumps({"data": ROWS, "version": 1}, indent=indent))
+    with pytest.raises(DataError) as err:
+        FileSource(path=str(path)).records(0, "train")
+    assert str(err.value).startswith(f"{path}: the file is one JSON object (keys 'data', 'version'), not rows: a "
+                                     ".json file holds an array of row objects")
+    assert "its 'data' holds 3 objects: save that list as the file" in str(err.value)
+
+
+@pytest.mark.parametrize("indent", [None, 2], ids=["one_line", "pretty"])
+def test_a_json_file_holding_one_row_object_reads_as_one_row(tmp_path, indent):
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(ROWS[0], indent=indent))
+    assert [r.answer for r in FileSource(path=str(path)).records(0, "train")] == ["1"]
+
+
+def test_an_ungradeable_rl_record_names_its_file_and_row(tmp_path):
+    """An SFT row (a response, no answer) loads; RL refused it naming only its uid (``'rows/2'``)."""
+    rows = [ROWS[0], {"prompt": "2+2?", "response": "<think>4</think> \\boxed{4}"}]
+    path = _jsonl(tmp_path / "rows.jsonl", rows)
+    with pytest.raises(DataError, match=rf"the first, 'rows/2' of source 'rows' \(math\), read from {path}: row 2, "
+                                        "has no reference answer"):
+        require_gradeable(FileSource(path=path).records(0, "train"), "data.sources")
