@@ -2,8 +2,9 @@
 
 No weights are allocated and no data file is read or downloaded, so a paper-scale config (Qwen3-8B,
 32K context, 8 GPUs) is checked on a laptop; an RL run's ``rl.reward`` is checked against the tasks its
-sources declare (a generated world that declares none is generated). Data sizes come from the config:
-embedded sources declare ``n_prompts``, file sources their ``limit``, mixes their ``budget``. A row that
+sources declare (a generated world that declares none is generated). Data sizes come from the config
+(``dry_run_data``, which bounds the SFT steps by them): embedded sources declare ``n_prompts``, file sources
+their ``limit``, mixes their ``budget``; a row says the data rows are not read or checked. A row that
 says NOT SUPPORTED is a config problem (the run would stop with a ConfigError: an ``rl.reward`` of another
 task than the training sources, say): the command exits 2 after the plan; NOT AVAILABLE HERE (a package,
 device, data file or sandbox this machine lacks: a ``code`` reward the run would call without bubblewrap)
@@ -22,6 +23,7 @@ from rich.table import Table
 from klear_lab.build_model import check_model_dir, resolve_model_dir
 from klear_lab.console import make_console
 from klear_lab.distributed import device_count
+from klear_lab.dry_run_data import DATA_NOT_READ, heldout_row, sft_steps_rows, sft_warmup_problem
 from klear_lab.dry_run_twins import earlier_run_rows
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
@@ -87,19 +89,6 @@ def meta_params(config) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def estimated_examples(cfg: dict[str, Any]) -> int | None:
-    mix = cfg["data"]["mix"]
-    if mix.get("budget") and (mix["name"] != "top_k" or mix.get("k")):
-        return int(mix["budget"])
-    total = 0
-    for src in cfg["data"]["sources"]:
-        n = src.get("limit") or (src.get("n_prompts", 0) * src.get("responses_per_prompt", 1))
-        if not n:
-            return None
-        total += n
-    return total
-
-
 def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     t = cfg["trainer"]
     devices = device_count(t)
@@ -127,7 +116,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"
-        return [*rows, ("weights (inference)", weights), eval_row(cfg)]
+        return [*rows, ("weights (inference)", weights), heldout_row(cfg), eval_row(cfg), DATA_NOT_READ]
     rows += [*init_from_rows(cfg), training_memory_row(cfg, params),
              ("accelerator / devices / strategy / precision",
               f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
@@ -137,17 +126,9 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
         tokens_per_step = max(s["tokens_per_micro_batch"] // max_len, 1) * max_len * s["grad_accum"] * devices
         d = cfg["data"]
         rows += [("data mix / filter", f"{d['mix']['name']} / {d['filter']['name']}"), ("max length", str(max_len)),
-                 ("tokens per optimizer step (packed)", f"{tokens_per_step:,}")]
-        n = estimated_examples(cfg)
-        if s["max_steps"] > 0:
-            rows.append(("optimizer steps", f"{s['max_steps']:,}"))
-        elif n:
-            # assumption: packed examples average half the max length
-            steps = int(s["epochs"] * n * max_len / 2 / tokens_per_step)
-            rows += [("examples (declared, before data.filter)", f"{n:,}"), ("epochs", str(s["epochs"])),
-                     ("optimizer steps (est., mean length = max/2)", f"{steps:,}")]
-        rows.append(("lr schedule", lr_schedule_text(cfg["optim"])))
-        scheduled = s["max_steps"]  # 0 (by epochs): an estimate is not enough to warn on
+                 ("tokens per optimizer step (packed)", f"{tokens_per_step:,}"), *sft_steps_rows(cfg),
+                 ("lr schedule", lr_schedule_text(cfg["optim"]))]
+        scheduled = s["max_steps"]  # 0 (by epochs): sft_warmup_problem warns from the most steps it can be
     else:
         from klear_lab.stages.rl_plan import rl_plan_rows, schedule_steps
 
@@ -155,8 +136,8 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
         scheduled = schedule_steps(cfg["rl"])
     from klear_lab.builders import warmup_problem
 
-    warning = warmup_problem(cfg["optim"], scheduled)
-    return [*rows, *([("warning", warning)] if warning else []), eval_row(cfg)]
+    warning = warmup_problem(cfg["optim"], scheduled) or (cfg["run"]["kind"] == "sft" and sft_warmup_problem(cfg))
+    return [*rows, *([("warning", warning)] if warning else []), heldout_row(cfg), eval_row(cfg), DATA_NOT_READ]
 
 
 def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:

@@ -5,7 +5,9 @@ What to do instead depends on the run, as ``klear-lab runs`` says it: a complete
 resume, nor has one its sweep's pruner stopped (the sweep counts it as finished), nor one running now; a
 stopped one with a checkpoint is resumed from it by its sweep; one without a checkpoint is trained again
 from the start by its sweep (the old run marked superseded); one that failed on its config or data, or
-diverged, would fail so again, so the sweep spec is fixed first (:func:`klear_lab.run_list.fix_first`).
+diverged, would fail so again, so the sweep spec is fixed first, and one a component's code failed, that code
+(:func:`klear_lab.run_advice.fix_first`); then the sweep is rerun, which does not resume the run: what it computes
+changed.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from klear_lab.distributed import recorded_error
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ComponentError, ConfigError
 from klear_lab.resume import check_run_dir, checkpoint_path, read_record
-from klear_lab.run_list import fix_first, repeating_error
+from klear_lab.run_advice import fix_first
+from klear_lab.run_list import repeating_error
 from klear_lab.run_owner import live_status
 from klear_lab.sweep.run_status import SUPERSEDED
 
@@ -45,13 +48,15 @@ def trial_refusal(run_dir: Path, sweep: str) -> ConfigError:
     error = str(recorded_error(run_dir, identity) or "")
     if error.startswith(SUPERSEDED):  # the sweep already trained its point again in another run
         return ConfigError(f"{run_dir}: a trial of a sweep, {error}: nothing to resume")
+    repeats = repeating_error(error)  # the cause comes first, as `klear-lab runs` says
+    if repeats is not None:  # once fixed, the sweep does not resume the run (its config, data or code changed)
+        fix = fix_first(repeats, run_dir, sweep)
+        then = "" if issubclass(repeats, ComponentError) else f"; then rerun the sweep: {sweep}"  # (fix names it)
+        return ConfigError(f"{run_dir}: a trial of a sweep, which failed with {error}: {fix}{then}")
     ckpt = checkpoint_path(run_dir)
     if ckpt.is_file():
-        how = (f"continue the sweep instead, which resumes it from its checkpoint: {sweep}. Resumed here, the "
-               "sweep's study would not learn of it and would train that trial again")
-    else:
-        how = (f"no checkpoint to resume from ({ckpt}): rerunning the sweep trains it again from the start: "
-               f"{sweep}")
-    repeats = repeating_error(error)  # the config comes first, as `klear-lab runs` says
-    why = f", which failed with {error}: {fix_first(repeats, run_dir, sweep_trial=True)};" if repeats else ":"
-    return ConfigError(f"{run_dir}: a trial of a sweep{why} {how}")
+        return ConfigError(f"{run_dir}: a trial of a sweep: continue the sweep instead, which resumes it from its "
+                           f"checkpoint: {sweep}. Resumed here, the sweep's study would not learn of it and would "
+                           "train that trial again")
+    return ConfigError(f"{run_dir}: a trial of a sweep: no checkpoint to resume from ({ckpt}): rerunning the sweep "
+                       f"trains it again from the start: {sweep}")

@@ -11,7 +11,8 @@ The status comes from ``run.json``, checked against this machine's processes:
 A stopped or failed SFT/RL run with a checkpoint can continue, and the table says how: ``klear-lab
 resume RUN_DIR``, or for a sweep's trial the command that continues its sweep (the sweep retries its
 trials). A run that failed on its config or data, or diverged, would fail the same way again: the
-table says to fix the config first.
+table says to fix the config first; one a plugin's code failed, to fix the plugin and rerun from what runs the
+fixed file (its experiment, or its sweep), not from the saved config, which runs the copy of the code it kept.
 
 Its ``steps`` are the steps done as ``csv/metrics.csv`` shows them (:func:`klear_lab.run_progress.steps_done`):
 optimizer steps for SFT, rollout steps for RL, alike whether a stopped run's last row was a training row or an
@@ -32,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.distributed import recorded_error
-from klear_lab.errors import REPEATING_ERRORS, DivergedError, KlearError, did_you_mean
+from klear_lab.errors import REPEATING_ERRORS, KlearError, did_you_mean
 from klear_lab.resume import checkpoint_path
+from klear_lab.run_advice import fix_first
 from klear_lab.run_owner import live_status
 from klear_lab.run_progress import run_progress
 from klear_lab.sweep.run_status import SUPERSEDED
@@ -147,7 +149,7 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
     if sweep is None and not (run_dir / "config.yaml").is_file():
         how = f"{run_dir / 'config.yaml'} is missing: neither resume nor a rerun can start from this directory"
     elif repeats is not None:
-        how = ("sweep trial: " if sweep is not None else "") + fix_first(repeats, run_dir, sweep is not None)
+        how = ("sweep trial: " if sweep is not None else "") + fix_first(repeats, run_dir, sweep)
     elif kind not in ("sft", "rl"):
         how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"
     elif sweep is not None:
@@ -176,18 +178,6 @@ def repeating_error(error: str) -> type[BaseException] | None:
         if isinstance(cls, type) and issubclass(cls, REPEATING_ERRORS):
             return cls
     return None
-
-
-def fix_first(error: type[BaseException], run_dir: Path, sweep_trial: bool) -> str:
-    """Advice for a run that failed on its config or data, or diverged: a rerun (or resume, or a rerun of
-    its sweep) fails the same way, so the config comes first (as ``klear-lab sweep`` says of such trials).
-    ``klear-lab runs`` and ``klear-lab resume`` of a sweep's trial word it alike."""
-    diverged = issubclass(error, DivergedError)
-    fix = "fix the config first (a lower optim.lr, say)" if diverged else "fix the config or data first"
-    if sweep_trial:
-        return f"{fix} in the sweep spec: a rerun of the sweep would likely repeat it"
-    change = "optim.lr=..." if diverged else "KEY=VALUE"
-    return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
 
 
 def sweep_trial(run_dir: Path) -> str | None:

@@ -129,7 +129,7 @@ def unscorable(path: Path) -> str | None:
     except (ValueError, AttributeError):
         state, error = "unreadable", None
     if state != "completed":  # a stopped run has no final model: say so, and how to finish it
-        how = f" (`klear-lab resume {path}` continues it)" if _resumable(path) else ""
+        how = _how_to_continue(path)
         return (f"{status}: status is {state!r}{f' ({error})' if error else ''}: only a completed run has a "
                 f"final model to score{how}")
     if not (path / "model" / "config.json").is_file():
@@ -156,17 +156,23 @@ def _saved_run(path: Path) -> dict[str, str | None]:
         return {}
 
 
-def _resumable(path: Path) -> bool:
-    """Whether ``klear-lab resume`` would continue the run in ``path`` (with its saved config)."""
+def _how_to_continue(path: Path) -> str:
+    """What continues the stopped run in ``path``, as ``klear-lab resume`` says it: for a sweep's trial, which it
+    refuses, what it says instead (its sweep, or why nothing); `` (`klear-lab resume RUN` continues it)`` when it
+    would continue the run with its saved config; "" when it would not."""
     import yaml
 
     from klear_lab.resume import check_resumable
+    from klear_lab.resume_trial import trial_refusal
+    from klear_lab.run_list import sweep_trial
 
     try:
+        if (sweep := sweep_trial(path.resolve())) is not None:
+            return f"; {trial_refusal(path, sweep)}"
         check_resumable(path, yaml.safe_load((path / "config.yaml").read_text()))
     except Exception:  # noqa: BLE001 - only whether to suggest it
-        return False
-    return True
+        return ""
+    return f" (`klear-lab resume {path}` continues it)"
 
 
 def saved_run(path: Path) -> tuple[Path, dict[str, Any]]:

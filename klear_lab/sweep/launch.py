@@ -150,15 +150,28 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         log("interrupted: rerun the same command to resume")
         return 130
     except SweepTerminated:  # the trials stopped at a checkpoint (or were killed) and their retries are queued
-        log("terminated (SIGTERM): rerun the same command to resume (its stopped trials continue from their "
-            "checkpoints)")
-        return 143
+        log(terminated_note(spec, current_study(study), arms))
+        return 143  # (also when nothing is left: a scheduler reads it as stopped by its signal)
     study = current_study(study)  # a sweep started alongside may have widened the grid meanwhile
     log(f"sweep {spec.name}: workers done in {time.time() - started:.1f}s; trials {grid_status(study)}")
     if ctx.no_objective:
         raise spec.err("objective.metric", f"{ctx.no_objective}; no further trial was started (their runs would "
                                            f"lack {spec.metric!r} too): make the objective a metric the runs log")
     return _finish(spec, study, arms, compare and not join, log)
+
+
+def terminated_note(spec: SweepSpec, study: Any, arms: list[Arm]) -> str:
+    """What a SIGTERM'd sweep says: rerun it to resume, unless every trial had finished when the signal came (it
+    came during the last one, which ended first): then nothing is left to run, and its table is one command away."""
+    if arms:
+        left = len(missing_points(study, spec, arms))
+    else:  # tpe/random: n_trials finished ones
+        left = spec.n_trials - count(study, (TrialState.COMPLETE, TrialState.PRUNED))
+    if left > 0:
+        return ("terminated (SIGTERM): rerun the same command to resume (its stopped trials continue from their "
+                "checkpoints)")
+    return (f"terminated (SIGTERM) after every trial had finished (trials {grid_status(study)}): nothing is left "
+            f"to run; its comparison table: klear-lab compare {spec.sweep_dir}")
 
 
 def trial_plan(spec: SweepSpec, arms: list[Arm], n_trials: int) -> str:
@@ -210,8 +223,10 @@ def _next_step(failures: list[Any], retry: str) -> str:
     if not failures:
         return f"rerun the same command to {retry}"
     first = failures[0]
-    return (f"fix the config first: {len(failures)} trial(s) failed on a config or data error, or diverged: a rerun "
-            f"would likely repeat (trial {first.number}: {first.user_attrs.get('error', '')})")
+    error = str(first.user_attrs.get("error", ""))
+    fix = "the component's code (a plugin's)" if "ComponentError" in error else "the config"
+    return (f"fix {fix} first: {len(failures)} trial(s) failed on a config or data error, or diverged: a rerun "
+            f"would likely repeat (trial {first.number}: {error})")
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:

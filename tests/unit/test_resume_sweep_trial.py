@@ -73,12 +73,11 @@ def test_a_diverged_trial_gets_the_advice_runs_gives(tmp_path, capsys):
     kept = make_trial(sweep, "quick-b-s0", "failed", checkpoint=True, error=diverged)
     notes = {Path(r.run_dir).name: r.note for r in list_runs([sweep])}
     assert notes["quick-a-s0"] == notes["quick-b-s0"] == f"{diverged} -> sweep trial: {fix}"
-    err = resume_error(bare, capsys)
-    assert (f"{bare}: a trial of a sweep, which failed with {diverged}: {fix}; no checkpoint to resume from "
-            f"({bare / 'checkpoints' / 'last.ckpt'}): rerunning the sweep trains it again from the start: "
-            f"{SWEEP_COMMAND}") in err
-    err = resume_error(kept, capsys)
-    assert f"{kept}: a trial of a sweep, which failed with {diverged}: {fix}; {FROM_CHECKPOINT}: " in err
+    for run in (bare, kept):  # fixed, the sweep trains it anew: not "which resumes it from its checkpoint"
+        err = resume_error(run, capsys)
+        assert (f"{run}: a trial of a sweep, which failed with {diverged}: {fix}; then rerun the sweep: "
+                f"{SWEEP_COMMAND}") in err
+        assert FROM_CHECKPOINT not in err
 
 
 def test_a_superseded_trial_has_nothing_to_resume(tmp_path, capsys):
@@ -117,3 +116,17 @@ def test_a_trial_running_now_has_nothing_to_resume(tmp_path, capsys):
     gone = make_trial(sweep, "quick-c-s0", "running", checkpoint=True, pid=2**22 + 1, host=socket.gethostname(),
                       pid_start=1)  # a kill -9ed trial: stopped, resumed by its sweep
     assert FROM_CHECKPOINT in resume_error(gone, capsys)
+
+
+def test_eval_of_a_stopped_trial_gives_what_resume_says_not_resume(tmp_path, capsys):
+    """``klear-lab eval`` of a trial a SIGTERM stopped at a checkpoint said "`klear-lab resume RUN` continues
+    it", which ``klear-lab resume`` refuses for a sweep's trial: eval names its sweep as resume does."""
+    from klear_lab.sweep.trial import TERMINATED
+
+    run = make_trial(tmp_path / "sweep_runs" / "quick", "quick-a-s0", "failed", checkpoint=True, error=TERMINATED)
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert (f"status is 'failed' ({TERMINATED}): only a completed run has a final model to score; {run}: a trial of "
+            f"a sweep: {FROM_CHECKPOINT}: {SWEEP_COMMAND}.") in err
+    assert "klear-lab resume" not in err
+    assert resume_error(run, capsys).count(f"{FROM_CHECKPOINT}: {SWEEP_COMMAND}.") == 1  # the same advice

@@ -1,0 +1,83 @@
+"""What to do about a run a rerun would fail the same way: one that failed on its config or data, diverged, or
+failed in a component's code. ``klear-lab runs``, ``klear-lab resume`` of a sweep's trial and ``klear-lab eval``
+word it alike."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from klear_lab.errors import ComponentError, DivergedError
+
+
+def fix_first(error: type[BaseException], run_dir: Path, sweep: str | None) -> str:
+    """Advice for a run that failed on its config, data or a component's code, or diverged: a rerun (or resume,
+    or a rerun of its sweep, ``sweep``: the command that continues it) fails the same way, so the cause is
+    fixed first (as ``klear-lab sweep`` says of such trials). ``klear-lab runs`` and ``klear-lab resume`` of a
+    sweep's trial word it alike."""
+    if issubclass(error, ComponentError):
+        return fix_the_code(run_dir, sweep)
+    diverged = issubclass(error, DivergedError)
+    fix = "fix the config first (a lower optim.lr, say)" if diverged else "fix the config or data first"
+    if sweep is not None:
+        return f"{fix} in the sweep spec: a rerun of the sweep would likely repeat it"
+    change = "optim.lr=..." if diverged else "KEY=VALUE"
+    return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
+
+
+def fix_the_code(run_dir: Path, sweep: str | None) -> str:
+    """Advice for a run a component's code failed (:class:`ComponentError`, a plugin's reward returning too few
+    outputs, say). Its saved ``config.yaml`` runs the copy of a ``.py`` plugin's code the run kept
+    (``RUN_DIR/plugins/``, :mod:`klear_lab.plugin_copies`), so a rerun of it never runs the fix: the experiment
+    does, as does a copy of the config under another name (unless it names kept copies: a rerun of a saved config
+    with the plugin changed). A sweep reads the plugin file itself, and refuses edited plugin code once trials of
+    its study finished (the config hash covers it)."""
+    saved, plugins = _saved_run(run_dir)
+    named = [Path(p) for p in plugins if p.endswith(".py")]
+    files = [_plugin_file(p) for p in named]
+    what = f"the plugin's code ({', '.join(map(str, files))})" if files else \
+        "the component's code (the file the error names)"
+    if sweep is not None:
+        refusal = (" (once other trials of it finished, the sweep refuses the edited plugin: then run it as a new "
+                   "study, adding --name NEW)") if files else ""
+        return f"fix {what} first, then rerun the sweep: {sweep}{refusal}"
+    config = run_dir / "config.yaml"
+    if not files:  # a plugin module or package: the saved config imports the fixed code
+        return f"fix {what} first: a rerun would repeat it; then klear-lab train {config}"
+    experiment = saved.get("experiment")
+    again = [f"from its experiment with the same overrides: klear-lab train {experiment} KEY=VALUE ..."] \
+        if experiment else []
+    if files == named:  # no kept copy named: a copy of the config runs the plugin files
+        again.append(f"from a copy of the config under another name: cp {config} fixed.yaml && klear-lab train "
+                     "fixed.yaml")
+    how = f", so rerun {'; or '.join(again)}" if again else ""
+    return f"fix {what} first: its saved config.yaml runs the copy of it this run kept ({run_dir / 'plugins'}){how}"
+
+
+def _plugin_file(plugin: Path) -> Path:
+    """The plugin file whose kept copy (``RUN/plugins/NAME-SHA8.py``) ``plugin`` is, as the run that kept it lists
+    it (a rerun of a saved config whose plugin changed or is gone names the copy), else ``plugin``."""
+    for _ in range(8):  # a copy that a rerun of a rerun kept
+        if plugin.parent.name != "plugins" or not re.fullmatch(r".+-[0-9a-f]{8}", plugin.stem):
+            return plugin
+        name = plugin.stem.rsplit("-", 1)[0]
+        listed = [Path(p) for p in _saved_run(plugin.parent.parent)[1]]
+        found = next((p for p in listed if p.stem == name or p.name == plugin.name), plugin)
+        if found == plugin:
+            return plugin
+        plugin = found
+    return plugin
+
+
+def _saved_run(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """``run:`` and ``plugins:`` of ``run_dir``'s saved ``config.yaml`` (empty when unreadable)."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return {}, []
+    saved = saved if isinstance(saved, dict) else {}
+    run, plugins = saved.get("run"), saved.get("plugins")
+    return (run if isinstance(run, dict) else {}), [str(p) for p in plugins] if isinstance(plugins, list) else []
