@@ -106,7 +106,7 @@ def test_a_crash_between_a_checkpoint_and_its_row_resumes_from_the_one_before(tm
             _failing_row(patch, 3)  # step 4's row
         run_experiment(compose(SFT, [f"run.out_dir={tmp_path / 'crashed'}", *SFT_OVERRIDES]),
                        callbacks=[CrashAtStep(4)] if where == "callback" else [])
-    (run_dir,) = (tmp_path / "crashed").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "crashed").iterdir() if not p.name.startswith(".")]
     assert checkpoint_log_step(checkpoint_path(run_dir)) == 1  # step 2's (logged at index 1), not step 4's
     assert not list((run_dir / "checkpoints").glob(".*.tmp"))
     run_experiment(resume_config(run_dir), resume=run_dir)

@@ -39,7 +39,7 @@ def test_a_sigterm_after_the_run_completed_exits_0(tmp_path, tiny_sft_overrides)
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]  # was -15: the default handler, 143 from a shell
     assert "run finished" in done.stdout  # the report went on after the signal
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
 
 

@@ -117,7 +117,7 @@ def test_an_sft_run_whose_held_out_prompts_cannot_fit_stops_before_training(tmp_
     with pytest.raises(ConfigError, match=r"6 of 6 prompts in data.eval_sources \(the longest \d+ tokens\) "
                                           r"\+ max_new_tokens 16 exceed the vLLM engine's context of 24"):
         run_experiment(cfg)
-    (run_dir,) = tmp_path.iterdir()
+    (run_dir,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
     assert not (run_dir / "summary.json").exists() and not (run_dir / "checkpoints" / "last.ckpt").exists()
     rows = run_dir / "csv" / "metrics.csv"

@@ -56,7 +56,7 @@ def test_a_saved_config_reruns_on_the_kept_copy_once_the_plugin_file_is_gone(tmp
     done = klear_cli("train", str(first.run_dir / "config.yaml"), f"run.out_dir={tmp_path / 'again'}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"is gone; the copy of its code this run kept is used: {copy}" in " ".join(done.stderr.split())
-    (again,) = (tmp_path / "again").iterdir()
+    (again,) = [p for p in (tmp_path / "again").iterdir() if not p.name.startswith(".")]
     assert yaml.safe_load((again / "config.yaml").read_text())["plugins"] == [str(copy.resolve())]
     assert sorted(p.name for p in (again / "plugins").iterdir()) == kept  # not NAME-SHA8-SHA8.py; the helper too
     losses = [[r["train/loss"] for r in csv_rows(d / "csv" / "metrics.csv") if r.get("train/loss")]
@@ -107,7 +107,7 @@ def test_a_saved_config_reruns_on_the_kept_copy_after_the_plugin_file_was_edited
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"changed since this run started; the copy of the code it ran is used: {copy}" in " ".join(
         done.stderr.split())
-    (again,) = (tmp_path / "again").iterdir()
+    (again,) = [p for p in (tmp_path / "again").iterdir() if not p.name.startswith(".")]
     assert again.name.split("-")[-2] == first.run_dir.name.split("-")[-2]  # the same config hash
 
 
@@ -133,7 +133,7 @@ def test_a_rerun_and_a_resume_after_a_helper_was_edited_use_the_kept_copies(tmp_
     done = klear_cli("train", str(run_dir / "config.yaml"), f"run.out_dir={tmp_path / 'again'}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert warned in " ".join(done.stderr.split())
-    (again,) = (tmp_path / "again").iterdir()
+    (again,) = [p for p in (tmp_path / "again").iterdir() if not p.name.startswith(".")]
     assert sorted(p.name for p in (again / "plugins").iterdir()) == kept  # not the edited helper's code
     assert again.name.split("-")[-2] == run_dir.name.split("-")[-2]  # the same config hash
 

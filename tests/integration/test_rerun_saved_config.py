@@ -26,12 +26,13 @@ def test_a_rerun_elsewhere_says_where_the_run_started_and_that_its_records_diffe
     _eval_file(other_dir, range(10, 14))
     monkeypatch.chdir(first_dir)
     assert main(["train", SFT, *tiny_sft_overrides, "data.eval_sources=[{name: file, path: d/ev.jsonl}]"]) == 0
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     capsys.readouterr()
     monkeypatch.chdir(other_dir)
     said_before: list[str] = []  # what stderr held when the run started: the warnings come before training
     real = run_mod.run_experiment
-    monkeypatch.setattr(run_mod, "run_experiment", lambda cfg: said_before.append(capsys.readouterr().err) or real(cfg))
+    monkeypatch.setattr(run_mod, "run_experiment",
+                        lambda cfg, **kw: said_before.append(capsys.readouterr().err) or real(cfg, **kw))
     assert main(["train", str(run / "config.yaml"), f"run.out_dir={tmp_path / 'again'}"]) == 0
     err = " ".join(said_before[0].split())
     assert f"warning: {run}: rerunning its saved config from {other_dir}; the run started in {first_dir}" in err

@@ -146,7 +146,7 @@ def test_running_a_stopped_runs_command_again_names_the_run_to_resume(tmp_path, 
     steps = lambda t: t.global_step  # noqa: E731
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(compose(SFT, overrides), callbacks=[Crash(2, steps)])
-    (stopped,) = (tmp_path / "runs").iterdir()
+    (stopped,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     assert "note:" not in capsys.readouterr().err
     assert not resumable_twins(compose(SFT, [*overrides, "sft.max_steps=3"]))  # another config: not its run
     from klear_lab.stages.eval import eval_config

@@ -44,7 +44,7 @@ def crash_then_resume(overrides: list[str], experiment: str, crash: Crash, out: 
     whole = run_experiment(compose(experiment, [f"run.out_dir={out / 'whole'}", *overrides]))
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(compose(experiment, [f"run.out_dir={out / 'stopped'}", *overrides]), callbacks=[crash])
-    (run_dir,) = (out / "stopped").iterdir()
+    (run_dir,) = [p for p in (out / "stopped").iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
     assert not (run_dir / "summary.json").exists()
     return whole, run_dir
@@ -155,7 +155,7 @@ def kill_after_first_checkpoint(args: list[str], out: Path, row_key: str | None 
     while not list(out.glob("*/checkpoints/last.ckpt")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, "the run ended before it could be killed"
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     assert main(["resume", str(run_dir)]) == 2  # refused: the run is alive (its pid, this machine)
     time.sleep(0.5)  # into a later step
     if row_key is not None:

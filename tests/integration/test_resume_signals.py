@@ -64,7 +64,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path, capsys, evals):
             "sft.tokens_per_micro_batch=400", "sft.grad_accum=2", "data.eval_sources.0.n_prompts=8",
             "eval.max_new_tokens=16", "trainer.checkpoint_every=1000", "trainer.log_every_n_steps=1", evals]
     sigterm_after_rows(args, out, 5, timeout=120)
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["error"]) == ("failed", "terminated (SIGTERM)")
     logged = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
@@ -93,7 +93,7 @@ def test_sigterm_on_two_ranks_checkpoints_the_last_step_and_resumes(tmp_path, kl
             "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false"]
     err = sigterm_after_rows(args, out, 4, timeout=180, to_rank=to_rank)
     assert err.count("klear-lab: terminated (SIGTERM)") == 1  # said once, not once per rank
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     logged = [int(r["step"]) for r in csv_rows(run_dir / "csv" / "metrics.csv") if r.get("train/loss")]
     assert checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") >= logged[-1] >= 3  # at the last step
     assert not list((run_dir / "checkpoints").glob(".*.tmp"))
@@ -122,7 +122,7 @@ def test_ctrl_c_is_recorded_as_an_interruption_and_leaves_ctrl_c_working(tmp_pat
     with pytest.raises(SystemExit):
         run_experiment(compose(SFT, tiny_sft_overrides), callbacks=[CtrlC(2)])
     assert signal.getsignal(signal.SIGINT) is before
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["error"]) == ("failed", "interrupted (Ctrl-C)")
 
@@ -141,7 +141,7 @@ def test_ctrl_c_on_the_command_line_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "klear-lab: interrupted" in err.decode(), err.decode()[-2000:]
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["error"] == "interrupted (Ctrl-C)"
 
 
@@ -166,7 +166,7 @@ def test_a_sigterm_at_an_epochs_last_batch_checkpoints_the_next_step(tmp_path, t
     stop = SigtermAtEpochEnd()
     with pytest.raises(SystemExit):
         run_experiment(compose(SFT, overrides), callbacks=[stop])
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["error"] == "terminated (SIGTERM)"
     assert 0 < stop.sent_at < 12 and checkpoint_log_step(run_dir / "checkpoints" / "last.ckpt") == stop.sent_at
     assert signal.getsignal(signal.SIGTERM) is not None  # handed back

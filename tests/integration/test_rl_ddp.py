@@ -125,7 +125,7 @@ def test_rl_on_two_cpu_processes_is_one_run_with_shared_updates(tmp_path, plugin
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.count("run finished") == 1
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["perf/world_size"] == 2 and summary["perf/torch_threads"] == 1
     assert summary["rl/kept_group_frac"] == 0.5  # 1 of each rank's 2 prompts
@@ -150,7 +150,7 @@ def test_a_rank_that_fails_is_named_as_the_cause_in_run_json(tmp_path, plugin, k
                      "rl.reward=test_ddp_fails_on_rank1", "trainer.devices=2", "trainer.strategy=ddp",
                      "tracking.wandb.enabled=false")
     assert done.returncode != 0
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed"
     assert record["error"].startswith("rank 1: RuntimeError: verifier crashed on rank 1; rank 0: "), record["error"]
@@ -170,7 +170,7 @@ def test_a_rank_that_cannot_build_the_run_is_named_as_the_cause(tmp_path, plugin
     done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *overrides(out, plugin), override,
                      "trainer.devices=2", "trainer.strategy=ddp", "tracking.wandb.enabled=false")
     assert done.returncode != 0
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     reason = f"rank 1: {reason}"
     assert main(["runs", str(out), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
@@ -210,7 +210,7 @@ def test_two_ranks_take_the_same_update_as_one_process(tmp_path, plugin, klear_c
     done = klear_cli("train", str(ROOT / "experiments/quickstart/rl.yaml"), *args, "run.name=two_ranks",
                      "trainer.devices=2", "trainer.strategy=ddp")
     assert done.returncode == 0, done.stderr[-3000:]
-    (ddp_dir,) = (tmp_path / "runs").iterdir()
+    (ddp_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     ddp = json.loads((ddp_dir / "summary.json").read_text())
     one = run_experiment(compose(ROOT / "experiments/quickstart/rl.yaml", [*args, "run.name=one_process"]))
     assert ddp["perf/world_size"] == 2 and one.metrics["perf/world_size"] == 1
@@ -272,7 +272,7 @@ out_dir: {tmp_path / 'out'}
     done = klear_cli("sweep", str(spec))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trials {'COMPLETE': 1}" in done.stdout
-    (run_dir,) = (tmp_path / "out" / "ddp_rl" / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "out" / "ddp_rl" / "runs").iterdir() if not p.name.startswith(".")]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["perf/world_size"] == 2 and summary["rl/updates_per_step"] == 2
     log = (tmp_path / "out" / "ddp_rl" / "trials" / "trial-0000.log").read_text()

@@ -48,7 +48,7 @@ def test_sft_on_two_cpu_processes_is_one_run(tmp_path, klear_cli):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.count("run finished") == 1  # rank 1 reports nothing
-    (run_dir,) = out.iterdir()  # rank 1 joined rank 0's run
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]  # rank 1 joined rank 0's run
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["perf/world_size"] == 2 and summary["perf/torch_threads"] == 1  # 2 cores / 2 processes
@@ -85,7 +85,7 @@ out_dir: {tmp_path / 'out'}
     done = klear_cli("sweep", str(spec))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trials {'COMPLETE': 1}" in done.stdout
-    (run_dir,) = (tmp_path / "out" / "ddp" / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "out" / "ddp" / "runs").iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "summary.json").read_text())["perf/world_size"] == 2
     log = (tmp_path / "out" / "ddp" / "trials" / "trial-0000.log").read_text()
     assert "GLOBAL_RANK: 1" in log and "Traceback" not in log
@@ -108,7 +108,7 @@ def test_step_token_mean_on_two_ranks_is_the_one_process_step(tmp_path, klear_cl
 
     single = run_experiment(compose(ROOT / "experiments/quickstart/sft.yaml",
                                     [f"run.out_dir={tmp_path / 'one'}", *common, "sft.tokens_per_micro_batch=1000"]))
-    (ddp_dir,) = (tmp_path / "ddp").iterdir()
+    (ddp_dir,) = [p for p in (tmp_path / "ddp").iterdir() if not p.name.startswith(".")]
     assert json.loads((ddp_dir / "summary.json").read_text())["plan/steps_per_epoch"] == 1
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (ddp_dir, single.run_dir))
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5

@@ -62,7 +62,7 @@ def test_a_resumed_run_and_gradient_accumulation_count_batches_against_their_own
     first, resumed = Counts(crash_at=5), Counts()
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(compose(QUICKSTART, overrides), callbacks=[first])
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     run_experiment(resume_config(run_dir), resume=run_dir, callbacks=[resumed])
     assert first.seen[-1] == (5, 10) and resumed.seen[0] == (5, 10) and resumed.seen[-1] == (10, 10)
     accumulated = Counts()

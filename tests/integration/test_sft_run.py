@@ -293,6 +293,6 @@ def test_a_diverged_run_stops_and_is_recorded_as_failed(tmp_path, tiny_sft_overr
     code = main(["train", QUICKSTART, *tiny_sft_overrides, "optim.lr=1e30", "optim.min_lr=0", "optim.warmup_steps=0"])
     assert code == 1
     assert "training diverged: train/grad_norm is nan at step" in capsys.readouterr().err
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed" and "diverged" in record["error"]

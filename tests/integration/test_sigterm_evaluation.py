@@ -76,7 +76,7 @@ def test_a_sigterm_in_the_final_evaluation_of_two_ranks_lets_the_run_finish(tmp_
     done = klear(["train", SFT, f"run.out_dir={out}", f"plugins=[{plugin}]", *TINY_SFT, *DDP], rank)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("SIGTERM during the final evaluation") == 1, done.stderr[-3000:]  # rank 0, once
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     assert (run_dir / "model" / "model.safetensors").is_file()
     assert json.loads((run_dir / "summary.json").read_text())["val/n"] == 8  # both ranks' halves
@@ -90,7 +90,7 @@ def test_a_sigterm_in_the_starting_evaluation_stops_before_training(tmp_path, pl
                   f"trainer.devices={devices}", f"trainer.strategy={'ddp' if devices > 1 else 'auto'}"], rank)
     assert done.returncode == 143, done.stderr[-3000:]
     assert done.stderr.count("klear-lab: terminated (SIGTERM)") == 1, done.stderr[-3000:]
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed" and "terminated (SIGTERM)" in record["error"], record
     assert not (run_dir / "checkpoints" / "last.ckpt").exists()  # no step was trained
@@ -129,7 +129,7 @@ def test_a_sigterm_after_the_starting_evaluation_agreed_stops_at_the_first_step(
                            "tracking.wandb.enabled=false"], cwd=ROOT, capture_output=True, text=True, timeout=240,
                           env={**env, "HF_HUB_OFFLINE": "1"})
     assert "stopped: SIGTERMException" in done.stdout, done.stderr[-3000:]
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["error"] == "terminated (SIGTERM)"
     assert torch.load(checkpoint_path(run_dir), weights_only=True)["klear_resume"]["batches"] == 1  # of 4 steps
     assert not (run_dir / "model").exists()
@@ -171,7 +171,7 @@ def test_a_sigterm_after_training_waits_for_the_saved_model_and_the_completed_ru
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SIGTERM after training: the run saved its model" in done.stderr, done.stderr[-3000:]
     assert f"held: True handed on: {int(own == 'own')} handler back: True" in done.stdout, done.stdout[-2000:]
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     assert (run_dir / "model" / "model.safetensors").is_file() and (run_dir / "summary.json").is_file()
 

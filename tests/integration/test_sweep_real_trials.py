@@ -106,7 +106,7 @@ def test_a_trial_killed_with_its_sweep_is_resumed_from_its_checkpoint(tmp_path):
     time.sleep(0.5)
     os.kill(first.pid, signal.SIGKILL)  # the trial dies with its sweep
     first.wait()
-    (killed,) = spec.runs_dir.iterdir()
+    (killed,) = [p for p in spec.runs_dir.iterdir() if not p.name.startswith(".")]
     from klear_lab.cli import main
 
     assert main(["resume", str(killed)]) == 2  # alone, it completed outside the study, which trained it again
@@ -140,7 +140,7 @@ def test_a_trial_killed_by_ctrl_c_of_its_sweep_is_recorded_as_interrupted(tmp_pa
     _, err = sweep.communicate(timeout=60)  # to the end of stderr: until the resource tracker, the last, exits
     assert sweep.returncode == 130, err[-3000:]  # the kill (the worker records the run either way)
     assert "leaked semaphore" not in err  # the killed trial's progress-bar lock
-    (run_dir,) = load_spec(spec_path).runs_dir.iterdir()
+    (run_dir,) = [p for p in load_spec(spec_path).runs_dir.iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record.get("error")) == ("failed", "interrupted (Ctrl-C)")
     (row,) = list_runs([run_dir])

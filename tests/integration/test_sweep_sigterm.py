@@ -126,7 +126,7 @@ def test_sigterm_checkpoints_real_trials_and_the_rerun_continues_them(tmp_path, 
     else:
         os.killpg(sweep.pid, signal.SIGTERM)
     assert _wait(sweep, 120, log) == 143, log.read_text()[-3000:]
-    (run_dir,) = spec.runs_dir.iterdir()
+    (run_dir,) = [p for p in spec.runs_dir.iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["error"]) == ("failed", TERMINATED)
     logged = _train_rows(spec.runs_dir)
