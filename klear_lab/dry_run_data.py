@@ -15,6 +15,7 @@ what two or three per row would give. Steps round as ``stages.sft.sft_plan`` rou
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from klear_lab.distributed import device_count
@@ -49,7 +50,7 @@ def estimated_examples(cfg: dict[str, Any]) -> int | None:
     """The training examples the config declares, before any is filtered or dropped (None: a source does
     not say how many it gives)."""
     mix = cfg["data"]["mix"]
-    if mix.get("budget") and (mix["name"] != "top_k" or mix.get("k")):
+    if mix.get("budget"):  # met exactly, by repeating records where the sources hold fewer (top_k of all: k 0 too)
         return int(mix["budget"])
     counts = [declared_records(node, "train") for node in cfg["data"]["sources"]]
     if any(c is None for c in counts):
@@ -108,7 +109,14 @@ def sft_warmup_problem(cfg: dict[str, Any]) -> str | None:
         return None
     steps = f"{most:,} step" + "s" * (most != 1)
     return (f"optim.warmup_steps={o['warmup_steps']} is not below the run's at most {steps}: the learning rate "
-            f"reaches optim.lr={o['lr']:g} at best at the last step, and no {o['schedule']} phase runs")
+            f"reaches optim.lr={o['lr']:g} at the last step at best, and no {o['schedule']} phase runs")
+
+
+def _shown_name(node: dict[str, Any]) -> str:
+    """A held-out source as the plan names it: its label, else a file's name (the run's default label), else
+    the source's."""
+    path = node.get("eval_path") or node.get("path")
+    return node.get("label") or (Path(str(path)).stem if node.get("name") == "file" and path else node.get("name"))
 
 
 def heldout_row(cfg: dict[str, Any]) -> tuple[str, str]:
@@ -120,6 +128,5 @@ def heldout_row(cfg: dict[str, Any]) -> tuple[str, str]:
         return "held-out problems", f"counted when the run reads them: {', '.join(missing)} declares no count"
     counts = [declared_records(node, "eval") for node in nodes]
     total, exact = sum(n for n, _ in counts), all(e for _, e in counts)
-    parts = ", ".join(f"{node.get('label') or node.get('name')} {'' if e else 'at most '}{n:,}"
-                      for node, (n, e) in zip(nodes, counts))
+    parts = ", ".join(f"{_shown_name(node)} {'' if e else 'at most '}{n:,}" for node, (n, e) in zip(nodes, counts))
     return "held-out problems", f"{'' if exact else 'at most '}{total:,} ({parts})"

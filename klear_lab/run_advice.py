@@ -46,8 +46,8 @@ def fix_the_code(run_dir: Path, sweep: str | None) -> str:
     if not files:  # a plugin module or package: the saved config imports the fixed code
         return f"fix {what} first: a rerun would repeat it; then klear-lab train {config}"
     experiment = saved.get("experiment")
-    again = [f"from its experiment with the same overrides: klear-lab train {experiment} KEY=VALUE ..."] \
-        if experiment else []
+    again = [f"from its experiment with the same overrides: {_from_where_it_started(run_dir, experiment)}klear-lab "
+             f"train {experiment} KEY=VALUE ..."] if experiment else []
     if files == named:  # no kept copy named: a copy of the config runs the plugin files
         again.append(f"from a copy of the config under another name: cp {config} fixed.yaml && klear-lab train "
                      "fixed.yaml")
@@ -81,3 +81,17 @@ def _saved_run(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     saved = saved if isinstance(saved, dict) else {}
     run, plugins = saved.get("run"), saved.get("plugins")
     return (run if isinstance(run, dict) else {}), [str(p) for p in plugins] if isinstance(plugins, list) else []
+
+
+def _from_where_it_started(run_dir: Path, experiment: str) -> str:
+    """``cd DIR && `` where the run started in another directory than this one and names its experiment by a
+    relative path (read from the working directory, as its data paths are), else nothing."""
+    from klear_lab.resume import read_record
+
+    try:
+        started_in = read_record(run_dir / "run.json").get("work_dir")
+    except Exception:  # noqa: BLE001 - a damaged record: the advice goes without it
+        return ""
+    if Path(experiment).is_absolute() or not started_in or Path(started_in) == Path.cwd():
+        return ""
+    return f"cd {started_in} && "

@@ -225,8 +225,9 @@ def _next_step(failures: list[Any], retry: str) -> str:
     first = failures[0]
     error = str(first.user_attrs.get("error", ""))
     fix = "the component's code (a plugin's)" if "ComponentError" in error else "the config"
-    return (f"fix {fix} first: {len(failures)} trial(s) failed on a config or data error, or diverged: a rerun "
-            f"would likely repeat (trial {first.number}: {error})")
+    why = "a component's error" if "ComponentError" in error else "a config or data error, or diverged"
+    return (f"fix {fix} first: {len(failures)} trial(s) failed on {why}: a rerun would likely repeat (trial "
+            f"{first.number}: {error})")
 
 
 def freeze_spec(spec: SweepSpec, url: str) -> Path:

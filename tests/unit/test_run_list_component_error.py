@@ -84,3 +84,17 @@ def test_a_sweep_trial_a_plugin_failed_is_fixed_in_the_plugin_and_its_sweep_reru
     err = capsys.readouterr().err
     assert f"{run}: a trial of a sweep, which failed with {ERROR.format(plugin=plugin)}: {fix}" in err
     assert "continue the sweep instead" not in err  # resumed from its checkpoint, the old code would run again
+
+
+def test_a_relative_experiment_is_run_from_the_directory_the_run_started_in(tmp_path, monkeypatch):
+    """``klear-lab runs /elsewhere/runs`` from another directory: ``klear-lab train exp/rl.yaml`` would not be found
+    (a review)."""
+    plugin = str(tmp_path / "short_reward.py")
+    run = make_run(tmp_path / "runs", "shortrw-1", [plugin], plugin)
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace(EXPERIMENT, "exp/rl.yaml"))
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "work_dir": str(tmp_path)}))
+    monkeypatch.chdir(tmp_path)
+    assert "with the same overrides: klear-lab train exp/rl.yaml KEY=VALUE" in advice(run)
+    monkeypatch.chdir(run)
+    assert f"with the same overrides: cd {tmp_path} && klear-lab train exp/rl.yaml KEY=VALUE" in advice(run)

@@ -93,8 +93,8 @@ class FileSource:
         if not path:
             raise DataError(f"source 'file': no path set for the {split} split: give {self.path_field(split)} "
                             f"({PATH_FORMS})")
-        rows = read_rows(path)[: self.limit]
-        check_mapped_columns(path, rows, self.fields)
+        every_row = read_rows(path)
+        rows = every_row[: self.limit]
         fmt = self.format if self.format != "auto" else detect_format(rows)
         columns = {**COLUMNS[fmt], **self.fields}
         label = self.label or Path(path).stem or path
@@ -103,6 +103,8 @@ class FileSource:
                        for i, row in rows]
         except DataError as exc:
             raise one_object_error(path, rows, exc) from None
+        if split == "train":  # a node read for both splits maps training columns its held-out file lacks
+            check_mapped_columns(path, every_row, self.fields)  # rows past `limit` too: the name is not wrong
         warn_repeated_uids(path, [n for n, _ in rows], records)
         if fmt in ("messages", "verl") and (dropped := dropped_turns(rows, columns, fmt)):
             warn_dropped_turns(path, dropped)

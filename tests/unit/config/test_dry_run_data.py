@@ -86,6 +86,16 @@ def test_arith_facts_declares_its_records():
     assert rows["examples (declared, before data.filter)"] == "120"
 
 
+def test_a_budget_is_the_examples_whatever_k_is():
+    """``top_k`` with ``k: 0`` splits its budget over every source and meets it by repeating records: the bound
+    counted the sources' 20 prompts and said at most 10 steps where the run planned 200 (a review)."""
+    two = "data.sources=[{name: arith_r1, n_prompts: 10, quality_rank: 1}, {name: arith_r1, n_prompts: 10, " \
+          "quality_rank: 2, seed_offset: 1}]"
+    for k in ("0", "null", "2"):
+        rows = sft_rows(two, f"data.mix={{name: top_k, k: {k}, budget: 400}}")
+        assert rows["examples (declared, before data.filter)"] == "400", k
+
+
 @pytest.mark.parametrize(("sources", "expected"), [
     (None, "200 (arith 200)"),
     ("[{name: arith, n_prompts: 50}, {name: code, n_prompts: 30}]", "80 (arith 50, code 30)"),
@@ -94,6 +104,8 @@ def test_arith_facts_declares_its_records():
     ("[{name: file, path: x.jsonl, eval_path: y.jsonl}]",
      "counted when the run reads them: data.eval_sources.0 (y.jsonl) declares no count"),
     ("[]", "none (data.eval_sources is empty)"),
+    ("[{name: file, path: a/aime24.jsonl, limit: 30}, {name: file, path: b/math500.jsonl, limit: 500}]",
+     "at most 530 (aime24 at most 30, math500 at most 500)"),  # by file: "file at most 30, file at most 500"
 ])
 def test_heldout_problems_are_counted_from_the_config(sources, expected):
     overrides = [f"data.eval_sources={sources}"] if sources is not None else []

@@ -114,3 +114,30 @@ def test_an_ungradeable_rl_record_names_its_file_and_row(tmp_path):
     with pytest.raises(DataError, match=rf"the first, 'rows/2' of source 'rows' \(math\), read from {path}: row 2, "
                                         "has no reference answer"):
         require_gradeable(FileSource(path=path).records(0, "train"), "data.sources")
+
+
+def test_a_node_read_for_both_splits_may_map_a_training_column_its_held_out_file_lacks(tmp_path):
+    """One node with ``path`` and ``eval_path`` (the README's form) whose ``fields`` maps ``response``: the held-out
+    file has no solutions, and was refused (a review), as was eval of runs trained before the check."""
+    train = _jsonl(tmp_path / "train.jsonl", [{"question": "1+1?", "final": "2", "solution": "\\boxed{2}"}])
+    held_out = _jsonl(tmp_path / "test.jsonl", [{"question": "2+2?", "final": "4"}])
+    node = FileSource(path=train, eval_path=held_out, fields={"prompt": "question", "answer": "final",
+                                                              "response": "solution"})
+    assert [r.answer for r in node.records(0, "eval")] == ["4"]
+    assert [r.response for r in node.records(0, "train")] == ["\\boxed{2}"]
+
+
+def test_a_column_only_rows_past_limit_have_is_not_a_misspelling(tmp_path):
+    """A data-size sweep over ``limit``: its small arms read rows without ``level``, whose name is right."""
+    rows = [*ROWS, {**ROWS[0], "level": 3}]
+    path = _jsonl(tmp_path / "sparse.jsonl", rows)
+    records = FileSource(path=path, fields={"difficulty": "level"}, limit=2).records(0, "train")
+    assert [r.difficulty_known for r in records] == [False, False]
+
+
+def test_a_wrapped_json_with_fields_says_it_wants_rows(tmp_path):
+    """With ``fields`` set, the missing mapped column was reported before the file's shape (a review)."""
+    path = tmp_path / "wrapped.json"
+    path.write_text(json.dumps({"data": [{"question": "1+1?", "final": "2"}] * 3}))
+    with pytest.raises(DataError, match=r"the file is one JSON object .*its 'data' holds 3 objects"):
+        FileSource(path=str(path), fields={"prompt": "question", "answer": "final"}).records(0, "train")

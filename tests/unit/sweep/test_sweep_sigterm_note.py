@@ -49,3 +49,15 @@ def test_a_sigterm_that_stopped_a_trial_says_to_rerun(tmp_path, monkeypatch):
     code, said, _ = sweep_terminated_after(tmp_path, monkeypatch, TrialState.FAIL)
     assert code == 143
     assert said[-1] == RESUME
+
+
+def test_trials_a_plugin_failed_are_told_to_fix_its_code_not_the_config():
+    from types import SimpleNamespace
+
+    from klear_lab.sweep.launch import _next_step
+
+    component = SimpleNamespace(number=3, user_attrs={"error": "klear_lab.errors.ComponentError: reward 'mine' …"})
+    said = _next_step([component], "finish")
+    assert said.startswith("fix the component's code (a plugin's) first: 1 trial(s) failed on a component's error")
+    config = SimpleNamespace(number=1, user_attrs={"error": "klear_lab.errors.ConfigError: optim.lr …"})
+    assert _next_step([config], "finish").startswith("fix the config first: 1 trial(s) failed on a config or data")
