@@ -23,8 +23,9 @@ from klear_lab.run_owner import live_status
 from klear_lab.sweep.run_status import SUPERSEDED
 
 
-def trial_refusal(run_dir: Path, sweep: str) -> ConfigError:
-    """The error refusing to resume ``run_dir``, a trial of the sweep that the command ``sweep`` continues.
+def trial_refusal(run_dir: Path, sweep: str, resuming: bool = True) -> ConfigError:
+    """The error refusing to resume ``run_dir``, a trial of the sweep that the command ``sweep`` continues;
+    without ``resuming`` (``klear-lab eval`` saying what continues it), not why a resume here would be wrong.
 
     Raises:
         ConfigError: not a run directory, or a damaged ``run.json`` (what ``klear-lab resume`` says of any run).
@@ -55,8 +56,9 @@ def trial_refusal(run_dir: Path, sweep: str) -> ConfigError:
         return ConfigError(f"{run_dir}: a trial of a sweep, which failed with {error}: {fix}{then}")
     ckpt = checkpoint_path(run_dir)
     if ckpt.is_file():
+        why = (". Resumed here, the sweep's study would not learn of it and would train that trial again"
+               if resuming else "")
         return ConfigError(f"{run_dir}: a trial of a sweep: continue the sweep instead, which resumes it from its "
-                           f"checkpoint: {sweep}. Resumed here, the sweep's study would not learn of it and would "
-                           "train that trial again")
+                           f"checkpoint: {sweep}{why}")
     return ConfigError(f"{run_dir}: a trial of a sweep: no checkpoint to resume from ({ckpt}): rerunning the sweep "
                        f"trains it again from the start: {sweep}")

@@ -168,7 +168,7 @@ def _how_to_continue(path: Path) -> str:
 
     try:
         if (sweep := sweep_trial(path.resolve())) is not None:
-            return f"; {trial_refusal(path, sweep)}"
+            return f"; {trial_refusal(path, sweep, resuming=False)}"
         check_resumable(path, yaml.safe_load((path / "config.yaml").read_text()))
     except Exception:  # noqa: BLE001 - only whether to suggest it
         return ""
