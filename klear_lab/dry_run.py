@@ -28,6 +28,7 @@ from klear_lab.dry_run_twins import earlier_run_rows
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
 from klear_lab.stages.rl_plan import lr_schedule_text
+from klear_lab.stages.sft_steps import rows_per_micro_batch
 
 UNSUPPORTED = "NOT SUPPORTED"  # a row that says the config cannot run: the command exits 2 after the plan
 NOT_HERE = "NOT AVAILABLE HERE"  # a row that says this machine lacks something (a package, a GPU, a file)
@@ -123,7 +124,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     if cfg["run"]["kind"] == "sft":
         s = cfg["sft"]
         max_len = cfg["data"]["max_length"]
-        tokens_per_step = max(s["tokens_per_micro_batch"] // max_len, 1) * max_len * s["grad_accum"] * devices
+        tokens_per_step = rows_per_micro_batch(cfg) * max_len * s["grad_accum"] * devices
         d = cfg["data"]
         rows += [("data mix / filter", f"{d['mix']['name']} / {d['filter']['name']}"), ("max length", str(max_len)),
                  ("tokens per optimizer step (packed)", f"{tokens_per_step:,}"), *sft_steps_rows(cfg),

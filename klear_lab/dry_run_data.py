@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from klear_lab.distributed import device_count
+from klear_lab.stages.sft_steps import planned_sft_steps, rows_per_micro_batch
 
 PER_ROW_EXAMPLES = (2, 3)  # the packings the steps row names beside one example per row
 DATA_NOT_READ = ("data rows", "not read or checked by a dry run: the run checks them as it starts, before its "
@@ -62,13 +63,9 @@ def planned_steps(cfg: dict[str, Any], rows: int) -> int:
     """The optimizer steps ``stages.sft.sft_plan`` plans for ``rows`` packed rows: every device's share of
     the rows, in micro-batches, in accumulation windows (a short last one steps too), times ``sft.epochs``
     rounded up (a fraction of an epoch that starts a step trains it)."""
-    s, max_len = cfg["sft"], cfg["data"]["max_length"]
-    if s["max_steps"] > 0:
-        return s["max_steps"]
-    rows_per_batch = max(s["tokens_per_micro_batch"] // max_len, 1)
-    batches = math.ceil(math.ceil(rows / device_count(cfg["trainer"])) / rows_per_batch)
-    per_epoch = max(math.ceil(batches / s["grad_accum"]), 1)
-    return math.ceil(s["epochs"] * per_epoch)
+    s = cfg["sft"]
+    devices = device_count(cfg["trainer"])
+    return planned_sft_steps(rows, rows_per_micro_batch(cfg), s["grad_accum"], devices, s["epochs"], s["max_steps"])[1]
 
 
 def sft_steps_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ from klear_lab.stages.common import (
     save_model,
     write_samples,
 )
+from klear_lab.stages.sft_steps import rows_per_micro_batch
 
 
 @dataclass
@@ -203,7 +204,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         total = dropped + len(examples)
         warnings.warn(f"data.max_length={max_len}: {dropped} of {total} SFT examples ({dropped / total:.1%}) are "
                       "longer and were dropped; raise data.max_length to keep them", UserWarning, stacklevel=2)
-    rows_per_batch = max(cfg["sft"]["tokens_per_micro_batch"] // max_len, 1)
+    rows_per_batch = rows_per_micro_batch(cfg)
     dm = SFTDataModule(examples, capacity=max_len, rows_per_batch=rows_per_batch, pack=cfg["data"]["pack"],
                        pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"],
                        step_windows=step_windows(cfg))
@@ -242,21 +243,15 @@ def check_responses(records: list) -> int:
 
 def sft_plan(cfg: dict[str, Any], dm: SFTDataModule, examples: list, dropped: int,
              model: torch.nn.Module) -> dict[str, float]:
-    """Derived quantities (steps, tokens per step), computed once and logged.
-
-    Under DDP each of the ``world`` ranks sees 1/world of the rows per epoch (Lightning's
-    DistributedSampler, padded to equal shares), so an epoch has 1/world the optimizer steps, each
-    world times the tokens. Lightning steps the optimizer on an epoch's last batch even when its
-    accumulation window is short, so an epoch has ceil(batches / grad_accum) steps (rounding down
-    left the last batches of each epoch untrained and made ``sft.epochs`` fewer epochs).
-    """
+    """Derived quantities (steps: :func:`klear_lab.stages.sft_steps.planned_sft_steps`; tokens per step, world
+    times a rank's under DDP), computed once and logged."""
     from klear_lab.distributed import device_count
+    from klear_lab.stages.sft_steps import planned_sft_steps
 
-    accum, world = cfg["sft"]["grad_accum"], device_count(cfg["trainer"])
-    rank_batches = math.ceil(math.ceil(len(dm.rows) / world) / dm.rows_per_batch)
-    steps_per_epoch = max(math.ceil(rank_batches / accum), 1)
-    epochs_steps = math.ceil(cfg["sft"]["epochs"] * steps_per_epoch)
-    total = cfg["sft"]["max_steps"] if cfg["sft"]["max_steps"] > 0 else epochs_steps
+    s, world = cfg["sft"], device_count(cfg["trainer"])
+    accum = s["grad_accum"]
+    steps_per_epoch, total = planned_sft_steps(len(dm.rows), dm.rows_per_batch, accum, world, s["epochs"],
+                                               s["max_steps"])
     return {
         "plan/total_steps": float(total), "plan/steps_per_epoch": float(steps_per_epoch),
         "plan/examples": float(len(examples)), "plan/dropped_too_long": float(dropped),
