@@ -223,9 +223,13 @@ def _next_step(failures: list[Any], retry: str) -> str:
     if not failures:
         return f"rerun the same command to {retry}"
     first = failures[0]
+    from klear_lab.errors import ComponentError
+    from klear_lab.run_list import repeating_error
+
     error = str(first.user_attrs.get("error", ""))
-    fix = "the component's code (a plugin's)" if "ComponentError" in error else "the config"
-    why = "a component's error" if "ComponentError" in error else "a config or data error, or diverged"
+    component = issubclass(repeating_error(error) or Exception, ComponentError)  # the class run.json's text names
+    fix = "the component's code (a plugin's)" if component else "the config"
+    why = "a component's error" if component else "a config or data error, or diverged"
     return (f"fix {fix} first: {len(failures)} trial(s) failed on {why}: a rerun would likely repeat (trial "
             f"{first.number}: {error})")
 

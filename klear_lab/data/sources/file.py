@@ -57,7 +57,7 @@ class FileSource:
     first row has ``messages``, ``verl`` if it has ``reward_model``, else ``records``."""
     fields: dict[str, str | None] = field(default_factory=dict)
     """Record field -> column, over the layout's mapping; dotted paths reach into nested objects
-    (``{prompt: question, answer: solution}``). A column no row of the file has is refused (a misspelt
+    (``{prompt: question, answer: solution}``). A column no row of the training file has is refused (a misspelt
     optional one would read as absent on every row), and so is a null column (``{prompt:question}`` without
     the space is one key, ``prompt:question``, holding null; typed ``str | None`` only to say so)."""
     task: str = "auto"
