@@ -86,13 +86,25 @@ def _check_component(node: Any, axis: str, path: str, provenance: dict[str, str]
     expanded = {"name": node["name"]}
     for key, default in registry.params(node["name"]).items():
         value = node.get(key, default)
-        expanded[key] = _check_value(value, types_[key], f"{path}.{key}", provenance)
+        try:
+            expanded[key] = _check_value(value, types_[key], f"{path}.{key}", provenance)
+        except ConfigError as exc:
+            raise _explained(exc, registry.get(node["name"]), key, value) from None
     try:
         registry.build(_as_args(expanded, types_))
     except ConfigError as exc:
         own = f" (with its own defaults, {defined_at(registry.get(node['name']))})" if set(node) == {"name"} else ""
         raise ConfigError(f"{_where_node(path, provenance)}: {path}: {exc}{own}") from None
     return expanded
+
+
+def _explained(exc: ConfigError, component: type, key: str, value: Any) -> ConfigError:
+    """``exc`` with what the component says a wrongly typed ``value`` of its parameter ``key`` usually means,
+    where it defines ``explain_type_error(key, value) -> str | None`` (a classmethod): a null ``path`` is an
+    empty ``path=``, a text ``fields`` a mapping written without its space. The types stay what they are."""
+    explain = getattr(component, "explain_type_error", None)
+    hint = explain(key, value) if callable(explain) else None
+    return ConfigError(f"{exc}; {hint}") if hint else exc
 
 
 def _where_node(path: str, provenance: dict[str, str]) -> str:
@@ -139,8 +151,9 @@ def _origin(tp: Any) -> Any:
 
 
 def _type_error(path: str, expected: str, value: Any, provenance: dict[str, str], tp: Any = None) -> ConfigError:
-    return ConfigError(f"{_where(path, provenance)}: {path}: expected {expected}, "
-                       f"got {type(value).__name__} ({value!r})" + _quote_hint(path, value, tp))
+    given = "null" if value is None else f"{type(value).__name__} ({value!r})"
+    return ConfigError(f"{_where(path, provenance)}: {path}: expected {expected}, got {given}"
+                       + _quote_hint(path, value, tp))
 
 
 def _quote_hint(path: str, value: Any, tp: Any) -> str:

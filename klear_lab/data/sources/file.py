@@ -13,7 +13,13 @@ from typing import Any
 
 from klear_lab.data.records import Record
 from klear_lab.data.sources.base import SPLITS
-from klear_lab.data.sources.file_checks import PATH_FORMS, check_mapped_columns, check_params, one_object_error
+from klear_lab.data.sources.file_checks import (
+    PATH_FORMS,
+    check_mapped_columns,
+    check_params,
+    one_object_error,
+    type_hint,
+)
 from klear_lab.data.sources.file_rows import dropped_turns, other_tasks, to_record
 from klear_lab.errors import DataError, hub_offline, load_error
 from klear_lab.registry import SOURCE
@@ -44,22 +50,22 @@ class FileSource:
     ``record_limits``. Loading is all-or-nothing; the seed is unused (file order is kept).
     """
 
-    path: str | None = ""
+    path: str = ""
     """The data: a ``.jsonl``/``.json``/``.parquet`` file (relative to the working directory; ``~`` expands),
     a ``datasets.save_to_disk`` directory, or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split.
-    Required: null (``path=`` with nothing after it) is refused when the config is checked (typed
-    ``str | None`` only so that the refusal can say what to give), an empty text when the file is read."""
+    Required: null (``path=`` with nothing after it) is refused when the config is checked, saying what to
+    give (:meth:`explain_type_error`), an empty text when the file is read."""
     eval_path: str | None = None
     """What the ``eval`` split (``data.eval_sources``) reads, in the forms of ``path``; None = ``path``."""
     format: str = "auto"
     """Row layout: ``verl`` (``prompt``, ``reward_model.ground_truth``, ``data_source``, ``ability``),
     ``messages`` (chat ``messages``), ``records`` (``Record`` fields), or ``auto``: ``messages`` if the
     first row has ``messages``, ``verl`` if it has ``reward_model``, else ``records``."""
-    fields: dict[str, str | None] = field(default_factory=dict)
+    fields: dict[str, str] = field(default_factory=dict)
     """Record field -> column, over the layout's mapping; dotted paths reach into nested objects
     (``{prompt: question, answer: solution}``). A column no row of the training file has is refused (a misspelt
-    optional one would read as absent on every row), and so is a null column (``{prompt:question}`` without
-    the space is one key, ``prompt:question``, holding null; typed ``str | None`` only to say so)."""
+    optional one would read as absent on every row). ``{prompt:question}`` without the space is one key,
+    ``prompt:question``, holding null, and on a line of its own it is one text: both are told how to write it."""
     task: str = "auto"
     """``math`` or ``code`` for every row, or ``auto``: the row's task column (verl ``ability``) if it says
     one, else ``code`` if the row has tests or its ``source``/``data_source`` contains "code", else ``math``."""
@@ -84,6 +90,11 @@ class FileSource:
         known = set().union(*COLUMNS.values())
         if unknown := sorted(set(self.fields) - known):
             raise ValueError(f"fields has unknown record fields {unknown}; known: {sorted(known)}")
+
+    @classmethod
+    def explain_type_error(cls, key: str, value: Any) -> str | None:
+        """What a wrongly typed ``path`` or ``fields`` usually means (the config check adds it to its error)."""
+        return type_hint(key, value)
 
     def records(self, seed: int, split: str) -> list[Record]:
         """All rows of the split's file as records (first ``limit`` rows if set)."""

@@ -19,26 +19,49 @@ _SHOWN_COLUMNS = 20  # a wide file's column list is cut to this many names
 
 
 def check_params(src: Any) -> None:
-    """``path`` and ``fields`` problems YAML lets through as null, and a ``quality_rank`` below 1.
+    """``path`` and ``fields`` values a config check lets through only from Python (``FileSource(path=None)``),
+    and a ``quality_rank`` below 1.
 
     Raises:
         ValueError: naming the key, what was given and what to write.
     """
-    if src.path is None:  # `path=` on a command line, `path:` in a file
-        raise ValueError(f"path is empty (null): give the data, e.g. path=data/train.jsonl ({PATH_FORMS})")
+    if src.path is None:
+        raise ValueError(_NULL_PATH)
     check_quality_rank(src)
     for key, column in src.fields.items():
         if column is None or not str(column).strip():
-            raise ValueError(f"fields: {key!r} maps to no column ({column!r}){_colon_hint(key)}")
+            raise ValueError(_no_column(key, column))
 
 
-def _colon_hint(key: str) -> str:
-    """``{prompt:question}`` is one YAML key, ``prompt:question``, with a null value: say how to split it."""
+def type_hint(key: str, value: Any) -> str | None:
+    """What a ``path`` or ``fields`` of the wrong type usually means, for the config check's type error:
+    ``path=`` (null) given empty; ``{prompt:question}`` (one key holding null) or, on a line of its own under
+    ``fields:``, ``prompt:question`` (one text) written without the space YAML needs after the colon."""
+    if key == "path" and value is None:
+        return _NULL_PATH
+    if key != "fields":
+        return None
+    if isinstance(value, str) and ":" in value:
+        return f"YAML read `{value}` as one text{_written_as(value)}"
+    if isinstance(value, dict):
+        empty = next((k for k, column in value.items() if column is None), None)
+        return None if empty is None else _no_column(str(empty), None)
+    return None
+
+
+_NULL_PATH = f"path is empty (null): give the data, e.g. path=data/train.jsonl ({PATH_FORMS})"
+
+
+def _no_column(key: str, column: Any) -> str:
     if ":" not in key:
-        return "; give the column it reads, or leave it out"
-    field, _, column = key.partition(":")
-    return (f"; YAML read `{key}` as one key: write `{{{field.strip()}: {column.strip()}}}`, with a space "
-            "after the colon")
+        return f"fields: {key!r} maps to no column ({column!r}); give the column it reads, or leave it out"
+    return f"fields: {key!r} maps to no column ({column!r}); YAML read `{key}` as one key{_written_as(key)}"
+
+
+def _written_as(text: str) -> str:
+    """How to write ``field:column`` (YAML needs a space after the colon of a mapping)."""
+    field, _, column = text.partition(":")
+    return f": write `{{{field.strip()}: {column.strip()}}}`, with a space after the colon"
 
 
 def check_mapped_columns(path: str, rows: list[tuple[int, Any]], fields: dict[str, str]) -> None:

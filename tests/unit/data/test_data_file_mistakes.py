@@ -75,17 +75,42 @@ def test_a_quality_rank_below_1_is_refused_at_compose_naming_the_key(tmp_path):
 
 
 def test_an_empty_path_says_so_and_what_to_give(tmp_path):
-    """``data.sources.0.path=`` said "expected str, got NoneType (None)"."""
+    """``data.sources.0.path=`` said "expected str, got NoneType (None)", and the type said null was allowed."""
     message = _compose_error(tmp_path, "label: x", "data.sources.0.path=")
-    assert "data.sources.0: source 'file': path is empty (null): give the data, e.g. path=data/train.jsonl" in message
+    assert ("data.sources.0.path: expected str, got null; path is empty (null): give the data, e.g. "
+            "path=data/train.jsonl") in message
 
 
 def test_a_fields_key_without_its_space_gets_the_yaml_hint(tmp_path):
     """``{prompt:question}`` is one YAML key holding null: it said "got dict ({'prompt:question': None})"."""
     message = _compose_error(tmp_path, "fields: {prompt:question}")
-    assert "write `{prompt: question}`, with a space after the colon" in message
+    assert "data.sources.0.fields: expected a mapping of str to str, got dict" in message
+    assert "YAML read `prompt:question` as one key: write `{prompt: question}`, with a space after the colon" in message
     with pytest.raises(ValueError, match=r"'answer' maps to no column \(None\); give the column it reads"):
         FileSource(path="x.jsonl", fields={"answer": None})
+    with pytest.raises(ValueError, match=r"path is empty \(null\)"):
+        FileSource(path=None)  # type: ignore[arg-type]  # from Python, where no config check ran
+
+
+def test_a_fields_line_without_its_space_gets_the_yaml_hint(tmp_path):
+    """On a line of its own under ``fields:``, ``prompt:question`` is one text: it got only the type error."""
+    from klear_lab.config.compose import compose
+
+    rows = _jsonl(tmp_path / "rows.jsonl", ROWS)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"base: {ROOT / 'experiments/quickstart/rl.yaml'}\ndata:\n  sources:\n    - name: file\n"
+                   f"      path: {rows}\n      fields:\n        prompt:question\n")
+    with pytest.raises(ConfigError) as err:
+        compose(exp)
+    assert str(err.value) == (f"{exp}: data.sources.0.fields: expected a mapping of str to str, got str "
+                              "('prompt:question'); YAML read `prompt:question` as one text: write "
+                              "`{prompt: question}`, with a space after the colon")
+
+
+def test_a_wrongly_typed_parameter_of_another_component_gets_no_hint(tmp_path):
+    """The hook is the file source's own: a null ``label`` is allowed, a text ``limit`` gets the type error alone."""
+    message = _compose_error(tmp_path, "limit: many")
+    assert message.endswith("data.sources.0.limit: expected int or null, got str ('many')")
 
 
 @pytest.mark.parametrize("indent", [None, 2], ids=["one_line", "pretty"])
