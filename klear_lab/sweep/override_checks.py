@@ -133,10 +133,11 @@ def _changes_the_trial(spec: SweepSpec, i: int, values: dict[str, Any], cfg: dic
     """Whether the override ``spec.overrides[i]`` changes the config ``cfg`` of the trial of axis ``values``:
     composed without it, the trial differs where it writes. A list written whole whose only change is the
     field an axis sets (``data.sources=[{name: arith_r1, n_prompts: 99}]`` beside an axis on
-    ``data.sources.0.n_prompts``) changes nothing: its other fields are what the trial had anyway."""
-    own = len(spec.overrides) - len(spec.cli_overrides)
-    without = dataclasses.replace(spec, overrides=[o for j, o in enumerate(spec.overrides) if j != i],
-                                  cli_overrides=[o for j, o in enumerate(spec.cli_overrides) if own + j != i])
+    ``data.sources.0.n_prompts``) changes nothing: its other fields are what the trial had anyway. Its
+    copies go with it (the same override in the spec and on the command line: each alone changes the trial)."""
+    item = spec.overrides[i]
+    without = dataclasses.replace(spec, overrides=[o for o in spec.overrides if o != item],
+                                  cli_overrides=[o for o in spec.cli_overrides if o != item])
     try:
         before = _trial_config(without, values)
     except ConfigError:  # the trial needs it (a list item's required field): it changes the trial

@@ -149,3 +149,15 @@ def test_a_list_written_whole_whose_only_change_is_the_axis_field_is_refused(tmp
         _check(load_spec(spec))
     other = "data.sources=[{name: arith, n_prompts: 99}]"  # another source: the trials keep it
     _check(load_spec(write_spec(tmp_path, axes=axes, overrides=[other])))
+
+
+def test_a_placeholder_list_given_in_the_spec_and_again_on_the_command_line_is_allowed(tmp_path):
+    """Dropping one copy left the other, so the override looked like it changed nothing and was refused with
+    the axis message (a review's nitpick): its copies are now dropped together."""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for f in (a, b):
+        f.write_text('{"prompt": "p", "answer": "1", "response": "r"}\n')
+    placeholder = f"data.sources=[{{name: file, path: {tmp_path / 'placeholder.jsonl'}, format: records}}]"
+    spec = write_spec(tmp_path, overrides=[placeholder], axes={"data.sources.0.path": [str(a), str(b)]})
+    _check(load_spec(spec))
+    _check(load_spec(spec, [placeholder]))
