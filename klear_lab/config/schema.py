@@ -151,8 +151,8 @@ class RLSection:
     """Prompts per optimizer update; B / this = updates per rollout batch (paper: 16 -> 8 updates)."""
     max_kept_prompts: int = 0
     """Train on at most this many of the groups the filter keeps, the first in generation order (0: all).
-    The paper generates 256 prompts and trains on the first 128 that survive (so every step takes
-    8 full updates, not a short last one of a few groups)."""
+    The paper's official scripts generate 256 prompts and train on the first 128 that survive (paper.md §4.4;
+    so every step takes 8 full updates, not a short last one of a few groups)."""
     micro_batch_seqs: int = 0
     """Sequences per forward/backward (gradient accumulation inside an update); 0 = whole minibatch."""
     logp_chunk_tokens: int = 0
@@ -174,13 +174,15 @@ class RLSection:
     """Rollout nucleus sampling; only 1 (off, the paper's) is accepted: the PPO ratio would be off-policy."""
     lr_schedule_unit: str = "update"
     """What the LR schedule counts (``optim.warmup_steps``, the cosine's length): ``update`` (each optimizer
-    update; the schedule assumes every group is kept) or ``rollout_step`` (verl, and so the paper's recipe:
-    its 10 warmup steps are 10 rollout steps, and groups a filter drops do not stretch the schedule)."""
+    update; the schedule assumes every group is kept) or ``rollout_step`` (verl's, which the paper's recipe runs
+    on: its 10 warmup steps are then 10 rollout steps, paper.md §4.4 not stating the unit; groups a filter
+    drops do not stretch the schedule)."""
     alpha: float = 0.1
     """Weight of the SFT loss on fully correct rollouts (paper Eq. 13: 0.1)."""
     entropy_coef: float = 0.0
-    """Weight of the entropy bonus (the loss subtracts it times the aggregated entropy; 0: none, as the paper).
-    A negative value penalises entropy instead; ``rl/entropy`` is logged as a per-token mean either way."""
+    """Weight of the entropy bonus (the loss subtracts it times the aggregated entropy; 0: none, as the
+    official code's ``entropy_coeff=0``, paper.md §1.4). A negative value penalises entropy instead;
+    ``rl/entropy`` is logged as a per-token mean either way."""
     kl_coef: float = 0.0
     """Weight of the KL-to-reference loss term (0: no reference model is kept; the paper's RL uses none)."""
     kl_estimator: str = "k3"

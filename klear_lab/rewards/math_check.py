@@ -1,8 +1,9 @@
 r"""Math answer equivalence with math-verify (registers nothing; torch-free, runs in pool workers).
 
-Mirrors the official Klear-Reasoner ``math_dapo.compute_score`` (arXiv 2508.07629, §3.1): a quick
-string match of the boxed answer against the ground truth, else
-``verify(parse("\\boxed{gt}"), parse(answer))``.
+Mirrors the official Klear-Reasoner ``math_dapo.compute_score`` (arXiv 2508.07629; paper.md §3.1): a quick
+string match against the ground truth, else ``verify(parse("\\boxed{gt}"), parse(answer))``. Its quick match
+compares the parsed answer; ours (:func:`exact_match`) the last ``\\boxed{}`` text before parsing, which
+saves the parse. Either way a match is the ground truth's own text; anything else goes to ``verify``.
 """
 
 from __future__ import annotations

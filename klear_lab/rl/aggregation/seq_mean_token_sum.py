@@ -17,7 +17,7 @@ class SeqMeanTokenSum:
     """``(1 / num_seqs) sum_i sum_t m_{i,t} l_{i,t}``: longer responses weigh more.
 
     verl ``agg_loss`` mode ``seq-mean-token-sum`` (no paper of its own; listed in
-    docs/paper.md Sec. 7); ``num_seqs`` is the optimizer batch's count of non-empty rows.
+    paper.md §7); ``num_seqs`` is the optimizer batch's count of non-empty rows.
     """
 
     def __call__(self, loss: Tensor, mask: Tensor, ctx: AggContext) -> Tensor:

@@ -19,7 +19,7 @@ class TokenMean:
     DAPO token-level loss (arXiv 2503.14476, Sec. 3.3, normaliser 1 / sum_i |o_i|); used by
     GPPO / Klear-Reasoner (arXiv 2508.07629, Sec. 2.4, Eq. 11). The denominator is
     ``ctx.num_tokens`` (global), as upstream verl's ``token-mean`` and TRL's ``dapo``; the
-    Klear-Reasoner fork normalises per micro-batch instead (docs/paper.md Sec. 2, caveat 5).
+    Klear-Reasoner fork normalises per micro-batch instead (paper.md §2, caveat 5).
     """
 
     def __call__(self, loss: Tensor, mask: Tensor, ctx: AggContext) -> Tensor:

@@ -33,7 +33,7 @@ class CISPOClip:
 
     Metrics: ``clipfrac_low`` = share of r < 1 - eps_low, ``clipfrac_high`` = share of
     r > 1 + eps_high (weight clipped, gradient kept).
-    Checked against docs/paper.md Sec. 7 (verl ``cispo``: bounds are deltas from 1).
+    Checked against paper.md §7 (verl ``cispo``: bounds are deltas from 1).
 
     Attributes:
         eps_low: The weight's lower bound is 1 - eps_low; in (0, 1], 1.0 = no lower bound.

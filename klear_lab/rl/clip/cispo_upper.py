@@ -29,7 +29,7 @@ class CISPOUpperClip:
     keeps its gradient ``-min(r, cap) A``. As with ``cispo`` the forward value scales with log pi.
 
     Metrics: ``clipfrac_high`` = share of r > cap; ``clipfrac_low`` is always 0.
-    Checked against docs/paper.md Sec. 7 (TRL ``clamp(coef_1, max=epsilon_high).detach()``).
+    Checked against paper.md §7 (TRL ``clamp(coef_1, max=epsilon_high).detach()``).
 
     Attributes:
         cap: Absolute upper bound on the importance weight r (not a distance from 1), >= 1 (TRL: 5.0).

@@ -40,7 +40,7 @@ class GPPOClip:
     clip (arXiv 1912.09729; official scripts use 10.0, the paper does not mention it): A < 0 and
     r > c gives the constant loss ``-c A`` with zero gradient.
 
-    Checked against the mask-based reference sketch in docs/paper.md Sec. 1.5 (itself matched to
+    Checked against the mask-based reference sketch in paper.md §1.5 (itself matched to
     the official ``compute_gppo_loss`` / ``compute_gppo_loss_general_beta``) and the case table of
     paper Eq. 12 (r 0.5, A -1 -> F 0.8; r 1.5, A +1 -> F 1.28).
 
