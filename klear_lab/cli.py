@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from klear_lab.cli_args import expand_user, parse_args
+from klear_lab.cli_config import config_command
 from klear_lab.distributed import joined_run_dir, record_rank_failure
 from klear_lab.errors import ConfigError, KlearError, interrupted
 from klear_lab.resume import RESUME_OVERRIDABLE
@@ -96,35 +97,6 @@ def _dry_run(cfg: dict, source: str | Path) -> int:
     problems = unsupported(dry_run(cfg, source))
     if problems:
         raise ConfigError(f"the plan above cannot run: {'; '.join(problems)}")
-    return 0
-
-
-def _config(args: argparse.Namespace) -> int:
-    from klear_lab.config.compose import compose
-    from klear_lab.config.yaml_io import dump_yaml
-
-    if args.keys is not None:
-        return _config_keys(args)
-    if not args.experiment:
-        raise KlearError("config: give an experiment YAML (e.g. experiments/quickstart/sft.yaml), or --keys "
-                         "[PREFIX] for what each key means")
-    cfg = compose(args.experiment, args.overrides)
-    sys.stdout.write(dump_yaml(cfg))
-    return 0
-
-
-def _config_keys(args: argparse.Namespace) -> int:
-    """``config --keys [PREFIX]``: each key under PREFIX, its value (the schema's default, or the experiment's
-    when one is given) and what it means (the schema's field docstrings; a component's own docstring)."""
-    from klear_lab.config.compose import compose
-    from klear_lab.config.show import print_key_table
-
-    if args.experiment and "=" in args.experiment and not os.path.exists(args.experiment):
-        args.overrides, args.experiment = [args.experiment, *args.overrides], None  # `--keys rl rl.alpha=0.3`
-    if args.keys.endswith((".yaml", ".yml")) and not args.experiment:
-        raise KlearError(f"--keys takes a key prefix, not {args.keys!r}: the experiment goes first, "
-                         "`klear-lab config EXPERIMENT --keys [PREFIX]`")
-    print_key_table(compose(args.experiment or None, args.overrides), args.keys, args.experiment, args.overrides)
     return 0
 
 
@@ -217,12 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "the keys (e.g. --keys rl, --keys rl.alpha) with their defaults and descriptions; after an "
                        "experiment, with its values.")
     p.add_argument("experiment", nargs="?", type=expand_user, help="experiment YAML (e.g. "
-                   "experiments/quickstart/sft.yaml)")
+                   "experiments/quickstart/sft.yaml); with --diff, also a config.yaml or a run directory")
     p.add_argument("overrides", nargs="*", default=[], help="key=value overrides (Hydra-style dotlist)")
     p.add_argument("--keys", nargs="?", const="", metavar="PREFIX",
                    help="list the config keys at or under PREFIX (all when omitted), each with its value and "
                    "description, instead of the YAML")
-    p.set_defaults(func=_config)
+    p.add_argument("--diff", type=expand_user, metavar="OTHER",
+                   help="instead of the YAML, the keys whose values differ from OTHER's (an experiment YAML, a "
+                   "config.yaml or a run directory; the overrides apply to the first), and whether each changes "
+                   "the config hash (a different run) or only names, seeds or tracking")
+    p.set_defaults(func=config_command)
     p = sub.add_parser("components", help="list registered components and their parameters")
     p.add_argument("axis", nargs="?", help="one axis (clip, reward, data_mix, difficulty_filter, ...), or the config "
                    "key naming one (rl.clip, data.filter, data.mix) or its last part (filter, mix, group_filter)")

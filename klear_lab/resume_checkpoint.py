@@ -88,28 +88,14 @@ def started_config(ckpt: Path) -> dict[str, Any] | None:
 
 
 def config_changes(before: dict[str, Any], after: dict[str, Any], limit: int = 5) -> str:
-    """``key: old -> new`` for each leaf of two configs that differs (dotted keys; a list is one leaf; a key
-    only one has: ``(unset)``), at most ``limit`` of them and a count of the rest; "" when none differ."""
-    flat_before, flat_after = _leaves(before), _leaves(after)
-    changed = [f"{key}: {_shown(flat_before, key)} -> {_shown(flat_after, key)}"
+    """``key: old -> new`` for each leaf of two configs that differs (dotted keys, a list of mappings item by
+    item; a key only one has: ``(unset)``), at most ``limit`` of them and a count of the rest; "" when none
+    differ."""
+    from klear_lab.config.flat import cut, flatten, value_text
+
+    flat_before, flat_after = flatten(before), flatten(after)
+    changed = [f"{key}: {cut(value_text(flat_before, key), 80)} -> {cut(value_text(flat_after, key), 80)}"
                for key in sorted(flat_before.keys() | flat_after.keys())
-               if flat_before.get(key, _UNSET) != flat_after.get(key, _UNSET)]
+               if value_text(flat_before, key) != value_text(flat_after, key)]
     more = f"; and {len(changed) - limit} more" if len(changed) > limit else ""
     return "; ".join(changed[:limit]) + more
-
-
-_UNSET = object()
-
-
-def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(node, dict) or not node:
-        return {prefix: node}
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        out |= _leaves(value, f"{prefix}.{key}" if prefix else str(key))
-    return out
-
-
-def _shown(flat: dict[str, Any], key: str, width: int = 80) -> str:
-    text = json.dumps(flat[key], default=str) if key in flat else "(unset)"
-    return text if len(text) <= width else text[:width - 3] + "..."

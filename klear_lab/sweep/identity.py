@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from klear_lab.config.flat import cut, flatten, value_text
 from klear_lab.sweep.spec import SweepSpec
 
 SHOWN = 6  # changed keys named in a refusal; the rest are counted
@@ -49,33 +50,13 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
         prefix = "" if part == "base" else "the model.init_from experiment's "
         was, now = flatten(old[part]), flatten(new[part])
         for key in sorted(was.keys() | now.keys()):
-            before, after = _shown(was, key), _shown(now, key)
-            if before != after:
+            before, after = value_text(was, key), value_text(now, key)
+            if before != after:  # compared whole: a long list differing only at its end differs
+                before, after = cut(before), cut(after)
                 changes.append(prefix + (_plugins_change(was.get(key), now.get(key), files) if key == "plugins"
                                          else f"{key}: {before} -> {after}"))
     more = f" and {len(changes) - SHOWN} more" if len(changes) > SHOWN else ""
     return "; ".join(changes[:SHOWN]) + more
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys of a nested config: mappings by key, lists of mappings or lists by index, other values
-    (a plugin list of code digests included) whole; empty mappings and lists leave no key."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) \
-        if isinstance(node, list) and any(isinstance(v, (dict, list)) for v in node) else None
-    if items is None:
-        return {} if node == [] else {prefix[:-1]: node}
-    out: dict[str, Any] = {}
-    for key, value in items:
-        out.update(flatten(value, f"{prefix}{key}."))
-    return out
-
-
-def _shown(flat: dict[str, Any], key: str) -> str:
-    """A value as a refusal shows it (JSON, NaN equal to itself), or ``(unset)``."""
-    if key not in flat:
-        return "(unset)"
-    text = json.dumps(flat[key], default=str, sort_keys=True)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plugins_change(before: Any, after: Any, files: dict[str, str]) -> str:

@@ -1,0 +1,69 @@
+"""``klear-lab config A --diff B``: the keys whose values differ between two configs (experiment files, saved
+``config.yaml`` files, run directories), and which of them change the config hash."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from klear_lab.cli import main
+from klear_lab.config.compose import compose
+from klear_lab.config.yaml_io import dump_yaml
+from klear_lab.config_diff import differences
+from klear_lab.resume_checkpoint import config_changes as resume_changes
+from klear_lab.sweep.identity import config_changes as study_changes
+
+ROOT = Path(__file__).resolve().parents[3]
+RL = ROOT / "experiments/quickstart/rl.yaml"
+
+
+def test_a_switched_clip_and_a_seed_are_told_apart_by_the_hash():
+    rows = differences(compose(RL, ["rl.clip=cispo", "run.seed=3"]), compose(RL))
+    assert rows == [("rl.clip.beta1", "(unset)", "1.0", True), ("rl.clip.beta2", "(unset)", "1.0", True),
+                    ("rl.clip.dual_clip_c", "(unset)", "null", True), ("rl.clip.name", '"cispo"', '"gppo"', True),
+                    ("rl.clip.only_high", "(unset)", "false", True), ("run.seed", "3", "0", False)]
+
+
+def test_a_list_of_sources_is_compared_item_by_item():
+    a = compose(RL, ["data.sources.0.n_prompts=7"])
+    (row,) = differences(a, compose(RL))
+    assert row[0] == "data.sources.0.n_prompts" and row[1] == "7" and row[3] is True
+
+
+def test_a_long_value_that_differs_only_past_what_is_shown_still_differs():
+    """The study's refusal compared values cut to 60 characters: a long list changed at its end read as equal."""
+    long_a, long_b = {"w": [1.0] * 30}, {"w": [1.0] * 29 + [2.0]}
+    (row,) = differences(long_a | {"run": {}}, long_b | {"run": {}})
+    assert row[0] == "w" and row[1].endswith("...") and row[3] is True
+    assert study_changes({"base": long_a}, {"base": long_b}).startswith("w: [1.0, 1.0")
+    assert resume_changes(long_a, long_b).startswith("w: [1.0")
+
+
+def test_cli_a_run_directory_against_its_experiment_is_the_same_config(tmp_path, capsys):
+    run = tmp_path / "runs" / "some-run"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(dump_yaml(compose(RL, ["run.name=renamed"])))
+    assert main(["config", str(RL), "--diff", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "1 key(s) differ (none changes the config hash: the same arm)" in out
+    assert "run.name" in out
+    assert main(["config", str(run / "config.yaml"), "--diff", str(run)]) == 0
+    assert "no differences: the same config" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["config", "--diff", str(RL)], "config --diff: give the config to compare first"),
+    (["config", str(RL), "--keys", "rl", "--diff", str(RL)], "--keys and --diff do not go together"),
+], ids=["no_first", "with_keys"])
+def test_cli_misuse_exits_2_saying_what_to_give(argv, said, capsys):
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_cli_a_directory_without_a_config_exits_2_naming_it(tmp_path, capsys):
+    assert main(["config", str(RL), "--diff", str(tmp_path)]) == 2
+    assert f"{tmp_path}: a directory without config.yaml" in capsys.readouterr().err
