@@ -1,4 +1,5 @@
-"""``klear-lab`` command line: train, resume, eval, config, components (+ sweep, compare, reproduce, dashboard).
+"""``klear-lab`` command line: train, resume, eval, runs, config, components (+ sweep, compare, reproduce,
+dashboard).
 
 Exit codes: 0 success, 2 bad input (config, data, CLI usage), 1 anything else.
 """

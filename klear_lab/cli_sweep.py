@@ -158,7 +158,7 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
                                           "--baseline, else the `baseline:` of the target: the spec file as it "
                                           "is now, or for a sweep directory the spec.yaml frozen when the sweep "
                                           "ran; the table's notes say which.")
-    p.add_argument("target", nargs="?", default=None,  # required: _compare_target (after --rescore too)
+    p.add_argument("target", nargs="?", default=None, metavar="TARGET",  # required: _compare_target (after --rescore)
                    help="sweep directory (sweep_runs/NAME: baseline from its frozen spec.yaml) or a "
                         "spec file (baseline from that file as it is now)")
     p.add_argument("--baseline", default=None, metavar="ARM",

@@ -221,8 +221,8 @@ def check_rl(cfg: dict[str, Any]) -> None:
             f"is {agg!r}, but clip {clip!r} clips whole sequences and its objective averages each "
             f"sequence's tokens: set rl.aggregation={SEQUENCE_AGGREGATION} (verl forces it); {agg!r} would "
             "weight sequences by their length")
-    require(rl["minibatch_prompts"] >= 1 and rl["prompts_per_step"] % rl["minibatch_prompts"] == 0,
-            "rl.minibatch_prompts",
+    require(rl["minibatch_prompts"] >= 1, "rl.minibatch_prompts", f"must be >= 1, got {rl['minibatch_prompts']}")
+    require(rl["prompts_per_step"] % rl["minibatch_prompts"] == 0, "rl.minibatch_prompts",
             f"({rl['minibatch_prompts']}) must divide rl.prompts_per_step ({rl['prompts_per_step']})")
     require(rl["steps"] >= 1, "rl.steps", f"must be >= 1, got {rl['steps']}")
     require(0 <= rl["max_kept_prompts"] <= rl["prompts_per_step"], "rl.max_kept_prompts",

@@ -64,6 +64,10 @@ def check_override_form(item: str, label: str = "command line") -> None:
     """Raise ``ConfigError`` unless ``item`` is ``key=value`` (a key before the first ``=``)."""
     if "=" not in item or item.startswith("="):
         raise ConfigError(f"{label}: override {item!r} must look like key=value")
+    key = override_key(item)
+    if "" in key.split("."):  # `.optim.lr=3` read as a key '' at the top level
+        raise ConfigError(f"{label}: override {item!r}: the key {key!r} has an empty part (a dot at its start or "
+                          "end, or two together); keys look like optim.lr")
 
 
 def dotlist_layer(overrides: list[str], label: str = "command line", base_dir: Path | None = None) -> Layer:

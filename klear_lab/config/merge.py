@@ -102,12 +102,21 @@ def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: 
     indices = f"{path}.0" if len(old) == 1 else f"{path}.0 to {path}.{len(old) - 1}"
     span = f"a list of {len(old)} item{'s' * (len(old) != 1)}: {indices}" if old \
         else f"an empty list: set it whole, {path}=[...]"
+    if value and not any(str(k).lstrip("-").isdigit() for k in value):  # `sources: {name: arith}`: an item alone
+        keys = ", ".join(map(str, value))
+        raise ConfigError(f"{label}: {path}: a mapping ({keys}) where a list is expected ({path} is {span}); "
+                          f"give the whole list, `{path}: [{{...}}]` in a file or {path}=[...] on a command line, "
+                          f"or one item's key, {path}.0.{next(iter(value))}")
     for key in value:
         if str(key) not in items:
-            what = "index out of range" if str(key).isdigit() and str(int(key)) == str(key) else "not an index"
+            what = "index out of range" if _is_index(key) else "not an index"
             raise ConfigError(f"{label}: {path}.{key}: {what} ({path} is {span})")
     _merge(items, {str(k): v for k, v in value.items()}, label, f"{path}.", provenance)
     return list(items.values())
+
+
+def _is_index(key: Any) -> bool:
+    return str(key).isdigit() and str(int(key)) == str(key)
 
 
 def _joined_plugins(old: list, new: list, label: str, provenance: dict[str, str]) -> list:

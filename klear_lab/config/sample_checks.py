@@ -16,9 +16,22 @@ def check_samples_per_source(ev: dict[str, Any]) -> None:
         ev["samples_per_source"] = {}
     for source, k in ev["samples_per_source"].items():
         key = f"eval.samples_per_source.{source}"
-        require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key, f"must be an integer >= 1, got {k!r}")
+        require(isinstance(k, int) and not isinstance(k, bool) and k >= 1, key,
+                f"must be an integer >= 1, got {k!r}{_dotted_label_hint(source, k)}")
         require(k == 1 or ev["temperature"] > 0, key,
                 f"is {k} with eval.temperature 0: greedy samples are all the same; set eval.temperature")
+
+
+def _dotted_label_hint(source: Any, k: Any) -> str:
+    """``eval.samples_per_source.bench.v2=4`` is read as ``{bench: {v2: 4}}`` (a dot splits keys): a source
+    named with a dot (a file ``bench.v2.jsonl``'s default label) is set as a mapping instead."""
+    if not (isinstance(k, dict) and len(k) == 1):
+        return ""
+    rest, value = next(iter(k.items()))
+    if isinstance(value, dict):  # more dots: name the whole label only for one
+        return ""
+    return (f"; a source named with a dot, {source}.{rest}, is set as a mapping: "
+            f"eval.samples_per_source={{{source}.{rest}: {value}}}")
 
 
 def check_labelled_samples(cfg: dict[str, Any]) -> None:

@@ -35,10 +35,20 @@ def _where(path: str, provenance: dict[str, str]) -> str:
 
 def _unknown(path: str, key: str, allowed: list[str], provenance: dict[str, str], what: str = "key") -> ConfigError:
     full = f"{path}{key}"
-    did = did_you_mean(key, allowed, prefix=path)
+    elsewhere = _in_other_sections(key, path) if what == "key" else []
+    did = f" (did you mean {elsewhere[0]!r}?)" if elsewhere else did_you_mean(key, allowed, prefix=path)
     said = f"unknown key {full!r}" if what == "key" else f"{full!r} is not a {what}"
     return ConfigError(f"{_where(full, provenance)}: {said}{did}; "
                        f"allowed under {path.rstrip('.') or 'top level'}: {', '.join(sorted(allowed))}")
+
+
+def _in_other_sections(key: str, path: str) -> list[str]:
+    """``SECTION.key`` for each top-level section other than ``path`` that has ``key``: ``rl.grad_clip`` is
+    ``optim.grad_clip`` (a closer spelling in the same section, ``rl.clip``, would mislead)."""
+    hints = typing.get_type_hints(ExperimentConfig)
+    return [f"{f.name}.{key}" for f in dataclasses.fields(ExperimentConfig)
+            if dataclasses.is_dataclass(hints[f.name]) and f"{f.name}." != path
+            and key in {g.name for g in dataclasses.fields(hints[f.name])}]
 
 
 def _check_section(node: Any, schema: type, path: str, provenance: dict[str, str]) -> None:
@@ -72,7 +82,8 @@ def _check_component(node: Any, axis: str, path: str, provenance: dict[str, str]
     if isinstance(node, str):
         node = {"name": node}
     if not isinstance(node, dict) or not isinstance(node.get("name"), str):
-        raise ConfigError(f"{_where(path, provenance)}: {path} must be a {axis} component "
+        where = provenance.get(f"{path}.name") or _where_node(path, provenance)  # a bad name: where it was set
+        raise ConfigError(f"{where}: {path} must be a {axis} component "
                           f"{{name: ..., params...}}; registered: {', '.join(registry.names())}")
     try:
         registry.get(node["name"])

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from klear_lab.errors import ConfigError
+from klear_lab.runnable import runnable_problem
 from klear_lab.sweep.baseline_checks import check_drawable_baseline
 from klear_lab.sweep.blame import check_trial_settings, unknown_axis
 from klear_lab.sweep.grid import (
@@ -124,51 +125,6 @@ def check_objective(spec: SweepSpec, kind: str, plugins: bool = False,
                                     f"{', '.join(METRIC_PREFIXES)} (e.g. val/acc)")
         elif not is_logged(name, kind):
             raise spec.err(key, unlogged_message(name, kind, clip_names or ()))
-
-
-def runnable_problem(cfg: dict[str, Any]) -> str | None:
-    """Why ``klear-lab train`` would refuse ``cfg`` before loading a model (None: it would not): Lightning
-    refusing its trainer settings here, or an RL config that cannot run on its devices.
-
-    The stage's own check (``prepare_rl`` calls ``multi_device_rl_problem`` first), so a sweep whose
-    arms cannot run stops before a study exists instead of failing every trial. ``strategy: auto`` is
-    checked as the trial process sees it: a fresh, non-interactive process (DDP), even when this sweep
-    runs in a notebook.
-    """
-    if cfg["run"]["kind"] not in ("sft", "rl"):
-        return None
-    if cfg["run"]["kind"] == "rl":
-        from klear_lab.distributed import multi_device_rl_problem
-
-        ddp = {**cfg["trainer"], "strategy": "ddp"} if cfg["trainer"]["strategy"] == "auto" else cfg["trainer"]
-        if problem := multi_device_rl_problem({**cfg, "trainer": ddp}):
-            return problem
-    return _trainer_problem(cfg["trainer"])
-
-
-_TRAINER_DEFAULTS = ("auto", "1", "auto", "32-true")  # trains on any machine: Lightning is not imported for it
-_TRAINER_PROBLEMS: dict[tuple[str, ...], str | None] = {}
-
-
-def _trainer_problem(trainer: dict[str, Any]) -> str | None:
-    """Lightning's refusal of the trainer's accelerator/devices/strategy/precision on this machine
-    (``stages.common.check_trainer``, which each trial calls first: ``trainer.devices=-1`` on a CPU), once
-    per combination. Not for an accelerator named outright (``gpu``): a GPU spec validated on a laptop passes,
-    as the paper-scale specs must; its trials say "no GPU" if it is run there."""
-    if str(trainer["accelerator"]) not in ("auto", "cpu"):
-        return None
-    settings = tuple(str(trainer[k]) for k in ("accelerator", "devices", "strategy", "precision"))
-    if settings == _TRAINER_DEFAULTS:
-        return None
-    if settings not in _TRAINER_PROBLEMS:
-        from klear_lab.stages.common import check_trainer
-
-        try:
-            check_trainer({"trainer": trainer})
-            _TRAINER_PROBLEMS[settings] = None
-        except ConfigError as exc:
-            _TRAINER_PROBLEMS[settings] = str(exc)
-    return _TRAINER_PROBLEMS[settings]
 
 
 def _check_base(spec: SweepSpec) -> dict[str, Any]:

@@ -242,8 +242,13 @@ def test_overrides_reach_into_a_list_set_on_the_same_command_line():
 
 @pytest.mark.parametrize("override, needle", [
     # a key that is not an index replaced the list of sources with one mapping
-    ("data.sources.name=arith_web", "data.sources.name: not an index (data.sources is a list of 1 item: "
-                                    "data.sources.0)"),
+    ("data.sources.name=arith_web", "command line: data.sources: a mapping (name) where a list is expected "
+                                    "(data.sources is a list of 1 item: data.sources.0); give the whole list"),
+    ("data.sources.0.name=5", "command line: data.sources.0 must be a source component"),  # was the file's fault
+    (".optim.lr=3", "override '.optim.lr=3': the key '.optim.lr' has an empty part"),  # was "unknown key ''"
+    ("optim..lr=3", "the key 'optim..lr' has an empty part"),
+    # a key of another section: the closest spelling in this one was suggested (rl.grad_clip: 'rl.clip')
+    ("sft.warmup_steps=3", "unknown key 'sft.warmup_steps' (did you mean 'optim.warmup_steps'?)"),
     ("data.sources.-1.n_prompts=5", "data.sources.-1: not an index"),
     ("data.sources.01.n_prompts=5", "data.sources.01: not an index"),
     ("plugins.0=x.py", "plugins.0: index out of range (plugins is an empty list: set it whole, plugins=[...])"),
@@ -430,3 +435,22 @@ def test_threads_composing_the_same_starting_experiment_at_once_see_no_circular_
         other_done.set()
         thread.join(30)
     assert not errors
+
+
+def test_a_list_given_as_one_mapping_in_a_file_says_a_list_is_expected(tmp_path):
+    """``data: {sources: {name: arith}}`` said "data.sources.name: not an index", as if an index was typed."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"base: {ROOT / 'experiments/quickstart/rl.yaml'}\ndata: {{sources: {{name: arith}}}}\n")
+    with pytest.raises(ConfigError) as err:
+        compose(exp)
+    assert str(err.value).startswith(f"{exp}: data.sources: a mapping (name) where a list is expected")
+
+
+def test_a_component_name_of_the_wrong_type_names_where_it_was_set(tmp_path):
+    """``rl: {clip: {name: 5}}`` in a file, or ``rl.clip.name=5``, was blamed on "schema defaults"."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"base: {ROOT / 'experiments/quickstart/rl.yaml'}\nrl: {{clip: {{name: 5}}}}\n")
+    with pytest.raises(ConfigError, match=rf"^{exp}: rl.clip must be a clip component"):
+        compose(exp)
+    with pytest.raises(ConfigError, match=r"^command line: rl.clip must be a clip component"):
+        compose(ROOT / "experiments/quickstart/rl.yaml", ["rl.clip.name=5"])

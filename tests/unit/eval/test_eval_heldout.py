@@ -155,6 +155,10 @@ def test_greedy_evaluation_is_argmax_decoding(world, reference_greedy):
     (["eval.samples_per_source.lcb_v5=0", "eval.temperature=0.6"],
      "eval.samples_per_source.lcb_v5 must be an integer >= 1"),
     (["eval.samples_per_source=8"], "eval.samples_per_source: expected dict or null, got int"),
+    # a file bench.v2.jsonl's label has a dot, which splits the key: said only "got {'v2': 4}"
+    (["eval.samples_per_source.bench.v2=4", "eval.temperature=0.6"], "eval.samples_per_source.bench must be an "
+     "integer >= 1, got {'v2': 4}; a source named with a dot, bench.v2, is set as a mapping: "
+     "eval.samples_per_source={bench.v2: 4}"),
 ])
 def test_bad_eval_sampling_is_refused(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):

@@ -112,3 +112,9 @@ def test_the_paper_spec_notes_its_model_and_engine_as_the_dry_run_does(tmp_path,
            "AVAILABLE HERE" in out
     if "Klear-Reasoner-8B-SFT (NOT AVAILABLE HERE" not in out:  # cached on this machine: nothing to note
         assert "note: models" not in out
+
+
+def test_the_sweep_refuses_an_unknown_attention_before_any_trial(tmp_path, capsys):
+    spec = write_spec(tmp_path)
+    assert main(["sweep", str(spec), "model.attn_implementation=nosuch", "--validate-only"]) == 2
+    assert "every trial would stop before training: model.attn_implementation 'nosuch'" in capsys.readouterr().err
