@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
-from klear_lab.data.records import Record
-from klear_lab.rewards.code_exec import CodeExecReward
+from bench_args import positive
+
+if TYPE_CHECKING:  # imported where used: a bad argument is refused before the heavy imports
+    from klear_lab.data.records import Record
+    from klear_lab.rewards.code_exec import CodeExecReward
 
 FUNCTION = "```python\ndef f(a, b):\n    return a + b\n```"
 PROGRAM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
@@ -23,6 +27,8 @@ PROGRAM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 
 def records(n_candidates: int, n_tests: int, stdio: bool) -> list[Record]:
     """``n_candidates`` records of ``n_tests`` sums, as function or program tests."""
+    from klear_lab.data.records import Record
+
     def test(k: int) -> dict:
         if stdio:
             return {"stdin": f"{k} {k + 1}\n", "stdout": f"{2 * k + 1}\n"}
@@ -46,10 +52,12 @@ def seconds_per_candidate(reward: CodeExecReward, answer: str, batch: list[Recor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tests", type=int, default=16, help="tests per candidate (the paper's cap is 16)")
-    parser.add_argument("--candidates", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=2, help="the reward's parallel sandboxes")
+    parser.add_argument("--tests", type=positive, default=16, help="tests per candidate (the paper's cap is 16)")
+    parser.add_argument("--candidates", type=positive, default=8)
+    parser.add_argument("--workers", type=positive, default=2, help="the reward's parallel sandboxes")
     args = parser.parse_args()
+    from klear_lab.rewards.code_exec import CodeExecReward
+
     print(f"{args.candidates} candidates x {args.tests} tests, {args.workers} sandboxes at a time")
     for kind, answer in (("function", FUNCTION), ("stdio", PROGRAM)):
         batch = records(args.candidates, args.tests, kind == "stdio")

@@ -21,13 +21,7 @@ import importlib.util
 import os
 import time
 
-import torch
-
-from klear_lab.errors import ConfigError
-from klear_lab.eval.engine import EvalEngine
-from klear_lab.eval.heldout import Sampling, evaluate
-from klear_lab.models.tokenizer import train_tokenizer
-from klear_lab.registry import MODEL, ROLLOUT, SOURCE
+from bench_args import non_negative, positive, positive_float
 
 
 class TokenCounter:
@@ -61,24 +55,36 @@ class TokenCounter:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="2m", choices=["2m", "10m", "30m"])
-    ap.add_argument("--problems", type=int, default=50)
-    ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=200, help="eval.batch_size of the generate engine")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--heads", type=int, default=0, help="attention heads (0 = the size's own)")
-    ap.add_argument("--kv-heads", type=int, default=0, help="key/value heads (0 = the size's own)")
-    ap.add_argument("--kv-cache-gib", type=float, default=1.0)
+    ap.add_argument("--problems", type=positive, default=50)
+    ap.add_argument("--samples", type=positive, default=8)
+    ap.add_argument("--max-new-tokens", type=positive, default=128)
+    ap.add_argument("--batch-size", type=positive, default=200, help="eval.batch_size of the generate engine")
+    ap.add_argument("--threads", type=positive, default=os.cpu_count() or 1)
+    ap.add_argument("--heads", type=non_negative, default=0, help="attention heads (0 = the size's own)")
+    ap.add_argument("--kv-heads", type=non_negative, default=0, help="key/value heads (0 = the size's own)")
+    ap.add_argument("--kv-cache-gib", type=positive_float, default=1.0)
     args = ap.parse_args()
+    import torch
+
+    from klear_lab.errors import ConfigError
+    from klear_lab.eval.engine import EvalEngine
+    from klear_lab.eval.heldout import Sampling, evaluate
+    from klear_lab.models.tokenizer import train_tokenizer
+    from klear_lab.registry import MODEL, ROLLOUT, SOURCE
+
     torch.set_num_threads(args.threads)
+    spec = {"name": "qwen2", "size": args.size, "max_position_embeddings": 1024, "num_heads": args.heads,
+            "num_kv_heads": args.kv_heads}
+    try:
+        model_builder = MODEL.build(spec)  # checks the head counts against the size, before any work
+    except ConfigError as exc:
+        ap.error(f"argument --heads/--kv-heads: {exc}")
 
     train = SOURCE.build({"name": "arith_r1", "n_prompts": 200}).records(0, "train")
     records = SOURCE.build({"name": "arith", "n_prompts": args.problems}).records(0, "eval")[: args.problems]
     tok = train_tokenizer([r.prompt + r.response for r in train], vocab_size=400)
     torch.manual_seed(0)
-    spec = {"name": "qwen2", "size": args.size, "max_position_embeddings": 1024, "num_heads": args.heads,
-            "num_kv_heads": args.kv_heads}
-    model = MODEL.build(spec).build(tok).eval()
+    model = model_builder.build(tok).eval()
     sampling = Sampling(samples=args.samples, temperature=0.6, top_p=0.95, seed=0)
     rewards = {"math": lambda completions, recs: [_Verdict() for _ in completions]}
 

@@ -20,10 +20,13 @@ import subprocess
 import sys
 import time
 
-import torch
+from bench_args import at_least, non_negative, positive
+
+HEADS = 4  # the benchmark model's attention heads: --hidden gives each at least one dimension
 
 
 def one_setting(args: argparse.Namespace, chunk: int) -> dict[str, float]:
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from klear_lab.rl.steps import response_logp
@@ -56,18 +59,21 @@ def one_setting(args: argparse.Namespace, chunk: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab", type=int, default=49152, help="vocabulary (SmolLM2 49152; Qwen3 151936)")
-    parser.add_argument("--tokens", type=int, default=1024, help="response tokens per sequence")
-    parser.add_argument("--prompt", type=int, default=64, help="prompt tokens per sequence")
-    parser.add_argument("--seqs", type=int, default=2, help="sequences per micro-batch (rl.micro_batch_seqs)")
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--chunks", type=int, nargs="+", default=[0, 512, 128], help="0 = whole responses")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--vocab", type=at_least(2), default=49152, help="vocabulary (SmolLM2 49152; Qwen3 151936)")
+    parser.add_argument("--tokens", type=positive, default=1024, help="response tokens per sequence")
+    parser.add_argument("--prompt", type=positive, default=64, help="prompt tokens per sequence")
+    parser.add_argument("--seqs", type=positive, default=2, help="sequences per micro-batch (rl.micro_batch_seqs)")
+    parser.add_argument("--hidden", type=at_least(HEADS), default=128)
+    parser.add_argument("--chunks", type=non_negative, nargs="+", default=[0, 512, 128], help="0 = whole responses")
+    parser.add_argument("--repeats", type=positive, default=2)
     parser.add_argument("--entropy-coef", type=float, default=0.01,
                         help="0: the entropy is only logged, computed outside autograd (rl.entropy_coef 0)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=positive, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # a child's setting
     args = parser.parse_args()
+    import torch
+
+    args.threads = args.threads or torch.get_num_threads()
     if args.one is not None:
         print(json.dumps(one_setting(args, args.one)))
         return
@@ -76,13 +82,21 @@ def main() -> None:
           f"{args.entropy_coef:g}")
     reference = None
     for chunk in args.chunks:
-        child = [sys.executable, __file__, *sys.argv[1:], "--one", str(chunk)]
-        out = json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+        name = "whole responses" if chunk == 0 else f"chunks of {chunk}"
+        out = measured_in_child(name, chunk)
         reference = reference or out
         diff = max(abs(a - b) for a, b in zip(out["logp"], reference["logp"]))
-        name = "whole responses" if chunk == 0 else f"chunks of {chunk}"
         print(f"{name:>18}: {out['s']:.3f} s ({out['s'] / reference['s']:.2f}x), peak {out['peak_mib']:,.0f} MiB "
               f"({out['peak_mib'] / reference['peak_mib']:.2f}x) on {out['device']}; max |logp diff| {diff:.1e}")
+
+
+def measured_in_child(name: str, chunk: int) -> dict:
+    """One setting's figures from a fresh process; exit with the tail of its stderr if it fails."""
+    child = [sys.executable, __file__, *sys.argv[1:], "--one", str(chunk)]
+    done = subprocess.run(child, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"the {name} setting failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 if __name__ == "__main__":

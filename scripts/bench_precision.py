@@ -16,25 +16,50 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench_args import comma_list, positive
 from bench_train import ROOT
 from bench_train import train_summary as train
+
+# what Lightning's Trainer(precision=...) takes as a string (lightning.fabric.connector); checked here so a typo
+# in the second precision is refused before the first one's runs, not minutes into the script
+PRECISIONS = ("64-true", "32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed", "transformer-engine",
+              "transformer-engine-float16", "64", "32", "16", "bf16")
+SIZES = ("2m", "10m", "30m")  # model.tiny.size (klear_lab.models.builders.qwen2.SIZES)
+
+
+def precision_list(text: str) -> list[str]:
+    """An argparse ``type=``: comma-separated precisions Lightning knows."""
+    precisions = comma_list(text)
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown precision {unknown[0]!r} (one of {', '.join(PRECISIONS)})")
+    return precisions
+
+
+def override(text: str) -> str:
+    """An argparse ``type=``: a ``KEY=VALUE`` config override."""
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
+    return text
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--accelerator", default="cpu", help="trainer.accelerator (cpu, gpu)")
-    ap.add_argument("--precisions", default="32-true,bf16-mixed", help="comma-separated; the first is the reference")
-    ap.add_argument("--size", default="2m", help="model.tiny.size of both runs (2m, 10m, 30m)")
-    ap.add_argument("--sft-steps", type=int, default=40)
-    ap.add_argument("--rl-steps", type=int, default=2)
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for the SFT runs")
+    ap.add_argument("--precisions", type=precision_list, default="32-true,bf16-mixed",
+                    help="comma-separated; the first is the reference")
+    ap.add_argument("--size", default="2m", choices=SIZES, help="model.tiny.size of both runs")
+    ap.add_argument("--sft-steps", type=positive, default=40)
+    ap.add_argument("--rl-steps", type=positive, default=2)
+    ap.add_argument("--set", type=override, nargs="*", default=[], metavar="KEY=VALUE",
+                    help="more overrides for the SFT runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench_runs" / "precision")
     args = ap.parse_args()
     common = [f"trainer.accelerator={args.accelerator}", "trainer.devices=1", f"model.tiny.size={args.size}"]
     if args.size != "2m":  # the quickstart SFT's 12 heads are the 2m width's; other sizes take their presets'
         common += ["model.tiny.num_heads=0", "model.tiny.num_kv_heads=0"]
     rows = []
-    for precision in args.precisions.split(","):
+    for precision in args.precisions:
         tag = precision.replace("-", "_")
         sft = train("experiments/quickstart/sft.yaml", f"sft_{tag}",
                     [*common, f"trainer.precision={precision}", f"sft.max_steps={args.sft_steps}",

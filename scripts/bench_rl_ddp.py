@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench_args import at_least, non_negative, positive
 from bench_train import ROOT, train_summary
 
 
@@ -28,9 +29,9 @@ def run(devices: int, steps: int, out: Path, seed: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=0, help="run.seed of both RL runs (the SFT start is shared)")
-    ap.add_argument("--devices", type=int, default=2, help="ranks of the DDP run (compared with 1)")
+    ap.add_argument("--steps", type=positive, default=20)
+    ap.add_argument("--seed", type=non_negative, default=0, help="run.seed of both RL runs (the SFT start is shared)")
+    ap.add_argument("--devices", type=at_least(2), default=2, help="ranks of the DDP run (compared with 1), >= 2")
     ap.add_argument("--out", type=Path, default=ROOT / "bench_runs" / "rl_ddp")
     args = ap.parse_args()
     rows = []

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
-from klear_lab.rl.hf_sampling import SampleLogProbs, one_hot_scores
+from bench_args import positive
 
 
 def per_step(fn, steps: int) -> float:
@@ -31,12 +29,17 @@ def per_step(fn, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=64, help="sequences per generate call (rl.rollout.batch_size)")
-    parser.add_argument("--vocab", type=int, nargs="+", default=[300, 49152, 151936],
+    parser.add_argument("--rows", type=positive, default=64, help="sequences per generate call (rl.rollout.batch_size)")
+    parser.add_argument("--vocab", type=positive, nargs="+", default=[300, 49152, 151936],
                         help="vocabulary sizes (tiny quickstart, SmolLM2, Qwen3)")
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--steps", type=positive, default=50)
+    parser.add_argument("--threads", type=positive, default=None, help="torch threads (default: torch's own)")
     args = parser.parse_args()
+    import torch
+
+    from klear_lab.rl.hf_sampling import SampleLogProbs, one_hot_scores
+
+    args.threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(args.threads)
     print(f"{args.rows} rows, {args.steps} steps, {args.threads} torch threads")
     print(f"{'vocab':>8} {'multinomial ms':>15} {'per-row draw + argmax ms':>25} {'ratio':>6}")

@@ -15,7 +15,8 @@ forked from the preloaded server (``trial_start: preloaded``, the default; its s
 or a fresh interpreter. Reported: trials/s of the worker phase (validation and imports of the sweep
 process excluded), the same in steady state (each worker's first trial left out: it also waits for
 the preloaded server) and the 2-vs-1 ratios (target >= 1.8x on 2 cores). ``--cores`` pins this process
-(and its trials) to the first N CPUs.
+(and its trials) to the first N CPUs. SIGTERM stops the running sweep process (its trials with it) and
+removes the temporary directory, as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from bench_args import cpu_count, positive, usable_cpus
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
@@ -38,6 +41,8 @@ TINY_SFT = ["data.sources.0.n_prompts=400", "data.eval_sources.0.n_prompts=16", 
             "trainer.checkpoint=false", "sft.tokens_per_micro_batch=1000"]
 QUICKSTART = REPO / "sweeps" / "quickstart.yaml"
 SHORT_RL = ["data.eval_sources.0.n_prompts=100", "rl.eval_every=0", "trainer.checkpoint=false"]
+STOP_GRACE_S = 30  # a stopped sweep process's time to stop its trials (their own grace: TRIAL_GRACE_S) and exit
+TRIAL_GRACE_S = "20"  # KLEAR_SWEEP_TERM_GRACE_S of the sweep processes, unless set (the sweep's default is 120 s)
 
 
 def synthetic(cfg: dict, callbacks: list | None = None) -> dict:
@@ -97,10 +102,39 @@ def write_spec(tmp: Path, name: str, args: argparse.Namespace, workers: int, pin
 
 
 def run_one(spec_path: Path, workers: int) -> tuple[float, int, int, float]:
-    """(worker-phase seconds, trials completed, threads per trial, steady trials/s), in a new process."""
-    out = subprocess.run([sys.executable, str(HERE), "--one", str(spec_path), str(workers)],
-                         stdout=subprocess.PIPE, text=True, check=True)
-    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
+    """(worker-phase seconds, trials completed, threads per trial, steady trials/s), in a new process. Interrupted
+    (SIGTERM: :func:`exit_on_sigterm`, or Ctrl-C), it stops that process and its trials before it returns."""
+    with subprocess.Popen([sys.executable, str(HERE), "--one", str(spec_path), str(workers)],
+                          stdout=subprocess.PIPE, text=True) as child:
+        try:
+            out, _ = child.communicate()
+        except BaseException:
+            stop_sweep_process(child)
+            raise
+    if child.returncode:
+        sys.exit(f"the sweep process of {spec_path.stem} failed (exit {child.returncode}); its output is above")
+    return tuple(json.loads(out.strip().splitlines()[-1]))
+
+
+def stop_sweep_process(child: subprocess.Popen) -> None:
+    """SIGTERM a sweep process (it stops its trials: ``klear_lab/sweep/terminate.py``) and wait for it; SIGKILL
+    it after :data:`STOP_GRACE_S` (its trials die with it: ``trial.die_with``)."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM handler of the script: exit as Ctrl-C would, through the ``with`` blocks, so the sweep process is
+    stopped (:func:`run_one`) and the temporary directory removed. The default action left both behind."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    print("bench_sweep_workers: SIGTERM: stopping the sweep process and removing its files", file=sys.stderr,
+          flush=True)
+    raise SystemExit(128 + signum)
 
 
 def steady_rate(trials: list, workers: int) -> float:
@@ -121,6 +155,7 @@ def one_sweep(spec_path: Path, workers: int) -> None:
     from klear_lab.sweep.queue import count, prepare_study
     from klear_lab.sweep.spec import load_spec
     from klear_lab.sweep.storage import StudyLock, default_storage_url, open_study
+    from klear_lab.sweep.terminate import SweepTerminated
     from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
 
     spec = load_spec(spec_path)
@@ -135,7 +170,10 @@ def one_sweep(spec_path: Path, workers: int) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     start = time.perf_counter()
     launcher.warm_up(spec.trial_start, spec.runner)  # a sweep starts its preloaded server here too
-    run_workers(ctx)
+    try:
+        run_workers(ctx)
+    except SweepTerminated:  # SIGTERM (from run_one's stop_sweep_process): the trials are stopped
+        sys.exit(128 + signal.SIGTERM)
     seconds = time.perf_counter() - start
     done = count(study, (optuna.trial.TrialState.COMPLETE,))
     print(json.dumps([seconds, done, threads or 0, steady_rate(study.get_trials(), workers)]), flush=True)
@@ -156,10 +194,12 @@ def print_summary(title: str, rates: list[list[float]], repeats: int, cores: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runner", choices=["real", "rl", "quickstart", "synthetic"], default="real")
-    parser.add_argument("--arms", type=int, default=4, help="grid size (optim.lr values, 1 seed; not for quickstart)")
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps (rl: rollout steps) per trial")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; medians are reported")
-    parser.add_argument("--cores", type=int, default=2, help="pin to the first N CPUs (0 = no pinning)")
+    parser.add_argument("--arms", type=positive, default=4,
+                        help="grid size (optim.lr values, 1 seed; not for quickstart)")
+    parser.add_argument("--steps", type=positive, default=20, help="optimizer steps (rl: rollout steps) per trial")
+    parser.add_argument("--repeats", type=positive, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--cores", type=cpu_count, default=min(2, usable_cpus()),
+                        help="pin to the first N CPUs (0 = no pinning; default 2, or 1 on a 1-CPU machine)")
     parser.add_argument("--trial-start", choices=["preloaded", "fresh", "both"], default="preloaded",
                         help="how trials start; both = every configuration each way, interleaved")
     parser.add_argument("--one", nargs=2, metavar=("SPEC", "WORKERS"), help=argparse.SUPPRESS)
@@ -167,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         one_sweep(Path(args.one[0]), int(args.one[1]))
         return 0
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    os.environ.setdefault("KLEAR_SWEEP_TERM_GRACE_S", TRIAL_GRACE_S)
     if args.cores:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
     import optuna

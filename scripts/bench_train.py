@@ -21,4 +21,6 @@ def train_summary(experiment: str, name: str, overrides: list[str], out: Path) -
     if done.returncode:
         sys.exit(f"{name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     runs = sorted(out.glob(f"{name}-*/summary.json"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        sys.exit(f"{name} finished but wrote no {out}/{name}-*/summary.json")
     return json.loads(runs[-1].read_text())
