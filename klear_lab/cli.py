@@ -37,8 +37,10 @@ def _train(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(cfg, args.experiment)
     from klear_lab.run import run_experiment
+    from klear_lab.tracking import launched_by
 
-    result = run_experiment(cfg, hold_start=True)  # runs and sweeps starting from it wait for it
+    with launched_by(["klear-lab", "train", args.experiment, *args.overrides]):
+        result = run_experiment(cfg, hold_start=True)  # runs and sweeps starting from it wait for it
     _run_done()
     if joined_run_dir() is None:  # DDP ranks > 0 run this command again: rank 0 reports
         print_result(result)
@@ -68,7 +70,10 @@ def _eval(args: argparse.Namespace) -> int:
     cfg = eval_config(args.target, args.overrides)
     if args.dry_run:
         return _dry_run(cfg, args.target)
-    result = run_experiment(cfg)
+    from klear_lab.tracking import launched_by
+
+    with launched_by(["klear-lab", "eval", args.target, *args.overrides]):
+        result = run_experiment(cfg)
     _run_done()
     print_result(result)
     return 0

@@ -5,6 +5,7 @@ word it alike."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,11 @@ def fix_the_code(run_dir: Path, sweep: str | None) -> str:
     if not files:  # a plugin module or package: the saved config imports the fixed code
         return f"fix {what} first: a rerun would repeat it; then klear-lab train {config}"
     experiment = saved.get("experiment")
-    again = [f"from its experiment with the same overrides: {_from_where_it_started(run_dir, experiment)}klear-lab "
-             f"train {experiment} KEY=VALUE ..."] if experiment else []
+    command = _started_by(run_dir)
+    again = [f"the command that started it: {_from_where_it_started(run_dir, command[2])}{shlex.join(command)}"
+             ] if command else [f"from its experiment with the same overrides: "
+                                f"{_from_where_it_started(run_dir, experiment)}klear-lab train {experiment} KEY=VALUE "
+                                "..."] if experiment else []
     if files == named:  # no kept copy named: a copy of the config runs the plugin files
         again.append(f"from a copy of the config under another name: cp {config} fixed.yaml && klear-lab train "
                      "fixed.yaml")
@@ -81,6 +85,19 @@ def _saved_run(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     saved = saved if isinstance(saved, dict) else {}
     run, plugins = saved.get("run"), saved.get("plugins")
     return (run if isinstance(run, dict) else {}), [str(p) for p in plugins] if isinstance(plugins, list) else []
+
+
+def _started_by(run_dir: Path) -> list[str] | None:
+    """The ``klear-lab train EXPERIMENT ...`` command ``run.json`` records (runs since the fifty-first session),
+    where it names an experiment, not a saved ``config.yaml`` (whose rerun runs the kept plugin copy again)."""
+    from klear_lab.resume import read_record
+
+    try:
+        command = read_record(run_dir / "run.json").get("command")
+    except Exception:  # noqa: BLE001 - a damaged record: the advice goes without it
+        return None
+    ok = isinstance(command, list) and len(command) >= 3 and all(isinstance(t, str) for t in command)
+    return command if ok and command[1] == "train" and Path(command[2]).name != "config.yaml" else None
 
 
 def _from_where_it_started(run_dir: Path, experiment: str) -> str:

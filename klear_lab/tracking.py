@@ -9,6 +9,7 @@ final HF checkpoint), ``wandb/`` and, only once the run completed, ``summary.jso
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import csv
 import hashlib
@@ -19,6 +20,7 @@ import shutil
 import time
 import unicodedata
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -252,15 +254,32 @@ def run_id_of(run_dir: Path) -> str:
     return name[-RUN_ID_CHARS:].replace(".", "-")
 
 
+LAUNCH_COMMAND: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("launch_command", default=None)
+"""The ``klear-lab`` command line that starts this run (set by the CLI; a sweep's trials and notebooks have none)."""
+
+
+@contextlib.contextmanager
+def launched_by(command: list[str]) -> Iterator[None]:
+    """Record ``command`` (``klear-lab train EXP KEY=VALUE ...``, as typed) in the ``run.json`` of the run
+    started within: what the config alone does not say, which overrides were given."""
+    token = LAUNCH_COMMAND.set(tuple(command))
+    try:
+        yield
+    finally:
+        LAUNCH_COMMAND.reset(token)
+
+
 def identity_of(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """What names a run: ``git_commits`` gets one commit per attempt (:func:`klear_lab.attempts.saved_identity`)."""
-    run, commit = cfg["run"], git_commit()
+    """What names a run: ``git_commits`` gets one commit per attempt (:func:`klear_lab.attempts.saved_identity`);
+    ``command``, where the CLI started it (:func:`launched_by`)."""
+    run, commit, command = cfg["run"], git_commit(), LAUNCH_COMMAND.get()
     return {
         "run_id": run_id_of(run_dir),
         "run_dir": str(run_dir), "config_hash": config_hash(cfg), "git_commit": commit, "git_commits": [commit],
         "group": run["group"] or run["name"], "job_type": run["job_type"] or run["kind"],
         "tags": [*run["tags"], *component_tags(cfg)], "seed": run["seed"], "experiment": run["experiment"],
         "software": [software_versions()], "work_dir": str(Path.cwd()),  # relative data paths are read from it
+        **({"command": list(command)} if command else {}),
     }
 
 

@@ -290,9 +290,11 @@ def test_token_mean_averages_a_short_step_over_its_own_micro_batches(tiny_sft_ov
 
 def test_a_diverged_run_stops_and_is_recorded_as_failed(tmp_path, tiny_sft_overrides, capsys):
     """``optim.lr=1e30`` made every weight NaN, and the run said "completed" with exit 0 (found by a probe)."""
-    code = main(["train", QUICKSTART, *tiny_sft_overrides, "optim.lr=1e30", "optim.min_lr=0", "optim.warmup_steps=0"])
+    args = [QUICKSTART, *tiny_sft_overrides, "optim.lr=1e30", "optim.min_lr=0", "optim.warmup_steps=0"]
+    code = main(["train", *args])
     assert code == 1
     assert "training diverged: train/grad_norm is nan at step" in capsys.readouterr().err
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed" and "diverged" in record["error"]
+    assert record["command"] == ["klear-lab", "train", *args]  # the overrides, which the config alone does not say

@@ -98,3 +98,20 @@ def test_a_relative_experiment_is_run_from_the_directory_the_run_started_in(tmp_
     assert "with the same overrides: klear-lab train exp/rl.yaml KEY=VALUE" in advice(run)
     monkeypatch.chdir(run)
     assert f"with the same overrides: cd {tmp_path} && klear-lab train exp/rl.yaml KEY=VALUE" in advice(run)
+
+
+def test_a_run_that_records_its_command_is_told_to_run_it_again(tmp_path, monkeypatch):
+    """Its overrides were "KEY=VALUE ...": ``run.json`` now records the command that started the run."""
+    plugin = str(tmp_path / "short_reward.py")
+    run = make_run(tmp_path / "runs", "shortrw-1", [plugin], plugin)
+    record = json.loads((run / "run.json").read_text())
+    command = ["klear-lab", "train", "exp/rl.yaml", "rl.steps=3", "run.name=two words"]
+    (run / "run.json").write_text(json.dumps({**record, "work_dir": str(tmp_path), "command": command}))
+    monkeypatch.chdir(tmp_path)
+    assert "so rerun the command that started it: klear-lab train exp/rl.yaml rl.steps=3 'run.name=two words'; or " \
+           "from a copy of the config" in advice(run)
+    monkeypatch.chdir(run)
+    assert f"started it: cd {tmp_path} && klear-lab train exp/rl.yaml" in advice(run)
+    rerun = ["klear-lab", "train", str(run / "config.yaml")]  # a rerun of a saved config runs the kept copy again
+    (run / "run.json").write_text(json.dumps({**record, "command": rerun}))
+    assert "from its experiment with the same overrides: klear-lab train /work/exp/rl.yaml KEY=VALUE" in advice(run)
