@@ -4,25 +4,59 @@ runs (the config hash) rather than the same run under another name, seed or W&B 
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from klear_lab.config.flat import cut, flatten, value_text
+from klear_lab.config.flat import cut_pair, flatten, value_text
 from klear_lab.errors import ConfigError
 
 
 def resolved(target: str, overrides: list[str] | None = None) -> dict[str, Any]:
-    """The config ``target`` names, composed as ``train`` would: an experiment YAML, a saved ``config.yaml``,
-    or a run directory (its ``config.yaml``)."""
+    """The config ``target`` names as its run records it: an experiment YAML composed as ``train`` would (a
+    ``model.init_from`` resolved to its starting point's newest completed run, as the run does when it starts),
+    a saved ``config.yaml``, or a run directory (its ``config.yaml``). The ``.py`` plugins it imports are
+    forgotten again, so that two versions of one plugin (a run's kept copy, the file edited since) can be
+    compared in one process."""
     from klear_lab.config.compose import compose
+    from klear_lab.starting_point import with_start_looked_up
 
     path = Path(target)
     if path.is_dir():
         if not (path / "config.yaml").is_file():
-            raise ConfigError(f"{target}: a directory without config.yaml; give an experiment YAML, a config.yaml "
-                              "or a run directory")
+            sweep = " (a sweep's: give one of its trials, under runs/)" if (path / "spec.yaml").is_file() else ""
+            raise ConfigError(f"{target}: a directory without config.yaml{sweep}; give an experiment YAML, a "
+                              "config.yaml or a run directory")
         path = path / "config.yaml"
-    return compose(path, overrides or [])
+    with _file_plugins_forgotten():
+        return with_start_looked_up(compose(path, overrides or []), read_data=False)
+
+
+@contextlib.contextmanager
+def _file_plugins_forgotten() -> Iterator[None]:
+    """Undo what ``.py`` plugin files imported within registered (their modules too); built-ins and
+    installed plugin packages stay, as a fresh process would import them again alike."""
+    from klear_lab.plugins import FILE_MODULE_PREFIX
+    from klear_lab.registry import REGISTRIES
+
+    for registry in REGISTRIES.values():
+        registry.load_builtins()
+    before = {axis: registry.snapshot() for axis, registry in REGISTRIES.items()}
+    modules = set(sys.modules)
+    try:
+        yield
+    finally:
+        for axis, registry in REGISTRIES.items():
+            registry.restore({name: entry for name, entry in registry.snapshot().items()
+                              if name in before[axis] or not _from_file(entry, FILE_MODULE_PREFIX)})
+        for name in [m for m in set(sys.modules) - modules if m.startswith(FILE_MODULE_PREFIX)]:
+            del sys.modules[name]
+
+
+def _from_file(entry: Any, prefix: str) -> bool:
+    return str(getattr(getattr(entry, "component_function", entry), "__module__", "")).startswith(prefix)
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
@@ -37,7 +71,7 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, st
     for key in sorted(flat_a.keys() | flat_b.keys()):
         text_a, text_b = value_text(flat_a, key), value_text(flat_b, key)
         if text_a != text_b:
-            rows.append((key, cut(text_a), cut(text_b), value_text(hashed_a, key) != value_text(hashed_b, key)))
+            rows.append((key, *cut_pair(text_a, text_b), value_text(hashed_a, key) != value_text(hashed_b, key)))
     return rows
 
 

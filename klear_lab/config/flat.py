@@ -29,3 +29,21 @@ def value_text(flat: dict[str, Any], key: str) -> str:
 def cut(text: str, chars: int = 60) -> str:
     """``text`` cut to ``chars`` characters with "..." (for showing only: compare the whole text)."""
     return text if len(text) <= chars else text[:chars - 3] + "..."
+
+
+def cut_pair(a: str, b: str, chars: int = 60) -> tuple[str, str]:
+    """Two different values cut to ``chars`` characters each so that where they differ shows: from a little
+    before their first differing character (two paths ending ``_v1.parquet`` and ``_v2.parquet``, two run
+    directories differing in their hash) rather than both cut to the same start."""
+    if len(a) <= chars and len(b) <= chars:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = 0 if first < chars - 10 else first - 20
+    return _window(a, start, chars), _window(b, start, chars)
+
+
+def _window(text: str, start: int, chars: int) -> str:
+    head = "..." if start > 0 else ""
+    room = chars - len(head)
+    body = text[start:]
+    return head + (body if len(body) <= room else body[:room - 3] + "...")

@@ -104,9 +104,9 @@ def _merge_into_list(old: list, value: dict, label: str, path: str, provenance: 
         else f"an empty list: set it whole, {path}=[...]"
     if value and not any(str(k).lstrip("-").isdigit() for k in value):  # `sources: {name: arith}`: an item alone
         keys = ", ".join(map(str, value))
+        item = f", or one item's key, {path}.0.{next(iter(value))}" if old and isinstance(old[0], dict) else ""
         raise ConfigError(f"{label}: {path}: a mapping ({keys}) where a list is expected ({path} is {span}); "
-                          f"give the whole list, `{path}: [{{...}}]` in a file or {path}=[...] on a command line, "
-                          f"or one item's key, {path}.0.{next(iter(value))}")
+                          f"give the whole list, `{path}: [...]` in a file or {path}=[...] on a command line{item}")
     for key in value:
         if str(key) not in items:
             what = "index out of range" if _is_index(key) else "not an index"

@@ -9,6 +9,7 @@ components. Components are instantiated once here, so value checks in their ``__
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import types
 import typing
@@ -42,12 +43,19 @@ def _unknown(path: str, key: str, allowed: list[str], provenance: dict[str, str]
                        f"allowed under {path.rstrip('.') or 'top level'}: {', '.join(sorted(allowed))}")
 
 
+_ONE_KIND_SECTIONS = ("rl", "sft")  # read by one kind of run: `sft.steps` is not meant as `rl.steps`
+
+
 def _in_other_sections(key: str, path: str) -> list[str]:
-    """``SECTION.key`` for each top-level section other than ``path`` that has ``key``: ``rl.grad_clip`` is
-    ``optim.grad_clip`` (a closer spelling in the same section, ``rl.clip``, would mislead)."""
+    """``SECTION.key`` for each top-level section other than ``path`` that has ``key``, where every kind of run
+    reads it: ``rl.grad_clip`` is ``optim.grad_clip`` (a closer spelling in the same section, ``rl.clip``, would
+    mislead). Not ``rl``/``sft`` (another kind's setting, refused next) nor ``name`` (``run.name`` is no
+    model's or section's name)."""
+    if key == "name":
+        return []
     hints = typing.get_type_hints(ExperimentConfig)
     return [f"{f.name}.{key}" for f in dataclasses.fields(ExperimentConfig)
-            if dataclasses.is_dataclass(hints[f.name]) and f"{f.name}." != path
+            if dataclasses.is_dataclass(hints[f.name]) and f"{f.name}." != path and f.name not in _ONE_KIND_SECTIONS
             and key in {g.name for g in dataclasses.fields(hints[f.name])}]
 
 
@@ -113,8 +121,9 @@ def _explained(exc: ConfigError, component: type, key: str, value: Any) -> Confi
     """``exc`` with what the component says a wrongly typed ``value`` of its parameter ``key`` usually means,
     where it defines ``explain_type_error(key, value) -> str | None`` (a classmethod): a null ``path`` is an
     empty ``path=``, a text ``fields`` a mapping written without its space. The types stay what they are."""
-    explain = getattr(component, "explain_type_error", None)
-    hint = explain(key, value) if callable(explain) else None
+    declared = inspect.getattr_static(component, "explain_type_error", None)
+    explain = component.explain_type_error if isinstance(declared, (classmethod, staticmethod)) else None
+    hint = explain(key, value) if explain else None  # an ordinary method would need an instance: not asked
     return ConfigError(f"{exc}; {hint}") if hint else exc
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from klear_lab.config.flat import cut, flatten, value_text
+from klear_lab.config.flat import cut_pair, flatten, value_text
 from klear_lab.sweep.spec import SweepSpec
 
 SHOWN = 6  # changed keys named in a refusal; the rest are counted
@@ -52,7 +52,7 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
         for key in sorted(was.keys() | now.keys()):
             before, after = value_text(was, key), value_text(now, key)
             if before != after:  # compared whole: a long list differing only at its end differs
-                before, after = cut(before), cut(after)
+                before, after = cut_pair(before, after)
                 changes.append(prefix + (_plugins_change(was.get(key), now.get(key), files) if key == "plugins"
                                          else f"{key}: {before} -> {after}"))
     more = f" and {len(changes) - SHOWN} more" if len(changes) > SHOWN else ""

@@ -54,7 +54,7 @@ class FileSource:
     """The data: a ``.jsonl``/``.json``/``.parquet`` file (relative to the working directory; ``~`` expands),
     a ``datasets.save_to_disk`` directory, or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split.
     Required: null (``path=`` with nothing after it) is refused when the config is checked, saying what to
-    give (:meth:`explain_type_error`), an empty text when the file is read."""
+    give, and an empty text when the file is read."""
     eval_path: str | None = None
     """What the ``eval`` split (``data.eval_sources``) reads, in the forms of ``path``; None = ``path``."""
     format: str = "auto"

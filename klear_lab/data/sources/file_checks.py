@@ -59,9 +59,13 @@ def _no_column(key: str, column: Any) -> str:
 
 
 def _written_as(text: str) -> str:
-    """How to write ``field:column`` (YAML needs a space after the colon of a mapping)."""
-    field, _, column = text.partition(":")
-    return f": write `{{{field.strip()}: {column.strip()}}}`, with a space after the colon"
+    """How to write ``field:column`` (YAML needs a space after the colon of a mapping); several such lines
+    under ``fields:`` are read as one text, ``prompt:q answer:a``."""
+    pairs = [part.partition(":") for part in text.split()]
+    if len(pairs) < 2 or not all(colon for _, colon, _ in pairs):
+        pairs = [text.partition(":")]
+    mapping = ", ".join(f"{field.strip()}: {column.strip()}" for field, _, column in pairs)
+    return f": write `{{{mapping}}}`, with a space after each colon"
 
 
 def check_mapped_columns(path: str, rows: list[tuple[int, Any]], fields: dict[str, str]) -> None:

@@ -246,9 +246,17 @@ def test_overrides_reach_into_a_list_set_on_the_same_command_line():
                                     "(data.sources is a list of 1 item: data.sources.0); give the whole list"),
     ("data.sources.0.name=5", "command line: data.sources.0 must be a source component"),  # was the file's fault
     (".optim.lr=3", "override '.optim.lr=3': the key '.optim.lr' has an empty part"),  # was "unknown key ''"
+    ("optim.betas.beta1=0.9", "optim.betas: a mapping (beta1) where a list is expected (optim.betas is a list of 2 "
+                              "items: optim.betas.0 to optim.betas.1); give the whole list, `optim.betas: [...]` in a "
+                              "file or optim.betas=[...] on a command line"),  # no `optim.betas.0.beta1`: floats
+    (" =3", "override ' =3' must look like key=value"),
     ("optim..lr=3", "the key 'optim..lr' has an empty part"),
     # a key of another section: the closest spelling in this one was suggested (rl.grad_clip: 'rl.clip')
     ("sft.warmup_steps=3", "unknown key 'sft.warmup_steps' (did you mean 'optim.warmup_steps'?)"),
+    ("sft.max_new_tokens=64", "unknown key 'sft.max_new_tokens' (did you mean 'eval.max_new_tokens'?)"),
+    # but not another kind's section (refused next) nor run.name: the section's own near spelling stays
+    ("sft.steps=2", "unknown key 'sft.steps' (did you mean 'sft.max_steps'?)"),
+    ("model.name=Qwen/Qwen3-8B", "unknown key 'model.name'; allowed under model"),
     ("data.sources.-1.n_prompts=5", "data.sources.-1: not an index"),
     ("data.sources.01.n_prompts=5", "data.sources.01: not an index"),
     ("plugins.0=x.py", "plugins.0: index out of range (plugins is an empty list: set it whole, plugins=[...])"),

@@ -38,9 +38,17 @@ def test_a_long_value_that_differs_only_past_what_is_shown_still_differs():
     """The study's refusal compared values cut to 60 characters: a long list changed at its end read as equal."""
     long_a, long_b = {"w": [1.0] * 30}, {"w": [1.0] * 29 + [2.0]}
     (row,) = differences(long_a | {"run": {}}, long_b | {"run": {}})
-    assert row[0] == "w" and row[1].endswith("...") and row[3] is True
-    assert study_changes({"base": long_a}, {"base": long_b}).startswith("w: [1.0, 1.0")
-    assert resume_changes(long_a, long_b).startswith("w: [1.0")
+    assert row[0] == "w" and row[3] is True
+    assert row[1].startswith("...") and row[1].endswith(", 1.0]") and row[2].endswith(", 2.0]")  # where they differ
+    assert study_changes({"base": long_a}, {"base": long_b}) == f"w: {row[1]} -> {row[2]}"
+    assert resume_changes(long_a, long_b).endswith("1.0, 2.0]")
+
+
+def test_two_paths_that_differ_near_their_end_show_where():
+    """Both were shown cut to the same 57 characters."""
+    a = {"data": {"path": "/data/klear/shared/datasets/math/openr1_math_220k_filtered_v1.parquet"}}
+    (row,) = differences(a, {"data": {"path": a["data"]["path"].replace("_v1", "_v2")}})
+    assert row[1:3] == ('...math_220k_filtered_v1.parquet"', '...math_220k_filtered_v2.parquet"')
 
 
 def test_cli_a_run_directory_against_its_experiment_is_the_same_config(tmp_path, capsys):
@@ -67,3 +75,38 @@ def test_cli_misuse_exits_2_saying_what_to_give(argv, said, capsys):
 def test_cli_a_directory_without_a_config_exits_2_naming_it(tmp_path, capsys):
     assert main(["config", str(RL), "--diff", str(tmp_path)]) == 2
     assert f"{tmp_path}: a directory without config.yaml" in capsys.readouterr().err
+
+
+CLIP_PLUGIN = '''
+from dataclasses import dataclass
+from klear_lab.registry import CLIP
+
+@CLIP.register("diff_test_clip")
+@dataclass(frozen=True)
+class Clip:
+    """Test plugin ({version})."""
+    eps: float = {eps}
+    def __call__(self, logp, old_logp, adv, mask):
+        raise NotImplementedError
+'''
+
+
+def test_two_versions_of_a_plugin_are_compared_in_one_process(tmp_path, registries_restored, capsys):
+    """A run's kept copy and the file edited since both register the clip: the second failed with "already
+    registered" (exit 2) instead of the table (a review)."""
+    kept, edited = tmp_path / "kept" / "my_clip.py", tmp_path / "my_clip.py"
+    kept.parent.mkdir()
+    kept.write_text(CLIP_PLUGIN.format(version="as the run kept it", eps=0.2))
+    edited.write_text(CLIP_PLUGIN.format(version="edited", eps=0.3))
+    common = ["rl.clip=diff_test_clip"]
+    assert main(["config", str(RL), f"plugins=[{kept}]", *common, "--diff", str(RL)]) == 0  # loads the kept copy
+    capsys.readouterr()
+    run = tmp_path / "run"
+    run.mkdir()
+    from klear_lab.config_diff import resolved
+
+    (run / "config.yaml").write_text(dump_yaml(resolved(str(RL), [f"plugins=[{kept}]", *common])))
+    assert main(["config", str(RL), f"plugins=[{edited}]", *common, "--diff", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "2 key(s) differ (2 of them change the config hash)" in out
+    assert "rl.clip.eps" in out and "plugins" in out

@@ -20,12 +20,14 @@ SFT = str(ROOT / "experiments/quickstart/sft.yaml")
 
 @pytest.mark.parametrize("override, said", [
     ("model.attn_implementation=nosuch", "model.attn_implementation 'nosuch': transformers knows no such attention"),
-    ("trainer.devices=-1", "trainer.devices=-1 trainer.strategy='auto' trainer.precision='32-true': Lightning cannot"),
-    ("trainer.strategy=fsdp", "The strategy `fsdp` requires a GPU accelerator"),
+    # on the CPU by name: with `auto`, a machine with a GPU would train with both
+    ("trainer.accelerator=cpu trainer.devices=-1", "trainer.devices=-1 trainer.strategy='auto' trainer.precision="
+                                                   "'32-true': Lightning cannot"),
+    ("trainer.accelerator=cpu trainer.strategy=fsdp", "The strategy `fsdp` requires a GPU accelerator"),
 ], ids=["attention", "devices", "fsdp_on_cpu"])
 def test_the_dry_run_refuses_what_the_run_refuses(override, said, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["train", SFT, override, "--dry-run"]) == 2
+    assert main(["train", SFT, *override.split(), "--dry-run"]) == 2
     assert said in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 

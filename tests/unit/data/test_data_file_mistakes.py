@@ -85,7 +85,8 @@ def test_a_fields_key_without_its_space_gets_the_yaml_hint(tmp_path):
     """``{prompt:question}`` is one YAML key holding null: it said "got dict ({'prompt:question': None})"."""
     message = _compose_error(tmp_path, "fields: {prompt:question}")
     assert "data.sources.0.fields: expected a mapping of str to str, got dict" in message
-    assert "YAML read `prompt:question` as one key: write `{prompt: question}`, with a space after the colon" in message
+    assert ("YAML read `prompt:question` as one key: write `{prompt: question}`, with a space after each "
+            "colon") in message
     with pytest.raises(ValueError, match=r"'answer' maps to no column \(None\); give the column it reads"):
         FileSource(path="x.jsonl", fields={"answer": None})
     with pytest.raises(ValueError, match=r"path is empty \(null\)"):
@@ -104,7 +105,15 @@ def test_a_fields_line_without_its_space_gets_the_yaml_hint(tmp_path):
         compose(exp)
     assert str(err.value) == (f"{exp}: data.sources.0.fields: expected a mapping of str to str, got str "
                               "('prompt:question'); YAML read `prompt:question` as one text: write "
-                              "`{prompt: question}`, with a space after the colon")
+                              "`{prompt: question}`, with a space after each colon")
+
+
+def test_several_fields_lines_without_their_space_are_split_in_the_hint():
+    """``prompt:q`` and ``answer:a`` on lines of their own read as one text: the hint mapped prompt to "q answer:a"."""
+    from klear_lab.data.sources.file_checks import type_hint
+
+    assert type_hint("fields", "prompt:q answer:a") == ("YAML read `prompt:q answer:a` as one text: write "
+                                                         "`{prompt: q, answer: a}`, with a space after each colon")
 
 
 def test_a_wrongly_typed_parameter_of_another_component_gets_no_hint(tmp_path):
@@ -166,3 +175,23 @@ def test_a_wrapped_json_with_fields_says_it_wants_rows(tmp_path):
     path.write_text(json.dumps({"data": [{"question": "1+1?", "final": "2"}] * 3}))
     with pytest.raises(DataError, match=r"the file is one JSON object .*its 'data' holds 3 objects"):
         FileSource(path=str(path), fields={"prompt": "question", "answer": "final"}).records(0, "train")
+
+
+def test_an_ordinary_method_named_explain_type_error_is_not_called(tmp_path, registries_restored):
+    """A plugin defining it without @classmethod crashed validation with a TypeError traceback (a review)."""
+    from dataclasses import dataclass
+
+    from klear_lab.config.compose import compose
+    from klear_lab.registry import SOURCE
+
+    @SOURCE.register("explain_method_source")
+    @dataclass(frozen=True)
+    class Source:
+        limit: int = 1
+
+        def explain_type_error(self, key, value):  # no @classmethod: needs an instance
+            return "never asked"
+
+    with pytest.raises(ConfigError) as err:
+        compose(ROOT / "experiments/quickstart/sft.yaml", ["data.sources=[{name: explain_method_source, limit: x}]"])
+    assert str(err.value).endswith("data.sources.0.limit: expected int, got str ('x')")
