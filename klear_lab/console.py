@@ -28,3 +28,15 @@ def shown_path(path: str | os.PathLike) -> str:
 
     path, cwd = Path(path), Path.cwd()
     return str(path.relative_to(cwd)) if path.is_absolute() and path.is_relative_to(cwd) and path != cwd else str(path)
+
+
+def say(line: str) -> None:
+    """``print`` for progress lines that may outlive their reader: where stdout is a pipe that closed (``| head``,
+    a terminal gone), later lines go to /dev/null instead of raising ``BrokenPipeError`` in whichever thread
+    prints next, which stopped a sweep's workers and left the trials they had claimed marked running."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own advice: the interpreter's last flush then succeeds
+        os.close(devnull)

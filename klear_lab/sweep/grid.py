@@ -139,6 +139,15 @@ def enqueue_params(arm: Arm, seed: int) -> dict[str, Any]:
     return {**{k: encode(v) for k, v in arm.values}, SEED_PARAM: seed}
 
 
+def _as_label(raw: str, labels: list[str]) -> str:
+    """``optim.weight_decay=0.3``, an override's form, for the arm labelled ``weight_decay=0.3``: say so."""
+    key, _, value = raw.partition("=")
+    short = f"{key.rsplit('.', 1)[-1]}={value}"
+    if short in labels:
+        return f" (did you mean {short!r}? a label names an axis by its last part; or give {{{key}: {value}}})"
+    return ""
+
+
 def resolve_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
     """The baseline arm's label: ``baseline:`` as a label or as {axis key: value}; default first arm."""
     raw = spec.baseline
@@ -146,7 +155,7 @@ def resolve_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
         return labels[0] if labels else None
     if isinstance(raw, str):
         if labels and raw not in labels:
-            raise spec.err("baseline", f"no arm is labelled {raw!r}; arms: {', '.join(labels)}")
+            raise spec.err("baseline", f"no arm is labelled {raw!r}; arms: {', '.join(labels)}{_as_label(raw, labels)}")
         return raw
     if not isinstance(raw, dict):
         raise spec.err("baseline", f"expected an arm label or {{axis key: value}}, got {raw!r}")

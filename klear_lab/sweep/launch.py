@@ -10,6 +10,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from klear_lab.console import say
 from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
@@ -50,7 +51,7 @@ JOIN_WAIT_S = 600
 def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, workers: int | None = None,
               join: bool = False, validate_only: bool = False, wandb_export: bool = False,
               compare: bool = True, name: str | None = None, out_dir: str | Path | None = None,
-              log: Any = print) -> int:
+              log: Any = say) -> int:
     """Run (or resume, or join) the sweep of ``spec_path``; return the exit code.
 
     Args:

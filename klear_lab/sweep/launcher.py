@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from klear_lab.run_owner import process_start
 from klear_lab.sweep.spec import DEFAULT_RUNNER, SweepSpec
-from klear_lab.sweep.trial import forked_main
+from klear_lab.sweep.trial import SERVER_BLOCKED, forked_main
 
 # every trial builds Lightning callbacks (record.py, pruning.py), whatever its runner: Lightning and torch
 # are imported by every trial, so they are imported here once (5 s per trial on the 2-core CPU otherwise)
@@ -133,8 +133,10 @@ def sigterm_blocked() -> Iterator[None]:
     """SIGTERM blocked in this thread while it starts the preloaded server, which keeps the mask: ``scancel``
     signals every process of the job, and a server it ended took with it the news of how its forked trials
     ended (the workers saw them fail at once; the sweep exited and killed them before their checkpoints).
-    Each forked trial unblocks it (``trial.forked_main``); the server ends when the sweep process does."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    Each forked trial unblocks it (``trial.forked_main``); the server ends when the sweep process does.
+    SIGINT too: a Ctrl-C while the server still imports its modules printed their ~40-line traceback (it
+    ignores SIGINT only once they are imported, which discards the blocked one); the sweep says what happened."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKED)
     try:
         yield
     finally:

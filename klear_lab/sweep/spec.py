@@ -11,7 +11,8 @@ A spec names a base experiment, the axes to vary and how to run them::
       data.mix.k: {values: [1, 2, 4, 0], labels: [top1, top2, top4, all]}
       optim.lr: {low: 1.0e-4, high: 1.0e-2, log: true}   # tpe/random only
     seeds: [0, 1]                       # replicates per arm (run.seed)
-    objective: {metric: val/acc, direction: maximize}
+    objective: {metric: val/acc, direction: maximize}   # direction may be left out for an accuracy, reward
+                                        # or gain (maximize), not for a loss or anything else
     metrics: [train/loss]               # extra columns of the comparison table
     baseline: {rl.clip.name: ppo}       # or an arm label such as "clip=ppo" (tpe/random: not with a
                                         # float range without a step, whose every draw is a new arm)

@@ -74,10 +74,26 @@ def parse_objective(path: Path, raw: Any) -> tuple[str, str]:
     if not isinstance(raw, dict) or not isinstance(raw.get("metric"), str):
         raise ConfigError(f"{path}: objective: expected {{metric: NAME, direction: maximize|minimize}}, "
                           f"got {raw!r}")
+    if "direction" not in raw and _lower_may_be_better(raw["metric"]):
+        raise ConfigError(f"{path}: objective: {raw['metric']!r} has no direction, and the default, maximize, would "
+                          "pick the arm with the highest; give it: {metric: " + raw["metric"] + ", direction: "
+                          "minimize} (or maximize)")
     direction = raw.get("direction", "maximize")
     if direction not in DIRECTIONS:
         raise ConfigError(f"{path}: objective.direction: expected maximize or minimize, got {direction!r}")
     return raw["metric"], direction
+
+
+_LOWER_MAY_BE_BETTER = ("loss", "drawdown", "len", "norm", "entropy", "kl", "time", "error", "nll", "perplexity",
+                        "clip", "frac", "_s")
+
+
+def _lower_may_be_better(metric: str) -> bool:
+    """Whether ``metric`` may be one a sweep minimizes (a loss, a length, a drawdown, a time, a clip fraction),
+    so that the default direction, maximize, must not be assumed: ``train/loss`` was maximized. An accuracy,
+    reward or gain keeps the default (a misspelt name is refused later, with a did-you-mean)."""
+    last = metric.rsplit("/", 1)[-1]
+    return any(word in last for word in _LOWER_MAY_BE_BETTER)
 
 
 def parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:

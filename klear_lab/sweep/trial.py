@@ -248,6 +248,10 @@ def progress_bars_without_a_semaphore() -> None:
     tqdm.set_lock(threading.RLock())
 
 
+SERVER_BLOCKED = {signal.SIGTERM, signal.SIGINT}
+"""Signals blocked in the preloaded trial server (``launcher.sigterm_blocked``), unblocked in each trial."""
+
+
 def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> None:
     """Entry point of a trial forked from the preloaded server (see ``launcher.py``).
 
@@ -255,7 +259,7 @@ def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> 
     working directory (also on ``sys.path``), torch threads from ``OMP_NUM_THREADS`` (torch was
     imported before the environment changed, so its default would be the server's).
     """
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # the server's block (launcher.sigterm_blocked)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKED)  # the server's block (launcher.sigterm_blocked)
     _redirect_output(log_path)
     os.environ.clear()
     os.environ.update(env)

@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from klear_lab.console import say
 from klear_lab.errors import INTERRUPTED, ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep.claim import beating, claimed_trial, fail_stale, take_trial, trial_values
@@ -59,7 +60,7 @@ class WorkerContext:
     workers: int
     threads: int | None
     stop: threading.Event = field(default_factory=threading.Event)
-    log: Callable[[str], None] = print
+    log: Callable[[str], None] = say
     poll_s: float = 2.0
     progress: Progress | None = None
     failed_in_a_row: int = 0  # trials of this process, any worker; a finished one resets it

@@ -146,3 +146,19 @@ def test_a_trial_killed_by_ctrl_c_of_its_sweep_is_recorded_as_interrupted(tmp_pa
     (row,) = list_runs([run_dir])
     assert row.status == "failed" and row.note.startswith("interrupted (Ctrl-C) -> sweep trial: run the sweep again")
     assert resume_config(run_dir)["optim"]["lr"] == 0.002
+
+
+def test_a_ctrl_c_while_the_trial_server_imports_prints_no_traceback_of_it(tmp_path):
+    """Ctrl-C reaches the whole process group; the preloaded server, still importing torch & co., printed a
+    ~40-line KeyboardInterrupt traceback beside the sweep's own lines (found by a new-user walkthrough)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    proc = subprocess.Popen([sys.executable, "-m", "klear_lab.cli", "sweep", str(_spec(tmp_path, "preloaded"))],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    for line in proc.stdout:  # the study is set up: the server has been importing for a few seconds
+        if "enqueued now" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "forkserver" not in err and "Traceback" not in err, err[-3000:]

@@ -77,6 +77,18 @@ def test_a_misspelt_objective_key_gets_a_did_you_mean(tmp_path, objective, said)
     assert said in _error(_edit(write_spec(tmp_path), objective=objective))
 
 
+@pytest.mark.parametrize("objective", ["train/loss", {"metric": "train/loss"}, {"metric": "val/acc_drawdown"}])
+def test_an_objective_that_is_no_accuracy_needs_its_direction(tmp_path, objective):
+    """``objective: train/loss`` was maximized (the default): the table starred the worst arm, a pruner pruned
+    the best trials (found by a new-user walkthrough)."""
+    metric = objective if isinstance(objective, str) else objective["metric"]
+    assert f"objective: {metric!r} has no direction, and the default, maximize, would pick the arm with the " \
+           f"highest; give it: {{metric: {metric}, direction: minimize}}" in _error(
+               _edit(write_spec(tmp_path), objective=objective))
+    load_spec(_edit(write_spec(tmp_path), objective={"metric": metric, "direction": "minimize"}))
+    load_spec(_edit(write_spec(tmp_path), objective="val/acc"))  # an accuracy: maximize, as before
+
+
 def test_a_misspelt_wandb_key_gets_a_did_you_mean(tmp_path):
     """It said "wandb: expected {project, group}, got {'projet': 'p'}"."""
     msg = _error(_edit(write_spec(tmp_path), wandb={"projet": "p"}))
@@ -612,3 +624,10 @@ def test_a_sweep_started_before_evaluation_names_were_counted_still_continues(tm
     (tmp_path / "out" / longer / "sweep.json").write_text("{}")
     assert main(["sweep", str(path), "--validate-only", "--name", longer]) == 2
     assert "a trial's run directory would be named like" in capsys.readouterr().err
+
+
+def test_a_baseline_in_the_form_of_an_override_is_pointed_to_its_label(tmp_path):
+    """``baseline: optim.lr=0.002`` (how overrides are written) listed the arms without saying which was meant."""
+    msg = _error(_edit(write_spec(tmp_path), baseline="optim.lr=0.002"))
+    assert "no arm is labelled 'optim.lr=0.002'; arms: lr=0.001, lr=0.002, lr=0.003 (did you mean 'lr=0.002'? a " \
+           "label names an axis by its last part; or give {optim.lr: 0.002})" in msg
