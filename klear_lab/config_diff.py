@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from klear_lab.config.flat import cut_pair, flatten, value_text
+from klear_lab.config.flat import changed_keys, cut_pair, flatten, value_text
 from klear_lab.errors import ConfigError
 
 
@@ -67,12 +67,8 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, st
 
     flat_a, flat_b = flatten(a), flatten(b)
     hashed_a, hashed_b = flatten(hashed_body(a)), flatten(hashed_body(b))
-    rows = []
-    for key in sorted(flat_a.keys() | flat_b.keys()):
-        text_a, text_b = value_text(flat_a, key), value_text(flat_b, key)
-        if text_a != text_b:
-            rows.append((key, *cut_pair(text_a, text_b), value_text(hashed_a, key) != value_text(hashed_b, key)))
-    return rows
+    return [(key, *cut_pair(text_a, text_b), value_text(hashed_a, key) != value_text(hashed_b, key))
+            for key, text_a, text_b in changed_keys(flat_a, flat_b)]
 
 
 def print_differences(a_label: str, b_label: str, a: dict[str, Any], b: dict[str, Any]) -> None:

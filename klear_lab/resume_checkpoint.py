@@ -91,11 +91,9 @@ def config_changes(before: dict[str, Any], after: dict[str, Any], limit: int = 5
     """``key: old -> new`` for each leaf of two configs that differs (dotted keys, a list of mappings item by
     item; a key only one has: ``(unset)``), at most ``limit`` of them and a count of the rest; "" when none
     differ."""
-    from klear_lab.config.flat import cut_pair, flatten, value_text
+    from klear_lab.config.flat import changed_keys, cut_pair, flatten
 
-    flat_before, flat_after = flatten(before), flatten(after)
-    pairs = [(key, value_text(flat_before, key), value_text(flat_after, key))
-             for key in sorted(flat_before.keys() | flat_after.keys())]
-    changed = ["{}: {} -> {}".format(key, *cut_pair(was, now, 80)) for key, was, now in pairs if was != now]
+    changed = ["{}: {} -> {}".format(key, *cut_pair(was, now, 80))
+               for key, was, now in changed_keys(flatten(before), flatten(after))]
     more = f"; and {len(changed) - limit} more" if len(changed) > limit else ""
     return "; ".join(changed[:limit]) + more

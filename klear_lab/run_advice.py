@@ -47,11 +47,12 @@ def fix_the_code(run_dir: Path, sweep: str | None) -> str:
     if not files:  # a plugin module or package: the saved config imports the fixed code
         return f"fix {what} first: a rerun would repeat it; then klear-lab train {config}"
     experiment = saved.get("experiment")
-    command = _started_by(run_dir)
-    again = [f"the command that started it: {_from_where_it_started(run_dir, command[2])}{shlex.join(command)}"
-             ] if command else [f"from its experiment with the same overrides: "
-                                f"{_from_where_it_started(run_dir, experiment)}klear-lab train {experiment} KEY=VALUE "
-                                "..."] if experiment else []
+    again = []
+    if command := _started_by(run_dir):
+        again.append(f"the command that started it: {_from_where_it_started(run_dir, command[2])}{shlex.join(command)}")
+    elif experiment:
+        again.append(f"from its experiment with the same overrides: {_from_where_it_started(run_dir, experiment)}"
+                     f"klear-lab train {experiment} KEY=VALUE ...")
     if files == named:  # no kept copy named: a copy of the config runs the plugin files
         again.append(f"from a copy of the config under another name: cp {config} fixed.yaml && klear-lab train "
                      "fixed.yaml")

@@ -2,14 +2,16 @@
 must be >= 1, got 0``) before any heavy import or work, not a traceback minutes into a run.
 
 Imported as a sibling (``from bench_args import at_least``), as ``bench_train`` is: the scripts run as
-``python scripts/bench_x.py``, which puts ``scripts/`` on ``sys.path``. Standard library only.
+``python scripts/bench_x.py``, which puts ``scripts/`` on ``sys.path``. Standard library and
+``klear_lab.hardware`` only.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
+
+from klear_lab.hardware import cpu_cores as usable_cpus  # the affinity mask; no heavy imports
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -41,14 +43,6 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def comma_list(text: str) -> list[str]:

@@ -26,9 +26,11 @@ def value_text(flat: dict[str, Any], key: str) -> str:
     return json.dumps(flat[key], default=str, sort_keys=True) if key in flat else UNSET
 
 
-def cut(text: str, chars: int = 60) -> str:
-    """``text`` cut to ``chars`` characters with "..." (for showing only: compare the whole text)."""
-    return text if len(text) <= chars else text[:chars - 3] + "..."
+def changed_keys(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(key, A's text, B's text) of each key two :func:`flatten`-ed configs hold differently, in key order,
+    compared whole (cut them for showing with :func:`cut_pair`)."""
+    texts = ((key, value_text(a, key), value_text(b, key)) for key in sorted(a.keys() | b.keys()))
+    return [(key, text_a, text_b) for key, text_a, text_b in texts if text_a != text_b]
 
 
 def cut_pair(a: str, b: str, chars: int = 60) -> tuple[str, str]:

@@ -62,9 +62,9 @@ def override_key(item: str) -> str:
 
 def check_override_form(item: str, label: str = "command line") -> None:
     """Raise ``ConfigError`` unless ``item`` is ``key=value`` (a key before the first ``=``)."""
-    if "=" not in item or not override_key(item):
-        raise ConfigError(f"{label}: override {item!r} must look like key=value")
     key = override_key(item)
+    if "=" not in item or not key:
+        raise ConfigError(f"{label}: override {item!r} must look like key=value")
     if "" in key.split("."):  # `.optim.lr=3` read as a key '' at the top level
         raise ConfigError(f"{label}: override {item!r}: the key {key!r} has an empty part (a dot at its start or "
                           "end, or two together); keys look like optim.lr")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from klear_lab.config.flat import cut_pair, flatten, value_text
+from klear_lab.config.flat import changed_keys, cut_pair, flatten
 from klear_lab.sweep.spec import SweepSpec
 
 SHOWN = 6  # changed keys named in a refusal; the rest are counted
@@ -49,12 +49,9 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
             continue
         prefix = "" if part == "base" else "the model.init_from experiment's "
         was, now = flatten(old[part]), flatten(new[part])
-        for key in sorted(was.keys() | now.keys()):
-            before, after = value_text(was, key), value_text(now, key)
-            if before != after:  # compared whole: a long list differing only at its end differs
-                before, after = cut_pair(before, after)
-                changes.append(prefix + (_plugins_change(was.get(key), now.get(key), files) if key == "plugins"
-                                         else f"{key}: {before} -> {after}"))
+        for key, before, after in changed_keys(was, now):  # compared whole, then cut for showing
+            changes.append(prefix + (_plugins_change(was.get(key), now.get(key), files) if key == "plugins"
+                                     else "{}: {} -> {}".format(key, *cut_pair(before, after))))
     more = f" and {len(changes) - SHOWN} more" if len(changes) > SHOWN else ""
     return "; ".join(changes[:SHOWN]) + more
 
