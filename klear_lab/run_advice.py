@@ -24,7 +24,11 @@ def fix_first(error: type[BaseException], run_dir: Path, sweep: str | None) -> s
     if sweep is not None:
         return f"{fix} in the sweep spec: a rerun of the sweep would likely repeat it"
     change = "optim.lr=..." if diverged else "KEY=VALUE"
-    return f"{fix}: a rerun would likely repeat it; klear-lab train {run_dir / 'config.yaml'} {change}"
+    again = f"klear-lab train {run_dir / 'config.yaml'} {change}"
+    if command := _started_by(run_dir):  # an edited experiment YAML is read by its command, not the saved config
+        where = _from_where_it_started(run_dir, command[2])
+        again += f"; or, once its experiment is fixed, {where}{shlex.join(command)}"
+    return f"{fix}: a rerun would likely repeat it; {again}"
 
 
 def fix_the_code(run_dir: Path, sweep: str | None) -> str:

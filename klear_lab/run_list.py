@@ -59,6 +59,7 @@ class RunRow:
     checkpoint: bool
     note: str  # the error, or how to continue
     updated: str = ""  # local time run.json or csv/metrics.csv last changed: is a running run still moving?
+    command: list[str] | None = None  # the `klear-lab train|eval ...` that started it, as typed (--json only)
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
@@ -121,7 +122,14 @@ def run_row(run_dir: Path, metric: str) -> RunRow:
     changed = max(_mtime(record), _mtime(run_dir / "csv" / "metrics.csv"))
     note = "; ".join(n for n in (*damaged, _note(run_dir, identity, status, kind, has_ckpt)) if n)
     return RunRow(str(run_dir), kind, status, _attempts(identity), steps, value, has_ckpt, note,
-                  time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "")
+                  time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "",
+                  _command(identity))
+
+
+def _command(identity: dict[str, Any]) -> list[str] | None:
+    """``run.json``'s ``command`` (runs the CLI started since the fifty-first session), if it is a list of words."""
+    command = identity.get("command")
+    return command if isinstance(command, list) and all(isinstance(w, str) for w in command) else None
 
 
 def _attempts(identity: dict[str, Any]) -> int:

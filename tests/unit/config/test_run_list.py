@@ -160,7 +160,7 @@ def test_cli_lists_runs_and_names_a_missing_directory(tmp_path, capsys, monkeypa
     listed = json.loads(line)
     assert listed | {"run_dir": "-", "updated": "-"} == {
         "run_dir": "-", "kind": "sft", "status": "completed", "attempts": 1, "steps": 4, "metric": 0.25,
-        "checkpoint": False, "note": "", "updated": "-"}
+        "checkpoint": False, "note": "", "updated": "-", "command": None}
     changed = max(p.stat().st_mtime for p in (tmp_path / "runs/x/run.json", tmp_path / "runs/x/csv/metrics.csv"))
     assert listed["updated"] == time.strftime("%Y-%m-%d %H:%M", time.localtime(changed))
     assert main(["runs"]) == 0 and "1 completed" in capsys.readouterr().out
@@ -244,6 +244,25 @@ def test_a_run_that_failed_on_its_config_or_data_or_diverged_is_told_to_fix_it_f
     assert rows["d-component"].note.endswith(" -> fix the component's code (the file the error names) first: a "
                                              f"rerun would repeat it; then klear-lab train {runs / 'd-component'}"
                                              "/config.yaml")  # no plugin file kept: see test_run_list_component_error
+
+
+def test_the_command_that_started_a_failed_run_is_listed_and_offered_after_a_fix(tmp_path, capsys, monkeypatch):
+    """``run.json``'s ``command`` is in ``runs --json``, and a run refused on its config or data is told it as the
+    rerun that reads its fixed experiment (the saved config.yaml does not), from where it started."""
+    from klear_lab.errors import DataError
+    from klear_lab.run import error_line
+
+    command = ["klear-lab", "train", "experiments/mine.yaml", "rl.steps=3"]
+    error = error_line(DataError("data.sources[0]: row 3 has no answer"))
+    make_run(tmp_path / "runs", "x", "failed", error=error, command=command, work_dir=str(tmp_path / "lab"))
+    make_run(tmp_path / "runs", "y", "failed", error=error, command="klear-lab train a.yaml")  # not a list: left out
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs", "--json"]) == 0
+    rows = {Path(r["run_dir"]).name: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["x"]["command"] == command and rows["y"]["command"] is None
+    assert rows["x"]["note"].endswith("; or, once its experiment is fixed, cd " + str(tmp_path / "lab")
+                                      + " && klear-lab train experiments/mine.yaml rl.steps=3")
+    assert rows["y"]["note"].endswith("KEY=VALUE")
 
 
 def test_a_sweep_trial_that_diverged_is_not_sent_to_the_sweep_again(tmp_path):
