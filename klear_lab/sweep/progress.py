@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import optuna
 from optuna.trial import TrialState
 
-from klear_lab.sweep.queue import count, points_in
+from klear_lab.sweep.grid import canonical_point
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -29,25 +30,28 @@ class Progress:
     points: frozenset[str] | None = None  # a grid's point keys: finished trials of points dropped since don't count
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, study: optuna.Study, state: TrialState, seconds: float) -> str:
-        """Count one trial this process ran; the progress line, e.g. ``5/8 finished, about 3 min left``."""
+    def record(self, study: optuna.Study, state: TrialState, seconds: float, ended: datetime | None = None) -> str:
+        """Count one trial this process ran, which ``ended`` then (None: now); the progress line, e.g.
+        ``5/8 finished, about 3 min left``. Trials that ended after it are not counted yet: two trials that end
+        together read 4/8 and 5/8, not 5/8 twice (each line is printed after both told the study)."""
         with self._lock:
             if state in FINISHED:
                 self.durations.append(seconds)
             else:
                 self.failed += 1
-            finished = self._finished(study)
+            finished = self._finished(study, ended)
             left = max(0, self.total - finished - (0 if self.replaces_failures else self.failed))
             line = f"{finished}/{self.total} finished"
             if left and self.durations:
                 line += f", about {_duration(sum(self.durations) / len(self.durations) * left / self.workers)} left"
             return line
 
-
-    def _finished(self, study: optuna.Study) -> int:
+    def _finished(self, study: optuna.Study, ended: datetime | None) -> int:
+        trials = [t for t in study.get_trials(deepcopy=False, states=FINISHED)
+                  if ended is None or t.datetime_complete is None or t.datetime_complete <= ended]
         if self.points is None:
-            return count(study, FINISHED)
-        return len(points_in(study, FINISHED) & self.points)
+            return len(trials)
+        return len({canonical_point(t.user_attrs.get("point")) for t in trials} & self.points)
 
 
 def _duration(seconds: float) -> str:

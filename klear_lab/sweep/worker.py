@@ -241,7 +241,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
     shown = (f"{ctx.spec.metric}={final.value:.4g}" if final.value is not None
              else final.user_attrs.get("error", ""))
     seconds = time.time() - started
-    progress = f"; {ctx.progress.record(study, final.state, seconds)}" if ctx.progress else ""
+    progress = f"; {ctx.progress.record(study, final.state, seconds, final.datetime_complete)}" if ctx.progress else ""
     ctx.log(f"[worker {index}] trial {trial.number} {label} seed={seed}: {final.state.name} {shown} "
             f"({seconds:.1f}s){progress}")
     return final.state

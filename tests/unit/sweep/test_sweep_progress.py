@@ -50,3 +50,20 @@ def test_a_grid_counts_its_own_points_only():
     assert Progress(total=4, workers=1).record(study, TrialState.COMPLETE, 1.0).startswith("5/4 finished")
     line = Progress(total=4, workers=1, points=frozenset(kept)).record(study, TrialState.COMPLETE, 1.0)
     assert line == "3/4 finished, about 1 s left"
+
+
+def test_two_trials_that_end_together_are_counted_one_after_the_other():
+    """Both workers told the study before either printed: each line counted both ("2/4 finished" twice)."""
+    from datetime import datetime, timedelta
+
+    first = datetime(2026, 12, 7, 12, 0, 0)
+    study = optuna.create_study()
+    for ended in (first, first + timedelta(milliseconds=3)):
+        trial = optuna.create_trial(state=TrialState.COMPLETE, value=1.0)
+        trial.datetime_start, trial.datetime_complete = ended - timedelta(seconds=10), ended
+        study.add_trial(trial)
+    progress = Progress(total=4, workers=2)
+    ends = [t.datetime_complete for t in study.trials]
+    assert progress.record(study, TrialState.COMPLETE, 10.0, ends[0]) == "1/4 finished, about 15 s left"
+    assert progress.record(study, TrialState.COMPLETE, 10.0, ends[1]) == "2/4 finished, about 10 s left"
+    assert progress.record(study, TrialState.FAIL, 0.0).startswith("2/4 finished")  # no time: all so far
