@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,44 @@ __all__ = ["Layer", "body_layers", "dotlist_layer", "file_label", "file_layers",
 
 def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
     """The ``base:`` chain of ``path`` (base first), each as (file label, body)."""
-    path = path.resolve()
+    given, path = path, path.resolve()
     if path in _seen:
         chain = " -> ".join(str(p) for p in (*_seen, path))
         raise ConfigError(f"{path}: circular base chain: {chain}")
-    return body_layers(load_yaml(path), file_label(path), path.parent, (*_seen, path))
+    body = load_yaml(path)
+    _refuse_other_specs(given, body)
+    return body_layers(body, file_label(path), path.parent, (*_seen, path))
+
+
+# an experiment's top-level keys: a file with none of them and a sweep's or an analysis's keys is such a spec
+_SECTIONS = {"base", "run", "model", "data", "sft", "rl", "trainer", "optim", "eval", "tracking", "plugins"}
+
+
+def _refuse_other_specs(path: Path, body: dict[str, Any]) -> None:
+    """A sweep spec, an analysis spec or a run's ``run.json`` given where an experiment is read (``klear-lab
+    train``, ``config``, ``config --diff``, a ``base:``) was refused as "unknown key 'description'": say what
+    the file is and the command it is for."""
+    keys = sorted(set(map(str, body)))
+    listed = ", ".join(keys[:4])
+    if {"status", "config_hash", "run_id"} <= set(keys):  # run.json (its `data` is a section's name too)
+        raise ConfigError(f"{path}: a run's record (keys {listed}), not an experiment: give the run's saved config, "
+                          f"{path.parent / 'config.yaml'}")
+    if set(keys) & _SECTIONS:
+        return
+    if set(keys) & {"axes", "objective"}:
+        named = body.get("experiment")
+        experiment = f"; its experiment is {_shown(path.parent / named)}" if isinstance(named, str) else ""
+        raise ConfigError(f"{path}: a sweep spec (keys {listed}), not an experiment: run it with "
+                          f"`klear-lab sweep {path}`{experiment}")
+    if set(keys) & {"claims", "benchmarks", "paper"}:
+        raise ConfigError(f"{path}: an analysis spec (keys {listed}), not an experiment: `klear-lab reproduce "
+                          f"{path}` shows it next to the results of the sweeps it names")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it, else absolute."""
+    path = Path(os.path.normpath(path.absolute()))
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def mapping_layers(mapping: Any) -> list[Layer]:

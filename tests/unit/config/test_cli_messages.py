@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from klear_lab.cli import build_parser, main
@@ -29,6 +31,41 @@ def test_a_directory_for_an_experiment_is_named_as_one(tmp_path, capsys):
     assert main(["config", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "is a directory; expected an experiment YAML file" in err and "not found" not in err
+
+
+def test_a_sweep_spec_analysis_spec_or_run_record_given_as_an_experiment_is_named_with_its_command(tmp_path, capsys,
+                                                                                                   monkeypatch):
+    """``klear-lab train sweeps/quickstart.yaml`` said "unknown key 'description'"; ``config --diff RUN/run.json``
+    said "unknown key 'config_hash'". Now each says what the file is and what to run instead (exit 2)."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweeps").mkdir()
+    shutil.copy(root / "sweeps/quickstart.yaml", "sweeps/quickstart.yaml")
+    shutil.copy(root / "analysis/fig2_clip.yaml", "fig2.yaml")
+    shutil.copytree(root / "experiments/quickstart", "experiments/quickstart")
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"status": "completed", "config_hash": "ab12", "run_id": "r1", "data": {}}')
+    said = {
+        "sweeps/quickstart.yaml": "sweeps/quickstart.yaml: a sweep spec (keys axes, baseline, description, "
+        "experiment), not an experiment: run it with `klear-lab sweep sweeps/quickstart.yaml`; its experiment is "
+        "experiments/quickstart/rl.yaml",
+        "fig2.yaml": "fig2.yaml: an analysis spec (keys baseline, benchmarks, claims, paper), not an experiment: "
+        "`klear-lab reproduce fig2.yaml`",
+        "runs/r1/run.json": "runs/r1/run.json: a run's record (keys config_hash, data, run_id, status), not an "
+        "experiment: give the run's saved config, runs/r1/config.yaml",
+    }
+    for given, message in said.items():
+        diff = ["config", "experiments/quickstart/sft.yaml", "--diff", given]
+        for argv in (["train", given, "--dry-run"], ["config", given], diff):
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert message in err and "unknown key" not in err, (argv, err)
+    (tmp_path / "mine.yaml").write_text("base: sweeps/quickstart.yaml\n")  # a base: is read the same way
+    with pytest.raises(ConfigError, match="quickstart.yaml: a sweep spec"):
+        compose("mine.yaml")
 
 
 def test_reproduce_help_prints_one_percent_sign(capsys):
