@@ -40,7 +40,7 @@ from klear_lab.sweep.storage import (
     open_study,
     redacted,
 )
-from klear_lab.sweep.successor import superseded_note
+from klear_lab.sweep.successor import superseded_note, widening_note
 from klear_lab.sweep.terminate import SweepTerminated
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
 from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
@@ -113,8 +113,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         if engines:
             log(f"note: rollout engines this machine cannot start, so trials here would fail: {'; '.join(engines)}")
         if existing is not None:
-            log(f"note: study {spec.name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
-                "complete): running this spec continues it")
+            log(f"note: study {existing.study_name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
+                f"complete): {widening_note(existing, spec) or 'running this spec continues it'}")
         if (start := planned_start(spec, spec.compose())) is not None:
             log(f"starting point (model.init_from): {start}")
         return 0

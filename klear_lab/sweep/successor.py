@@ -59,6 +59,16 @@ def widen_choices(study: optuna.Study, spec: SweepSpec) -> optuna.Study:
     Raises:
         ConfigError: the spec adds values while trials of the study are running.
     """
+    merged, added = added_choices(study, spec)
+    if added:
+        study = _supersede(study, spec, merged, added)
+    study.set_user_attr(CHOICES_ATTR, merged)
+    return study
+
+
+def added_choices(study: optuna.Study, spec: SweepSpec) -> tuple[Choices, dict[str, list[Any]]]:
+    """The study's choices widened by the spec's, and what the spec adds (spec key -> encoded values, e.g.
+    ``{"seeds": [2]}``): a study that must be continued in a copy when that is not empty. Reads only."""
     recorded = recorded_choices(study)
     merged: Choices = dict(recorded)
     added: dict[str, list[Any]] = {}
@@ -68,10 +78,21 @@ def widen_choices(study: optuna.Study, spec: SweepSpec) -> optuna.Study:
         merged[name] = values if old is None else [*old, *new]
         if new:
             added[key] = new
-    if added:
-        study = _supersede(study, spec, merged, added)
-    study.set_user_attr(CHOICES_ATTR, merged)
-    return study
+    return merged, added
+
+
+def widening_note(study: optuna.Study, spec: SweepSpec) -> str | None:
+    """What running ``spec`` does to its existing grid ``study`` when it adds seeds or values (``--validate-only``
+    says it before it happens): continue in a copy, or be refused while trials run. None when it adds none."""
+    if spec.sampler != "grid" or not (added := added_choices(study, spec)[1]):
+        return None
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    note = (f"the spec adds {_describe(added)}, so running it continues the study in a copy, "
+            f"{_next_name(study.study_name)!r}, holding its trials")
+    if running:
+        note += (f"; trial(s) {running} are running now, which it would refuse until they finish (a killed sweep's "
+                 f"until their heartbeats are {2 * spec.heartbeat_interval} s old)")
+    return note
 
 
 def _supersede(study: optuna.Study, spec: SweepSpec, choices: Choices, added: dict[str, list[Any]],

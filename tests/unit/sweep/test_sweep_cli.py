@@ -10,8 +10,10 @@ import sys
 import time
 import urllib.request
 
+import optuna
 import pytest
 import yaml
+from optuna.trial import TrialState
 from sweep_fixtures import REPO, write_spec
 
 from klear_lab.cli_sweep import main
@@ -286,6 +288,33 @@ def test_validate_only_compares_with_an_existing_study(tmp_path, capsys):
     # what the config hash leaves out (threads, checkpoint spacing) may change between runs of a study
     assert main(["sweep", str(spec_path), "--validate-only", "trainer.num_threads=1",
                  "trainer.checkpoint_every=3"]) == 0, capsys.readouterr().err
+
+
+def test_validate_only_says_a_widened_grid_continues_in_a_copy(tmp_path, capsys):
+    """A seed added to a spec that ran: its run continues in study NAME@v2, or is refused while trials run;
+    ``--validate-only`` said only "running this spec continues it" (and writes nothing)."""
+    from sweep_fixtures import write_spec as _write
+
+    from klear_lab.sweep.checks import check_spec
+    from klear_lab.sweep.queue import prepare_study
+    from klear_lab.sweep.storage import StudyLock
+
+    spec_path = _write(tmp_path, seeds=(0,))
+    spec = load_spec(spec_path)
+    url = default_storage_url(spec)
+    study = open_study(spec, url, create=True)
+    prepare_study(study, spec, check_spec(spec), StudyLock(url, spec.name))
+    study._storage.set_trial_state_values(study.trials[0]._trial_id, TrialState.RUNNING)
+    spec_path = _write(tmp_path, seeds=(0, 1))
+    assert main(["sweep", str(spec_path), "--validate-only"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("note: study 'toy' exists (0 trial(s) complete): the spec adds seeds [1], so running it continues the "
+            "study in a copy, 'toy@v2', holding its trials; trial(s) [0] are running now, which it would refuse "
+            "until they finish") in out, out
+    assert optuna.get_all_study_names(url) == ["toy"]  # previewed, not made
+    study._storage.set_trial_state_values(study.trials[0]._trial_id, TrialState.COMPLETE, values=[0.5])
+    assert main(["sweep", str(_write(tmp_path, seeds=(0,))), "--validate-only"]) == 0
+    assert "exists (1 trial(s) complete): running this spec continues it" in capsys.readouterr().out
 
 
 def test_a_tilde_in_sweep_directories_is_the_home_directory(tmp_path, monkeypatch):
