@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,13 +149,27 @@ def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> No
     head = written[:len(written) - len(Path(written).name)]  # the directory part as written: "../experiments/x/"
     if resolved.is_dir():
         hint = "; that is a directory: name a YAML file in it"
+    elif (here := Path(written)).is_file() and not here.is_absolute():  # the usual slip: a path from the cwd
+        hint = (f"; it is there from the working directory: a spec's paths are read from its own directory, so "
+                f"write experiment: {os.path.relpath(here.resolve(), spec_path.resolve().parent)}")
     elif folder.is_dir():
-        files = [p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")]
+        files = [p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and not _is_sweep_spec(p)]
         hint = did_you_mean(name, files, prefix=head) or (f"; YAML files there: {', '.join(sorted(files)[:8])}"
-                                                         if files else f"; no YAML file in {folder}")
+                                                         if files else f"; no experiment YAML in {folder}")
     else:
         hint = f"; no directory {folder}"
     raise ConfigError(f"{spec_path}: experiment: {written!r} not found{where}{hint}")
+
+
+def _is_sweep_spec(path: Path) -> bool:
+    """Whether ``path`` reads as a sweep spec (top-level ``axes:``): not an experiment to suggest."""
+    import yaml
+
+    try:
+        body = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(body, dict) and "axes" in body
 
 
 def check_runner(spec: SweepSpec) -> None:

@@ -51,3 +51,21 @@ def test_a_sweep_directorys_frozen_spec_loads_without_its_experiment(tmp_path):
     (sweep_dir / "sweep.json").write_text(json.dumps({"name": "bad"}))
     shutil.rmtree(tmp_path / "experiments")
     assert load_spec(sweep_dir / "spec.yaml").experiment == tmp_path / "experiments/quickstart/sft.yaml"
+
+
+def test_a_path_from_the_working_directory_is_told_its_form_from_the_spec(tmp_path, monkeypatch, capsys):
+    """``experiment: experiments/quickstart/sft.yaml`` in ``sweeps/``: the file exists from the working directory,
+    but a spec's paths are read from its own; and the spec's neighbours, sweep specs, are never suggested."""
+    spec = _layout(tmp_path, "experiments/quickstart/sft.yaml")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_spec("sweeps/bad.yaml", check_base=True)
+    assert str(err.value).endswith("it is there from the working directory: a spec's paths are read from its own "
+                                   "directory, so write experiment: ../experiments/quickstart/sft.yaml")
+    spec.write_text(spec.read_text().replace("experiments/quickstart/sft.yaml", "bda.yaml"))
+    with pytest.raises(ConfigError) as err:  # "did you mean 'bad.yaml'?" was the spec itself
+        load_spec("sweeps/bad.yaml", check_base=True)
+    assert str(err.value).endswith("no experiment YAML in sweeps")
+    (tmp_path / "sweeps" / "bdb.yaml").write_text("run: {kind: sft}\n")
+    with pytest.raises(ConfigError, match=r"did you mean 'bdb.yaml'\?"):
+        load_spec("sweeps/bad.yaml", check_base=True)
