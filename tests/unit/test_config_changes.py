@@ -19,3 +19,13 @@ def test_many_changes_are_cut_to_the_limit_and_long_values_shortened():
     said = config_changes(before, after, limit=3)
     assert said.startswith("k1: 1 -> -1; k2: 2 -> -2; k3: 3 -> -3; and 5 more")
     assert len(config_changes({"t": "a" * 200}, {"t": "b"})) < 100
+
+
+def test_an_empty_list_or_mapping_reads_as_itself_and_adds_no_row_beside_its_filled_keys():
+    """``plugins: []`` against a plugin list read "(unset)"; an emptied mapping or list of mappings is said by the
+    keys under it, not by a row of its own as well."""
+    before = {"plugins": [], "data": {"fields": {}, "sources": []}, "eval": {"sets": []}}
+    after = {"plugins": ["a.py"], "data": {"fields": {"prompt": "q"}, "sources": [{"name": "arith"}]}, "eval": {}}
+    assert config_changes(before, after) == ('data.fields.prompt: (unset) -> "q"; data.sources.0.name: (unset) -> '
+                                             '"arith"; eval.sets: [] -> (unset); plugins: [] -> ["a.py"]')
+    assert config_changes({"x": {}}, {"x": []}) == "x: {} -> []"
