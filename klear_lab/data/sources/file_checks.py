@@ -28,6 +28,11 @@ def check_params(src: Any) -> None:
     if src.path is None:
         raise ValueError(_NULL_PATH)
     check_quality_rank(src)
+    if not isinstance(src.fields, dict):  # `FileSource(fields="prompt:q")`: was an AttributeError on `.items`
+        pairs = [p.split(":", 1) for p in str(src.fields).replace(",", " ").split() if ":" in p]
+        example = {k.strip(): v.strip() for k, v in pairs} if pairs else {"prompt": "question"}
+        raise ValueError(f"fields: expected a mapping of record keys to columns, got {src.fields!r}; e.g. "
+                         f"fields={example!r}")
     for key, column in src.fields.items():
         if column is None or not str(column).strip():
             raise ValueError(_no_column(key, column))

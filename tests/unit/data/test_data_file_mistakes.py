@@ -91,6 +91,10 @@ def test_a_fields_key_without_its_space_gets_the_yaml_hint(tmp_path):
         FileSource(path="x.jsonl", fields={"answer": None})
     with pytest.raises(ValueError, match=r"path is empty \(null\)"):
         FileSource(path=None)  # type: ignore[arg-type]  # from Python, where no config check ran
+    with pytest.raises(ValueError) as err:  # was an AttributeError: 'str' object has no attribute 'items'
+        FileSource(path="x.jsonl", fields="prompt:q answer:a")  # type: ignore[arg-type]
+    assert str(err.value) == ("fields: expected a mapping of record keys to columns, got 'prompt:q answer:a'; e.g. "
+                              "fields={'prompt': 'q', 'answer': 'a'}")
 
 
 def test_a_fields_line_without_its_space_gets_the_yaml_hint(tmp_path):
