@@ -77,6 +77,11 @@ def check_wandb_project(project: Any) -> None:
     require(not bad, "tracking.wandb.project", f"{project!r} may not contain {' '.join(map(repr, bad))} (W&B's rule"
             "; a team or user goes in tracking.wandb.entity)")
     require(len(str(project)) <= 128, "tracking.wandb.project", f"is {len(str(project))} characters, W&B allows 128")
+    # W&B takes these offline and refuses them when the run is synced ("Project name cannot be empty", a newline)
+    require(str(project).strip() != "", "tracking.wandb.project", f"{project!r} is empty: name the project "
+            "(the default is klear-lab)")
+    control = sorted({c for c in str(project) if not c.isprintable()})
+    require(not control, "tracking.wandb.project", f"{project!r} may not contain {' '.join(map(repr, control))}")
 
 
 def check_run_name(name: Any, seed: int) -> None:

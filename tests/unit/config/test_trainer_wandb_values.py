@@ -21,6 +21,9 @@ SFT = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
     ("tracking.wandb.project=team/klear", "tracking.wandb.project 'team/klear' may not contain '/'"),
     ("tracking.wandb.project=my:proj", "may not contain ':'"),
     (f"tracking.wandb.project={'p' * 129}", "is 129 characters, W&B allows 128"),
+    ("tracking.wandb.project=''", "tracking.wandb.project '' is empty: name the project"),  # W&B takes it offline
+    ("tracking.wandb.project='  '", "tracking.wandb.project '  ' is empty"),
+    ("tracking.wandb.project='a\tb'", r"may not contain '\\t'"),
     ("trainer.precision=bf16-mixedd", "trainer.precision must be one of"),
 ])
 def test_refused_at_compose_naming_the_key(override, said):
