@@ -251,7 +251,7 @@ def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple
     """Print the run's plan, titled with ``source`` (the experiment, saved config or run given), and return its
     rows."""
     from klear_lab.build_model import warn_positions
-    from klear_lab.runnable import runnable_problem
+    from klear_lab.runnable import runnable_row
 
     if cfg["run"]["kind"] == "eval":  # the run's own refusal: a plan of a model it would not score
         from klear_lab.stages.eval import check_eval_model
@@ -269,10 +269,9 @@ def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple
     warn_positions(cfg, config)
     params = meta_params(config)
     rows = plan_rows(cfg, params) + earlier_run_rows(cfg)
-    problem = runnable_problem(cfg)  # what the run refuses as it starts (`sweep --validate-only` asks too)
-    if problem and not any(problem in value for _, value in rows):  # RL's devices row may say it already
-        what = "attention" if problem.startswith("model.attn_implementation") else "trainer settings"
-        rows.append((what, f"NOT SUPPORTED: {problem}"))
+    found = runnable_row(cfg)  # what the run refuses as it starts (`sweep --validate-only` asks too)
+    if found and not dict(rows).get(found[0], "").startswith(UNSUPPORTED):  # RL's devices row may say it already
+        rows.append((found[0], f"{UNSUPPORTED}: {found[1]}"))
     table = Table(title=f"dry run: {source or cfg['run']['experiment'] or cfg['run']['name']} (meta device, nothing "
                         "loaded)")
     table.add_column("item")

@@ -19,8 +19,15 @@ def runnable_problem(cfg: dict[str, Any]) -> str | None:
     checked as the trial process sees it: a fresh, non-interactive process (DDP), even when this sweep
     runs in a notebook.
     """
+    found = runnable_row(cfg)
+    return found[1] if found else None
+
+
+def runnable_row(cfg: dict[str, Any]) -> tuple[str, str] | None:
+    """:func:`runnable_problem` with the dry-run plan row it belongs to: ``attention``, ``training devices``
+    (the row RL's plan fills itself) or ``trainer settings``."""
     if problem := attention_problem(cfg["model"]["attn_implementation"]):
-        return problem
+        return "attention", problem
     if cfg["run"]["kind"] not in ("sft", "rl"):
         return None
     if cfg["run"]["kind"] == "rl":
@@ -28,8 +35,9 @@ def runnable_problem(cfg: dict[str, Any]) -> str | None:
 
         ddp = {**cfg["trainer"], "strategy": "ddp"} if cfg["trainer"]["strategy"] == "auto" else cfg["trainer"]
         if problem := multi_device_rl_problem({**cfg, "trainer": ddp}):
-            return problem
-    return _trainer_problem(cfg["trainer"])
+            return "training devices", problem
+    problem = _trainer_problem(cfg["trainer"])
+    return ("trainer settings", problem) if problem else None
 
 
 _TRAINER_DEFAULTS = ("auto", "1", "auto", "32-true")  # trains on any machine: Lightning is not imported for it
