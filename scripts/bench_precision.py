@@ -45,7 +45,8 @@ def override(text: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--accelerator", default="cpu", help="trainer.accelerator (cpu, gpu)")
+    ap.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu", "cuda", "mps", "auto"),
+                    help="trainer.accelerator of every run (a name Lightning refuses failed only in the first run)")
     ap.add_argument("--precisions", type=precision_list, default="32-true,bf16-mixed",
                     help="comma-separated; the first is the reference")
     ap.add_argument("--size", default="2m", choices=SIZES, help="model.tiny.size of both runs")

@@ -62,6 +62,7 @@ BAD = [  # (script, arguments, the argument the error names)
     ("bench_precision.py", ["--precisions", "32-true,,bf16-mixed"], "--precisions"),
     ("bench_precision.py", ["--precisions", "32-true,bf16-mix"], "--precisions"),
     ("bench_precision.py", ["--size", "5m"], "--size"),
+    ("bench_precision.py", ["--accelerator", "gpux"], "--accelerator"),
     ("bench_precision.py", ["--set", "sft.max_steps"], "--set"),
     ("bench_sampling.py", ["--rows", "0"], "--rows"),
     ("bench_sampling.py", ["--vocab", "100", "0"], "--vocab"),
