@@ -22,6 +22,7 @@ from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import (
     READY_ATTR,
+    check_choices_unchanged,
     check_same_base,
     count,
     grid_points,
@@ -100,8 +101,10 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     check_trial_data(spec, arms)  # a bad row fails here, not in every trial reading it
     if validate_only:
         existing = _existing_study(spec, url, log)
-        if existing is not None:  # a rerun continues it: a base it would refuse, validation refuses too
+        if existing is not None:  # a rerun continues it: a base or tpe/random axis it would refuse, so does this
             check_same_base(existing, spec)
+            if spec.sampler != "grid":
+                check_choices_unchanged(existing, spec)
         log(f"{spec.path}: OK: {trial_plan(spec, arms, n_points)}, objective {spec.metric} ({spec.direction})")
         if missing:
             log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")

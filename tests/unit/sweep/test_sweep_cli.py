@@ -317,6 +317,30 @@ def test_validate_only_says_a_widened_grid_continues_in_a_copy(tmp_path, capsys)
     assert "exists (1 trial(s) complete): running this spec continues it" in capsys.readouterr().out
 
 
+def test_validate_only_refuses_a_tpe_axis_the_study_cannot_take(tmp_path, capsys):
+    """A tpe/random study's categorical choices are fixed: the rerun refuses a changed axis, and
+    ``--validate-only`` said OK for it."""
+    from sweep_fixtures import write_spec as _write
+
+    from klear_lab.sweep.checks import check_spec
+    from klear_lab.sweep.claim import take_trial, trial_values
+    from klear_lab.sweep.queue import prepare_study
+    from klear_lab.sweep.storage import StudyLock
+
+    spec_path = _write(tmp_path, sampler="tpe", n_trials=4)
+    spec = load_spec(spec_path)
+    url, lock = default_storage_url(spec), StudyLock(default_storage_url(spec), spec.name)
+    study = open_study(spec, url, create=True)
+    prepare_study(study, spec, check_spec(spec), lock)
+    trial = optuna.trial.Trial(study, take_trial(study, spec, lock))
+    trial_values(trial, spec)  # the categorical choices, as a worker records them
+    study.tell(trial, 1.0)
+    assert main(["sweep", str(spec_path), "--validate-only"]) == 0, capsys.readouterr().err
+    widened = _write(tmp_path, sampler="tpe", n_trials=4, lrs=(0.001, 0.002, 0.003, 0.004))
+    assert main(["sweep", str(widened), "--validate-only"]) == 2
+    assert "optim.lr: study 'toy' was run with [0.001, 0.002, 0.003]" in capsys.readouterr().err
+
+
 def test_a_tilde_in_sweep_directories_is_the_home_directory(tmp_path, monkeypatch):
     """``out_dir: ~/sweeps`` put the sweep in ``./~/sweeps`` (a run's ``run.out_dir`` expands ``~``); so did
     ``--out-dir=~/x`` (no shell expands it there), an SQLite storage under ``~`` and a quoted compare target."""
