@@ -15,14 +15,13 @@ from klear_lab.errors import ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
-from klear_lab.sweep.data_checks import check_trial_data, unavailable_machinery, unavailable_trial_inputs
+from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm, grid_arms
-from klear_lab.sweep.parents import planned_start, train_parent
+from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import (
     READY_ATTR,
-    check_choices_unchanged,
     check_same_base,
     count,
     grid_points,
@@ -33,17 +32,16 @@ from klear_lab.sweep.queue import (
 )
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
 from klear_lab.sweep.storage import (
-    NoStudyError,
     StudyLock,
-    check_storage_opens,
     current_study,
     default_storage_url,
     open_study,
     redacted,
 )
-from klear_lab.sweep.successor import superseded_note, widening_note
+from klear_lab.sweep.successor import superseded_note
 from klear_lab.sweep.terminate import SweepTerminated
 from klear_lab.sweep.trial import CONFIG_ERROR_ATTR
+from klear_lab.sweep.validate_only import report_validated
 from klear_lab.sweep.worker import WorkerContext, run_workers, threads_per_trial
 
 JOIN_WAIT_S = 600
@@ -100,27 +98,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
         raise ConfigError(f"{spec.path}: the trials would call rewards this machine cannot run: {'; '.join(lacking)}")
     check_trial_data(spec, arms)  # a bad row fails here, not in every trial reading it
     if validate_only:
-        existing = _existing_study(spec, url, log)
-        if existing is not None:  # a rerun continues it: a base or tpe/random axis it would refuse, so does this
-            check_same_base(existing, spec)
-            if spec.sampler != "grid":
-                check_choices_unchanged(existing, spec)
-        log(f"{spec.path}: OK: {trial_plan(spec, arms, n_points)}, objective {spec.metric} ({spec.direction})")
-        if missing:
-            log(f"note: data this machine cannot read, so trials here would fail: {'; '.join(missing)}")
-        if lacking:
-            log(f"note: rewards this machine cannot run, so trials here would fail: {'; '.join(lacking)}")
-        models, engines = unavailable_machinery(spec, arms)  # as `train --dry-run` notes them; the run loads them
-        if models:
-            log(f"note: models this machine cannot load, so trials here would fail: {'; '.join(models)}")
-        if engines:
-            log(f"note: rollout engines this machine cannot start, so trials here would fail: {'; '.join(engines)}")
-        if existing is not None:
-            log(f"note: study {existing.study_name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
-                f"complete): {widening_note(existing, spec) or 'running this spec continues it'}")
-        if (start := planned_start(spec, spec.compose())) is not None:
-            log(f"starting point (model.init_from): {start}")
-        return 0
+        return report_validated(spec, arms, url, n_points, missing, lacking, log)
     study = _wait_for_study(spec, url, arms) if join else open_study(spec, url, create=True)
     lock = StudyLock(url, spec.name)
     base = spec.compose()
@@ -176,18 +154,6 @@ def terminated_note(spec: SweepSpec, study: Any, arms: list[Arm]) -> str:
                 "checkpoints)")
     return (f"terminated (SIGTERM) after every trial had finished (trials {grid_status(study)}): nothing is left "
             f"to run; its comparison table: klear-lab compare {spec.sweep_dir}")
-
-
-def trial_plan(spec: SweepSpec, arms: list[Arm], n_trials: int) -> str:
-    """What the sweep will run (``n_trials``: :func:`trial_count`): ``3 arm(s) x 2 seed(s) = 6 trials, sampler
-    grid``. A tpe/random sweep draws each trial's axis values and gives trial N seed ``seeds[N % len(seeds)]``
-    (``claim.trial_values``): its n_trials are not arms x seeds ("5 arm(s) x 2 seed(s) = 5 trials" was said of one)."""
-    if spec.sampler == "grid":
-        return f"{len(arms)} arm(s) x {len(spec.seeds)} seed(s) = {n_trials} trials, sampler grid"
-    per_seed = [len(range(i, n_trials, len(spec.seeds))) for i in range(len(spec.seeds))]
-    seeds = ", ".join(f"{n} on seed {seed}" for seed, n in zip(spec.seeds, per_seed, strict=True) if n)
-    return (f"{n_trials} trials, sampler {spec.sampler} (each draws its own axis values; seeds in turn by "
-            f"trial number: {seeds})")
 
 
 def _finish(spec: SweepSpec, study: Any, arms: list[Arm], compare: bool, log: Any) -> int:
@@ -287,25 +253,3 @@ def _wait_for_study(spec: SweepSpec, url: str, arms: list[Arm]) -> Any:
             raise ConfigError(f"{spec.path}: study {spec.name!r}: {waiting} after {JOIN_WAIT_S}s; start or "
                               f"rerun it with `klear-lab sweep {spec.path}` (without --join)")
         time.sleep(2.0)
-
-
-def _existing_study(spec: SweepSpec, url: str, log: Any) -> Any:
-    """The spec's study if its storage already holds one (never created here), else None. A database server
-    this machine cannot reach gets a note (the spec may be meant for a cluster's, as for its data and models).
-
-    Raises:
-        ConfigError: the run's own refusal of an SQLite storage it could not open or create (a file under /proc):
-            "no such study yet" is fine, that is not.
-    """
-    try:
-        check_storage_opens(url)
-    except ConfigError as exc:
-        if url.startswith("sqlite"):
-            raise
-        log(f"note: {exc}: a sweep run here would stop at once; not compared with a study there")
-        return None
-    try:
-        return open_study(spec, url, create=False, heartbeat=False)
-    except NoStudyError:
-        return None
-
