@@ -62,6 +62,7 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
     """
     from lightning.pytorch.callbacks import LearningRateMonitor
 
+    from klear_lab.checkpoint_io import RunDirCheckpointIO
     from klear_lab.sigterm import SigtermOutsideSteps
 
     t = cfg["trainer"]
@@ -79,6 +80,7 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
         num_sanity_val_steps=0, enable_model_summary=False,
         enable_progress_bar=any(type(c).__name__.endswith("ProgressBar") for c in callbacks),
         enable_checkpointing=False, **kwargs,  # checkpoints: klear_lab.checkpointing.ResumeCheckpoint
+        plugins=[RunDirCheckpointIO()],  # written in the run directory, not staged in /tmp
     )
 
 
