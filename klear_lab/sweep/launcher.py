@@ -17,9 +17,11 @@ import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from multiprocessing import resource_tracker
@@ -156,17 +158,34 @@ def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_
     """Run the trial of ``job_path`` (config ``cfg``), output appended to ``log_path``; its exit code, and
     its pid and start time (``run_owner.process_start``: what its run's ``run.json`` records of its writer)."""
     proc: TrialProcess
-    if spec.trial_start == "fresh" or needs_fresh(cfg):
-        proc = _Fresh(job_path.resolve(), log_path, env)
-    else:
-        proc = _Forked(job_path.resolve(), log_path.resolve(), env, spec.runner)
-    with _LIVE_LOCK:
-        _LIVE.add(proc)
-    try:
-        if _STOPPED.is_set():  # started while kill_all ran, after it looked
-            proc.kill()
-        started = process_start(proc.pid)  # not reaped before wait(): still this process
-        return proc.wait(), (proc.pid, started)
-    finally:
+    with _own_temp_dir() as temp:
+        env = {**env, "TMPDIR": temp}
+        if spec.trial_start == "fresh" or needs_fresh(cfg):
+            proc = _Fresh(job_path.resolve(), log_path, env)
+        else:
+            proc = _Forked(job_path.resolve(), log_path.resolve(), env, spec.runner)
         with _LIVE_LOCK:
-            _LIVE.discard(proc)
+            _LIVE.add(proc)
+        try:
+            if _STOPPED.is_set():  # started while kill_all ran, after it looked
+                proc.kill()
+            started = process_start(proc.pid)  # not reaped before wait(): still this process
+            return proc.wait(), (proc.pid, started)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+
+
+@contextlib.contextmanager
+def _own_temp_dir() -> Iterator[str]:
+    """A temporary directory for one trial process (its ``TMPDIR``), removed once the process ended.
+
+    A forked trial ends with ``os._exit`` (multiprocessing's), which skips the interpreter's exit, whose
+    finalizers remove the temporary directories W&B writes each logged table in: every trial left one in
+    ``/tmp`` (``tmpXXXX/rollout/samples.table.json``), and so does any trial killed. W&B's staged copy of the
+    table, which ``wandb sync`` uploads, is elsewhere (``WANDB_DATA_DIR``) and stays."""
+    temp = tempfile.mkdtemp(prefix="klear-trial-")
+    try:
+        yield temp
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -23,6 +23,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable
@@ -263,6 +264,7 @@ def forked_main(job_path: str, log_path: str, env: dict[str, str], cwd: str) -> 
     _redirect_output(log_path)
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the server's, cached: found again from the trial's own TMPDIR
     os.chdir(cwd)
     if cwd not in sys.path:
         sys.path.insert(0, cwd)

@@ -29,6 +29,7 @@ FAILING_RUNNER = f"{HERE}:run_failing"
 REFUSING_RUNNER = f"{HERE}:run_refusing"
 DIVERGING_RUNNER = f"{HERE}:run_diverging"
 FLAKY_RUNNER = f"{HERE}:run_flaky"
+TEMP_RUNNER = f"{HERE}:run_leaving_temp"
 TINY_PARENT = {  # a starting point (``model.init_from``) that composes fast; the sharing tests fake its runs
     "base": str(REPO / "experiments/quickstart/sft.yaml"),
     "data": {"sources": [{"name": "arith_r1", "n_prompts": 20, "levels": [1], "level_weights": [1.0]}],
@@ -118,6 +119,22 @@ def run(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
     run_dir = _run_dir(cfg, [acc * f for f in (0.25, 0.5, 0.75, 1.0)])
     return {"run_dir": run_dir, "metrics": {"val/acc": acc, "train/loss": 0.25,
                                             "perf/threads": float(os.environ.get("OMP_NUM_THREADS", 0))}}
+
+
+_KEPT: list[Any] = []  # temporary directories held to the process's end, as W&B holds a logged table's
+
+
+def run_leaving_temp(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """:func:`run`, after writing a file in a temporary directory that only the process's exit would remove
+    (recording where: ``tempdir-<lr>-<seed>`` in the sweep directory)."""
+    import tempfile
+
+    sweep_dir, lr, seed = _point(cfg)
+    held = tempfile.TemporaryDirectory()
+    (Path(held.name) / "samples.table.json").write_text("{}")
+    _KEPT.append(held)
+    (sweep_dir / f"tempdir-{lr}-{seed}").write_text(held.name)
+    return run(cfg, callbacks)
 
 
 def run_prunable(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:

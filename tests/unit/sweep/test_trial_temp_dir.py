@@ -1,0 +1,27 @@
+"""A trial's temporary files are removed when it ends: a forked trial ends with ``os._exit``, which skips the
+finalizers that remove them, and each sweep trial left W&B's table directory in ``/tmp``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from sweep_fixtures import REPO, TEMP_RUNNER, sweep_cmd, write_spec
+
+
+@pytest.mark.parametrize("start", ["preloaded", "fresh"])
+def test_a_trial_writes_its_temporary_files_in_its_own_directory_removed_as_it_ends(tmp_path, start):
+    system_temp = tmp_path / "system-temp"
+    system_temp.mkdir()
+    spec = write_spec(tmp_path, lrs=(0.001, 0.002), runner=TEMP_RUNNER, trial_start=start)
+    env = {**os.environ, "KLEAR_FAKE_SLEEP": "0", "OMP_NUM_THREADS": "1", "TMPDIR": str(system_temp)}
+    done = subprocess.run(sweep_cmd(spec, "--no-compare"), cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    used = [Path((tmp_path / "out" / "toy" / f"tempdir-{lr}-0").read_text()) for lr in (0.001, 0.002)]
+    assert all(p.parent.parent == system_temp and p.parent.name.startswith("klear-trial-") for p in used), used
+    assert used[0].parent != used[1].parent  # one directory per trial
+    left = [p.name for p in system_temp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's cache
+    assert left == []  # the sweep's own temporary files are gone at its end too
