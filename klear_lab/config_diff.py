@@ -31,7 +31,36 @@ def resolved(target: str, overrides: list[str] | None = None) -> dict[str, Any]:
                               "config.yaml or a run directory")
         path = path / "config.yaml"
     with _file_plugins_forgotten():
-        return with_start_looked_up(compose(path, overrides or []), read_data=False)
+        cfg = with_start_looked_up(compose(path, overrides or []), read_data=False)
+    return _with_sweep_start(cfg)
+
+
+def _with_sweep_start(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` whose starting point has no completed run in its own ``runs/`` but one a sweep trained: the run
+    starts from a hard-linked copy of that one in its ``runs/`` (``start_sharing.share_sweep_start``) and
+    records the copy's path, given here as it will be (``train --dry-run`` names the same run)."""
+    from klear_lab.start_sharing import sweep_start
+    from klear_lab.starting_point import parent_config
+    from klear_lab.tracking import config_hash, out_dir_of
+
+    m = cfg["model"]
+    if m["init_from"] and not m["name_or_path"]:
+        parent = parent_config(cfg, read_data=False)
+        if (swept := sweep_start(parent, config_hash(parent))) is not None:
+            m["name_or_path"] = str(out_dir_of(parent).resolve() / swept.name)
+    return cfg
+
+
+def same_run_elsewhere(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """A note when the two start from one run under two paths (a sweep's, and the copy of it a run outside
+    the sweep links into its own ``runs/``): the path is hashed, so they are different arms all the same."""
+    path_a, path_b = (Path(str(c["model"]["name_or_path"] or "")) for c in (a, b))
+    if path_a == path_b or not path_a.name or path_a.name != path_b.name or not (a["model"]["init_from"] or
+                                                                                 b["model"]["init_from"]):
+        return None
+    return (f"model.name_or_path: both start from the run {path_a.name}, one from a sweep's directory and one from "
+            "the copy a run outside that sweep links into its own runs/; the path is part of the config hash, so "
+            "they are different arms all the same")
 
 
 @contextlib.contextmanager
@@ -95,3 +124,5 @@ def print_differences(a_label: str, b_label: str, a: dict[str, Any], b: dict[str
     for key, value_a, value_b, in_hash in rows:
         table.add_row(escape(key), escape(value_a), escape(value_b), "yes" if in_hash else "no")
     console.print(table)
+    if note := same_run_elsewhere(a, b):
+        console.print(escape(f"note: {note}"))

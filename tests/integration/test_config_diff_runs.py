@@ -38,3 +38,20 @@ def test_an_rl_experiment_against_its_run_is_the_same_config(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "no differences: the same config" in shown
     assert f"config hash {json.loads((run / 'run.json').read_text())['config_hash']}" in shown
+    # its starting point now only in a sweep's directory beside runs/: a train would link it back (the dry run
+    # says so), and record the copy's path: resolved here as that, it read "model.name_or_path: null"
+    (sft,) = out.glob("tiny-sft-*")
+    swept = tmp_path / "sweep_runs" / "s" / "runs" / sft.name
+    swept.parent.mkdir(parents=True)
+    sft.rename(swept)
+    assert main(["config", str(tmp_path / "rl_tiny.yaml"), "--diff", str(run)]) == 0
+    assert "no differences: the same config" in capsys.readouterr().out
+    assert not (out / sft.name).exists()  # looked up, not linked
+    # a trial of that sweep records the sweep's own path: the same run under another path, another hash
+    saved = (run / "config.yaml").read_text().replace(str(out.resolve() / sft.name), str(swept.resolve()))
+    assert saved != (run / "config.yaml").read_text()
+    (tmp_path / "trial.yaml").write_text(saved)
+    assert main(["config", str(tmp_path / "rl_tiny.yaml"), "--diff", str(tmp_path / "trial.yaml")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "1 key(s) differ (1 of them change the config hash)" in shown
+    assert f"note: model.name_or_path: both start from the run {sft.name}, one from a sweep's directory" in shown
