@@ -161,8 +161,21 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("klear-lab")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="klear-lab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="klear-lab", description="Reasoning post-training ablations: train, resume, eval, runs, config, "
+        "components, sweep, compare, reproduce, dashboard. Exit codes: 0 success, 2 bad input (config, data, "
+        "usage), 1 anything else.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="run one experiment")
     p.add_argument("experiment", type=expand_user, help="experiment YAML (e.g. experiments/quickstart/sft.yaml)")

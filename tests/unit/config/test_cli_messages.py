@@ -89,3 +89,17 @@ def test_the_clis_own_warnings_are_one_line_without_the_calling_source_line():
     other = cli.format_warning("deprecated", DeprecationWarning, own, 1, line="x = 1")
     assert "DeprecationWarning" in other  # not klear-lab's own message: the default format
     assert "UserWarning" in cli.format_warning("m", UserWarning, "/elsewhere/lib.py", 3, line="y = 2")
+
+
+def test_the_top_level_help_is_whole_and_version_is_answered(capsys):
+    """``klear-lab --help`` printed its docstring's first line, cut mid-list ("(+ sweep, compare, reproduce,");
+    ``--version`` was "the following arguments are required: command", exit 2."""
+    from importlib.metadata import version
+
+    for flag in ("--help", "--version"):
+        with pytest.raises(SystemExit) as done:
+            build_parser().parse_args([flag])
+        assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "train, resume, eval, runs, config, components, sweep, compare, reproduce, dashboard." in out
+    assert "``" not in out and f"klear-lab {version('klear-lab')}" in out
