@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="klear-lab", description="Reasoning post-training ablations: train, resume, eval, runs, config, "
         "components, sweep, compare, reproduce, dashboard. Exit codes: 0 success, 2 bad input (config, data, "
-        "usage), 1 anything else.")
+        "usage), 130 Ctrl-C, 143 SIGTERM, 1 anything else.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="run one experiment")

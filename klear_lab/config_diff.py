@@ -30,9 +30,8 @@ def resolved(target: str, overrides: list[str] | None = None) -> dict[str, Any]:
             raise ConfigError(f"{target}: a directory without config.yaml{sweep}; give an experiment YAML, a "
                               "config.yaml or a run directory")
         path = path / "config.yaml"
-    with _file_plugins_forgotten():
-        cfg = with_start_looked_up(compose(path, overrides or []), read_data=False)
-    return _with_sweep_start(cfg)
+    with _file_plugins_forgotten():  # the starting point's plugins too: its experiment is composed here
+        return _with_sweep_start(with_start_looked_up(compose(path, overrides or []), read_data=False))
 
 
 def _with_sweep_start(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -58,9 +57,9 @@ def same_run_elsewhere(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     if path_a == path_b or not path_a.name or path_a.name != path_b.name or not (a["model"]["init_from"] or
                                                                                  b["model"]["init_from"]):
         return None
-    return (f"model.name_or_path: both start from the run {path_a.name}, one from a sweep's directory and one from "
-            "the copy a run outside that sweep links into its own runs/; the path is part of the config hash, so "
-            "they are different arms all the same")
+    return (f"model.name_or_path: both start from a run named {path_a.name}, under two paths (a sweep's run, and "
+            "the copy of it a run outside that sweep links into its own runs/, say); the path is part of the "
+            "config hash, so they are different arms all the same")
 
 
 @contextlib.contextmanager

@@ -116,4 +116,4 @@ def _from_where_it_started(run_dir: Path, experiment: str) -> str:
         return ""
     if Path(experiment).is_absolute() or not started_in or Path(started_in) == Path.cwd():
         return ""
-    return f"cd {started_in} && "
+    return f"cd {shlex.quote(str(started_in))} && "

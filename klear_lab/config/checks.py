@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def check_wandb_project(project: Any) -> None:
     # W&B takes these offline and refuses them when the run is synced ("Project name cannot be empty", a newline)
     require(str(project).strip() != "", "tracking.wandb.project", f"{project!r} is empty: name the project "
             "(the default is klear-lab)")
-    control = sorted({c for c in str(project) if not c.isprintable()})
+    control = sorted({c for c in str(project) if unicodedata.category(c) == "Cc"})
     require(not control, "tracking.wandb.project", f"{project!r} may not contain {' '.join(map(repr, control))}")
 
 

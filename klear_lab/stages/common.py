@@ -80,7 +80,8 @@ def make_trainer(cfg: dict[str, Any], run_dir: Path, loggers: list, *, max_steps
         num_sanity_val_steps=0, enable_model_summary=False,
         enable_progress_bar=any(type(c).__name__.endswith("ProgressBar") for c in callbacks),
         enable_checkpointing=False, **kwargs,  # checkpoints: klear_lab.checkpointing.ResumeCheckpoint
-        plugins=[RunDirCheckpointIO()],  # written in the run directory, not staged in /tmp
+        # written in the run directory, not staged in /tmp (XLA takes only its own checkpoint writer)
+        plugins=[] if str(t["accelerator"]) == "tpu" else [RunDirCheckpointIO()],
     )
 
 

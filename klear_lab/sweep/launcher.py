@@ -14,9 +14,11 @@ command line of the process it runs in, which only a fresh ``python -m`` trial h
 from __future__ import annotations
 
 import contextlib
+import getpass
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -159,7 +161,7 @@ def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_
     its pid and start time (``run_owner.process_start``: what its run's ``run.json`` records of its writer)."""
     proc: TrialProcess
     with _own_temp_dir() as temp:
-        env = {**env, "TMPDIR": temp}
+        env = {"TORCHINDUCTOR_CACHE_DIR": _compile_cache_dir(), **env, "TMPDIR": temp}
         if spec.trial_start == "fresh" or needs_fresh(cfg):
             proc = _Fresh(job_path.resolve(), log_path, env)
         else:
@@ -174,6 +176,17 @@ def run_trial_process(spec: SweepSpec, cfg: dict[str, Any], job_path: Path, log_
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
+
+
+def _compile_cache_dir() -> str:
+    """torch.compile's cache as torch places it by default (``torch._inductor.runtime.cache_dir_utils``), under
+    the sweep's temporary directory, not the trial's own: kept across trials, which compile the same model
+    (16 s cold, 3 s warm for a small one here), as it was before each trial had its own ``TMPDIR``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 @contextlib.contextmanager

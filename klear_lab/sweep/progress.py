@@ -29,17 +29,19 @@ class Progress:
     failed: int = 0  # failed here: not run again until the sweep is rerun
     points: frozenset[str] | None = None  # a grid's point keys: finished trials of points dropped since don't count
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _shown: int = 0  # the count printed last: a line printed after a later-ended trial's never counts fewer
 
     def record(self, study: optuna.Study, state: TrialState, seconds: float, ended: datetime | None = None) -> str:
         """Count one trial this process ran, which ``ended`` then (None: now); the progress line, e.g.
         ``5/8 finished, about 3 min left``. Trials that ended after it are not counted yet: two trials that end
-        together read 4/8 and 5/8, not 5/8 twice (each line is printed after both told the study)."""
+        together read 4/8 and 5/8, not 5/8 twice (each line is printed after both told the study). Where the
+        later one's line came first, the other repeats its count rather than going back."""
         with self._lock:
             if state in FINISHED:
                 self.durations.append(seconds)
             else:
                 self.failed += 1
-            finished = self._finished(study, ended)
+            finished = self._shown = max(self._finished(study, ended), self._shown)
             left = max(0, self.total - finished - (0 if self.replaces_failures else self.failed))
             line = f"{finished}/{self.total} finished"
             if left and self.durations:

@@ -104,8 +104,8 @@ def parse_wandb(path: Path, raw: Any) -> tuple[str | None, str | None]:
         raise ConfigError(f"{path}: wandb: expected {{project, group}}, got {raw!r}")
     _check_keys(path, "wandb", raw, ("project", "group"))
     for key in ("project", "group"):
-        if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise ConfigError(f"{path}: wandb.{key}: expected a name (a string), got {raw[key]!r}")
+        if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key].strip()):
+            raise ConfigError(f"{path}: wandb.{key}: expected a name (a non-empty string), got {raw[key]!r}")
     return raw.get("project"), raw.get("group")
 
 
@@ -149,7 +149,7 @@ def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> No
     head = written[:len(written) - len(Path(written).name)]  # the directory part as written: "../experiments/x/"
     if resolved.is_dir():
         hint = "; that is a directory: name a YAML file in it"
-    elif (here := Path(written)).is_file() and not here.is_absolute():  # the usual slip: a path from the cwd
+    elif (here := Path(written)).is_file() and not here.is_absolute() and not _is_sweep_spec(here):  # from the cwd
         hint = (f"; it is there from the working directory: a spec's paths are read from its own directory, so "
                 f"write experiment: {os.path.relpath(here.resolve(), spec_path.resolve().parent)}")
     elif folder.is_dir():

@@ -90,8 +90,8 @@ def widening_note(study: optuna.Study, spec: SweepSpec) -> str | None:
     note = (f"the spec adds {_describe(added)}, so running it continues the study in a copy, "
             f"{_next_name(study.study_name)!r}, holding its trials")
     if running:
-        note += (f"; trial(s) {running} are running now, which it would refuse until they finish (a killed sweep's "
-                 f"until their heartbeats are {2 * spec.heartbeat_interval} s old)")
+        note += (f"; trial(s) {running} are marked running: it refuses while any of them is alive, and goes ahead "
+                 f"once a killed sweep's heartbeats are {2 * spec.heartbeat_interval} s old")
     return note
 
 

@@ -54,4 +54,4 @@ def test_an_rl_experiment_against_its_run_is_the_same_config(tmp_path, capsys):
     assert main(["config", str(tmp_path / "rl_tiny.yaml"), "--diff", str(tmp_path / "trial.yaml")]) == 0
     shown = " ".join(capsys.readouterr().out.split())
     assert "1 key(s) differ (1 of them change the config hash)" in shown
-    assert f"note: model.name_or_path: both start from the run {sft.name}, one from a sweep's directory" in shown
+    assert f"note: model.name_or_path: both start from a run named {sft.name}, under two paths" in shown

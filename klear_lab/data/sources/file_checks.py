@@ -8,6 +8,7 @@ write instead, rather than surfacing as a type error or as rows silently read wi
 from __future__ import annotations
 
 import codecs
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ def check_params(src: Any) -> None:
         raise ValueError(_NULL_PATH)
     check_quality_rank(src)
     if not isinstance(src.fields, dict):  # `FileSource(fields="prompt:q")`: was an AttributeError on `.items`
-        pairs = [p.split(":", 1) for p in str(src.fields).replace(",", " ").split() if ":" in p]
-        example = {k.strip(): v.strip() for k, v in pairs} if pairs else {"prompt": "question"}
+        pairs = re.findall(r"([\w.]+)\s*:\s*([^,\s}]+)", str(src.fields))
+        example = dict(pairs) if pairs else {"prompt": "question"}
         raise ValueError(f"fields: expected a mapping of record keys to columns, got {src.fields!r}; e.g. "
                          f"fields={example!r}")
     for key, column in src.fields.items():

@@ -110,3 +110,20 @@ def test_two_versions_of_a_plugin_are_compared_in_one_process(tmp_path, registri
     out = capsys.readouterr().out
     assert "2 key(s) differ (2 of them change the config hash)" in out
     assert "rl.clip.eps" in out and "plugins" in out
+
+
+def test_a_starting_points_plugin_is_forgotten_too(tmp_path, registries_restored, capsys):
+    """The starting point's experiment is composed to look its runs up; its plugin stayed registered, and the
+    other side's version of it failed with "already registered" (a review)."""
+    kept, edited = tmp_path / "kept" / "my_clip.py", tmp_path / "my_clip.py"
+    kept.parent.mkdir()
+    kept.write_text(CLIP_PLUGIN.format(version="the starting point's", eps=0.2))
+    edited.write_text(CLIP_PLUGIN.format(version="edited", eps=0.3))
+    parent = tmp_path / "parent.yaml"
+    parent.write_text(f"base: {RL.parent / 'sft.yaml'}\nplugins: [{kept}]\nrun: {{out_dir: {tmp_path / 'runs'}}}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text(f"base: {RL}\nmodel: {{init_from: {parent}}}\nrun: {{out_dir: {tmp_path / 'runs'}}}\n")
+    other = tmp_path / "other.yaml"
+    other.write_text(f"base: {RL}\nplugins: [{edited}]\nrl: {{clip: diff_test_clip}}\n")
+    assert main(["config", str(child), "--diff", str(other)]) == 0, capsys.readouterr().err
+    assert "rl.clip.name" in capsys.readouterr().out

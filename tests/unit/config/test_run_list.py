@@ -254,14 +254,14 @@ def test_the_command_that_started_a_failed_run_is_listed_and_offered_after_a_fix
 
     command = ["klear-lab", "train", "experiments/mine.yaml", "rl.steps=3"]
     error = error_line(DataError("data.sources[0]: row 3 has no answer"))
-    make_run(tmp_path / "runs", "x", "failed", error=error, command=command, work_dir=str(tmp_path / "lab"))
+    make_run(tmp_path / "runs", "x", "failed", error=error, command=command, work_dir=str(tmp_path / "my lab"))
     make_run(tmp_path / "runs", "y", "failed", error=error, command="klear-lab train a.yaml")  # not a list: left out
     monkeypatch.chdir(tmp_path)
     assert main(["runs", "--json"]) == 0
     rows = {Path(r["run_dir"]).name: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert rows["x"]["command"] == command and rows["y"]["command"] is None
-    assert rows["x"]["note"].endswith("; or, once its experiment is fixed, cd " + str(tmp_path / "lab")
-                                      + " && klear-lab train experiments/mine.yaml rl.steps=3")
+    assert rows["x"]["note"].endswith(f"; or, once its experiment is fixed, cd '{tmp_path / 'my lab'}' && klear-lab "
+                                      "train experiments/mine.yaml rl.steps=3")  # a path with a space, quoted
     assert rows["y"]["note"].endswith("KEY=VALUE")
 
 

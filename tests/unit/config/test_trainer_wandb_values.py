@@ -70,3 +70,8 @@ def test_an_empty_spec_is_told_what_a_spec_holds(tmp_path, capsys):
     assert "the file is empty (an analysis spec names its `title:`" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="an experiment names at least its `base:`"):
         compose(empty)
+
+
+def test_a_project_name_with_a_non_breaking_space_is_taken():
+    """Only control characters are refused: ``isprintable`` refused a non-breaking space too (a red team)."""
+    assert compose(SFT, ["tracking.wandb.project='klear\u00a0lab'"])["tracking"]["wandb"]["project"] == "klear\u00a0lab"

@@ -95,6 +95,8 @@ def test_a_fields_key_without_its_space_gets_the_yaml_hint(tmp_path):
         FileSource(path="x.jsonl", fields="prompt:q answer:a")  # type: ignore[arg-type]
     assert str(err.value) == ("fields: expected a mapping of record keys to columns, got 'prompt:q answer:a'; e.g. "
                               "fields={'prompt': 'q', 'answer': 'a'}")
+    with pytest.raises(ValueError, match=r"e\.g\. fields=\{'prompt': 'q', 'answer': 'a'\}$"):  # spaced: was ''
+        FileSource(path="x.jsonl", fields="prompt: q, answer: a")  # type: ignore[arg-type]
 
 
 def test_a_fields_line_without_its_space_gets_the_yaml_hint(tmp_path):

@@ -134,6 +134,7 @@ def run_leaving_temp(cfg: dict[str, Any], callbacks: list | None = None) -> dict
     (Path(held.name) / "samples.table.json").write_text("{}")
     _KEPT.append(held)
     (sweep_dir / f"tempdir-{lr}-{seed}").write_text(held.name)
+    (sweep_dir / f"compile-cache-{lr}-{seed}").write_text(os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
     return run(cfg, callbacks)
 
 

@@ -66,6 +66,12 @@ def test_a_path_from_the_working_directory_is_told_its_form_from_the_spec(tmp_pa
     with pytest.raises(ConfigError) as err:  # "did you mean 'bad.yaml'?" was the spec itself
         load_spec("sweeps/bad.yaml", check_base=True)
     assert str(err.value).endswith("no experiment YAML in sweeps")
+    (tmp_path / "sweeps" / "other.yaml").write_text(spec.read_text())  # a sweep spec from the working directory
+    spec.write_text(spec.read_text().replace("bda.yaml", "sweeps/other.yaml"))
+    with pytest.raises(ConfigError) as err:  # not "so write experiment: other.yaml", a sweep spec
+        load_spec("sweeps/bad.yaml", check_base=True)
+    assert "working directory" not in str(err.value)
+    spec.write_text(spec.read_text().replace("sweeps/other.yaml", "bda.yaml"))
     (tmp_path / "sweeps" / "bdb.yaml").write_text("run: {kind: sft}\n")
     with pytest.raises(ConfigError, match=r"did you mean 'bdb.yaml'\?"):
         load_spec("sweeps/bad.yaml", check_base=True)

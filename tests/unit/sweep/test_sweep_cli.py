@@ -309,8 +309,8 @@ def test_validate_only_says_a_widened_grid_continues_in_a_copy(tmp_path, capsys)
     assert main(["sweep", str(spec_path), "--validate-only"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("note: study 'toy' exists (0 trial(s) complete): the spec adds seeds [1], so running it continues the "
-            "study in a copy, 'toy@v2', holding its trials; trial(s) [0] are running now, which it would refuse "
-            "until they finish") in out, out
+            "study in a copy, 'toy@v2', holding its trials; trial(s) [0] are marked running: it refuses while any of "
+            "them is alive, and goes ahead once a killed sweep's heartbeats are 2 s old") in out, out
     assert optuna.get_all_study_names(url) == ["toy"]  # previewed, not made
     study._storage.set_trial_state_values(study.trials[0]._trial_id, TrialState.COMPLETE, values=[0.5])
     assert main(["sweep", str(_write(tmp_path, seeds=(0,))), "--validate-only"]) == 0

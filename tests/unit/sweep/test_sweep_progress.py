@@ -67,3 +67,19 @@ def test_two_trials_that_end_together_are_counted_one_after_the_other():
     assert progress.record(study, TrialState.COMPLETE, 10.0, ends[0]) == "1/4 finished, about 15 s left"
     assert progress.record(study, TrialState.COMPLETE, 10.0, ends[1]) == "2/4 finished, about 10 s left"
     assert progress.record(study, TrialState.FAIL, 0.0).startswith("2/4 finished")  # no time: all so far
+
+
+def test_a_line_printed_after_a_later_ended_trials_never_counts_fewer():
+    """The worker whose trial ended later took the lock first: "2/4" then "1/4" was printed (a red team)."""
+    from datetime import datetime, timedelta
+
+    first = datetime(2026, 12, 7, 12, 0, 0)
+    study = optuna.create_study()
+    for ended in (first, first + timedelta(milliseconds=3)):
+        trial = optuna.create_trial(state=TrialState.COMPLETE, value=1.0)
+        trial.datetime_start, trial.datetime_complete = ended - timedelta(seconds=10), ended
+        study.add_trial(trial)
+    progress = Progress(total=4, workers=2)
+    ends = [t.datetime_complete for t in study.trials]
+    assert progress.record(study, TrialState.COMPLETE, 10.0, ends[1]).startswith("2/4 finished")
+    assert progress.record(study, TrialState.COMPLETE, 10.0, ends[0]).startswith("2/4 finished")

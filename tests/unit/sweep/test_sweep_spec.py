@@ -94,6 +94,9 @@ def test_a_misspelt_wandb_key_gets_a_did_you_mean(tmp_path):
     msg = _error(_edit(write_spec(tmp_path), wandb={"projet": "p"}))
     assert "wandb: unknown key 'projet' (did you mean 'project'?); allowed: project, group" in msg
     assert "wandb: expected {project, group}" in _error(_edit(write_spec(tmp_path), wandb="p"))
+    for empty in ("", "  "):  # "" was taken and then ignored (the experiment's project used), "  " refused
+        assert f"wandb.project: expected a name (a non-empty string), got {empty!r}" in _error(
+            _edit(write_spec(tmp_path), wandb={"project": empty}))
 
 
 def test_an_experiment_config_given_as_a_spec_is_named_so(repo_root):
@@ -484,7 +487,7 @@ def test_a_specs_own_plugins_are_read_from_its_directory(tmp_path, monkeypatch):
     ({"axes": {"optim.lr": {"low": 1e-4, "high": 1e-2, "log": "no"}}, "sampler": "random", "n_trials": 2},
      r"axes.optim.lr.log: expected true or false, got 'no'"),  # was read as log: true
     ({"sampler_seed": -1}, r"sampler_seed: expected an integer >= 0, got -1"),  # numpy's error, for grids too
-    ({"wandb": {"project": 5}}, r"wandb.project: expected a name \(a string\), got 5"),  # blamed on an axis
+    ({"wandb": {"project": 5}}, r"wandb.project: expected a name \(a non-empty string\), got 5"),  # blamed on an axis
     ({"axes": {"optim.lr": {"values": 0.1}}}, r"axes.optim.lr.values: expected a list of values, got 0.1"),
     ({"axes": {"optim.lr": [0.001, 1]}}, None),
     ({"axes": {"sft.max_steps": [1, 1.0]}}, r"axes.sft.max_steps: values 1 and 1.0 are the same config value"),

@@ -3,6 +3,7 @@ finalizers that remove them, and each sweep trial left W&B's table directory in 
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 from pathlib import Path
@@ -23,5 +24,7 @@ def test_a_trial_writes_its_temporary_files_in_its_own_directory_removed_as_it_e
     used = [Path((tmp_path / "out" / "toy" / f"tempdir-{lr}-0").read_text()) for lr in (0.001, 0.002)]
     assert all(p.parent.parent == system_temp and p.parent.name.startswith("klear-trial-") for p in used), used
     assert used[0].parent != used[1].parent  # one directory per trial
+    caches = {(tmp_path / "out" / "toy" / f"compile-cache-{lr}-0").read_text() for lr in (0.001, 0.002)}
+    assert caches == {str(system_temp / f"torchinductor_{getpass.getuser()}")}  # torch.compile's: shared, kept
     left = [p.name for p in system_temp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's cache
     assert left == []  # the sweep's own temporary files are gone at its end too
