@@ -52,8 +52,8 @@ def test_a_grid_counts_its_own_points_only():
     assert line == "3/4 finished, about 1 s left"
 
 
-def test_two_trials_that_end_together_are_counted_one_after_the_other():
-    """Both workers told the study before either printed: each line counted both ("2/4 finished" twice)."""
+def _two_trials_ended_3_ms_apart() -> tuple[optuna.Study, list]:
+    """A study whose two complete trials both told it before either worker printed; their end times."""
     from datetime import datetime, timedelta
 
     first = datetime(2026, 12, 7, 12, 0, 0)
@@ -62,8 +62,13 @@ def test_two_trials_that_end_together_are_counted_one_after_the_other():
         trial = optuna.create_trial(state=TrialState.COMPLETE, value=1.0)
         trial.datetime_start, trial.datetime_complete = ended - timedelta(seconds=10), ended
         study.add_trial(trial)
+    return study, [t.datetime_complete for t in study.trials]
+
+
+def test_two_trials_that_end_together_are_counted_one_after_the_other():
+    """Both workers told the study before either printed: each line counted both ("2/4 finished" twice)."""
+    study, ends = _two_trials_ended_3_ms_apart()
     progress = Progress(total=4, workers=2)
-    ends = [t.datetime_complete for t in study.trials]
     assert progress.record(study, TrialState.COMPLETE, 10.0, ends[0]) == "1/4 finished, about 15 s left"
     assert progress.record(study, TrialState.COMPLETE, 10.0, ends[1]) == "2/4 finished, about 10 s left"
     assert progress.record(study, TrialState.FAIL, 0.0).startswith("2/4 finished")  # no time: all so far
@@ -71,15 +76,7 @@ def test_two_trials_that_end_together_are_counted_one_after_the_other():
 
 def test_a_line_printed_after_a_later_ended_trials_never_counts_fewer():
     """The worker whose trial ended later took the lock first: "2/4" then "1/4" was printed (a red team)."""
-    from datetime import datetime, timedelta
-
-    first = datetime(2026, 12, 7, 12, 0, 0)
-    study = optuna.create_study()
-    for ended in (first, first + timedelta(milliseconds=3)):
-        trial = optuna.create_trial(state=TrialState.COMPLETE, value=1.0)
-        trial.datetime_start, trial.datetime_complete = ended - timedelta(seconds=10), ended
-        study.add_trial(trial)
+    study, ends = _two_trials_ended_3_ms_apart()
     progress = Progress(total=4, workers=2)
-    ends = [t.datetime_complete for t in study.trials]
     assert progress.record(study, TrialState.COMPLETE, 10.0, ends[1]).startswith("2/4 finished")
     assert progress.record(study, TrialState.COMPLETE, 10.0, ends[0]).startswith("2/4 finished")
