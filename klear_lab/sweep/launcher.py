@@ -43,6 +43,7 @@ _LOCK = threading.Lock()
 _CONTEXT: Any = None
 _LIVE: set[Any] = set()  # trial processes running now (for kill_all)
 _LIVE_LOCK = threading.Lock()
+_TEMP_PREFIX = "klear-trial-"  # + the sweep's pid: a trial's own temporary directory (_own_temp_dir)
 _STOPPED = threading.Event()  # kill_all ran: a trial process started from now on is killed at once
 
 
@@ -88,9 +89,29 @@ class _Forked:
 
 
 def warm_up(mode: str, runner: str) -> None:
-    """Start the preloaded server now, so its imports overlap the study setup and the parent run."""
+    """Start the preloaded server now, so its imports overlap the study setup and the parent run; remove the
+    trial temporary directories of sweep processes that were killed (``kill -9``) before they could."""
+    remove_orphaned_temp_dirs()
     if mode == "preloaded":
         forkserver(runner)
+
+
+def remove_orphaned_temp_dirs() -> None:
+    """Remove ``klear-trial-PID-*`` directories (:func:`_own_temp_dir`) whose sweep process ``PID`` is gone."""
+    for temp in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*-*"):
+        pid = temp.name[len(_TEMP_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def live_pids() -> list[int]:
@@ -196,8 +217,9 @@ def _own_temp_dir() -> Iterator[str]:
     A forked trial ends with ``os._exit`` (multiprocessing's), which skips the interpreter's exit, whose
     finalizers remove the temporary directories W&B writes each logged table in: every trial left one in
     ``/tmp`` (``tmpXXXX/rollout/samples.table.json``), and so does any trial killed. W&B's staged copy of the
-    table, which ``wandb sync`` uploads, is elsewhere (``WANDB_DATA_DIR``) and stays."""
-    temp = tempfile.mkdtemp(prefix="klear-trial-")
+    table, which ``wandb sync`` uploads, is elsewhere (``WANDB_DATA_DIR``) and stays. A sweep process killed
+    itself leaves these; the next sweep started on this machine removes them (:func:`warm_up`)."""
+    temp = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-")  # the sweep's pid: see remove_orphaned_temp_dirs
     try:
         yield temp
     finally:

@@ -28,3 +28,21 @@ def test_a_trial_writes_its_temporary_files_in_its_own_directory_removed_as_it_e
     assert caches == {str(system_temp / f"torchinductor_{getpass.getuser()}")}  # torch.compile's: shared, kept
     left = [p.name for p in system_temp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's cache
     assert left == []  # the sweep's own temporary files are gone at its end too
+
+
+def test_a_killed_sweeps_trial_directories_are_removed_by_the_next_sweep(tmp_path, monkeypatch):
+    """A ``kill -9`` of the sweep process leaves its trials' directories (it removes each once its process
+    ended): the next sweep on the machine removes those of sweep processes that are gone, and only those."""
+    import tempfile
+
+    from klear_lab.sweep.launcher import remove_orphaned_temp_dirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid is free now (reused within this test: vanishingly unlikely)
+    for name in (f"klear-trial-{gone.pid}-ab12", f"klear-trial-{os.getpid()}-cd34", "klear-trial-x", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.table.json").write_text("{}")
+    remove_orphaned_temp_dirs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"klear-trial-{os.getpid()}-cd34", "klear-trial-x",
+                                                                  "other"])
