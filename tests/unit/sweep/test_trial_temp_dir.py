@@ -5,19 +5,29 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 from sweep_fixtures import REPO, TEMP_RUNNER, sweep_cmd, write_spec
 
 
+@pytest.fixture
+def system_temp():
+    """A short temporary directory to serve as the sweep's ``TMPDIR``: multiprocessing's forkserver binds a
+    socket in it, whose path may not pass 107 bytes (pytest-xdist's ``tmp_path`` under it did)."""
+    path = Path(tempfile.mkdtemp(prefix="kt-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.parametrize("start", ["preloaded", "fresh"])
-def test_a_trial_writes_its_temporary_files_in_its_own_directory_removed_as_it_ends(tmp_path, start):
-    system_temp = tmp_path / "system-temp"
-    system_temp.mkdir()
+def test_a_trial_writes_its_temporary_files_in_its_own_directory_removed_as_it_ends(tmp_path, system_temp, start):
     spec = write_spec(tmp_path, lrs=(0.001, 0.002), runner=TEMP_RUNNER, trial_start=start)
-    env = {**os.environ, "KLEAR_FAKE_SLEEP": "0", "OMP_NUM_THREADS": "1", "TMPDIR": str(system_temp)}
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}  # torch sets it in a process
+    env.update({"KLEAR_FAKE_SLEEP": "0", "OMP_NUM_THREADS": "1", "TMPDIR": str(system_temp)})  # that compiled
     done = subprocess.run(sweep_cmd(spec, "--no-compare"), cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -33,8 +43,6 @@ def test_a_trial_writes_its_temporary_files_in_its_own_directory_removed_as_it_e
 def test_a_killed_sweeps_trial_directories_are_removed_by_the_next_sweep(tmp_path, monkeypatch):
     """A ``kill -9`` of the sweep process leaves its trials' directories (it removes each once its process
     ended): the next sweep on the machine removes those of sweep processes that are gone, and only those."""
-    import tempfile
-
     from klear_lab.sweep.launcher import remove_orphaned_temp_dirs
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
