@@ -203,11 +203,10 @@ def load_entry_point_plugins() -> None:
         _load_builtins()
     for ep in entry_points:
         what = f"entry point {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP}"
-        with _warned_if_it_registers_nothing(what, ep.module):
-            try:
-                obj = ep.load()
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must say which one
-                raise ConfigError(f"{what} failed to load: {exc}") from exc
+        # refused as a module plugin is (the type, file and line of its error; its registrations undone): it said
+        # only "failed to load: division by zero", and a name clash came quoted as a KeyError
+        with _warned_if_it_registers_nothing(what, ep.module), _refused_as_config_error(what, ep.module):
+            obj = ep.load()
             if callable(obj):
                 obj()
 

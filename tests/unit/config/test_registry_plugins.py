@@ -112,6 +112,26 @@ def test_entry_point_plugin_in_installed_package(tmp_path):
     assert "'name': 'entry_point_mix'" in out.stdout
 
 
+@pytest.mark.parametrize(("code", "said"), [
+    ("x = 1\ny = 1 / 0\n", "failed to import: ZeroDivisionError: division by zero at {init}:2"),
+    ("def f(:\n    pass\n", "syntax error at {init}:1"),
+    (PLUGIN.format(name="top_k"), "data_mix 'top_k' is already registered by "),
+])
+def test_a_broken_installed_plugin_is_named_with_its_file_and_line(tmp_path, code, said):
+    """It said "entry point ... failed to load: division by zero": no type, file or line, as a module plugin
+    gets; a name clash came quoted, as a KeyError prints (a walkthrough)."""
+    site = _installed_package(tmp_path)
+    init = site / "klear_ext" / "__init__.py"
+    init.write_text(code)
+    out = subprocess.run([sys.executable, "-m", "klear_lab.cli", "components", "clip"], env={
+        "PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+        timeout=120)
+    assert out.returncode == 2, out.stderr
+    err = " ".join(out.stderr.split())
+    assert f"entry point 'ext' (klear_ext) in group klear_lab.plugins: {said.format(init=init)}" in err, err
+    assert "failed to load" not in err and '"' not in err
+
+
 def _marks(listing: str) -> dict[str, str]:
     """``klear-lab components``' name cells: entry name -> its ``(plugin: ...)`` line ('' for a built-in)."""
     cells = [line.split("│")[1].strip() for line in listing.splitlines() if line.startswith("│")]
