@@ -98,11 +98,17 @@ def _started_by(run_dir: Path) -> list[str] | None:
     from klear_lab.resume import read_record
 
     try:
-        command = read_record(run_dir / "run.json").get("command")
+        command = recorded_command(read_record(run_dir / "run.json"))
     except Exception:  # noqa: BLE001 - a damaged record: the advice goes without it
         return None
-    ok = isinstance(command, list) and len(command) >= 3 and all(isinstance(t, str) for t in command)
+    ok = command is not None and len(command) >= 3
     return command if ok and command[1] == "train" and Path(command[2]).name != "config.yaml" else None
+
+
+def recorded_command(record: dict[str, Any]) -> list[str] | None:
+    """``run.json``'s ``command`` (runs the CLI started since the fifty-first session), if it is a list of words."""
+    command = record.get("command")
+    return command if isinstance(command, list) and all(isinstance(w, str) for w in command) else None
 
 
 def _from_where_it_started(run_dir: Path, experiment: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 from klear_lab.distributed import recorded_error
 from klear_lab.errors import REPEATING_ERRORS, KlearError, did_you_mean
 from klear_lab.resume import checkpoint_path
-from klear_lab.run_advice import fix_first
+from klear_lab.run_advice import fix_first, recorded_command
 from klear_lab.run_owner import live_status
 from klear_lab.run_progress import run_progress
 from klear_lab.sweep.run_status import SUPERSEDED
@@ -123,13 +123,7 @@ def run_row(run_dir: Path, metric: str) -> RunRow:
     note = "; ".join(n for n in (*damaged, _note(run_dir, identity, status, kind, has_ckpt)) if n)
     return RunRow(str(run_dir), kind, status, _attempts(identity), steps, value, has_ckpt, note,
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "",
-                  _command(identity))
-
-
-def _command(identity: dict[str, Any]) -> list[str] | None:
-    """``run.json``'s ``command`` (runs the CLI started since the fifty-first session), if it is a list of words."""
-    command = identity.get("command")
-    return command if isinstance(command, list) and all(isinstance(w, str) for w in command) else None
+                  recorded_command(identity))
 
 
 def _attempts(identity: dict[str, Any]) -> int:

@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from klear_lab.config.merge import Cleared, Layer, merge_body
 from klear_lab.config.yaml_io import load_yaml
+from klear_lab.console import shown_path
 from klear_lab.errors import ConfigError
 
 __all__ = ["Layer", "body_layers", "dotlist_layer", "file_label", "file_layers", "mapping_layers", "override_key"]
@@ -34,6 +35,13 @@ def file_layers(path: Path, _seen: tuple[Path, ...] = ()) -> list[Layer]:
 _SECTIONS = {"base", "run", "model", "data", "sft", "rl", "trainer", "optim", "eval", "tracking", "plugins"}
 
 
+def sweep_spec_like(body: dict[str, Any]) -> bool:
+    """Whether a YAML file's top level reads as a sweep spec's (``axes:`` or ``objective:``, and no section
+    an experiment has)."""
+    keys = set(map(str, body))
+    return bool(keys & {"axes", "objective"}) and not keys & _SECTIONS
+
+
 def _refuse_other_specs(path: Path, body: dict[str, Any]) -> None:
     """A sweep spec, an analysis spec or a run's ``run.json`` given where an experiment is read (``klear-lab
     train``, ``config``, ``config --diff``, a ``base:``) was refused as "unknown key 'description'": say what
@@ -45,20 +53,15 @@ def _refuse_other_specs(path: Path, body: dict[str, Any]) -> None:
                           f"{path.parent / 'config.yaml'}")
     if set(keys) & _SECTIONS:
         return
-    if set(keys) & {"axes", "objective"}:
+    if sweep_spec_like(body):
         named = body.get("experiment")
-        experiment = f"; its experiment is {_shown(path.parent / named)}" if isinstance(named, str) else ""
+        experiment = (f"; its experiment is {shown_path(os.path.normpath((path.parent / named).absolute()))}"
+                      if isinstance(named, str) else "")
         raise ConfigError(f"{path}: a sweep spec (keys {listed}), not an experiment: run it with "
                           f"`klear-lab sweep {path}`{experiment}")
     if set(keys) & {"claims", "benchmarks", "paper"}:
         raise ConfigError(f"{path}: an analysis spec (keys {listed}), not an experiment: `klear-lab reproduce "
                           f"{path}` shows it next to the results of the sweeps it names")
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory where it lies below it, else absolute."""
-    path = Path(os.path.normpath(path.absolute()))
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def mapping_layers(mapping: Any) -> list[Layer]:

@@ -100,18 +100,8 @@ def remove_orphaned_temp_dirs() -> None:
     """Remove ``klear-trial-PID-*`` directories (:func:`_own_temp_dir`) whose sweep process ``PID`` is gone."""
     for temp in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*-*"):
         pid = temp.name[len(_TEMP_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and process_start(int(pid)) is None:  # no such process
             shutil.rmtree(temp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def live_pids() -> list[int]:

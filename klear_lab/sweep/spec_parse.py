@@ -162,14 +162,16 @@ def check_experiment(spec_path: Path, written: str, resolved: Path | None) -> No
 
 
 def _is_sweep_spec(path: Path) -> bool:
-    """Whether ``path`` reads as a sweep spec (top-level ``axes:``): not an experiment to suggest."""
+    """Whether ``path`` reads as a sweep spec (``layers.sweep_spec_like``): not an experiment to suggest."""
     import yaml
+
+    from klear_lab.config.layers import sweep_spec_like
 
     try:
         body = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
-    return isinstance(body, dict) and "axes" in body
+    return isinstance(body, dict) and sweep_spec_like(body)
 
 
 def check_runner(spec: SweepSpec) -> None:
