@@ -14,6 +14,16 @@ if [ -n "$free_mb" ] && [ "$free_mb" -lt 2048 ]; then
   echo "[test] warning: ${free_mb} MB free in ${TMPDIR:-/tmp}; the default set writes up to about 100 MB there at once" \
        "(its W&B runs, checkpoints and sweeps), the vLLM venv needs more: free space if tests fail with ENOSPC" >&2
 fi
+# Every temporary file of the tests goes in one directory of their own, removed when they pass (kept, and named,
+# when they fail): the processes tests kill, and the W&B and multiprocessing directories of those, left hundreds
+# of entries in /tmp a day. Short (/tmp/klear-test-XXXXXX), as forkserver sockets in it may not pass 107 bytes.
+test_tmp=$(mktemp -d "${TMPDIR:-/tmp}/klear-test-XXXXXX")
+remove_test_tmp() {
+  local rc=$?
+  if [ "$rc" -eq 0 ]; then rm -rf "$test_tmp"; else echo "[test] temporary files of the tests kept in $test_tmp" >&2; fi
+}
+trap remove_test_tmp EXIT
+export TMPDIR="$test_tmp"
 if [ $# -eq 0 ]; then
   # the default set on every core (pytest-xdist; a test file stays on one worker, where its module fixtures are
   # built once); each worker takes cores // workers torch threads (tests/conftest.py)
