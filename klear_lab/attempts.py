@@ -61,15 +61,19 @@ def relative_paths(cfg: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(str(p) for p in paths if p and not os.path.isabs(os.path.expanduser(str(p)))))
 
 
-def warn_if_other_data(run_dir: Path, cfg: dict[str, Any]) -> None:
+def warn_if_other_data(run_dir: Path, cfg: dict[str, Any], overridden: bool = False) -> None:
     """Before a rerun of ``run_dir``'s saved config (``cfg``) trains: warn when it would read other records than
     the run did (a data file edited since, or read from another directory): the config, and so its hash, names
-    files, not contents. A data error is left to the run itself, which names it."""
+    files, not contents. A data error is left to the run itself, which names it. ``overridden``: ``cfg`` has
+    overrides, so the saved config is read as the run had it: an override (``run.seed=1``, another mix) draws
+    other records from the same files, which is no news (it warned of a data change on every seed rerun)."""
+    from klear_lab.config.compose import compose
     from klear_lab.starting_point import records_digests
 
     try:
         then = read_record(run_dir / "run.json").get("data") or {}
-        now = records_digests(cfg) if then else {}
+        as_run = compose(run_dir / "config.yaml") if overridden and then else cfg
+        now = records_digests(as_run) if then else {}
     except Exception:  # noqa: BLE001 - the run reads the same data next and reports what is wrong with it
         return
     keys = {"train": "data.sources", "eval": "data.eval_sources"}  # what run.json's data digests are of

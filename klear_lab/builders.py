@@ -13,7 +13,15 @@ from klear_lab.config.checks import EVAL_GRADERS
 from klear_lab.config.validate import component_args
 from klear_lab.data.decontaminate import decontaminated_pools
 from klear_lab.data.filters.base import filtered_records
-from klear_lab.data.mixes.base import mixed_records
+from klear_lab.data.mixes.base import mixed_records, places_named
+from klear_lab.data.pool_checks import (
+    check_distinct_sources,
+    check_some_records,
+    warn_repeated_files,
+    warn_shared_record_names,
+    warn_unread_eval_paths,
+)
+from klear_lab.data.pool_checks import source_path as source_path  # importable from here too
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.data.sources.base import SplitExhausted
 from klear_lab.data.training_stats import record_stats, repeat_stats
@@ -58,17 +66,20 @@ def source_nodes(cfg: dict[str, Any]) -> Iterator[tuple[str, str, int, dict[str,
             yield section, split, i, node
 
 
-def source_path(node: dict[str, Any], split: str) -> str | None:
-    """The file a source node reads for ``split``: its ``eval_path`` for the eval split when set, else its
-    ``path`` (None for a source without one: the generated world)."""
-    path = node.get("eval_path") if split == "eval" and node.get("eval_path") else node.get("path")
-    return None if path is None else str(path)
-
-
 def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
                 read: Callable[[dict[str, Any]], list[Record] | None] | None = None,
                 ) -> tuple[dict[str, list[Record]], dict[str, int]]:
-    """Records per source (``split`` of each), keyed by a unique source label, with quality ranks.
+    """Records per source (``split`` of each), keyed by a unique source label, with quality ranks
+    (:func:`named_pools`, without where each pool came from)."""
+    pools, ranks, _ = named_pools(cfg, split, nodes, read)
+    return pools, ranks
+
+
+def named_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
+                read: Callable[[dict[str, Any]], list[Record] | None] | None = None,
+                ) -> tuple[dict[str, list[Record]], dict[str, int], dict[str, str]]:
+    """Records per source (``split`` of each), keyed by a unique source label (:func:`pool_label`), with
+    quality ranks and where each pool came from (``data.sources.1 (data/b.jsonl)``, for messages).
 
     ``read`` gives a source node's records in place of reading them (the sweep's up-front check, which
     has read each file once): None where it has not read them (a generated world, a file this machine
@@ -76,71 +87,61 @@ def build_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
 
     Raises:
         DataError: no source gave records (``data.sources``; ``data.eval_sources`` when it lists any), a
-            source gave none while others did not (its key and file named), or two held-out sources
-            name their records alike and one of them has no label (two ``test.jsonl``).
+            source gave none while others did not (its key and file named), two held-out sources
+            name their records alike and one of them has no label (two ``test.jsonl``), or a held-out
+            source names its records as a difficulty level's metric does (``level1``).
     """
     pools: dict[str, list[Record]] = {}
     ranks: dict[str, int] = {}
-    seed = cfg["data"]["world_seed"]
     section = "data.sources" if split == "train" else "data.eval_sources"
     where: dict[str, str] = {}  # pool label -> config key and file, for messages
     unlabelled: set[str] = set()  # pools of sources that take a label and were given none (a file's)
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
+        records = source_records(source, node, split, cfg["data"]["world_seed"], read, f"{section}.{i}")
+        path = source_path(node, split)
         label = pool_label(source, node, i, pools)
         if label in pools:  # a hand-written "math#2" label, say: the earlier pool would be replaced silently
             raise DataError(f"{section}.{i}: source label {label!r} is already taken by {where[label]}; "
                             "give the sources distinct labels")
-        try:
-            pools[label] = source.records(seed, split) if read is None else read(node)
-        except SplitExhausted as exc:
-            raise ConfigError(f"{section}.{i}.{exc}") from None
-        except DataError as exc:  # a missing file: the key that names it, as --dry-run says
-            if not str(exc).startswith("data file ") or not hasattr(source, "path_field"):
-                raise
-            raise DataError(f"{section}.{i}.{source.path_field(split)}: {exc}") from None
+        pools[label] = records
         ranks[label] = source.quality_rank
-        path = source_path(node, split)
         where[label] = f"{section}.{i}" + (f" ({path})" if path else "")
         if hasattr(source, "label") and not source.label:
             unlabelled.add(label)
-    gave_none = [label for label, recs in pools.items() if recs is not None and not recs]  # None: not read
-    if len(gave_none) == len(pools) and (pools or split == "train"):
-        files = [f for n in nodes if (f := source_path(n, split))]
-        read_files = f"; read {', '.join(files)}" if files else ""
-        if split == "train":
-            counts = f"({', '.join(f'{n}: 0' for n in pools)})" if pools else "(it lists no source)"
-            raise DataError(f"data.sources produced no training records {counts}{read_files}")
-        raise DataError("data.eval_sources gave no eval records" + read_files)
-    if gave_none:
-        raise DataError(f"{', '.join(where[label] for label in gave_none)}: no {split} records (an empty "
-                        "file?) while the other sources have some; remove the source or fill it")
+    check_some_records(pools, where, split, nodes)
     if split == "eval":  # training records of one name merge harmlessly (a share metric, a rollout seed)
         check_distinct_sources(pools, where, unlabelled)
-    return pools, ranks
+        from klear_lab.eval.heldout import check_level_names
+
+        check_level_names(pools, where)  # val/level1/acc is a difficulty level's
+    else:
+        warn_repeated_files(nodes, list(pools))
+        warn_shared_record_names(pools, where, unlabelled)
+        warn_unread_eval_paths(cfg, nodes)
+    return pools, ranks, where
+
+
+def source_records(source: Any, node: dict[str, Any], split: str, seed: int,
+                   read: Callable[[dict[str, Any]], list[Record] | None] | None, key: str) -> list[Record] | None:
+    """The ``split`` records of ``source`` (``read(node)`` where given), its errors prefixed with ``key``."""
+    try:
+        return source.records(seed, split) if read is None else read(node)
+    except SplitExhausted as exc:
+        raise ConfigError(f"{key}.{exc}") from None
+    except DataError as exc:  # a missing file: the key that names it, as --dry-run says
+        if not str(exc).startswith("data file ") or not hasattr(source, "path_field"):
+            raise
+        raise DataError(f"{key}.{source.path_field(split)}: {exc}") from None
 
 
 def pool_label(source: Any, node: dict[str, Any], index: int, taken: Collection[str]) -> str:
     """The pool label of source ``index`` (built from ``node``): its ``label`` (a file source's, which names
-    its metrics too) or its name, with ``#index`` where an earlier source took that."""
+    its metrics too) or its name, with ``#index`` where an earlier source took that. An unlabelled file source's
+    pool is so ``file``, ``file#1``: the data mix draws each pool's records by a seed keyed by this name, so
+    naming it otherwise would draw other records for configs of runs made before, under the same hash."""
     name = getattr(source, "label", None) or node["name"]
     return name if name not in taken else f"{name}#{index}"
-
-
-def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str], unlabelled: set[str]) -> None:
-    """Held-out sources whose records share a name merge into one ``val/<source>/acc`` (and row n of each
-    file, one uid, draws one sampling seed). A file's records are named by its rows' ``source`` /
-    ``data_source``, else its file name, so ``aime24/test.jsonl`` and ``aime25/test.jsonl`` both name
-    theirs ``test``: refused unless both were labelled alike on purpose. The embedded world's sources
-    (no label) may repeat, as before (two ``arith`` sources of other levels: one ``val/arith/acc``)."""
-    owner: dict[str, str] = {}  # record source -> the first pool naming its records so
-    for label, recs in pools.items():
-        for name in dict.fromkeys(r.source for r in recs or ()):
-            first = owner.setdefault(name, label)
-            if first != label and (first in unlabelled or label in unlabelled):
-                raise DataError(f"{where[first]} and {where[label]} both name their records {name!r}: one "
-                                f"val/{name}/acc would score both; give each file source its own label "
-                                "(`label: aime24`)")
 
 
 def build_train_records(cfg: dict[str, Any]) -> tuple[list[Record], dict[str, float]]:
@@ -160,19 +161,20 @@ def train_and_heldout(cfg: dict[str, Any], quiet: bool = False,
                       ) -> tuple[list[Record], dict[str, float], list[Record] | None]:
     """Training records, data stats and the held-out records they were compared with (None: not compared;
     then built after the training ones, as before the key: a plugin source may draw from the global RNGs)."""
-    pools, ranks = build_pools(cfg, "train", cfg["data"]["sources"])  # refuses sources that gave no records
+    pools, ranks, where = named_pools(cfg, "train", cfg["data"]["sources"])  # refuses sources that gave no records
     stats: dict[str, float] = {}
     eval_records = None
     if n := cfg["data"].get("decontaminate_ngram") or 0:  # a partial saved config from before the key: off
         eval_records = build_eval_records(cfg)
-        pools, stats = decontaminated_pools(pools, eval_records, n, quiet)  # said by global rank 0 only
+        pools, stats = decontaminated_pools(pools, eval_records, n, quiet, where)  # said by global rank 0 only
     flt = build(DIFFICULTY_FILTER, cfg["data"]["filter"])
     filtered = {}
     for name, recs in pools.items():
         try:
             filtered[name] = filtered_records(flt, recs, name)
         except ValueError as exc:  # the filter cannot act on this source's records
-            raise DataError(f"data.filter {cfg['data']['filter']['name']!r} on source {name!r}: {exc}") from None
+            raise DataError(f"data.filter {cfg['data']['filter']['name']!r} on source {name!r} of {where[name]}: "
+                            f"{exc}") from None
         stats[f"data/kept_frac/{name}"] = len(filtered[name]) / max(len(recs), 1)  # of what decontamination left
     empty = [n for n, r in filtered.items() if not r]
     if len(empty) == len(filtered):
@@ -182,7 +184,7 @@ def train_and_heldout(cfg: dict[str, Any], quiet: bool = False,
     try:
         records = mixed_records(mix, filtered, ranks, cfg["run"]["seed"])  # emptied sources too: top_k skips none
     except ValueError as exc:
-        raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}") from None
+        raise ConfigError(f"data.mix {cfg['data']['mix']['name']!r}: {exc}{places_named(str(exc), where)}") from None
     stats.update(repeat_stats(filtered, records, cfg["data"]["mix"]["name"]))
     return records, {**stats, **record_stats(records)}, eval_records
 

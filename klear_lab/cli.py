@@ -33,7 +33,7 @@ def _train(args: argparse.Namespace) -> int:
     if rerun and joined_run_dir() is None:
         warn_if_elsewhere(saved, "rerunning its saved config")
         if not args.dry_run:  # it reads the data files, which a dry run does not
-            warn_if_other_data(saved, cfg)
+            warn_if_other_data(saved, cfg, overridden=bool(args.overrides))
     if args.dry_run:
         return _dry_run(cfg, args.experiment)
     from klear_lab.run import run_experiment
@@ -48,7 +48,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from klear_lab.resume import resume_config
+    from klear_lab.resume import resume_command_config
     from klear_lab.resume_trial import trial_refusal
     from klear_lab.run import run_experiment
     from klear_lab.run_list import sweep_trial
@@ -56,7 +56,7 @@ def _resume(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if (sweep := sweep_trial(run_dir.resolve())) is not None:  # its sweep continues it, or says why not
         raise trial_refusal(run_dir, sweep)
-    result = run_experiment(resume_config(run_dir, args.overrides), resume=str(run_dir), hold_start=True)
+    result = run_experiment(resume_command_config(run_dir, args.overrides), resume=str(run_dir), hold_start=True)
     _run_done()
     if joined_run_dir() is None:
         print_result(result)

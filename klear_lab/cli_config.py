@@ -29,15 +29,19 @@ def config_command(args: argparse.Namespace) -> int:
 
 
 def _config_diff(args: argparse.Namespace) -> int:
-    """``config A [KEY=VALUE ...] --diff B``: the keys whose values differ, and which change the config hash."""
-    from klear_lab.config_diff import print_differences, resolved
+    """``config A [KEY=VALUE ...] --diff B``: the keys whose values differ, and which change the config hash; of
+    two runs, whether they read different records too (``run.json``'s data digests)."""
+    from klear_lab.config_diff import print_differences, recorded_data, records_differences, resolved
     from klear_lab.console import shown_path
 
     if not args.experiment:
         raise KlearError("config --diff: give the config to compare first, `klear-lab config A [KEY=VALUE ...] "
                          "--diff B` (each an experiment YAML, a config.yaml or a run directory)")
     label = " ".join([shown_path(args.experiment), *args.overrides])
-    print_differences(label, shown_path(args.diff), resolved(args.experiment, args.overrides), resolved(args.diff))
+    a, b = resolved(args.experiment, args.overrides), resolved(args.diff)
+    run_a = None if args.overrides else recorded_data(args.experiment)  # with overrides, A is not that run
+    runs_read = records_differences(run_a, recorded_data(args.diff), a["run"]["seed"] == b["run"]["seed"])
+    print_differences(label, shown_path(args.diff), a, b, runs_read)  # exit 0, as for any difference
     return 0
 
 

@@ -1,6 +1,7 @@
 """``klear-lab config A --diff B``: what differs between two resolved configs (experiment files, saved
 ``config.yaml`` files or run directories), key by key, and which of those differences make them different
-runs (the config hash) rather than the same run under another name, seed or W&B project."""
+runs (the config hash) rather than the same run under another name, seed or W&B project; and, of two runs,
+whether they read different records (``run.json``'s data digests: the config names files, not contents)."""
 
 from __future__ import annotations
 
@@ -99,8 +100,37 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, st
             for key, text_a, text_b in changed_keys(flat_a, flat_b)]
 
 
-def print_differences(a_label: str, b_label: str, a: dict[str, Any], b: dict[str, Any]) -> None:
-    """The table of :func:`differences`, headed by both configs' hashes and seeds."""
+def recorded_data(target: str) -> dict[str, str] | None:
+    """The ``data`` digests ``run.json`` keeps when ``target`` is a run directory or its ``config.yaml``; None
+    for an experiment file (its records would have to be read: the whole corpus) or a run without them."""
+    import json
+
+    path = Path(target)
+    record = path / "run.json" if path.is_dir() else path.parent / "run.json"
+    if not (path.is_dir() or path.name == "config.yaml") or not record.is_file():
+        return None
+    try:
+        data = json.loads(record.read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None  # a damaged record: the config comparison is still worth showing
+    return data if isinstance(data, dict) else None
+
+
+def records_differences(a: dict[str, str] | None, b: dict[str, str] | None, same_seed: bool = True) -> list[str]:
+    """``data.train A vs B`` per split whose recorded digests differ between two runs (none when either is not
+    a run): the config names data files, not their contents, so two runs of one config may have read other
+    records (a data file edited between them, or read from another directory). The training records of two
+    seeds differ anyway (the data mix draws and shuffles by ``run.seed``): compared only at one seed."""
+    if not a or not b:
+        return []
+    return [f"data.{split} {a[split]} vs {b[split]}" for split in a
+            if split in b and a[split] != b[split] and (same_seed or split != "train")]
+
+
+def print_differences(a_label: str, b_label: str, a: dict[str, Any], b: dict[str, Any],
+                      records: list[str] | None = None) -> None:
+    """The table of :func:`differences`, headed by both configs' hashes and seeds; ``records``, what
+    :func:`records_differences` found (two runs that read other records), after it."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -111,8 +141,9 @@ def print_differences(a_label: str, b_label: str, a: dict[str, Any], b: dict[str
     console = make_console()
     for name, label, cfg in (("A", a_label, a), ("B", b_label, b)):
         console.print(escape(f"{name}: {label} (config hash {config_hash(cfg)}, seed {cfg['run']['seed']})"))
+    read = f"they read different records (run.json's data digests): {'; '.join(records)}" if records else ""
     if not rows:
-        console.print("no differences: the same config")
+        console.print(escape(f"the same config, but {read}") if read else "no differences: the same config")
         return
     hashed = sum(h for *_, h in rows)
     same = f"{hashed} of them change the config hash" if hashed else "none changes the config hash: the same arm"
@@ -125,3 +156,5 @@ def print_differences(a_label: str, b_label: str, a: dict[str, Any], b: dict[str
     console.print(table)
     if note := same_run_elsewhere(a, b):
         console.print(escape(f"note: {note}"))
+    if read:
+        console.print(escape(f"and {read}"))

@@ -247,6 +247,24 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 
+def probe_rl_components(rl: dict[str, Any]) -> None:
+    """Raise a ``ComponentError`` (exit 2) for an RL component (a plugin's, usually) the run would call and fail
+    on, or train wrongly with, after its model loaded and its first rollouts ran: as ``prepare_rl`` does."""
+    from klear_lab.builders import build
+    from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, ROLLOUT
+    from klear_lab.rl.advantages.base import probe_advantage
+    from klear_lab.rl.aggregation.base import probe_aggregation
+    from klear_lab.rl.clip.base import probe_clip
+    from klear_lab.rl.group_filters.base import probe_group_filter
+    from klear_lab.rl.rollout.base import check_rollout_engine
+
+    probe_clip(build(CLIP, rl["clip"]), "rl.clip")
+    probe_advantage(build(ADVANTAGE, rl["advantage"]), "rl.advantage")
+    probe_aggregation(build(AGGREGATION, rl["aggregation"]), "rl.aggregation")
+    probe_group_filter(build(GROUP_FILTER, rl["group_filter"]), "rl.group_filter")
+    check_rollout_engine(build(ROLLOUT, rl["rollout"]), "rl.rollout")
+
+
 def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple[str, str]]:
     """Print the run's plan, titled with ``source`` (the experiment, saved config or run given), and return its
     rows."""
@@ -257,14 +275,8 @@ def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple
         from klear_lab.stages.eval import check_eval_model
 
         check_eval_model(cfg)
-    if cfg["run"]["kind"] == "rl":  # a plugin clip or advantage that cannot run fails every update: say so now
-        from klear_lab.builders import build
-        from klear_lab.registry import ADVANTAGE, CLIP
-        from klear_lab.rl.advantages.base import probe_advantage
-        from klear_lab.rl.clip.base import probe_clip
-
-        probe_clip(build(CLIP, cfg["rl"]["clip"]), "rl.clip")
-        probe_advantage(build(ADVANTAGE, cfg["rl"]["advantage"]), "rl.advantage")
+    if cfg["run"]["kind"] == "rl":
+        probe_rl_components(cfg["rl"])
     config = model_config(cfg)
     warn_positions(cfg, config)
     params = meta_params(config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -87,17 +88,38 @@ def _same_code(plugin: Path, copy: Path) -> bool:
         return False
 
 
+INDEX = "index.json"  # in RUN_DIR/plugins/: each listed plugin -> the name of its kept copy
+
+
+def write_kept_index(kept: Path, index: dict[str, str]) -> None:
+    """Add ``index`` (plugin as the config lists it -> its copy's name) to ``kept``'s index, written whole."""
+    from klear_lab.tracking import write_json
+
+    write_json(kept / INDEX, {**_read_index(kept), **index})
+
+
+def _read_index(kept: Path) -> dict[str, str]:
+    try:
+        index = json.loads((kept / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
 def _kept_copy(plugin: str, where: str) -> Path | None:
     """The copy a run kept of a ``.py`` plugin when the layer listing it is that run's saved ``config.yaml``, or
-    None. A saved config may name a kept copy itself (a resume on one), in a run directory since moved."""
+    None. A saved config may name a kept copy itself (a resume on one), in a run directory since moved. Which copy
+    is the plugin's: the run's index says; a run from before it, its one copy of that name, else the one holding
+    the plugin's code as it is now (two plugins of one file name in two folders kept two)."""
     for part in where.split(" + "):
         layer = Path(part.strip())
         if layer.name == "config.yaml":
             kept = layer.parent / "plugins"
-            exact = kept / Path(plugin).name
+            exact = kept / (_read_index(kept).get(plugin) or Path(plugin).name)
             copies = [exact] if exact.is_file() else sorted(kept.glob(f"{Path(plugin).stem}-{SHA8}.py"))
+            same = [c for c in copies if Path(plugin).expanduser().is_file() and _same_code(Path(plugin), c)]
             if copies:
-                return copies[-1]
+                return (same or copies)[-1]
     return None
 
 

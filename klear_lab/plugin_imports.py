@@ -7,6 +7,7 @@ helpers (``klear_lab.plugin_copies``), the loaded modules beside it (:func:`name
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import os
 import sys
@@ -84,3 +85,8 @@ def names_reached(path: Path | None) -> set[str]:
 
     files = [path, *walk_imports(path, loaded_beside).values()]
     return set().union(*map(imported_names, files))
+
+
+def code_digest(path: Path) -> str:
+    """SHA-256 of a plugin file's bytes: its identity, its module name's suffix, its saved copy's name."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -22,18 +22,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from klear_lab.errors import ConfigError
+from klear_lab.plugin_helpers import (
+    HELPERS_AS_IMPORTED,
+    PLUGIN_DIRS,
+    HelperClash,
+    loaded_helpers,
+    refuse_clashing_helpers,
+    refuse_stale_helpers,
+)
+from klear_lab.plugin_imports import code_digest as code_digest  # importable from here too
 from klear_lab.plugin_imports import helper_modules as helper_modules  # importable from here too
 from klear_lab.plugin_imports import imported_names as imported_names
-from klear_lab.plugin_imports import names_reached, walk_imports
+from klear_lab.plugin_imports import names_reached
 
 ENTRY_POINT_GROUP = "klear_lab.plugins"
 FILE_MODULE_PREFIX = "klear_plugin_"  # the module name a ``.py`` plugin file is imported under
 _loaded_entry_points = False
-_PLUGIN_DIRS: dict[Path, list[Path]] = {}  # each directory ``.py`` plugins were imported from: those plugins
-
-
-class HelperClash(Exception):
-    """Two plugins' helper modules of one name in different directories: one process holds one module per name."""
 
 
 def load_plugins(plugins: list[str], origin: str | list[str] = "config") -> None:
@@ -164,11 +168,6 @@ def plugin_digests(plugins: list[str]) -> list[str]:
     return sorted(out)
 
 
-def code_digest(path: Path) -> str:
-    """SHA-256 of a plugin file's bytes: its identity, its module name's suffix, its saved copy's name."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _code_file(plugin: str) -> Path | None:
     """A plugin's code: the ``.py`` file listed, or the ``.py`` file of the module named (None: none found)."""
     return Path(plugin) if plugin.endswith(".py") else _module_file(plugin)
@@ -219,9 +218,10 @@ def _import_file(path: Path) -> None:
         raise FileNotFoundError(f"no such file {path}")
     versions = f"{FILE_MODULE_PREFIX}{hashlib.sha1(str(path).encode()).hexdigest()[:12]}_"  # this path's modules
     name = versions + code_digest(path)[:8]  # an edited file is imported again
+    refuse_stale_helpers(path)
     if name in sys.modules:
         return
-    _refuse_clashing_helpers(path)
+    refuse_clashing_helpers(path)
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))  # a plugin may import a helper module beside it
     spec = importlib.util.spec_from_file_location(name, path)
@@ -234,49 +234,10 @@ def _import_file(path: Path) -> None:
         del sys.modules[name]
         raise
     _forget_earlier_versions(versions, name)
-    if path not in (dirs := _PLUGIN_DIRS.setdefault(path.parent, [])):
+    if path not in (dirs := PLUGIN_DIRS.setdefault(path.parent, [])):
         dirs.append(path)
-
-
-def _refuse_clashing_helpers(path: Path) -> None:
-    """Refuse ``path`` when a module it imports by the name of a file beside it is already loaded from another
-    plugin's directory with other code: ``a/utils.py`` and ``b/utils.py`` both ``import utils``, and b's plugin
-    ran a's ``utils`` without a word (its run kept one ``utils`` copy). A module loaded from elsewhere
-    (``random`` beside a ``random.py``) is what a fresh process would import too: not a clash."""
-    for name, helper in _files_beside(path).items():
-        loaded = _loaded_file(name)
-        if loaded is None or loaded == helper.resolve() or loaded.parent not in _PLUGIN_DIRS:
-            continue
-        try:
-            if code_digest(loaded) == code_digest(helper):  # the same code in two places: harmless
-                continue
-        except OSError:
-            pass
-        others = _PLUGIN_DIRS[loaded.parent]
-        other = next((p for p in others if name in _files_beside(p)), others[0])
-        from klear_lab.plugin_copies import is_kept_copy
-
-        fix = (f"Rename one of the two helper files, {helper} or {loaded}, and the imports of it" if not
-               any(map(is_kept_copy, (loaded, helper))) else "One is a run's kept copy of the other, edited since: "
-               "run the saved config and the edited plugin in separate processes")
-        raise HelperClash(
-            f"it imports {name!r}, the helper {helper} beside it, but plugin {other} already imported {name!r} from "
-            f"{loaded}, and one process holds one module per name: {path.name} would run {loaded}. {fix}")
-
-
-def _files_beside(path: Path) -> dict[str, Path]:
-    """The ``.py`` files beside ``path`` that it imports by name, and those they import (read, not run)."""
-
-    def beside(name: str) -> Path | None:
-        file = path.parent / f"{name}.py"
-        return file if file.is_file() and file.resolve() != path.resolve() else None
-
-    return walk_imports(path, beside)
-
-
-def _loaded_file(name: str) -> Path | None:
-    file = getattr(sys.modules.get(name), "__file__", None)
-    return Path(file).resolve() if file else None
+    for helper in loaded_helpers(path):
+        HELPERS_AS_IMPORTED.setdefault(helper, code_digest(helper))
 
 
 def _forget_earlier_versions(versions: str, current: str) -> None:

@@ -40,7 +40,6 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
     """
     from klear_lab.config.compose import compose
     from klear_lab.config.layers import check_override_form, override_key
-
     run_dir = Path(run_dir)
     saved = run_dir / "config.yaml"
     stopped_record(run_dir)  # before composing: a completed run says so, whatever the overrides
@@ -54,6 +53,17 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
                               f"new run: klear-lab train {saved} {item})")
     cfg = compose(saved, overrides)
     check_resumable(run_dir, cfg)
+    return cfg
+
+
+def resume_command_config(run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """:func:`resume_config` for ``klear-lab resume``, which is also told how to go on when a data file its config
+    names was moved (``run_advice.check_data_files_here``; a ``DataError``). Not for the sweeps' and starting
+    points' own checks of a resumable run, which catch only ``ConfigError``."""
+    from klear_lab.run_advice import check_data_files_here
+
+    cfg = resume_config(run_dir, overrides)
+    check_data_files_here(Path(run_dir), cfg)
     return cfg
 
 

@@ -26,6 +26,7 @@ from klear_lab.distributed import (
 )
 from klear_lab.errors import INTERRUPTED, ConfigError, interrupted
 from klear_lab.git_state import save_code_diff
+from klear_lab.plugins import load_plugins
 from klear_lab.resume import (
     Resumable,
     check_resumable,
@@ -78,6 +79,7 @@ def run_experiment(cfg: dict[str, Any], *, callbacks: list | None = None,
             (``klear-lab train`` and ``resume``; not sweep trials, whose sweep shares its own way).
     """
     check_composed(cfg)
+    load_plugins(cfg.get("plugins") or [], "plugins")  # edited since compose (a notebook): run what is kept
     kind = cfg["run"]["kind"]
     if kind == "sft":
         from klear_lab.stages.sft import prepare_sft as prepare

@@ -1,6 +1,6 @@
 """What to do about a run a rerun would fail the same way: one that failed on its config or data, diverged, or
 failed in a component's code. ``klear-lab runs``, ``klear-lab resume`` of a sweep's trial and ``klear-lab eval``
-word it alike."""
+word it alike. And what a resume that misses a moved data file can do."""
 
 from __future__ import annotations
 
@@ -123,3 +123,47 @@ def _from_where_it_started(run_dir: Path, experiment: str) -> str:
     if Path(experiment).is_absolute() or not started_in or Path(started_in) == Path.cwd():
         return ""
     return f"cd {shlex.quote(str(started_in))} && "
+
+
+def check_data_files_here(run_dir: Path, cfg: dict[str, Any]) -> None:
+    """Before ``klear-lab resume`` reads its data: a data file the run's config names that is not there (moved,
+    renamed) fails the run with "no such file", and a resume refuses a new path (it keeps its config). Say how to
+    go on: put the file, or a symlink to it, back where the config names it, relative to the directory the run
+    started in (``run.json``'s ``work_dir``), whose records the resume checks against the run's data digests.
+
+    Raises:
+        DataError: a data file is missing, naming it as the run's error does, with that advice.
+    """
+    from klear_lab.builders import unavailable_data
+    from klear_lab.errors import DataError
+
+    try:
+        missing = [(key, text) for key, text in unavailable_data(cfg)  # a hub id offline: the hub, not a file
+                   if "no such file" in text and "as a hub id" not in text]
+    except Exception:  # noqa: BLE001 - the run itself says what is wrong with a source
+        return
+    if missing:
+        named = "; ".join(f"{key}: data file {text}" for key, text in missing)  # as the run's own error
+        raise DataError(f"{named}. {_put_back(run_dir, [text.split(': ', 1)[0] for _, text in missing])}")
+
+
+def _put_back(run_dir: Path, paths: list[str]) -> str:
+    """How a resume goes on without the files at ``paths`` (as the run's config names them)."""
+    import os
+
+    from klear_lab.resume import read_record
+
+    try:
+        started_in = read_record(run_dir / "run.json").get("work_dir") or os.getcwd()
+    except Exception:  # noqa: BLE001 - a damaged record: the resume's own checks said so already
+        started_in = os.getcwd()
+    where = [os.path.normpath(Path(started_in) / Path(p).expanduser()) for p in paths]
+    resume = f"klear-lab resume {shlex.quote(str(run_dir.resolve()))}"
+    if Path(started_in) != Path.cwd() and all(Path(w).exists() for w in where):
+        return (f"The run started in {started_in} (run.json's work_dir), where its config's relative paths lead and "
+                f"the files are: resume from there (cd {shlex.quote(str(started_in))} && {resume})")
+    cd = "" if Path(started_in) == Path.cwd() else f"cd {shlex.quote(str(started_in))} && "
+    return (f"A resumed run keeps its config, whose relative paths are read from the directory the run started in "
+            f"({started_in}, run.json's work_dir): put the file, or a symlink to it (ln -s NEW_PATH OLD_PATH), back "
+            f"at {', '.join(where)}, and resume ({cd}{resume}); the resume checks that it holds the records the run "
+            "started with (run.json's data digests)")

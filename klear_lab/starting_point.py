@@ -216,10 +216,13 @@ def completed_parent(parent: dict[str, Any], parent_hash: str,
 
 
 def files_unchanged(run_dir: Path, cfg: dict[str, Any]) -> bool:
-    """Whether ``cfg`` reads the very files ``run_dir`` read, unchanged since (size and mtime, as ``run.json``
+    """Whether ``cfg`` reads the very files ``run_dir`` read, unchanged since (size, mtime and ctime, as ``run.json``
     keeps them); False when that cannot be told (runs from before, a generated world)."""
     stats = data_file_stats(cfg)
-    return stats is not None and json.loads((run_dir / "run.json").read_text()).get("data_files") == stats
+    kept = json.loads((run_dir / "run.json").read_text()).get("data_files")
+    if stats is None or not isinstance(kept, dict) or kept.keys() != stats.keys():
+        return False  # a run from before the change time was kept: its size and mtime alone, as then
+    return all(isinstance(was, list) and len(was) >= 2 and stats[f][: len(was)] == was for f, was in kept.items())
 
 
 def records_digests(cfg: dict[str, Any]) -> dict[str, str]:

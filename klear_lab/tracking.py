@@ -28,7 +28,7 @@ import yaml
 
 from klear_lab.errors import ConfigError
 from klear_lab.git_state import git_commit
-from klear_lab.plugin_copies import kept_copy_name, kept_sources
+from klear_lab.plugin_copies import kept_copy_name, kept_sources, write_kept_index
 from klear_lab.plugins import ENTRY_POINT_GROUP, plugin_digests
 
 IDENTITY_EXCLUDE = {("run", "seed"), ("run", "out_dir"), ("run", "name"), ("run", "tags"), ("run", "group"),
@@ -149,9 +149,12 @@ def create_run_dir(cfg: dict[str, Any]) -> Path:
 def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
     """``config.yaml``, the resolved config the run computes from (written whole or not at all), and a
     copy of each ``.py`` plugin's code as it was, and of the helper modules beside it that it imports
-    (``plugins/NAME-SHA8.py``): the saved config names the original file, which may change later."""
+    (``plugins/NAME-SHA8.py``): the saved config names the original file, which may change later. Which copy
+    is which plugin's goes in ``plugins/index.json`` (two plugins of one file name in two folders)."""
+    index = {}
     for plugin in cfg.get("plugins") or []:
         if str(plugin).endswith(".py") and Path(plugin).is_file():
+            index[str(plugin)] = kept_copy_name(Path(plugin))
             for source in kept_sources(Path(plugin)):
                 try:
                     copy = run_dir / "plugins" / kept_copy_name(source)
@@ -161,6 +164,8 @@ def write_config(run_dir: Path, cfg: dict[str, Any]) -> None:
                     atomic_write(copy, lambda tmp, src=source: shutil.copyfile(src, tmp))
                 except OSError as exc:  # a record of the code, not needed to run: say so and go on
                     warnings.warn(f"could not keep a copy of plugin code {source}: {exc}", stacklevel=2)
+    if index:
+        write_kept_index(run_dir / "plugins", index)
     from klear_lab.config.yaml_io import dump_yaml
 
     text = dump_yaml(cfg)

@@ -42,7 +42,7 @@ import re
 import sys
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from itertools import accumulate
@@ -180,10 +180,11 @@ def prompts_digest(prompts: Iterable[str]) -> bytes:
 
 
 def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Record], n: int, quiet: bool = False,
-                         ) -> tuple[dict[str, list[Record]], dict[str, float]]:
+                         where: Mapping[str, str] | None = None) -> tuple[dict[str, list[Record]], dict[str, float]]:
     """Each pool without its records that match a held-out prompt (:func:`heldout_index`), and the data stats
     ``data/decontam_dropped`` (records dropped) and ``data/decontam_dropped_from/<source>``; one line on
     stderr says how many and which first, unless ``quiet`` or in a process other than a run's global rank 0.
+    ``where``: each pool's config key and file (``data.sources.0 (data/a.jsonl)``), for the error below.
 
     Raises:
         ConfigError: ``n`` is negative.
@@ -200,7 +201,8 @@ def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Reco
         kept[name] = [r for r, hit in zip(recs, flags) if not hit]
         dropped[name] = [r for r, hit in zip(recs, flags) if hit]
         if recs and not kept[name]:
-            raise DataError(f"{KEY}={n}: all {len(recs)} training records of source {name!r} share a {n}-word "
+            raise DataError(f"{KEY}={n}: all {len(recs)} training records of source {name!r}"
+                            f"{place(name, recs, where)} share a {n}-word "
                             "run with a held-out prompt of data.eval_sources or repeat one (the first: "
                             f"{recs[0].uid!r}); is it the held-out file itself, or do both carry one prompt template "
                             f"(a run found in {SHARED_BY} distinct held-out prompts is not matched)? {KEY}=0 keeps "
@@ -209,6 +211,15 @@ def decontaminated_pools(pools: dict[str, list[Record]], eval_records: list[Reco
         report(dropped, sum(map(len, pools.values())), n)
     stats = {f"data/decontam_dropped_from/{name}": float(len(recs)) for name, recs in dropped.items()}
     return kept, {"data/decontam_dropped": float(sum(map(len, dropped.values()))), **stats}
+
+
+def place(name: str, recs: list[Record], where: Mapping[str, str] | None) -> str:
+    """``, data.sources.0 (data/a.jsonl),`` (``where``), else ``, read from data/a.jsonl,`` (the first record's
+    file), else "": which entry a pool is, where several file sources would otherwise read alike."""
+    if where and name in where:
+        return f", {where[name]},"
+    file = (recs[0].origin or "").rpartition(": row ")[0] if recs else ""
+    return f", read from {file}," if file else ""
 
 
 def report(dropped: dict[str, list[Record]], total: int, n: int) -> None:

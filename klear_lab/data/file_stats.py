@@ -1,5 +1,9 @@
-"""Which data files a run reads, by size and modification time: a run keeps them in ``run.json`` so that a
-starting point's data is known unchanged without reading a paper-scale corpus again in every trial."""
+"""Which data files a run reads, by size, modification time and change time: a run keeps them in ``run.json`` so
+that a starting point's data is known unchanged without reading a paper-scale corpus again in every trial.
+
+The change time (``st_ctime_ns``) is there because size and mtime can be put back: a file edited and dated back
+(``touch -r``), or restored with ``cp -p``, showed the size and mtime of records a run did not train on. No call
+sets the change time; a file that merely looks changed (moved, ``chmod``) has its records read and compared."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from klear_lab.builders import source_nodes, source_path
 
 
 def data_file_stats(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
-    """``{file: [size, mtime_ns]}`` of the data files ``cfg`` reads (each file of a dataset directory), when
+    """``{file: [size, mtime_ns, ctime_ns]}`` of the data files ``cfg`` reads (each file of a dataset directory), when
     every source reads a file or a directory (None otherwise: a generated world or a hub id). A run keeps
     them in ``run.json``, so a starting point's data is known unchanged without reading a paper-scale
     corpus again in every trial."""
@@ -26,7 +30,7 @@ def data_file_stats(cfg: dict[str, Any]) -> dict[str, list[int]] | None:
             return None
         for file in files:
             stat = file.stat()
-            out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns]
+            out[str(file.resolve())] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
     return out or None
 
 

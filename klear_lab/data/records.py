@@ -161,10 +161,22 @@ def require_gradeable(records: list[Record], what: str) -> None:
                 raise DataError(f"{what}: {exc}") from None
     bad = [r for r in records if (r.task == "code" and not r.tests) or (r.task == "math" and not r.answer.strip())]
     if bad:
-        first = bad[0]
+        first = first_read(bad)
         why = _no_tests_hint(first) if first.task == "code" else "no reference answer (missing, null or blank)"
         raise DataError(f"{what}: {len(bad)} of {len(records)} records cannot be graded; the first, "
                         f"{first.uid!r} of source {first.source!r} ({first.task}){_read_from(first)}, has {why}")
+
+
+def first_read(records: list[Record]) -> Record:
+    """The record an error names as "the first": the lowest row of the first file the records were read from
+    (``origin``), not the first after the data mix shuffled them, which changed with the seed; records not read
+    from a file keep their order after those."""
+    def place(item: tuple[int, Record]) -> tuple[int, str, int, int]:
+        k, r = item
+        path, _, row = (r.origin or "").rpartition(": row ")
+        return (0, path, int(row), k) if path and row.isdigit() else (1, "", 0, k)
+
+    return min(enumerate(records), key=place)[1]
 
 
 def _read_from(record: Record) -> str:

@@ -18,10 +18,12 @@ The caller's RNG does not move. ``eval.engine: rollout`` decodes with the run's 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
 from klear_lab.data.records import Record
+from klear_lab.errors import DataError
 from klear_lab.eval.engine import EvalEngine
 from klear_lab.rl.rollout.base import keyed_seed, preserve_rng
 from klear_lab.rl.rollout.hf import HFRollout
@@ -55,6 +57,19 @@ class Sampling:
 
 
 GREEDY = Sampling()
+LEVEL_METRIC = re.compile(r"level\d+")
+"""The names of the per-difficulty metrics, ``val/level<N>/acc``: a source named so would share its metric."""
+
+
+def check_level_names(pools: dict[str, list[Record] | None], where: dict[str, str]) -> None:
+    """Refuse held-out records named ``level1`` (``pools``: per source; ``where``: its config key and file): their
+    ``val/level1/acc`` is difficulty level 1's too, which :meth:`EvalResult.metrics` writes last, so the source's
+    own score would be lost without a word."""
+    for pool, recs in pools.items():
+        if name := next((n for n in dict.fromkeys(r.source for r in recs or ()) if LEVEL_METRIC.fullmatch(n)), None):
+            raise DataError(f"{where[pool]}: its held-out records are named {name!r}, and val/{name}/acc is the "
+                            f"accuracy of difficulty level {name[5:]}; give the source another name with `label:` "
+                            f"(`label: {name}_set`)")
 
 
 @dataclass
@@ -95,7 +110,7 @@ class EvalResult:
             # as LiveCodeBench's hundreds, which dominate the pooled acc (one source: acc itself; logged so that
             # a sweep whose objective it is still has it when its held-out sources are cut to one)
             out[f"{prefix}/acc_macro"] = sum(sum(v) / len(v) for v in by_source.values()) / len(by_source)
-        for level in sorted({r.difficulty for r in self.records}):
+        for level in sorted({r.difficulty for r in self.records}):  # a source named level1: refused by the builders
             vals = [s for r, s in zip(self.records, scores) if r.difficulty == level]
             out[f"{prefix}/level{level}/acc"] = sum(vals) / len(vals)
         return out

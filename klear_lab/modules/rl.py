@@ -51,6 +51,7 @@ from klear_lab.rl.data_parallel import (
     weights_fingerprint,
     zero_loss,
 )
+from klear_lab.rl.group_filters.base import checked_keep
 from klear_lab.rl.objective import ObjectiveWeights, rl_objective
 from klear_lab.rl.rollout.base import preserve_rng, prompt_seeds
 from klear_lab.rl.step_metrics import accumulate, is_extreme, step_values
@@ -99,7 +100,7 @@ class RLModule(L.LightningModule):
         records = [r for r in batch for _ in range(self.s.group_size)]
         groups = score_groups(self.reward, rollout.texts, records, self.s.group_size)
         scores, mask = shape_rewards(groups.scores, rollout, self.s)
-        keep = self.group_filter(scores, groups.acc)  # [B]
+        keep = checked_keep(self.group_filter, scores, groups.acc)  # [B] bool
         adv = checked_advantages(self.advantage, scores).reshape(-1)  # [N]
         times["score"], t = time.perf_counter() - t, time.perf_counter()
         metrics = rollout_metrics(groups, scores, keep, rollout)

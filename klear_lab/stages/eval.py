@@ -220,11 +220,37 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     records = builders.build_eval_records(cfg)
     if not records:
         raise DataError("data.eval_sources: an eval run needs held-out problems; none were built")
+    digests = data_digests(None, records)
+    warn_if_other_heldout(cfg, digests["eval"])
     sampling = builders.eval_sampling(cfg, records)
     tokenizer, model = build_tokenizer_and_model(cfg, [])
     model = model.to(device)
     return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling,
-                     builders.eval_engine(cfg), data_digests(None, records))
+                     builders.eval_engine(cfg), digests)
+
+
+def warn_if_other_heldout(cfg: dict[str, Any], now: str) -> None:
+    """Warn (not refuse) when the run being scored (``model.name_or_path``, a run directory) was evaluated on
+    the same held-out sources but other records than ``now`` (the digest of those read here; ``run.json``'s
+    ``data.eval``): a held-out file edited since, or read from another directory, under the same config, so the
+    scores are not comparable. Other sources given on purpose (``data.eval_sources=...``) are not warned about."""
+    import sys
+
+    import yaml
+
+    if not cfg["model"]["name_or_path"]:
+        return
+    scored = Path(str(cfg["model"]["name_or_path"]))
+    try:
+        then = (json.loads((scored / "run.json").read_text()).get("data") or {}).get("eval")
+        data = yaml.safe_load((scored / "config.yaml").read_text())["data"]
+        same_sources = all(data.get(key) == cfg["data"].get(key) for key in ("eval_sources", "world_seed"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return  # a hub model, or a run from before the digests: nothing to compare with
+    if then and then != now and same_sources:
+        print(f"warning: evaluating {scored} on other held-out records than it was evaluated on (data.eval_sources: "
+              f"{then} then, {now} now): the files its config names hold other data now, or are read from another "
+              "directory; this evaluation's val/acc is not comparable with the run's", file=sys.stderr)
 
 
 def check_eval_model(cfg: dict[str, Any]) -> None:

@@ -30,8 +30,11 @@ from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, REWAR
 from klear_lab.resumable_loader import ResumableLoader
 from klear_lab.reward_checks import reward_task_message
 from klear_lab.rl.advantages.base import probe_advantage
+from klear_lab.rl.aggregation.base import probe_aggregation
 from klear_lab.rl.clip.base import probe_clip
+from klear_lab.rl.group_filters.base import probe_group_filter
 from klear_lab.rl.objective import ObjectiveWeights
+from klear_lab.rl.rollout.base import check_rollout_engine
 from klear_lab.rl.token_stats import check_chunkable
 from klear_lab.stages.common import (
     check_trainer,
@@ -190,7 +193,10 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     L.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     probe_clip(builders.build(CLIP, rl["clip"]), "rl.clip")  # a plugin's bug: before any data or model loads
     probe_advantage(builders.build(ADVANTAGE, rl["advantage"]), "rl.advantage")
+    probe_aggregation(builders.build(AGGREGATION, rl["aggregation"]), "rl.aggregation")
+    probe_group_filter(builders.build(GROUP_FILTER, rl["group_filter"]), "rl.group_filter")
     engine_cfg = builders.build(ROLLOUT, rl["rollout"])
+    check_rollout_engine(engine_cfg, "rl.rollout")
     if hasattr(engine_cfg, "check_available"):
         engine_cfg.check_available()
     records, data_stats, eval_records = builders.build_run_records(cfg)  # decontaminated (data.decontaminate_ngram)

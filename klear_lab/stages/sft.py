@@ -18,7 +18,7 @@ from klear_lab.build_model import build_tokenizer_and_model
 from klear_lab.checkpointing import optimizer_steps, resume_callback
 from klear_lab.data.datamodule import SFTDataModule
 from klear_lab.data.overlap import warn_trained_heldout
-from klear_lab.data.records import data_digests
+from klear_lab.data.records import data_digests, first_read
 from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
 from klear_lab.loggers import make_loggers
@@ -232,12 +232,17 @@ def check_responses(records: list) -> int:
     count; none with one (say, a verl RL file as SFT data) is a DataError."""
     without = sum(r.response is None for r in records)
     if without == len(records):
+        first = first_read(records) if records else None
+        where = f"; the first, {first.origin}, " if first and first.origin else ""
         raise DataError(f"data.sources: none of the {len(records)} training records has a teacher response to "
-                        "train on (SFT data holds chat messages ending in an assistant turn, or a 'response' field)")
+                        f"train on{where or ' '}(SFT data holds chat messages ending in an assistant turn, or a "
+                        "'response' field; a blank response counts as none)")
     if without:  # like a length drop, it shrinks a fixed budget
-        first = next(r for r in records if r.response is None)
-        warnings.warn(f"data.sources: {without} of {len(records)} training records have no teacher response and "
-                      f"are skipped (the first: {first.uid!r} of source {first.source!r})", UserWarning, stacklevel=3)
+        first = first_read([r for r in records if r.response is None])
+        where = f", read from {first.origin}" if first.origin else ""
+        warnings.warn(f"data.sources: {without} of {len(records)} training records have no teacher response (a "
+                      f"blank one counts as none) and are skipped (the first: {first.uid!r} of source "
+                      f"{first.source!r}{where})", UserWarning, stacklevel=3)
     return without
 
 

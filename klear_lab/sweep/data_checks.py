@@ -105,7 +105,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
             ``data.`` keys.
     """
     from klear_lab.builders import build, build_pools, source_nodes, source_path, source_sections
-    from klear_lab.data.sources.file import unavailable
+    from klear_lab.data.sources.file_read import unavailable
     from klear_lab.registry import SOURCE
 
     reads: dict[str, tuple[dict[str, Any], str, int, str, list[str]]] = {}

@@ -38,6 +38,29 @@ def _plugin_files(plugins: list[str]) -> dict[str, str]:
     return {plugin_digests([p])[0]: str(p) for p in plugins}
 
 
+def plugin_files(cfg: dict[str, Any]) -> dict[str, str]:
+    """Each of ``cfg``'s plugins' code digest -> its path: what a sweep's trials must all run."""
+    return _plugin_files(cfg.get("plugins") or [])
+
+
+def check_plugins_unchanged(started: dict[str, str], cfg: dict[str, Any]) -> None:
+    """Refuse a trial whose plugin code is not what the sweep started with (:func:`plugin_files`): a plugin
+    edited while a sweep ran had its later trials run the new code, and the comparison table set arms of other
+    code side by side without a word.
+
+    Raises:
+        ConfigError: naming the plugin edited, and how to go on.
+    """
+    from klear_lab.errors import ConfigError
+
+    then = {path: digest for digest, path in started.items()}
+    edited = sorted(path for digest, path in plugin_files(cfg).items() if then.get(path, digest) != digest)
+    if edited:  # a plugin a trial's own layer lists (a `plugins` axis) has nothing to compare with
+        raise ConfigError(f"plugins: edited {', '.join(edited)} since this sweep started: its trials would compare "
+                          "different code; put the file back as it was, or stop the sweep and run it again (the "
+                          "rerun names the change and refuses it)")
+
+
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The keys whose values differ between two :func:`base_identity` config records, as ``key: old -> new``
     (the starting point's named so), at most :data:`SHOWN` of them; "" when none can be told apart."""

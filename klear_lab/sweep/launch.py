@@ -17,6 +17,7 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm, grid_arms
+from klear_lab.sweep.identity import plugin_files
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
@@ -123,7 +124,8 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     threads = threads_per_trial(spec.workers, base_threads)
     progress = Progress(n_points, spec.workers, replaces_failures=not arms,
                         points=grid_points(spec, arms) if arms else None)
-    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress)
+    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress,
+                        plugin_files=plugin_files(base))
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()
     try:

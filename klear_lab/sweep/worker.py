@@ -28,6 +28,7 @@ from klear_lab.errors import INTERRUPTED, ConfigError
 from klear_lab.hardware import auto_threads
 from klear_lab.sweep.claim import beating, claimed_trial, fail_stale, take_trial, trial_values
 from klear_lab.sweep.grid import trial_layer
+from klear_lab.sweep.identity import check_plugins_unchanged
 from klear_lab.sweep.launcher import kill_all, reset_stop, run_trial_process
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import count
@@ -69,6 +70,7 @@ class WorkerContext:
     sigterm: SigtermNoted | None = None  # the sweep's SIGTERM handler while the workers run
     running: set[int] = field(default_factory=set)  # ids of the trials this process's workers run
     told_waiting: bool = False  # :func:`note_waiting` said why the workers wait
+    plugin_files: dict[str, str] = field(default_factory=dict)  # the plugins' code the sweep started with
 
     def asks(self) -> bool:
         """Whether a worker may ask the sampler for a new trial: not once trials keep failing (an
@@ -202,6 +204,7 @@ def _run_claimed(ctx: WorkerContext, study: optuna.Study, trial_id: int, index: 
         with _COMPOSE_LOCK:
             layer = trial_layer(ctx.spec, values, seed, trial.number, ctx.threads, label)
             cfg = ctx.spec.compose([layer])
+        check_plugins_unchanged(ctx.plugin_files, cfg)
     except ConfigError as exc:
         trial.set_user_attr("error", str(exc))
         trial.set_user_attr(CONFIG_ERROR_ATTR, True)

@@ -49,7 +49,7 @@ def test_a_saved_config_reruns_on_the_kept_copy_once_the_plugin_file_is_gone(tmp
     plugin = _write_plugin(tmp_path / "mine")
     first = run_experiment(compose(SFT, [*tiny_sft_overrides, f"plugins=[{plugin}]"]))
     (copy,) = (first.run_dir / "plugins").glob("kept_copy_plugin-*.py")
-    kept = sorted(p.name for p in (first.run_dir / "plugins").iterdir())
+    kept = sorted(p.name for p in (first.run_dir / "plugins").glob("*.py"))
     assert len(kept) == 2 and kept[0].startswith("kept_copy_helper-")
     shutil.rmtree(plugin.parent)  # the plugin and its helper
     # a fresh process, as a rerun is (in this one the deleted file's class keeps the name)
@@ -58,7 +58,7 @@ def test_a_saved_config_reruns_on_the_kept_copy_once_the_plugin_file_is_gone(tmp
     assert f"is gone; the copy of its code this run kept is used: {copy}" in " ".join(done.stderr.split())
     (again,) = [p for p in (tmp_path / "again").iterdir() if not p.name.startswith(".")]
     assert yaml.safe_load((again / "config.yaml").read_text())["plugins"] == [str(copy.resolve())]
-    assert sorted(p.name for p in (again / "plugins").iterdir()) == kept  # not NAME-SHA8-SHA8.py; the helper too
+    assert sorted(p.name for p in (again / "plugins").glob("*.py")) == kept  # not NAME-SHA8-SHA8.py; the helper too
     losses = [[r["train/loss"] for r in csv_rows(d / "csv" / "metrics.csv") if r.get("train/loss")]
               for d in (first.run_dir, again)]
     assert losses[0] == losses[1] and len(losses[0]) == 3
@@ -78,14 +78,14 @@ def test_a_resume_after_the_plugin_file_is_gone_keeps_one_copy_and_a_config_that
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
     (run_dir,) = (tmp_path / "runs").glob("*/")
-    kept = sorted((run_dir / "plugins").iterdir())
+    kept = sorted((run_dir / "plugins").glob("*.py"))
     assert len(kept) == 2
     (copy,) = (run_dir / "plugins").glob("kept_copy_plugin-*.py")
     shutil.rmtree(plugin.parent)
     done = klear_cli("resume", os.path.relpath(run_dir, ROOT))  # relative to the CLI's working directory
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    assert sorted((run_dir / "plugins").iterdir()) == kept
+    assert sorted((run_dir / "plugins").glob("*.py")) == kept
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["plugins"] == [str(copy.resolve())]
 
     moved = tmp_path / "elsewhere"  # the run directory moved: its config names a copy that is not there now
@@ -124,7 +124,7 @@ def test_a_rerun_and_a_resume_after_a_helper_was_edited_use_the_kept_copies(tmp_
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_experiment(compose(SFT, overrides), callbacks=[Crash(3, lambda t: t.global_step)])
     (run_dir,) = (tmp_path / "runs").glob("*/")
-    kept = sorted(p.name for p in (run_dir / "plugins").iterdir())
+    kept = sorted(p.name for p in (run_dir / "plugins").glob("*.py"))
     (copy,) = (run_dir / "plugins").glob("kept_copy_plugin-*.py")
     helper.write_text("EPS = 0.3\n")
     warned = (f"helper module {helper} of plugin '{plugin}' changed since this run started; the copies of the code "
@@ -134,12 +134,12 @@ def test_a_rerun_and_a_resume_after_a_helper_was_edited_use_the_kept_copies(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     assert warned in " ".join(done.stderr.split())
     (again,) = [p for p in (tmp_path / "again").iterdir() if not p.name.startswith(".")]
-    assert sorted(p.name for p in (again / "plugins").iterdir()) == kept  # not the edited helper's code
+    assert sorted(p.name for p in (again / "plugins").glob("*.py")) == kept  # not the edited helper's code
     assert again.name.split("-")[-2] == run_dir.name.split("-")[-2]  # the same config hash
 
     done = klear_cli("resume", str(run_dir))
     assert done.returncode == 0, done.stderr[-3000:]
     assert warned in " ".join(done.stderr.split())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
-    assert sorted(p.name for p in (run_dir / "plugins").iterdir()) == kept
+    assert sorted(p.name for p in (run_dir / "plugins").glob("*.py")) == kept
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["plugins"] == [str(copy.resolve())]

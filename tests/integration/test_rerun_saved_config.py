@@ -42,3 +42,6 @@ def test_a_rerun_elsewhere_says_where_the_run_started_and_that_its_records_diffe
     assert main(["train", str(run / "config.yaml"), f"run.out_dir={tmp_path / 'third'}"]) == 0
     err = capsys.readouterr().err
     assert "rerunning its saved config" not in err and "other records" not in err, err
+    # another seed draws other records from the same files: no news (it warned of a data change on every such rerun)
+    assert main(["train", str(run / "config.yaml"), f"run.out_dir={tmp_path / 'fourth'}", "run.seed=1"]) == 0
+    assert "other records" not in capsys.readouterr().err

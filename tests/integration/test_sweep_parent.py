@@ -243,7 +243,7 @@ def test_a_starting_point_trained_on_an_edited_data_file_is_trained_again(tmp_pa
     assert "training it first, a whole sft run" in said and f"starting point ready: {trained}" in said
     stat = data.stat()  # the files as the run read them: the next run need not read a corpus to know them
     assert json.loads((trained / "run.json").read_text())["data_files"] == {
-        str(data.resolve()): [stat.st_size, stat.st_mtime_ns]}
+        str(data.resolve()): [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]}
     with monkeypatch.context() as patch:
         patch.setattr(starting_point, "records_digests", lambda cfg: pytest.fail("read the unchanged data again"))
         unchanged = _child(tmp_path, runs)

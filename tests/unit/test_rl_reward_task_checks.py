@@ -154,7 +154,7 @@ def test_a_task_auto_file_is_read_once_across_arms(tmp_path, monkeypatch, capsys
                                         "tests": [{"stdin": "1", "stdout": "1"}]}) + "\n" for i in range(8)))
     reads = []
     real = file_source.read_rows
-    monkeypatch.setattr(file_source, "read_rows", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(file_source, "read_rows", lambda path, *split: reads.append(path) or real(path, *split))
     spec = _rl_spec(tmp_path, {"data.mix.budget": [4, 8]},
                     overrides=[f"data.sources=[{{name: file, path: {data}}}]",
                                "data.mix={name: top_k, k: 1}"])

@@ -21,6 +21,7 @@ on the prompts, as the paper's Tables 2, 4 and 5; see ``mixes.kcenter``).
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -101,3 +102,12 @@ def share_metrics(counts: Mapping[str, int]) -> dict[str, float]:
     """``{"data/mix_share/<source>": fraction}`` of a plan, for logging."""
     total = sum(counts.values()) or 1
     return {f"data/mix_share/{name}": n / total for name, n in sorted(counts.items())}
+
+
+def places_named(message: str, where: Mapping[str, str]) -> str:
+    """``; sft is data.sources.0 (data/sft.jsonl)`` for each pool read from a file (``where``: pool -> its config
+    key and file) that ``message`` names: a mix's error names pools, and a file source's pool is named by its
+    records, not by the entry that holds it."""
+    named = [f"{pool} is {place}" for pool, place in where.items()
+             if place.endswith(")") and re.search(rf"(?<![\w#]){re.escape(pool)}(?![\w#])", message)]
+    return f"; {', '.join(named)}" if named else ""

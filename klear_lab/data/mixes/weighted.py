@@ -22,8 +22,9 @@ class WeightedMix:
     """
 
     weights: dict[str, float] = field(default_factory=dict)
-    """Source name (a file source's ``label``) -> ratio >= 0; sources missing or at 0 get no records, and
-    empty weights mean equal ratios. Naming a source that is not configured is an error."""
+    """Source name (a file source's ``label``; an unlabelled one is ``file``, then ``file#N`` by its place in
+    ``data.sources``) -> ratio >= 0; sources missing or at 0 get no records, and empty weights mean equal ratios.
+    Naming a source that is not configured is an error."""
     budget: int = 31600
     """Records drawn in all, split by ``weights`` with largest-remainder rounding so the counts sum to it
     exactly; the paper's 31,600 per top-K setting (paper.md §4.2 Tables 4-5)."""
@@ -46,9 +47,9 @@ class WeightedMix:
     def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
         """Per-source counts proportional to the weights, summing to ``budget``."""
         if unknown := sorted(set(self.weights) - set(sizes)):
-            hint = (" (a file source is named by its label: give each one a label, and key weights by it)"
-                    if any(k == "file" or k.startswith("file#") for k in sizes) else "")
-            raise ValueError(f"weights name unknown sources {unknown}; configured: {sorted(sizes)}{hint}")
+            raise ValueError(f"weights name unknown sources {unknown}; configured: {sorted(sizes)} (a file source "
+                             "is named by its label; an unlabelled one `file`, then `file#N`, N its place in "
+                             "data.sources: give each file source a label, and key the weights by it)")
         weights = {k: v for k, v in self.weights.items() if v > 0} or dict.fromkeys(sizes, 1.0)
         if not weights:
             raise ValueError("no sources to mix")

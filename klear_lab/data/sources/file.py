@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
-import json
-import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -17,16 +14,17 @@ from klear_lab.data.sources.file_checks import (
     PATH_FORMS,
     check_mapped_columns,
     check_params,
+    has_column,
     one_object_error,
     type_hint,
 )
+from klear_lab.data.sources.file_read import read_rows, unavailable
 from klear_lab.data.sources.file_rows import dropped_turns, other_tasks, to_record
-from klear_lab.errors import DataError, hub_offline, load_error
+from klear_lab.errors import DataError
 from klear_lab.registry import SOURCE
 
 FORMATS = ("auto", "verl", "messages", "records")
 TASKS = ("auto", "math", "code")
-_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # Record field -> column (dotted paths reach into nested objects) for each layout; ``fields`` overrides.
 COLUMNS: dict[str, dict[str, str]] = {
     "verl": {"prompt": "prompt", "answer": "reward_model.ground_truth", "source": "data_source",
@@ -52,7 +50,8 @@ class FileSource:
 
     path: str = ""
     """The data: a ``.jsonl``/``.json``/``.parquet`` file (relative to the working directory; ``~`` expands),
-    a ``datasets.save_to_disk`` directory, or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split.
+    a ``datasets.save_to_disk`` directory (of a ``DatasetDict``: its ``train`` split, and for ``data.eval_sources``
+    its ``test``, else ``validation`` split), or (``HF_HUB_OFFLINE`` unset) a hub id, its ``train`` split.
     Required: null (``path=`` with nothing after it) is refused when the config is checked, saying what to
     give, and an empty text when the file is read."""
     eval_path: str | None = None
@@ -104,18 +103,20 @@ class FileSource:
         if not path:
             raise DataError(f"source 'file': no path set for the {split} split: give {self.path_field(split)} "
                             f"({PATH_FORMS})")
-        every_row = read_rows(path)
+        every_row = read_rows(path, split)
         rows = every_row[: self.limit]
-        fmt = self.format if self.format != "auto" else detect_format(rows)
+        fmt = self.format if self.format != "auto" else detect_format(rows, self.fields)
         columns = {**COLUMNS[fmt], **self.fields}
+        if fmt == "records" and "task" not in self.fields and _only_ability(rows):
+            columns["task"] = "ability"  # as verl names it: the README's `task`/`ability`
         label = self.label or Path(path).stem or path
         try:
+            if split == "train":  # a node read for both splits maps training columns its held-out file lacks;
+                check_mapped_columns(path, every_row, self.fields)  # rows past `limit` too: the name is not wrong
             records = [to_record(row, i, fmt, columns, path, label, self.task, scored=split == "eval")
                        for i, row in rows]
         except DataError as exc:
             raise one_object_error(path, rows, exc) from None
-        if split == "train":  # a node read for both splits maps training columns its held-out file lacks
-            check_mapped_columns(path, every_row, self.fields)  # rows past `limit` too: the name is not wrong
         warn_repeated_uids(path, [n for n, _ in rows], records)
         if fmt in ("messages", "verl") and (dropped := dropped_turns(rows, columns, fmt)):
             warn_dropped_turns(path, dropped)
@@ -182,116 +183,16 @@ def warn_once(message: str) -> None:
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
-def detect_format(rows: list[tuple[int, Any]]) -> str:
+def detect_format(rows: list[tuple[int, Any]], fields: dict[str, str] | None = None) -> str:
+    """The layout of ``rows`` by their first row: ``messages`` if it has the chat column (``messages``, or the
+    one ``fields`` maps ``messages`` to: ``{messages: conversations}``), ``verl`` if it has ``reward_model``,
+    else ``records``."""
     first = rows[0][1] if rows and isinstance(rows[0][1], dict) else {}
-    return "messages" if "messages" in first else "verl" if "reward_model" in first else "records"
+    chat = (fields or {}).get("messages", "messages").split(".")
+    return "messages" if has_column(first, chat) else "verl" if "reward_model" in first else "records"
 
 
-def read_rows(path: str) -> list[tuple[int, Any]]:
-    """(1-based row number, row) pairs; JSON lines count physical lines. Raises DataError."""
-    p = Path(path).expanduser()  # ~/data/x.jsonl in a YAML file: no shell expands it
-    if p.is_dir():
-        return list(enumerate(_load_hf(str(p), from_disk=True), 1))
-    if p.is_file():
-        if p.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                return list(enumerate(pq.read_table(p).to_pylist(), 1))
-            except Exception as exc:  # noqa: BLE001 - any pyarrow failure is a bad file
-                raise DataError(f"{path}: cannot read parquet: {exc}") from exc
-        return _read_json(p)
-    missing = unavailable(path)
-    if missing:
-        raise DataError(f"data file {path}: {missing}")
-    return list(enumerate(_load_hf(path, from_disk=False), 1))
-
-
-def unavailable(path: str) -> str | None:
-    """Why ``path`` cannot be read here (a missing file; a hub id while the hub is off), or None: it
-    exists, or it is a hub id the hub may serve."""
-    p = Path(path).expanduser()
-    if p.exists():
-        return None
-    if _HUB_ID.match(path) and not p.suffix:
-        off = hub_offline()
-        return f"{off} is set: no hub download" if off else None
-    return "no such file" if p.is_absolute() else f"no such file under the working directory {Path.cwd()}"
-
-
-def _read_json(p: Path) -> list[tuple[int, Any]]:
-    raw = p.read_bytes()
-    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # as Windows editors save UTF-8
-    try:
-        text = raw[bom:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = bom + exc.start
-        line = raw.count(b"\n", 0, at) + 1
-        raise DataError(f"{p}: row {line}: byte {raw[at]:#04x} at offset {at} is not UTF-8 (JSON "
-                        "files are UTF-8: re-encode it, e.g. `iconv -f latin1 -t utf-8`)") from exc
-    if p.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            return list(enumerate(json.loads(text, object_pairs_hook=_one_value_per_key), 1))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{p}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
-        except _RepeatedKey as exc:
-            raise DataError(f"{p}: a row gives {exc} twice: which value is meant?") from None
-    try:
-        return _json_lines(p, text)
-    except DataError:
-        if p.suffix == ".json" and isinstance(whole := _one_value(text), dict):
-            return [(1, whole)]  # one object over many lines: a row, or one_object_error names the file's shape
-        raise
-
-
-def _one_value(text: str) -> Any:
-    """The file's text as one JSON value, None where it is not one."""
-    try:
-        return json.loads(text, object_pairs_hook=_one_value_per_key)
-    except (json.JSONDecodeError, _RepeatedKey):
-        return None
-
-
-def _json_lines(p: Path, text: str) -> list[tuple[int, Any]]:
-    kind = p.suffix or "file without a suffix"
-    hint = "" if p.suffix in (".jsonl", ".json") else \
-        f"; a {kind} is read as JSON lines: give .jsonl, .json, .parquet or a saved dataset"
-    rows = []
-    # lines end at \n, \r\n or \r (which a JSON string cannot hold raw), not where str.splitlines also
-    # splits: at U+2028, U+0085..., which JSON strings may hold raw
-    for n, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
-        if line.strip():
-            try:
-                rows.append((n, json.loads(line, object_pairs_hook=_one_value_per_key)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{p}: row {n}: invalid JSON ({exc.msg}){hint}") from exc
-            except _RepeatedKey as exc:
-                raise DataError(f"{p}: row {n}: {exc} is given twice: which value is meant?") from None
-    return rows
-
-
-class _RepeatedKey(ValueError):
-    pass
-
-
-def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object that gives a key twice (json keeps the last value in silence) is refused, as YAML's is."""
-    row = dict(pairs)
-    if len(row) != len(pairs):
-        keys = [k for k, _ in pairs]
-        raise _RepeatedKey(repr(next(k for k in keys if keys.count(k) > 1)))
-    return row
-
-
-def _load_hf(path: str, *, from_disk: bool) -> list[Any]:
-    import datasets
-
-    try:
-        ds = datasets.load_from_disk(path) if from_disk else datasets.load_dataset(path, split="train")
-    except Exception as exc:  # noqa: BLE001 - any loader failure is a data problem
-        raise load_error(f"{path}: cannot load dataset", exc, DataError) from exc
-    if isinstance(ds, datasets.DatasetDict):
-        if "train" not in ds and len(ds) != 1:
-            raise DataError(f"{path}: dataset has splits {sorted(ds)}; point path at one split")
-        ds = ds["train"] if "train" in ds else next(iter(ds.values()))
-    return ds.to_list()
+def _only_ability(rows: list[tuple[int, Any]]) -> bool:
+    """Whether records-layout rows name their task in an ``ability`` column (verl's name) and none in ``task``."""
+    objects = [row for _, row in rows if isinstance(row, dict)]
+    return any("ability" in row for row in objects) and not any("task" in row for row in objects)

@@ -86,13 +86,14 @@ def check_mapped_columns(path: str, rows: list[tuple[int, Any]], fields: dict[st
     if not objects:  # an empty file, or rows that are not objects: refused elsewhere, with their row
         return
     for key, column in fields.items():
-        if not any(_has(row, column.split(".")) for row in objects):
+        if not any(has_column(row, column.split(".")) for row in objects):
             raise DataError(f"{path}: fields: {{{key}: {column}}}: no row (of {len(objects)} read) has a column "
                             f"{column!r}; {_columns_near(objects, column)}; fix the column's name in fields, or "
                             f"leave {key!r} out of fields")
 
 
-def _has(row: Any, keys: list[str]) -> bool:
+def has_column(row: Any, keys: list[str]) -> bool:
+    """Whether ``row`` holds the dotted column ``keys`` (``['reward_model', 'ground_truth']``)."""
     for key in keys:
         if not isinstance(row, dict) or key not in row:
             return False
@@ -104,7 +105,7 @@ def _columns_near(rows: list[dict[str, Any]], column: str) -> str:
     """The columns the rows have where ``column`` was looked for: the top level, or inside its deepest
     dotted prefix that some row has (``reward_model`` for ``reward_model.answer``)."""
     keys = column.split(".")
-    depth = max((d for d in range(len(keys)) if any(_has(r, keys[:d]) for r in rows)), default=0)
+    depth = max((d for d in range(len(keys)) if any(has_column(r, keys[:d]) for r in rows)), default=0)
     names: dict[str, None] = {}
     for row in rows:
         value = _get_at(row, keys[:depth])
@@ -140,7 +141,7 @@ def one_object_error(path: str, rows: list[tuple[int, Any]], exc: DataError) -> 
 
 def _is_one_json_object(path: str, rows: list[tuple[int, Any]]) -> bool:
     p = Path(path).expanduser()
-    if len(rows) != 1 or not isinstance(rows[0][1], dict) or p.suffix != ".json" or not p.is_file():
+    if len(rows) != 1 or not isinstance(rows[0][1], dict) or p.suffix.lower() != ".json" or not p.is_file():
         return False
     head = p.read_bytes()[:4096].removeprefix(codecs.BOM_UTF8).lstrip()
     return head.startswith(b"{")

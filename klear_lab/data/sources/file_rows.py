@@ -13,6 +13,7 @@ from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code
 from klear_lab.errors import DataError
 
 _MISSING = object()
+_SHOWN = 20  # a wide row's columns are cut to this many in errors
 TASKS = ("math", "code")
 
 
@@ -43,8 +44,16 @@ class _Row:
 
     def absence(self, key: str) -> str:
         """How an absent field reads in errors: ``missing``, or ``missing (null)`` (a parquet row's absent
-        field reads as None)."""
-        return "missing" if self.raw(key) is _MISSING else "missing (null)"
+        field reads as None). A top-level column the row lacks is named with the columns it has: a file whose
+        question is in ``question`` fails on ``prompt``, and the fix is ``fields: {prompt: question}``."""
+        if self.raw(key) is not _MISSING:
+            return "missing (null)"
+        column = self.columns.get(key, key)
+        if "." in column:
+            return "missing"
+        shown = ", ".join(sorted(map(str, self.row))[:_SHOWN]) or "none"
+        return (f"missing (the row's columns: {shown}; name the column that holds it with the source's "
+                f"`fields: {{{key}: COLUMN}}`)")
 
     def get(self, key: str, types: tuple[type, ...], default: Any = _MISSING) -> Any:
         value = self.raw(key)

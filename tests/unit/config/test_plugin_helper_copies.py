@@ -181,7 +181,7 @@ def test_the_legitimate_ways_to_share_a_helper_still_load(tmp_path):
     (tmp_path / "base.yaml").write_text(f"base: {EXPERIMENT}\nplugins: [{one}]\n")
     (tmp_path / "child.yaml").write_text(f"base: base.yaml\nplugins: [{one}, {two}]\n")
     run_dir = saved_run(tmp_path, [one, two], "shared_two_mix")
-    assert sorted(p.name.split("-")[0] for p in (run_dir / "plugins").iterdir()) == [
+    assert sorted(p.name.split("-")[0] for p in (run_dir / "plugins").glob("*.py")) == [
         "shared_ok_h", "shared_one", "shared_two"]
     assert compose(tmp_path / "child.yaml", ["data.mix=shared_one_mix"])["plugins"] == [str(one), str(two)]
     two.write_text(plugin("shared_two_renamed", "shared_ok_h"))
@@ -217,3 +217,25 @@ def test_a_kept_copy_then_its_edited_original_in_one_process_is_told_to_use_two_
     assert "one process holds one module per name" in message, done.stderr[-2000:]
     assert "run the saved config and the edited plugin in separate processes" in message
     assert "Rename one" not in message
+
+
+def test_two_plugins_of_one_file_name_in_two_folders_each_rerun_their_own_copy(tmp_path, klear_cli):
+    """Rerun of such a run took the last-sorted copy for both: a false "changed" warning, then "already
+    registered" (exit 2), on a run nothing had changed in (a walkthrough)."""
+    files = []
+    for folder, mix in (("c", "same_name_c"), ("d", "same_name_d")):
+        (tmp_path / folder).mkdir()
+        files.append(tmp_path / folder / "same_name_mix.py")
+        files[-1].write_text(plugin(mix))
+    run_dir = saved_run(tmp_path, files, "same_name_c")
+    assert len(list((run_dir / "plugins").glob("same_name_mix-*.py"))) == 2
+    done = klear_cli("config", str(run_dir / "config.yaml"))
+    assert done.returncode == 0 and "warning" not in done.stderr, done.stderr[-3000:]
+    assert yaml.safe_load(done.stdout)["plugins"] == [str(f) for f in files]
+
+    files[0].write_text(plugin("same_name_c") + "\n# edited\n")  # c's own copy runs, d's file
+    done = klear_cli("config", str(run_dir / "config.yaml"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran = yaml.safe_load(done.stdout)["plugins"]
+    assert ran[1] == str(files[1]) and "same_name_c" in Path(ran[0]).read_text() and Path(ran[0]).parent.name == \
+        "plugins", ran

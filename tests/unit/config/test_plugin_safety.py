@@ -197,7 +197,7 @@ def test_run_identity_follows_plugin_code_not_its_path(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_config(run_dir, cfg)
-    (saved,) = (run_dir / "plugins").iterdir()
+    (saved,) = (run_dir / "plugins").glob("*.py")
     assert saved.read_text() == first.read_text() and saved.name.startswith("mine-")
 
 
@@ -216,7 +216,8 @@ def test_a_run_keeps_copies_of_the_helper_modules_a_plugin_imports(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_config(run_dir, cfg)
-    assert sorted(p.name.split("-")[0] for p in (run_dir / "plugins").iterdir()) == ["helped", "mix_params", "mix_util"]
+    kept = sorted(p.name.split("-")[0] for p in (run_dir / "plugins").glob("*.py"))
+    assert kept == ["helped", "mix_params", "mix_util"]
     from klear_lab.plugins import code_digest, plugin_digests
 
     assert plugin_digests([str(plugin)]) == ["sha256:" + code_digest(plugin)]

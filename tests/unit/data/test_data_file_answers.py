@@ -57,12 +57,22 @@ def test_a_row_that_needs_no_answer_reads_the_same_without_one(tmp_path, row):
     assert as_dicts["missing"] == as_dicts["null"] == as_dicts["blank"]
 
 
+def _absent(how: str, columns: str | None) -> str:
+    """The error's word for an answer left out ``how``; a top-level column the row lacks is named with the
+    columns the row has (``columns``; None for a dotted column such as verl's)."""
+    if how != "missing" or columns is None:
+        return ABSENT[how]
+    return f"missing (the row's columns: {columns}; name the column that holds it with the source's " \
+           "`fields: {answer: COLUMN}`)"
+
+
 @pytest.mark.parametrize("how", ABSENT)
 def test_a_math_row_without_a_response_is_refused_without_an_answer(tmp_path, how):
     """It can only be graded (an RL prompt): refused when read, naming file, row and field."""
     with pytest.raises(DataError) as err:
         _read(tmp_path, [GOOD, _without_answer({"prompt": "What is 5+5?"}, how)])
-    assert str(err.value) == f"{tmp_path / 'rows.jsonl'}: row 2: field 'answer': {ABSENT[how]}; {ANSWER_NEEDED}"
+    missing = _absent(how, "prompt")
+    assert str(err.value) == f"{tmp_path / 'rows.jsonl'}: row 2: field 'answer': {missing}; {ANSWER_NEEDED}"
 
 
 @pytest.mark.parametrize("how", ABSENT)
@@ -73,7 +83,8 @@ def test_a_held_out_math_row_needs_its_answer_even_with_a_response(tmp_path, how
     path, _ = _read(tmp_path, [_without_answer(row, how)], fmt=fmt)  # the train split takes it
     with pytest.raises(DataError) as err:
         _read(tmp_path, [_without_answer(row, how)], split="eval", fmt=fmt)
-    assert str(err.value) == f"{path}: row 1: field 'answer': {ABSENT[how]}; {HELD_OUT_ANSWER_NEEDED}"
+    columns = ", ".join(sorted(_without_answer(row, how)))
+    assert str(err.value) == f"{path}: row 1: field 'answer': {_absent(how, columns)}; {HELD_OUT_ANSWER_NEEDED}"
 
 
 def test_a_held_out_code_row_needs_tests_not_an_answer(tmp_path):
@@ -89,7 +100,7 @@ def test_a_verl_math_row_needs_its_ground_truth(tmp_path, how):
     with pytest.raises(DataError) as err:
         _read(tmp_path, [row])
     assert str(err.value) == (f"{tmp_path / 'rows.jsonl'}: row 1: field 'reward_model.ground_truth': "
-                              f"{ABSENT[how]}; {ANSWER_NEEDED}")
+                              f"{_absent(how, None)}; {ANSWER_NEEDED}")
 
 
 @pytest.mark.parametrize("how", ABSENT)
@@ -110,5 +121,6 @@ def test_a_held_out_file_without_answers_is_refused_when_a_run_builds_its_eval_r
 
     path, _ = _read(tmp_path, [SFT])
     cfg = compose(ROOT / "experiments/quickstart/sft.yaml", [f"data.eval_sources=[{{name: file, path: {path}}}]"])
-    with pytest.raises(DataError, match=rf"{path}: row 1: field 'answer': missing; {HELD_OUT_ANSWER_NEEDED}"):
+    with pytest.raises(DataError, match=rf"{path}: row 1: field 'answer': missing \(the row's columns: prompt, "
+                                        rf"response; .*\); {HELD_OUT_ANSWER_NEEDED}"):
         build_eval_records(cfg)

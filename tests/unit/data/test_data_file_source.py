@@ -342,7 +342,7 @@ def test_dataset_dict_dir_uses_train_split(tmp_path):
 
 def test_a_home_relative_path_is_read(tmp_path, monkeypatch):
     """``path: ~/data/x.jsonl`` in a YAML file was looked for under a directory named "~"."""
-    from klear_lab.data.sources.file import unavailable
+    from klear_lab.data.sources.file_read import unavailable
 
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "d.jsonl").write_text('{"prompt": "p", "answer": "1"}\n')

@@ -85,7 +85,8 @@ def test_a_correctness_filter_refuses_records_that_do_not_say(spec, tmp_path):
 
     cfg = compose(Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml",
                   [f"data.sources=[{{name: file, path: {path}, format: records}}]", f"data.filter={spec}"])
-    with pytest.raises(DataError, match=r"data.filter '\w+' on source 'file': correct_only: none of the 3"):
+    with pytest.raises(DataError, match=r"data.filter '\w+' on source 'file' of data.sources.0 \(.*unlabelled.jsonl\): "
+                                                  r"correct_only: none of the 3"):
         build_train_records(cfg)
 
 
@@ -108,7 +109,8 @@ def test_pass_rate_bounds_on_a_source_without_pass_rates_are_refused(tmp_path):
     cfg = compose(Path(__file__).resolve().parents[3] / "experiments/quickstart/rl.yaml",
                   [f"data.sources=[{{name: file, path: {path}, format: records}}]",
                    "data.filter={name: band, min_pass_rate: 0.5}"])
-    with pytest.raises(DataError, match=r"on source 'file': min_pass_rate/max_pass_rate: none of the 3"):
+    with pytest.raises(DataError, match=r"on source 'file' of data.sources.0 \(.*unrated.jsonl\): "
+                                              r"min_pass_rate/max_pass_rate: none of the 3"):
         build_train_records(cfg)
 
 

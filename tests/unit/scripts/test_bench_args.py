@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import typing
 from pathlib import Path
@@ -134,8 +136,18 @@ def processes_with(variable: str, value: str) -> list[int]:
     return pids
 
 
-def test_sigterm_stops_the_sweep_and_removes_its_temporary_directory(tmp_path):
+@pytest.fixture
+def short_temp():
+    """A short temporary directory for the benchmark's ``TMPDIR``: its sweep's trials bind forkserver sockets under
+    it, whose paths may not pass 107 bytes (pytest-xdist's ``tmp_path`` under the tests' own TMPDIR did)."""
+    path = Path(tempfile.mkdtemp(prefix="kb-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_sigterm_stops_the_sweep_and_removes_its_temporary_directory(short_temp):
     """Killed with SIGTERM mid-trial, bench_sweep_workers left /tmp/bench-sweep-* (~50 MB) and its processes."""
+    tmp_path = short_temp
     env = {**os.environ, "TMPDIR": str(tmp_path), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     bench = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_sweep_workers.py"), "--runner",
                               "synthetic", "--arms", "2", "--steps", "500", "--repeats", "1"], cwd=REPO, env=env,

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_records_without_a_response_are_counted_and_warned():
     recs = [Record("a/0", "a", "math", "p", "1", response="<think>x</think> 1"), Record("a/1", "a", "math", "p", "1")]
-    with pytest.warns(UserWarning, match=r"1 of 2 training records have no teacher response and are skipped "
-                                         r"\(the first: 'a/1' of source 'a'\)"):
+    with pytest.warns(UserWarning, match=r"1 of 2 training records have no teacher response \(a blank one counts "
+                                         r"as none\) and are skipped \(the first: 'a/1' of source 'a'\)"):
         assert check_responses(recs) == 1
     assert check_responses(recs[:1]) == 0
 
@@ -57,3 +57,19 @@ def test_a_blank_response_counts_as_none(tmp_path):
     chat = tmp_path / "chat.jsonl"
     chat.write_text(json.dumps(rows[3]) + "\n")
     assert [r.response for r in FileSource(path=str(chat)).records(0, "train")] == [None]
+
+
+def test_records_all_blank_are_named_by_their_first_row_in_file_order(tmp_path):
+    """Every response blank: the refusal said "none has a teacher response (... or a 'response' field)" for a file
+    that has the field, and named no file; the first skipped record was the first after the mix's shuffle."""
+    from klear_lab.data.sources.file import FileSource
+
+    path = tmp_path / "blank.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{i}+1?", "answer": str(i + 1), "response": "  "}) + "\n"
+                            for i in range(4)))
+    records = FileSource(path=str(path)).records(0, "train")[::-1]  # as a shuffle may leave them
+    with pytest.raises(DataError, match=rf"; the first, {path}: row 1, \(.*a blank response counts as none\)"):
+        check_responses(records)
+    some = [Record("b/0", "b", "math", "p", "1", response="x")] + records[:2]  # rows 4 and 3, in that order
+    with pytest.warns(UserWarning, match=rf"the first: 'blank/3' of source 'blank', read from {path}: row 3\)"):
+        check_responses(some)

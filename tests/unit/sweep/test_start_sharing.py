@@ -268,5 +268,6 @@ def test_a_bad_row_of_the_starting_points_data_says_whose_run_read_it(workdir, m
         **TINY_PARENT["data"], "sources": [{"name": "file", "path": str(data)}]}}))
     assert main(["train", "child.yaml", "trainer.num_threads=1"]) == 2
     err = capsys.readouterr().err
-    assert f"{data}: row 1: field 'prompt': missing (while training the starting point (model.init_from " in err, err
+    assert f"{data}: row 1: field 'prompt': missing (the row's columns: answer, response; " in err, err
+    assert "`fields: {prompt: COLUMN}`) (while training the starting point (model.init_from " in err, err
     assert "parent.yaml); alone: klear-lab train " in err
