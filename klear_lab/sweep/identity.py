@@ -57,8 +57,8 @@ def check_plugins_unchanged(started: dict[str, str], cfg: dict[str, Any]) -> Non
     edited = sorted(path for digest, path in plugin_files(cfg).items() if then.get(path, digest) != digest)
     if edited:  # a plugin a trial's own layer lists (a `plugins` axis) has nothing to compare with
         raise ConfigError(f"plugins: edited {', '.join(edited)} since this sweep started: its trials would compare "
-                          "different code; put the file back as it was, or stop the sweep and run it again (the "
-                          "rerun names the change and refuses it)")
+                          "different code; put the file back as it was, or stop the sweep and start the edited code "
+                          "as a new sweep (rename it: name: or --name)")
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
