@@ -78,5 +78,5 @@ def refuse_stale_helpers(path: Path) -> None:
         if edited:
             raise HelperClash(f"its helper module {helper} was edited since this process imported it, and Python "
                               "does not import a module again: this process would go on with the old code while a "
-                              "run keeps the new. Run it in a new process (in a notebook, restart the kernel; a "
-                              "sweep: put the file back as it was, or stop it and run it again)")
+                              "run keeps the new. Run it in a new process (in a notebook, restart the kernel; in a "
+                              "sweep, put the file back as it was: its earlier trials ran that)")
