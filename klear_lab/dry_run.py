@@ -27,6 +27,7 @@ from klear_lab.dry_run_data import DATA_NOT_READ, heldout_row, sft_steps_rows, s
 from klear_lab.dry_run_twins import earlier_run_rows
 from klear_lab.errors import ConfigError
 from klear_lab.models.known_configs import KNOWN
+from klear_lab.rl.probes import probe_rl_components
 from klear_lab.stages.rl_plan import lr_schedule_text
 from klear_lab.stages.sft_steps import rows_per_micro_batch
 
@@ -245,24 +246,6 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
                 # eval_engine refuses several devices before it checks the engine's package
                 engine += f" {UNSUPPORTED if several_devices(cfg['trainer']) else NOT_HERE}: {exc}"
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
-
-
-def probe_rl_components(rl: dict[str, Any]) -> None:
-    """Raise a ``ComponentError`` (exit 2) for an RL component (a plugin's, usually) the run would call and fail
-    on, or train wrongly with, after its model loaded and its first rollouts ran: as ``prepare_rl`` does."""
-    from klear_lab.builders import build
-    from klear_lab.registry import ADVANTAGE, AGGREGATION, CLIP, GROUP_FILTER, ROLLOUT
-    from klear_lab.rl.advantages.base import probe_advantage
-    from klear_lab.rl.aggregation.base import probe_aggregation
-    from klear_lab.rl.clip.base import probe_clip
-    from klear_lab.rl.group_filters.base import probe_group_filter
-    from klear_lab.rl.rollout.base import check_rollout_engine
-
-    probe_clip(build(CLIP, rl["clip"]), "rl.clip")
-    probe_advantage(build(ADVANTAGE, rl["advantage"]), "rl.advantage")
-    probe_aggregation(build(AGGREGATION, rl["aggregation"]), "rl.aggregation")
-    probe_group_filter(build(GROUP_FILTER, rl["group_filter"]), "rl.group_filter")
-    check_rollout_engine(build(ROLLOUT, rl["rollout"]), "rl.rollout")
 
 
 def dry_run(cfg: dict[str, Any], source: str | Path | None = None) -> list[tuple[str, str]]:

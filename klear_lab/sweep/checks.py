@@ -51,7 +51,7 @@ def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
     check_axis_overrides(spec, base)
     clips = _configured_clips(spec, base) if base.get("plugins") and base["run"]["kind"] == "rl" else None
     check_objective(spec, base["run"]["kind"], plugins=bool(base.get("plugins")), clips=clips)
-    inherited = runnable_problem(base)  # reported as the base's when an arm has it (no axis is at fault)
+    inherited = trial_problem(base)  # reported as the base's when an arm has it (no axis is at fault)
     check_trial_settings(spec)
     for axis in spec.axes:
         if axis.key in SWEEP_OWNED_KEYS or axis.key == "run":
@@ -138,6 +138,24 @@ def _check_base(spec: SweepSpec) -> dict[str, Any]:
     return cfg
 
 
+def trial_problem(cfg: dict[str, Any]) -> str | None:
+    """Why a trial of ``cfg`` would stop before training (:func:`runnable_problem`), or an RL component of it (a
+    plugin's, usually) that breaks its axis' contract on tiny tensors, as the run probes them first
+    (``dry_run.probe_rl_components``): each trial failed on it alike, as a config error, once it started."""
+    if problem := runnable_problem(cfg):
+        return problem
+    if cfg["run"]["kind"] != "rl":
+        return None
+    from klear_lab.errors import ComponentError
+    from klear_lab.rl.probes import probe_rl_components
+
+    try:
+        probe_rl_components(cfg["rl"])
+    except ComponentError as exc:
+        return str(exc)
+    return None
+
+
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,
                       inherited: str | None = None) -> None:
     """Compose one trial's config and ask :func:`runnable_problem` of it; a problem the base experiment
@@ -146,7 +164,7 @@ def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: s
     seed = spec.seeds[0]
     layer = trial_layer(spec, values, seed, None, None, "check")
     try:
-        problem = runnable_problem(spec.compose([layer]))
+        problem = trial_problem(spec.compose([layer]))
     except ConfigError as exc:  # an unknown key is the key's fault, whatever the value (and maybe another axis's)
         blamed = unknown_axis(spec, str(exc))
         raise spec.err(blamed or key, str(exc) if blamed or "unknown key" in str(exc) else f"{what}: {exc}") from None
