@@ -72,10 +72,10 @@ def refuse_stale_helpers(path: Path) -> None:
     (an edited plugin file itself is imported again: its module's name carries its digest)."""
     for helper in loaded_helpers(path):
         try:
-            edited = HELPERS_AS_IMPORTED.get(helper, code_digest(helper)) != code_digest(helper)
+            now = code_digest(helper)
         except OSError:  # deleted since: the module loaded is what runs, and a rerun names the file gone
             continue
-        if edited:
+        if HELPERS_AS_IMPORTED.get(helper, now) != now:
             raise HelperClash(f"its helper module {helper} was edited since this process imported it, and Python "
                               "does not import a module again: this process would go on with the old code while a "
                               "run keeps the new. Run it in a new process (in a notebook, restart the kernel; in a "

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import accumulate
 
-from klear_lab.data.records import Record
+from klear_lab.data.records import Record, file_and_row
 from klear_lab.errors import ConfigError, DataError
 
 KEY = "data.decontaminate_ngram"
@@ -218,8 +218,8 @@ def place(name: str, recs: list[Record], where: Mapping[str, str] | None) -> str
     file), else "": which entry a pool is, where several file sources would otherwise read alike."""
     if where and name in where:
         return f", {where[name]},"
-    file = (recs[0].origin or "").rpartition(": row ")[0] if recs else ""
-    return f", read from {file}," if file else ""
+    read = file_and_row(recs[0]) if recs else None
+    return f", read from {read[0]}," if read else ""
 
 
 def report(dropped: dict[str, list[Record]], total: int, n: int) -> None:

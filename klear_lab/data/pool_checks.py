@@ -42,14 +42,23 @@ def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str]
     ``data_source``, else its file name, so ``aime24/test.jsonl`` and ``aime25/test.jsonl`` both name
     theirs ``test``: refused unless both were labelled alike on purpose. The embedded world's sources
     (no label) may repeat, as before (two ``arith`` sources of other levels: one ``val/arith/acc``)."""
+    if shared := shared_record_name(pools, unlabelled):
+        first, label, name = shared
+        raise DataError(f"{where[first]} and {where[label]} both name their records {name!r}: one "
+                        f"val/{name}/acc would score both; give each file source its own label "
+                        "(`label: aime24`)")
+
+
+def shared_record_name(pools: dict[str, list[Record] | None], unlabelled: set[str]) -> tuple[str, str, str] | None:
+    """(first pool, later pool, name) of the first record name two pools give their records where one of the two
+    is an unlabelled file source's (the same label on both says they are one source), else None."""
     owner: dict[str, str] = {}  # record source -> the first pool naming its records so
     for label, recs in pools.items():
         for name in dict.fromkeys(r.source for r in recs or ()):
             first = owner.setdefault(name, label)
             if first != label and (first in unlabelled or label in unlabelled):
-                raise DataError(f"{where[first]} and {where[label]} both name their records {name!r}: one "
-                                f"val/{name}/acc would score both; give each file source its own label "
-                                "(`label: aime24`)")
+                return first, label, name
+    return None
 
 
 def warn_repeated_files(nodes: list[dict[str, Any]], labels: list[str]) -> None:
@@ -70,15 +79,11 @@ def warn_shared_record_names(pools: dict[str, list[Record] | None], where: dict[
                              unlabelled: set[str]) -> None:
     """Warn when unlabelled training files name their records alike (``a/train.jsonl``, ``b/train.jsonl``: both
     ``train``): ``data/mix_share/train`` and the per-source metrics then count the two as one source."""
-    owner: dict[str, str] = {}
-    for label, recs in pools.items():
-        for name in dict.fromkeys(r.source for r in recs or ()):
-            first = owner.setdefault(name, label)
-            if first != label and (first in unlabelled or label in unlabelled):
-                warnings.warn(f"{where[first]} and {where[label]} both name their records {name!r}, so "
-                              f"data/mix_share/{name} counts them as one source; give each file source its own "
-                              "`label:` to tell them apart", UserWarning, stacklevel=3)
-                return
+    if shared := shared_record_name(pools, unlabelled):
+        first, label, name = shared
+        warnings.warn(f"{where[first]} and {where[label]} both name their records {name!r}, so "
+                      f"data/mix_share/{name} counts them as one source; give each file source its own "
+                      "`label:` to tell them apart", UserWarning, stacklevel=3)
 
 
 def warn_unread_eval_paths(cfg: dict[str, Any], nodes: list[dict[str, Any]]) -> None:

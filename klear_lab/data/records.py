@@ -173,10 +173,16 @@ def first_read(records: list[Record]) -> Record:
     from a file keep their order after those."""
     def place(item: tuple[int, Record]) -> tuple[int, str, int, int]:
         k, r = item
-        path, _, row = (r.origin or "").rpartition(": row ")
-        return (0, path, int(row), k) if path and row.isdigit() else (1, "", 0, k)
+        read = file_and_row(r)
+        return (0, *read, k) if read else (1, "", 0, k)
 
     return min(enumerate(records), key=place)[1]
+
+
+def file_and_row(record: Record) -> tuple[str, int] | None:
+    """The file and row a record was read from (its ``origin``, ``data/x.jsonl: row 5``), else None."""
+    path, _, row = (record.origin or "").rpartition(": row ")
+    return (path, int(row)) if path and row.isdigit() else None
 
 
 def _read_from(record: Record) -> str:
