@@ -50,10 +50,25 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> di
             compose(saved, [item])  # an unknown key or bad value says so, rather than a `train` that fails on it
             raise ConfigError(f"resume {run_dir}: {item!r}: a resumed run keeps its config; only "
                               f"{', '.join(RESUME_OVERRIDABLE)} may change (to change anything else, start a "
-                              f"new run: klear-lab train {saved} {item})")
+                              f"new run: klear-lab train {saved} {item}){_moved_file_hint(run_dir, saved, key)}")
     cfg = compose(saved, overrides)
     check_resumable(run_dir, cfg)
     return cfg
+
+
+def _moved_file_hint(run_dir: Path, saved: Path, key: str) -> str:
+    """For a data file's path given anew (the file was moved): how the resume reads it without a new path."""
+    if not (key.startswith("data.") and key.rsplit(".", 1)[-1] in ("path", "eval_path")):
+        return ""
+    from omegaconf import OmegaConf
+
+    from klear_lab.run_advice import put_back
+
+    old = OmegaConf.select(OmegaConf.load(saved), key)
+    if not isinstance(old, str) or not old:
+        return ""
+    advice = put_back(run_dir, [old])
+    return f". If the file was moved: {advice[0].lower()}{advice[1:]}"
 
 
 def resume_command_config(run_dir: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:

@@ -144,10 +144,10 @@ def check_data_files_here(run_dir: Path, cfg: dict[str, Any]) -> None:
         return
     if missing:
         named = "; ".join(f"{key}: data file {text}" for key, text in missing)  # as the run's own error
-        raise DataError(f"{named}. {_put_back(run_dir, [text.split(': ', 1)[0] for _, text in missing])}")
+        raise DataError(f"{named}. {put_back(run_dir, [text.split(': ', 1)[0] for _, text in missing])}")
 
 
-def _put_back(run_dir: Path, paths: list[str]) -> str:
+def put_back(run_dir: Path, paths: list[str]) -> str:
     """How a resume goes on without the files at ``paths`` (as the run's config names them)."""
     import os
 

@@ -46,6 +46,11 @@ def test_a_resume_after_a_data_file_moved_says_how_to_go_on(tmp_path, tiny_sft_o
         in err, err
     assert f"a symlink to it (ln -s NEW_PATH OLD_PATH), back at {tmp_path / 'd' / 'res.jsonl'}" in err, err
     assert "checks that it holds the records the run started with" in err, err
+    assert main(["resume", str(run_dir), "data.sources.0.path=../d/res_moved.jsonl"]) == 2  # the new path: refused,
+    err = " ".join(capsys.readouterr().err.split())  # with the same way on
+    assert "a resumed run keeps its config; only" in err, err
+    assert "If the file was moved: a resumed run keeps its config, whose relative paths" in err, err
+    assert f"back at {tmp_path / 'd' / 'res.jsonl'}" in err, err
 
     monkeypatch.chdir(tmp_path)  # from elsewhere, where the relative path leads nowhere either
     assert main(["resume", str(run_dir)]) == 2

@@ -6,7 +6,8 @@ dir, one line per call in ``SWEEP_DIR/invocations.txt`` (lr, seed, pid, sweep pi
 ``SWEEP_DIR/slow-<lr>-<seed>`` makes the next call for that point announce itself in
 ``SWEEP_DIR/slow-started`` and hang (to be killed); ``SWEEP_DIR/die-<lr>-<seed>`` makes it
 SIGKILL itself (an OOM kill, say); with :func:`run_flaky`, ``SWEEP_DIR/down-<lr>-<seed>`` holding N
-makes the next N calls fail as a hub that cannot serve a download does.
+makes the next N calls fail as a hub that cannot serve a download does; with :func:`run_editing_plugin`, a file
+``SWEEP_DIR/edit-plugin`` makes the next call append a comment to the trial's first plugin file.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ REFUSING_RUNNER = f"{HERE}:run_refusing"
 DIVERGING_RUNNER = f"{HERE}:run_diverging"
 FLAKY_RUNNER = f"{HERE}:run_flaky"
 TEMP_RUNNER = f"{HERE}:run_leaving_temp"
+EDITING_RUNNER = f"{HERE}:run_editing_plugin"
 TINY_PARENT = {  # a starting point (``model.init_from``) that composes fast; the sharing tests fake its runs
     "base": str(REPO / "experiments/quickstart/sft.yaml"),
     "data": {"sources": [{"name": "arith_r1", "n_prompts": 20, "levels": [1], "level_weights": [1.0]}],
@@ -192,3 +194,16 @@ def run_flaky(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, A
         marker.write_text(str(left - 1))
         raise TransientError(f"model.name_or_path: cannot download (ConnectError: lr={lr}); a network problem")
     return run(cfg, callbacks)
+
+
+def run_editing_plugin(cfg: dict[str, Any], callbacks: list | None = None) -> dict[str, Any]:
+    """:func:`run`, then, once ``edit-plugin`` exists in the sweep directory, an edit of the first plugin file the
+    trial lists (a researcher saving a change while the sweep runs); the marker is removed."""
+    sweep_dir, _, _ = _point(cfg)
+    out = run(cfg, callbacks)
+    marker = sweep_dir / "edit-plugin"
+    if marker.exists():
+        marker.unlink()
+        with open(cfg["plugins"][0], "a") as plugin:
+            plugin.write("# edited while the sweep ran\n")
+    return out
