@@ -101,8 +101,8 @@ class FileSource:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         path = getattr(self, self.path_field(split))
         if not path:
-            raise DataError(f"source 'file': no path set for the {split} split: give {self.path_field(split)} "
-                            f"({PATH_FORMS})")
+            raise DataError(f"data file '': no path set for the {split} split: give {self.path_field(split)} "
+                            f"({PATH_FORMS})")  # "data file": the caller names the config key
         every_row = read_rows(path, split)
         rows = every_row[: self.limit]
         fmt = self.format if self.format != "auto" else detect_format(rows, self.fields)
@@ -134,6 +134,8 @@ class FileSource:
         """(field, ``path: why``) when the file ``split`` reads cannot be read on this machine, else None."""
         field_name = self.path_field(split)
         path = getattr(self, field_name) or ""
+        if not path.strip():
+            return field_name, f"{path!r}: no path set: give {field_name} ({PATH_FORMS})"
         why = unavailable(path)
         return (field_name, f"{path}: {why}") if why else None
 

@@ -140,6 +140,18 @@ def test_a_json_file_holding_one_object_says_it_wants_rows(tmp_path, indent):
     assert "its 'data' holds 3 objects: save that list as the file" in str(err.value)
 
 
+def test_a_jsonl_file_whose_one_row_wraps_the_rows_says_to_write_one_per_line(tmp_path):
+    """``{"data": [...]}`` on one line of a ``.jsonl`` said only "row 1: field 'prompt': missing (the row's columns:
+    data ...)" (a walkthrough)."""
+    path = tmp_path / "wrapped.jsonl"
+    path.write_text(json.dumps({"data": ROWS}) + "\n")
+    with pytest.raises(DataError) as err:
+        FileSource(path=str(path)).records(0, "train")
+    assert str(err.value).startswith(f"{path}: the file's one row wraps the rows: its 'data' holds 3 objects; a "
+                                     ".jsonl file holds one row object per line: write each of them on a line")
+    assert "Read as one row, it fails" in str(err.value) and "field 'prompt': missing" in str(err.value)
+
+
 @pytest.mark.parametrize("indent", [None, 2], ids=["one_line", "pretty"])
 def test_a_json_file_holding_one_row_object_reads_as_one_row(tmp_path, indent):
     path = tmp_path / "one.json"

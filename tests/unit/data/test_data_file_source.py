@@ -405,3 +405,18 @@ def test_a_missing_training_or_held_out_file_is_named_with_its_key(tmp_path, mon
     cfg = compose(None, ["data.eval_sources=[{name: file, path: train.jsonl, eval_path: d/ev.jsonl}]"])
     with pytest.raises(DataError, match=r"^data\.eval_sources\.0\.eval_path: data file d/ev\.jsonl: no such file"):
         builders.build_eval_records(cfg)
+
+
+def test_an_empty_path_names_its_config_key_in_the_run_and_the_dry_run():
+    """``path: ''`` said "source 'file': no path set" naming no key, and the dry run said ready (a walkthrough)."""
+    from pathlib import Path
+
+    from klear_lab.builders import build_train_records, unavailable_data
+    from klear_lab.config.compose import compose
+
+    experiment = Path(__file__).resolve().parents[3] / "experiments/quickstart/sft.yaml"
+    cfg = compose(experiment, ["data.sources=[{name: file, path: ''}]"])
+    (key, why), = unavailable_data(cfg)
+    assert key == "data.sources.0.path" and why.startswith("'': no path set: give path (a .jsonl")
+    with pytest.raises(DataError, match=r"^data\.sources\.0\.path: data file '': no path set for the train split"):
+        build_train_records(cfg)
