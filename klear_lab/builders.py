@@ -242,14 +242,15 @@ def eval_sampling(cfg: dict[str, Any], records: list[Record]):
 
 def eval_engine(cfg: dict[str, Any], shared=None):
     """``eval.engine: rollout``: an :class:`EvalEngine` on ``shared`` (RL's running engine) or on a
-    fresh engine of kind ``rl.rollout`` (checked importable now); ``generate``: None.
+    fresh engine of kind ``rl.rollout`` (checked startable and importable now); ``generate``: None.
 
     An ``hf`` rollout engine is what ``generate`` runs anyway: None too, so ``eval.batch_size`` (not
     ``rl.rollout.batch_size``) batches the evaluation either way.
     """
     if cfg["eval"]["engine"] != "rollout" or cfg["rl"]["rollout"]["name"] == "hf":
         return None
-    from klear_lab.eval.engine import EvalEngine
+    from klear_lab.eval.engine import OWNED_KEY, EvalEngine
+    from klear_lab.rl.rollout.checks import check_rollout_engine
 
     if shared is not None:
         return EvalEngine(shared=shared)
@@ -261,6 +262,7 @@ def eval_engine(cfg: dict[str, Any], shared=None):
                           "start its own engine. Use eval.engine=generate, or score the finished run with "
                           "`klear-lab eval RUN_DIR eval.engine=rollout`")
     engine = build(ROLLOUT, cfg["rl"]["rollout"])
+    check_rollout_engine(engine, OWNED_KEY)  # as an RL run checks its own: a plugin engine without start
     if hasattr(engine, "check_available"):
         engine.check_available()
     return EvalEngine(config=engine)

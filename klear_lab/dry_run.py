@@ -4,7 +4,9 @@ No weights are allocated and no data file is read or downloaded, so a paper-scal
 32K context, 8 GPUs) is checked on a laptop; an RL run's ``rl.reward`` is checked against the tasks its
 sources declare (a generated world that declares none is generated). Data sizes come from the config
 (``dry_run_data``, which bounds the SFT steps by them): embedded sources declare ``n_prompts``, file sources
-their ``limit``, mixes their ``budget``; a row says the data rows are not read or checked. A row that
+their ``limit``, mixes their ``budget``; a row says the data rows are not read or checked (what the config
+decides without them is: the data mix against the sources' labels and ranks, the held-out sources' names;
+``dry_run_data.data_rows``). A row that
 says NOT SUPPORTED is a config problem (the run would stop with a ConfigError: an ``rl.reward`` of another
 task than the training sources, say): the command exits 2 after the plan; NOT AVAILABLE HERE (a package,
 device, data file or sandbox this machine lacks: a ``code`` reward the run would call without bubblewrap)
@@ -23,9 +25,9 @@ from rich.table import Table
 from klear_lab.build_model import check_model_dir, resolve_model_dir
 from klear_lab.console import make_console
 from klear_lab.distributed import device_count
-from klear_lab.dry_run_data import DATA_NOT_READ, heldout_row, sft_steps_rows, sft_warmup_problem
+from klear_lab.dry_run_data import data_rows, heldout_row, sft_steps_rows, sft_warmup_problem
 from klear_lab.dry_run_twins import earlier_run_rows
-from klear_lab.errors import ConfigError
+from klear_lab.errors import ComponentError, ConfigError
 from klear_lab.models.known_configs import KNOWN
 from klear_lab.rl.probes import probe_rl_components
 from klear_lab.stages.rl_plan import lr_schedule_text
@@ -118,7 +120,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"
-        return [*rows, ("weights (inference)", weights), heldout_row(cfg), eval_row(cfg), DATA_NOT_READ]
+        return [*rows, ("weights (inference)", weights), heldout_row(cfg), eval_row(cfg), *data_rows(cfg)]
     rows += [*init_from_rows(cfg), training_memory_row(cfg, params),
              ("accelerator / devices / strategy / precision",
               f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
@@ -139,7 +141,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     from klear_lab.builders import warmup_problem
 
     warning = warmup_problem(cfg["optim"], scheduled) or (cfg["run"]["kind"] == "sft" and sft_warmup_problem(cfg))
-    return [*rows, *([("warning", warning)] if warning else []), heldout_row(cfg), eval_row(cfg), DATA_NOT_READ]
+    return [*rows, *([("warning", warning)] if warning else []), heldout_row(cfg), eval_row(cfg), *data_rows(cfg)]
 
 
 def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:
@@ -243,8 +245,9 @@ def eval_row(cfg: dict[str, Any]) -> tuple[str, str]:
             try:
                 eval_engine(cfg)
             except Exception as exc:  # noqa: BLE001 - reported in the plan
-                # eval_engine refuses several devices before it checks the engine's package
-                engine += f" {UNSUPPORTED if several_devices(cfg['trainer']) else NOT_HERE}: {exc}"
+                # eval_engine refuses several devices, then an engine without start, before it checks the package
+                broken = several_devices(cfg["trainer"]) or isinstance(exc, ComponentError)
+                engine += f" {UNSUPPORTED if broken else NOT_HERE}: {exc}"
     return "evaluation", f"{decoding}; up to {ev['max_new_tokens']:,} new tokens; {engine}"
 
 

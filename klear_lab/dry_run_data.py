@@ -15,6 +15,8 @@ what two or three per row would give. Steps round as ``stages.sft.sft_plan`` rou
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from klear_lab.distributed import device_count
 from klear_lab.stages.sft_steps import planned_sft_steps, rows_per_micro_batch
 
 PER_ROW_EXAMPLES = (2, 3)  # the packings the steps row names beside one example per row
-DATA_NOT_READ = ("data rows", "not read or checked by a dry run: the run checks them as it starts, before its "
-                 "run directory exists (a sweep's: `klear-lab sweep SPEC --validate-only`)")
+DATA_NOT_READ = ("data rows", "not read or checked by a dry run (it checks what the config decides without them: "
+                 "the data mix against the training sources' labels and quality ranks, the held-out sources' "
+                 "labels and files): the run checks them as it starts, before its run directory "
+                 "exists (a sweep's: `klear-lab sweep SPEC --validate-only`)")
 
 
 def declared_records(node: dict[str, Any], split: str) -> tuple[int, bool] | None:
@@ -127,3 +131,133 @@ def heldout_row(cfg: dict[str, Any]) -> tuple[str, str]:
     total, exact = sum(n for n, _ in counts), all(e for _, e in counts)
     parts = ", ".join(f"{_shown_name(node)} {'' if e else 'at most '}{n:,}" for node, (n, e) in zip(nodes, counts))
     return "held-out problems", f"{'' if exact else 'at most '}{total:,} ({parts})"
+
+
+def data_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The plan's last rows: the run's refusals of its data that the config alone decides (NOT SUPPORTED), a
+    held-out name clash the rows may still avert (a warning), and that the data rows are not read."""
+    from klear_lab.dry_run import UNSUPPORTED
+
+    problems = data_problems(cfg)
+    rows = [(key, f"{UNSUPPORTED}: {problem}") for key, problem in problems]
+    if not problems and (clash := heldout_name_clash(cfg)):
+        rows.append(("held-out record names", clash))
+    return [*rows, DATA_NOT_READ]
+
+
+def data_problems(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """(plan row, why) of each refusal of its data that a run of ``cfg`` makes whatever its data rows hold:
+    its ``data.mix`` (:func:`mix_problem`) and its held-out sources' names (:func:`heldout_problem`)."""
+    found = [("data mix", mix_problem(cfg)), ("held-out sources", heldout_problem(cfg))]
+    return [(key, problem) for key, problem in found if problem]
+
+
+def mix_problem(cfg: dict[str, Any]) -> str | None:
+    """The run's refusal of its ``data.mix`` that the training sources' pool labels and quality ranks decide,
+    in the run's words (``builders.train_and_heldout``'s ConfigError): a ``top_k`` cut between sources of one
+    rank, a ``weighted`` key naming no source. A pool's label is its source's ``label`` or name (``file``,
+    ``file#1``), never its records', so ``builders.named_pools`` gives them without a read (``read``: None,
+    "some records"); the mix's ``check_sources`` (``mixes.base``; a plugin mix without it is not checked) sees
+    names and ranks only, so no pool size is guessed. Also ``named_pools``' own refusals of the list (a label
+    another source's pool took). None: an eval run (it mixes nothing), or nothing refused."""
+    if cfg["run"]["kind"] not in ("sft", "rl"):
+        return None
+    from klear_lab.builders import build
+    from klear_lab.data.mixes.base import places_named
+    from klear_lab.errors import DataError
+    from klear_lab.registry import DATA_MIX
+
+    try:
+        _, ranks, where = _named_pools(cfg, "train", lambda node: None)
+    except DataError as exc:
+        return str(exc)
+    check = getattr(build(DATA_MIX, cfg["data"]["mix"]), "check_sources", None)
+    try:
+        if check is not None:
+            check(ranks)
+    except ValueError as exc:
+        return f"data.mix {cfg['data']['mix']['name']!r}: {exc}{places_named(str(exc), where)}"
+    return None
+
+
+def heldout_problem(cfg: dict[str, Any]) -> str | None:
+    """The run's refusal of its held-out sources' names that the config decides (``builders.named_pools``,
+    ``eval`` split): a ``label`` another source's pool took (``math#1``) or named as a difficulty level's metric
+    (``level1``), or one file read unlabelled by two ``data.eval_sources`` entries alike (:func:`_one_file_twice`).
+    An unlabelled file's records are named by its rows' ``source``/``data_source``, else by its file name: two
+    such files named alike (``aime24/test.jsonl``, ``aime25/test.jsonl``) are refused only if the rows name no
+    source, which a dry run cannot know (:func:`heldout_name_clash` warns)."""
+    from klear_lab.errors import DataError
+
+    try:
+        _named_pools(cfg, "eval", lambda node: _placeholder(node, default=False))
+    except DataError as exc:
+        return str(exc)
+    return _one_file_twice(cfg["data"].get("eval_sources") or [])
+
+
+def heldout_name_clash(cfg: dict[str, Any]) -> str | None:
+    """The run's refusal of two held-out sources named alike if the unlabelled files' rows name no source (their
+    records then take the file's name), with that proviso: a warning, not a refusal."""
+    from klear_lab.errors import DataError
+
+    try:
+        _named_pools(cfg, "eval", lambda node: _placeholder(node, default=True))
+    except DataError as exc:
+        return (f"refused by the run if the files' rows name no source (a `source` / `data_source` column, which "
+                f"a dry run does not read; the file's name stands in): {exc}")
+    return None
+
+
+def _named_pools(cfg: dict[str, Any], split: str, read: Callable[[dict[str, Any]], Any]):
+    """``builders.named_pools`` of ``split``'s sources with ``read`` for their records, its warnings (the run's
+    to give) silenced."""
+    from klear_lab.builders import named_pools
+
+    nodes = cfg["data"]["sources"] if split == "train" else cfg["data"].get("eval_sources") or []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return named_pools(cfg, split, nodes, read=read)
+
+
+def _file_source(node: dict[str, Any]) -> Any:
+    """The built-in ``file`` source of ``node``, else None (a generated world, a plugin's source)."""
+    from klear_lab.builders import build
+    from klear_lab.data.sources.file import FileSource
+    from klear_lab.registry import SOURCE
+
+    source = build(SOURCE, node)
+    return source if isinstance(source, FileSource) else None
+
+
+def _placeholder(node: dict[str, Any], default: bool) -> list[Any] | None:
+    """A held-out file source's records as their one name: its ``label``, or with ``default`` an unlabelled
+    one's file name (what its rows are named if they name no source); None (not known) for the others."""
+    from klear_lab.data.records import Record
+
+    source = _file_source(node)
+    if source is None or not (source.label or default):
+        return None
+    path = getattr(source, source.path_field("eval")) or ""
+    name = source.label or Path(path).stem or path
+    return [Record(uid=f"{name}/0", source=name, task="math", prompt="?", answer="?")]
+
+
+def _one_file_twice(nodes: list[dict[str, Any]]) -> str | None:
+    """Two unlabelled held-out ``file`` entries reading one file with one layout and ``source`` column: whatever
+    names its rows give their records, both give the same ones, which the run refuses (``pool_checks.
+    check_distinct_sources``; an empty file, ``check_some_records``)."""
+    from klear_lab.data.pool_checks import file_key, source_path
+
+    first: dict[tuple[str, str, str | None], int] = {}
+    for i, node in enumerate(nodes):
+        source = _file_source(node)
+        if source is None or source.label or not (path := source_path(node, "eval")):
+            continue
+        j = first.setdefault((file_key(path), source.format, source.fields.get("source")), i)
+        if j != i:
+            return (f"data.eval_sources.{j} ({source_path(nodes[j], 'eval')}) and data.eval_sources.{i} ({path}) "
+                    "read one file without a label: whatever names its rows give their records (their source, "
+                    "else the file's name), both give them, and one val/<name>/acc would score both; list the "
+                    "file once, or give each entry its own label (`label: aime24`)")
+    return None

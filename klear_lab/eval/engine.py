@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # config checks import ENGINES: keep torch out of config comp
     from klear_lab.rl.rollout.base import RolloutRuntime
 
 ENGINES = ("generate", "rollout")
+# the config key an owned engine's errors name: the engine is ``rl.rollout``'s, started for ``eval.engine: rollout``
+OWNED_KEY = "rl.rollout (eval.engine: rollout)"
 
 
 class EvalEngine:
@@ -44,7 +46,11 @@ class EvalEngine:
         if self.shared is not None:
             return self.shared
         if self._owned is None:
-            self._owned = self.config.start(model, tokenizer)
+            from klear_lab.rl.rollout.checks import check_rollout_runtime
+
+            started = self.config.start(model, tokenizer)
+            check_rollout_runtime(started, self.config, OWNED_KEY)  # closes it when it refuses it
+            self._owned = started
         else:
             self._owned.sync_weights(model)
         return self._owned

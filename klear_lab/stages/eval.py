@@ -223,10 +223,10 @@ def prepare_eval(cfg: dict[str, Any]) -> EvalStage:
     digests = data_digests(None, records)
     warn_if_other_heldout(cfg, digests["eval"])
     sampling = builders.eval_sampling(cfg, records)
+    engine = builders.eval_engine(cfg)  # not started: a broken engine is refused before the model loads
     tokenizer, model = build_tokenizer_and_model(cfg, [])
     model = model.to(device)
-    return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling,
-                     builders.eval_engine(cfg), digests)
+    return EvalStage(cfg, model, tokenizer, records, builders.build_eval_rewards(cfg), sampling, engine, digests)
 
 
 def warn_if_other_heldout(cfg: dict[str, Any], now: str) -> None:

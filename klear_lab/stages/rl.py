@@ -34,7 +34,7 @@ from klear_lab.rl.aggregation.base import probe_aggregation
 from klear_lab.rl.clip.base import probe_clip
 from klear_lab.rl.group_filters.base import probe_group_filter
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.rl.rollout.base import check_rollout_engine
+from klear_lab.rl.rollout.base import check_rollout_engine, check_rollout_runtime
 from klear_lab.rl.token_stats import check_chunkable
 from klear_lab.stages.common import (
     check_trainer,
@@ -238,6 +238,7 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
         "eval_rewards": builders.build_eval_rewards(cfg), "use_reference": rl["kl_coef"] > 0,
     }
     engine = engine_cfg.start(policy, tokenizer)  # last: nothing after it may leave it running
+    check_rollout_runtime(engine, engine_cfg, "rl.rollout")  # closes it when it refuses it
     try:
         engine.check_fits([r.prompt for r in records], rl["max_new_tokens"], "data.sources")
         if cfg["eval"]["engine"] == "rollout":

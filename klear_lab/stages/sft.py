@@ -195,6 +195,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
     warn_trained_heldout(records, eval_records)  # exact matches that decontamination, when on, left
     sampling = builders.eval_sampling(cfg, eval_records)
     rewards = builders.build_eval_rewards(cfg)
+    eval_engine = builders.eval_engine(cfg)  # not started: a broken engine is refused before the model loads
     tokenizer, model = build_tokenizer_and_model(cfg, builders.tokenizer_corpus(records, eval_records))
     max_len = cfg["data"]["max_length"]
     examples, dropped = tokenize_records(tokenizer, records, max_len)
@@ -215,7 +216,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
         model, tokenizer, optim=builders.optim_settings(cfg, int(plan["plan/total_steps"])),
         eval_rewards=rewards, eval_records=eval_records, max_new_tokens=cfg["eval"]["max_new_tokens"],
         eval_batch_size=cfg["eval"]["batch_size"], eval_sampling=sampling,
-        eval_engine=builders.eval_engine(cfg), compile_forward=cfg["trainer"]["compile"], loss=cfg["sft"]["loss"],
+        eval_engine=eval_engine, compile_forward=cfg["trainer"]["compile"], loss=cfg["sft"]["loss"],
     )
     return SFTStage(cfg, module, dm, plan, data_digests(records, eval_records))
 

@@ -4,7 +4,8 @@ Every axis value is composed onto the base experiment through ``compose()`` (the
 trial takes; the other axes at their first value), then every grid arm is composed whole, so a
 misspelt key, an unknown component or an out-of-range parameter stops the sweep with the spec
 file and axis named. Each composed config also goes through the refusals ``klear-lab train``
-makes before it loads a model (``runnable_problem``): a config every trial would fail on.
+makes before it loads a model (``runnable_problem``) and those of its data that its config alone decides
+(``dry_run_data.data_problems``, as ``train --dry-run``): a config every trial would fail on.
 """
 
 from __future__ import annotations
@@ -139,11 +140,17 @@ def _check_base(spec: SweepSpec) -> dict[str, Any]:
 
 
 def trial_problem(cfg: dict[str, Any]) -> str | None:
-    """Why a trial of ``cfg`` would stop before training (:func:`runnable_problem`), or an RL component of it (a
-    plugin's, usually) that breaks its axis' contract on tiny tensors, as the run probes them first
-    (``dry_run.probe_rl_components``): each trial failed on it alike, as a config error, once it started."""
+    """Why a trial of ``cfg`` would stop before training (:func:`runnable_problem`), a refusal of its data that
+    its config alone decides (``dry_run_data.data_problems``, as ``train --dry-run`` says it: a ``top_k`` cut
+    between sources of one rank, a ``weighted`` key naming no source, held-out sources named alike), or an RL
+    component of it (a plugin's, usually) that breaks its axis' contract on tiny tensors, as the run probes them
+    first (``dry_run.probe_rl_components``): each trial failed on it alike, as a config error, once it started."""
+    from klear_lab.dry_run_data import data_problems
+
     if problem := runnable_problem(cfg):
         return problem
+    if found := data_problems(cfg):
+        return found[0][1]
     if cfg["run"]["kind"] != "rl":
         return None
     from klear_lab.errors import ComponentError

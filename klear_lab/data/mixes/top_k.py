@@ -41,9 +41,10 @@ class TopKMix:
         if self.budget < 1:
             raise ValueError(f"budget must be >= 1, got {self.budget}")
 
-    def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
-        """Per-source counts: the top ``k`` sources by rank share ``budget`` evenly (best first)."""
-        ranked = by_rank(list(sizes), ranks)
+    def check_sources(self, ranks: Mapping[str, int]) -> None:
+        """Raise ValueError for a ``k`` the sources' names and ranks alone refuse (``mixes.base``): more than
+        there are, or a cut between sources of one rank."""
+        ranked = by_rank(list(ranks), ranks)
         if self.k and self.k > len(ranked):
             raise ValueError(f"k={self.k} but only {len(ranked)} sources are configured: {ranked}")
         if self.k and self.k < len(ranked) and ranks[ranked[self.k - 1]] == ranks[ranked[self.k]]:
@@ -51,6 +52,11 @@ class TopKMix:
             raise ValueError(f"k={self.k} would keep some and drop others of the sources tied at quality_rank "
                              f"{ranks[ranked[self.k]]} ({', '.join(tied)}), by their names: give each source a "
                              "distinct quality_rank (a file source's default is 1)")
+
+    def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
+        """Per-source counts: the top ``k`` sources by rank share ``budget`` evenly (best first)."""
+        ranked = by_rank(list(sizes), ranks)
+        self.check_sources({name: ranks[name] for name in ranked})
         return split_evenly(self.budget, ranked[: self.k or None])
 
     def __call__(self, pools: dict[str, list[Record]], ranks: dict[str, int], seed: int) -> list[Record]:

@@ -44,12 +44,16 @@ class WeightedMix:
         if self.budget < 1:
             raise ValueError(f"budget must be >= 1, got {self.budget}")
 
-    def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
-        """Per-source counts proportional to the weights, summing to ``budget``."""
-        if unknown := sorted(set(self.weights) - set(sizes)):
-            raise ValueError(f"weights name unknown sources {unknown}; configured: {sorted(sizes)} (a file source "
+    def check_sources(self, ranks: Mapping[str, int]) -> None:
+        """Raise ValueError for ``weights`` keys that name no source (``ranks``: by source name; ``mixes.base``)."""
+        if unknown := sorted(set(self.weights) - set(ranks)):
+            raise ValueError(f"weights name unknown sources {unknown}; configured: {sorted(ranks)} (a file source "
                              "is named by its label; an unlabelled one `file`, then `file#N`, N its place in "
                              "data.sources: give each file source a label, and key the weights by it)")
+
+    def plan(self, sizes: Mapping[str, int], ranks: Mapping[str, int]) -> dict[str, int]:
+        """Per-source counts proportional to the weights, summing to ``budget``."""
+        self.check_sources(dict.fromkeys(sizes, 1))  # by names only: a source's rank plays no part here
         weights = {k: v for k, v in self.weights.items() if v > 0} or dict.fromkeys(sizes, 1.0)
         if not weights:
             raise ValueError("no sources to mix")

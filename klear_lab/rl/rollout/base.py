@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import numbers
 import random
 from abc import ABC, abstractmethod
@@ -29,7 +28,11 @@ from torch import Tensor
 
 from klear_lab.data.sft import prompt_ids as chat_prompt_ids
 from klear_lab.data.sft import turn_end
-from klear_lab.errors import ComponentError, component_error
+from klear_lab.rl.rollout.checks import (  # noqa: F401 - re-exported: the contract and its checks
+    ENGINE_CONTRACT,
+    check_rollout_engine,
+    check_rollout_runtime,
+)
 
 Prompt = str | Sequence[int]
 Seed = int | Sequence[int] | None  # one call seed, or one seed per prompt
@@ -119,36 +122,6 @@ class RolloutRuntime(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-ENGINE_CONTRACT = ("start(model, tokenizer) -> RolloutRuntime (its generate, sync_weights, check_fits, close: "
-                   "klear_lab/rl/rollout/base.py), and check_available() if it has one")
-
-
-def check_rollout_engine(engine: object, where: str) -> None:
-    """Refuse an engine entry the run cannot start: no callable ``start`` taking ``(model, tokenizer)``, or a
-    ``check_available`` that is not callable. The run calls both before its first rollout, after the data and the
-    model were loaded (``--dry-run`` said "ready" and the run then stopped with an AttributeError, exit 1)."""
-    start = getattr(engine, "start", None)
-    if not callable(start):
-        missing = "has no start method" if start is None else f"has a start that is not callable ({start!r})"
-        raise _engine_error(engine, where, missing)
-    try:
-        inspect.signature(start).bind(None, None)
-    except TypeError as exc:
-        raise _engine_error(engine, where, f"has a start that cannot be called as start(model, tokenizer) "
-                            f"({exc})") from None
-    except ValueError:  # a callable without a signature (a builtin): called as it is
-        pass
-    check = getattr(engine, "check_available", None)
-    if check is not None and not callable(check):
-        raise _engine_error(engine, where, f"has a check_available that is not callable ({check!r})")
-
-
-def _engine_error(engine: object, where: str, problem: str) -> ComponentError:
-    """A ``ComponentError`` prefixed with the config key, naming the engine, its file and the contract."""
-    return ComponentError(f"{where}: {component_error('rollout', engine, problem)}; a rollout engine has "
-                          f"{ENGINE_CONTRACT}")
 
 
 def check_sampling(n: int, max_new_tokens: int, temperature: float, top_p: float, top_k: int = 0,
