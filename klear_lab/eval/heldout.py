@@ -110,8 +110,10 @@ class EvalResult:
             # as LiveCodeBench's hundreds, which dominate the pooled acc (one source: acc itself; logged so that
             # a sweep whose objective it is still has it when its held-out sources are cut to one)
             out[f"{prefix}/acc_macro"] = sum(sum(v) / len(v) for v in by_source.values()) / len(by_source)
-        for level in sorted({r.difficulty for r in self.records}):  # a source named level1: refused by the builders
-            vals = [s for r, s in zip(self.records, scores) if r.difficulty == level]
+        # a source named level1: refused by the builders; a file without a difficulty column has no levels (its
+        # records read as level 1, and val/level1/acc was all of them again)
+        for level in sorted({r.difficulty for r in self.records if r.difficulty_known}):
+            vals = [s for r, s in zip(self.records, scores) if r.difficulty_known and r.difficulty == level]
             out[f"{prefix}/level{level}/acc"] = sum(vals) / len(vals)
         return out
 

@@ -89,8 +89,10 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
     split, its world seed) across the arms (``tpe``/``random``: each axis value, the others at their
     first), so a bad row stops the sweep before any trial instead of failing each trial that reads it. The
     mixes and filters are left to the trials: building every arm's mix read a multi-GB corpus once per
-    ``top_k`` arm, and a generated world has no bad row. Files this machine lacks are left to
-    :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is shown once.
+    ``top_k`` arm, and a generated world has no bad row (a mix's refusals that its sources' labels and ranks
+    decide, a ``top_k`` tie say, are ``checks.trial_problem``'s, from each arm's config). Files this machine
+    lacks are left to :func:`unavailable_trial_inputs`. A warning raised while reading (repeated uids, say) is
+    shown once.
     Then each distinct list of sources goes through the refusals a run makes of the records its sources
     gave (``builders.build_pools``: no records at all, an empty file beside others), from those reads, and
     each distinct RL reward, sources and mix through the run's refusal of a reward of another task
@@ -179,7 +181,7 @@ def _check_decontamination(cfg: dict[str, Any], whole: dict[str, list[Record]], 
     From the records read above (``whole``: every record of each file, by read key); a source without a file
     (a generated world) is generated again. Skipped where a file is not on this machine
     (:func:`unavailable_trial_inputs` says so)."""
-    from klear_lab.builders import build, build_eval_records, build_pools, unavailable_data
+    from klear_lab.builders import build, build_eval_records, named_pools, unavailable_data
     from klear_lab.data.decontaminate import decontaminated_pools
     from klear_lab.registry import SOURCE
 
@@ -194,9 +196,10 @@ def _check_decontamination(cfg: dict[str, Any], whole: dict[str, list[Record]], 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the reads above showed each once
-            pools, _ = build_pools(cfg, "train", cfg["data"]["sources"], read=lambda node: records(node, "train"))
+            pools, _, where = named_pools(cfg, "train", cfg["data"]["sources"],
+                                          read=lambda node: records(node, "train"))
             eval_records = build_eval_records(cfg, read=lambda node: records(node, "eval"))
-        decontaminated_pools(pools, eval_records, cfg["data"]["decontaminate_ngram"], quiet=True)
+        decontaminated_pools(pools, eval_records, cfg["data"]["decontaminate_ngram"], quiet=True, where=where)
     except (ConfigError, DataError) as exc:
         raise refused(exc) from None
 

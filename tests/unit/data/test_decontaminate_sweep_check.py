@@ -50,8 +50,8 @@ def test_each_file_is_read_once_with_decontamination_on(tmp_path, reads, monkeyp
 
     pools: list[list[str]] = []
     real = decontaminate.decontaminated_pools
-    monkeypatch.setattr(decontaminate, "decontaminated_pools", lambda train, held, n, quiet=False: pools.append(
-        sorted(train)) or real(train, held, n, quiet))
+    monkeypatch.setattr(decontaminate, "decontaminated_pools", lambda train, held, n, quiet=False, where=None:
+                        pools.append(sorted(train)) or real(train, held, n, quiet, where))
     train = jsonl(tmp_path / "train.jsonl", ["Name a prime number below ten.", "Name two primes."])
     held = jsonl(tmp_path / "held.jsonl", HELD)
     assert main(["sweep", str(spec_file(tmp_path, train, held)), "--validate-only"]) == 0, capsys.readouterr().err

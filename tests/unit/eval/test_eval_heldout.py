@@ -39,6 +39,15 @@ def test_greedy_result_keeps_its_metrics():
     assert m == {"val/acc": 0.5, "val/acc_macro": 0.5, "val/n": 2.0, "val/arith/acc": 0.5, "val/level1/acc": 0.5}
 
 
+def test_records_of_unknown_difficulty_log_no_level_metric():
+    """Own data without a difficulty column reads as level 1: val/level1/acc was val/acc again (a walkthrough)."""
+    unknown = [dataclasses.replace(_rec(i), difficulty_known=False) for i in range(2)]
+    m = EvalResult(unknown, [["a"], ["b"]], [[True], [False]]).metrics("val")
+    assert not [k for k in m if "/level" in k] and m["val/acc"] == 0.5
+    m = EvalResult([*unknown, _rec(2, 2)], [["a"], ["b"], ["c"]], [[True], [False], [False]]).metrics("val")
+    assert [k for k in m if "/level" in k] == ["val/level2/acc"] and m["val/level2/acc"] == 0.0
+
+
 def test_the_macro_mean_weighs_each_source_once():
     """Three problems of one source (all pass) and one of another (fails): pooled 3/4, macro (1 + 0) / 2."""
     recs = [_rec(0), _rec(1), _rec(2), dataclasses.replace(_rec(3), source="aime")]

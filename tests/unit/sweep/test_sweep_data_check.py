@@ -156,6 +156,7 @@ def test_a_source_decontamination_would_empty_stops_the_sweep_before_any_trial(t
     err = capsys.readouterr().err
     assert "data.decontaminate_ngram, read by every arm" in err and "no trial was started" in err, err
     assert "data.decontaminate_ngram=9: all 3 training records of source" in err
+    assert f", data.sources.0 ({same})," in " ".join(err.split()), err  # its entry, as the run names it
     fine = write_spec(tmp_path, name="fine", overrides=[_file_source(same), "data.decontaminate_ngram=9",
                                                        f"data.eval_sources=[{{name: file, path: {other}}}]"])
     assert main(["sweep", str(fine), "--validate-only"]) == 0, capsys.readouterr().err
