@@ -5,7 +5,9 @@ sources that name their records alike, a file listed twice, training files whose
 from __future__ import annotations
 
 import os
+import re
 import warnings
+from pathlib import Path
 from typing import Any
 
 from klear_lab.data.records import Record
@@ -46,7 +48,17 @@ def check_distinct_sources(pools: dict[str, list[Record]], where: dict[str, str]
         first, label, name = shared
         raise DataError(f"{where[first]} and {where[label]} both name their records {name!r}: one "
                         f"val/{name}/acc would score both; give each file source its own label "
-                        "(`label: aime24`)")
+                        f"({_label_hint(where[first], where[label])})")
+
+
+def _label_hint(*places: str) -> str:
+    """``label: aime24`` on ``data.eval_sources.0``, ``label: aime25`` on ``...1``: each file's folder name, where
+    those differ (``aime24/test.jsonl``, ``aime25/test.jsonl``), else one example."""
+    found = [re.fullmatch(r"(\S+) \((.+)\)", place) for place in places]
+    folders = [Path(m.group(2)).parent.name if m else "" for m in found]
+    if all(folders) and len(set(folders)) == len(folders):
+        return ", ".join(f"`label: {folder}` on {m.group(1)}" for folder, m in zip(folders, found))
+    return "`label: aime24`, say"
 
 
 def shared_record_name(pools: dict[str, list[Record] | None], unlabelled: set[str]) -> tuple[str, str, str] | None:

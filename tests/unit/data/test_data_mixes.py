@@ -172,7 +172,9 @@ def test_two_files_of_one_name_are_refused_unless_labelled(tmp_path):
     two = "data.eval_sources=[{{name: file, path: {}{}}}, {{name: file, path: {}{}}}]"
     cfg = compose(root / "experiments/quickstart/rl.yaml", [two.format(paths[0], "", paths[1], "")])
     with pytest.raises(DataError, match=r"data.eval_sources.0 \(.*aime24/test.jsonl\) and data.eval_sources.1 "
-                                        r"\(.*aime25/test.jsonl\) both name their records 'test'.*label"):
+                                        r"\(.*aime25/test.jsonl\) both name their records 'test'.*give each file "
+                                        r"source its own label \(`label: aime24` on data.eval_sources.0, `label: "
+                                        r"aime25` on data.eval_sources.1\)"):
         build_eval_records(cfg)
     labelled = compose(root / "experiments/quickstart/rl.yaml",
                        [two.format(paths[0], ", label: aime24", paths[1], ", label: aime25")])
