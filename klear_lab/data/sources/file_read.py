@@ -55,9 +55,10 @@ def unavailable(path: str) -> str | None:
         return None
     where = "no such file" if p.is_absolute() else f"no such file under the working directory {Path.cwd()}"
     if _HUB_ID.match(path) and not p.suffix:
-        if p.parent.is_dir():  # `data/trian`: a local folder's typo, not a hub organisation's dataset
-            return f"{where} (nor a dataset directory)"
         off = hub_offline()
+        if p.parent.is_dir() and off:  # `data/trian`: a local folder's typo, not a hub organisation's dataset
+            return f"{where} (nor a dataset directory)"
+        # online, a folder named like the hub organisation (`openai/` beside `openai/gsm8k`) leaves it a hub id
         return f"{where}, and as a hub id: {off} is set, no hub download" if off else None
     return where
 
@@ -136,7 +137,9 @@ def _load_hf(path: str, *, from_disk: bool, split: str) -> list[Any]:
         if shards:
             raise DataError(f"{path}: a folder of {'/'.join(shards)} files, not a datasets.save_to_disk directory: "
                             "give one file as the path (one source per file, or join the files into one)") from exc
-        raise load_error(f"{path}: cannot load dataset", exc, DataError) from exc
+        here = f" (nor is it a file or dataset directory under {Path(path).parent}/ here)" \
+            if not from_disk and Path(path).expanduser().parent.is_dir() else ""  # a local folder's typo, likelier
+        raise load_error(f"{path}: cannot load dataset{here}", exc, DataError) from exc
     return (_one_split(path, ds, split) if isinstance(ds, datasets.DatasetDict) else ds).to_list()
 
 

@@ -61,9 +61,15 @@ def test_a_chat_column_mapped_in_fields_picks_the_messages_layout(tmp_path):
 
 
 def test_a_local_folder_typo_is_not_called_a_hub_problem(tmp_path, monkeypatch):
+    from klear_lab.errors import OFFLINE_VARS
+
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d").mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert unavailable("d/sft_dss") == f"no such file under the working directory {tmp_path} (nor a dataset directory)"
+    for name in OFFLINE_VARS:  # online, a folder named like a hub organisation does not hide its datasets
+        monkeypatch.delenv(name, raising=False)
+    assert unavailable("d/sft_dss") is None
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert unavailable("org/set") == (f"no such file under the working directory {tmp_path}, and as a hub id: "
                                       "HF_HUB_OFFLINE is set, no hub download")
@@ -109,3 +115,21 @@ def test_the_first_record_that_cannot_be_graded_is_the_lowest_row_whatever_the_o
     records = [Record(f"r/{n}", "r", "math", "p", "", origin=f"d.jsonl: row {n}") for n in (18, 3, 9)]
     with pytest.raises(DataError, match=r"the first, 'r/3' .*read from d\.jsonl: row 3,"):
         require_gradeable(records, "data.sources")
+
+
+def test_online_a_hub_failure_of_a_local_folders_name_says_no_file_is_there_either(tmp_path, monkeypatch):
+    """Online, ``d/sft_dss`` beside a folder ``d`` is tried on the hub; its failure names the local folder too."""
+    from klear_lab.errors import OFFLINE_VARS
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    for name in OFFLINE_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+    def not_on_the_hub(path, split):
+        raise FileNotFoundError(f"Dataset '{path}' doesn't exist on the Hub or cannot be accessed.")
+
+    monkeypatch.setattr(datasets, "load_dataset", not_on_the_hub)
+    with pytest.raises(DataError, match=r"d/sft_dss: cannot load dataset \(nor is it a file or dataset directory "
+                                        r"under d/ here\)"):
+        FileSource(path="d/sft_dss").records(0, "train")
