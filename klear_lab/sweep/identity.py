@@ -43,6 +43,17 @@ def plugin_files(cfg: dict[str, Any]) -> dict[str, str]:
     return _plugin_files(cfg.get("plugins") or [])
 
 
+def joined_plugin_files(configs: dict[str, Any] | None, own: dict[str, str]) -> dict[str, str]:
+    """What a ``--join`` worker's trials must run: the code the study recorded for each plugin (``configs``: its
+    base's configs record, :data:`FILES`) at a path this worker's plugins share (the same checkout), else this
+    worker's own (:func:`plugin_files`, ``own``; another machine's paths). A joiner started after an edit
+    snapshotted the new code, and ran it beside the other workers' arms (a review)."""
+    recorded = (configs or {}).get(FILES) or {}
+    theirs = set(recorded.values())
+    return {**{digest: path for digest, path in recorded.items() if path in own.values()},
+            **{digest: path for digest, path in own.items() if path not in theirs}}
+
+
 def check_plugins_unchanged(started: dict[str, str], cfg: dict[str, Any]) -> None:
     """Refuse a trial whose plugin code is not what the sweep started with (:func:`plugin_files`): a plugin
     edited while a sweep ran had its later trials run the new code, and the comparison table set arms of other

@@ -17,11 +17,13 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm, grid_arms
-from klear_lab.sweep.identity import plugin_files
+from klear_lab.sweep.identity import joined_plugin_files, plugin_files
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
 from klear_lab.sweep.queue import (
+    BASE_ATTR,
+    CONFIGS,
     READY_ATTR,
     check_same_base,
     count,
@@ -124,8 +126,10 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     threads = threads_per_trial(spec.workers, base_threads)
     progress = Progress(n_points, spec.workers, replaces_failures=not arms,
                         points=grid_points(spec, arms) if arms else None)
-    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress,
-                        plugin_files=plugin_files(base))
+    files = plugin_files(base)
+    if join:  # the study's record of its plugins' code, where this worker reads them from the same paths
+        files = joined_plugin_files((study.user_attrs.get(BASE_ATTR) or {}).get(CONFIGS), files)
+    ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress, plugin_files=files)
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()
     try:

@@ -43,3 +43,27 @@ def test_trials_after_a_plugin_edit_are_refused_and_run_once_the_file_is_back(tm
     study = open_study(spec, default_storage_url(spec), create=False, heartbeat=False)
     done = [t.user_attrs["point"] for t in study.get_trials() if t.state.name == "COMPLETE"]
     assert len(done) == len(set(done)) == 2
+
+
+def test_a_worker_joining_after_a_plugin_edit_refuses_its_trials_too(tmp_path):
+    """A ``--join`` worker took its plugins' code at its own start: one started after an edit ran the new code
+    beside the first worker's arms. It now checks its trials against the code the study recorded."""
+    import time
+
+    plugin = tmp_path / "my_clip.py"
+    plugin.write_text(PLUGIN)
+    spec_path = fx.write_spec(tmp_path, lrs=(0.001, 0.002), runner=fx.RUNNER, overrides=[f"plugins=[{plugin}]"])
+    spec = load_spec(spec_path)
+    log = tmp_path / "sweep.log"
+    first = fx.start_sweep(spec_path, "--workers", "1", sleep=20, log=log)  # busy with trial 0 meanwhile
+    deadline = time.time() + 120
+    while not fx.invocations(spec.sweep_dir):
+        assert first.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    plugin.write_text(PLUGIN + "# edited while the sweep ran\n")
+    joiner = fx.start_sweep(spec_path, "--join", "--workers", "1", sleep=0.1, log=log)
+    assert fx.wait_sweep(joiner, 120, log) == 1, log.read_text()[-3000:]
+    fx.wait_sweep(first, 120, log)
+    text = log.read_text()
+    assert [lr for lr, *_ in fx.invocations(spec.sweep_dir)] == [0.001], text[-3000:]
+    assert text.count(f"config error: plugins: edited {plugin} since this sweep started") == 1, text[-3000:]

@@ -78,3 +78,14 @@ def test_a_trial_of_a_plugin_edited_since_the_sweep_started_is_refused(tmp_path)
     with pytest.raises(ConfigError, match=rf"^plugins: edited {plugin} since this sweep started: its trials would "
                                           "compare different code"):
         check_plugins_unchanged(started, {"plugins": [str(plugin)]})
+
+
+def test_a_joiner_checks_against_the_studys_record_where_it_reads_the_same_paths():
+    from klear_lab.sweep.identity import FILES, joined_plugin_files
+
+    recorded = {FILES: {"d-old": "/c/my_clip.py", "d-mix": "/c/my_mix.py"}}
+    own = {"d-new": "/c/my_clip.py", "d-mix": "/c/my_mix.py"}  # my_clip.py edited before this worker joined
+    assert joined_plugin_files(recorded, own) == {"d-old": "/c/my_clip.py", "d-mix": "/c/my_mix.py"}
+    elsewhere = {"d-new": "/home/b/my_clip.py"}  # another machine's checkout: its own code is all it can check
+    assert joined_plugin_files(recorded, elsewhere) == elsewhere
+    assert joined_plugin_files(None, own) == own  # a study recorded before it kept the files
