@@ -80,3 +80,24 @@ def refuse_stale_helpers(path: Path) -> None:
                               "does not import a module again: this process would go on with the old code while a "
                               "run keeps the new. Run it in a new process (in a notebook, restart the kernel; in a "
                               "sweep, put the file back as it was: its earlier trials ran that)")
+
+
+def warn_shadowed_helpers(path: Path) -> None:
+    """Warn when ``path`` imports a name that a ``.py`` file beside it has, but Python finds a module of that name
+    first (``random.py`` beside the plugin: the standard library's ``random`` loads): the helper never runs, and the
+    plugin failed on a missing attribute, or ran the other module, without a word."""
+    import importlib.util
+    import warnings
+
+    from klear_lab.plugin_imports import is_beside
+
+    for name, helper in _files_beside(path).items():
+        if is_beside(helper, path):
+            continue
+        try:
+            origin = getattr(importlib.util.find_spec(name), "origin", None) or "a module of that name"
+        except (ImportError, ValueError):
+            origin = "a module of that name"
+        warnings.warn(f"plugin {path}: `import {name}` loads {origin}, not the helper {helper} beside it (a module "
+                      f"of that name comes first on sys.path, the standard library's or an installed one): rename "
+                      "the helper file and its imports", UserWarning, stacklevel=2)

@@ -53,12 +53,12 @@ def helper_modules(path: Path) -> list[Path]:
 
     def helper(name: str) -> Path | None:
         file = path.parent / f"{name}.py"
-        return file if _beside(file, path) and os.access(file, os.R_OK) else None
+        return file if is_beside(file, path) and os.access(file, os.R_OK) else None
 
     return sorted(walk_imports(path, helper).values())
 
 
-def _beside(helper: Path, plugin: Path) -> bool:
+def is_beside(helper: Path, plugin: Path) -> bool:
     """Whether ``import <helper's name>`` from ``plugin`` loads ``helper``: it exists, is not the plugin, and
     no module of that name is found before the plugin's directory on ``sys.path``."""
     if not helper.is_file() or helper.resolve() == plugin.resolve():

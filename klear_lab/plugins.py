@@ -29,6 +29,7 @@ from klear_lab.plugin_helpers import (
     loaded_helpers,
     refuse_clashing_helpers,
     refuse_stale_helpers,
+    warn_shadowed_helpers,
 )
 from klear_lab.plugin_imports import code_digest as code_digest  # importable from here too
 from klear_lab.plugin_imports import helper_modules as helper_modules  # importable from here too
@@ -222,6 +223,7 @@ def _import_file(path: Path) -> None:
     if name in sys.modules:
         return
     refuse_clashing_helpers(path)
+    warn_shadowed_helpers(path)
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))  # a plugin may import a helper module beside it
     spec = importlib.util.spec_from_file_location(name, path)

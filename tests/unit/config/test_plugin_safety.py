@@ -212,7 +212,11 @@ def test_a_run_keeps_copies_of_the_helper_modules_a_plugin_imports(tmp_path):
     plugin = tmp_path / "helped.py"
     plugin.write_text("import random\nfrom mix_util import LIMIT\ndef _never():\n    import unreadable\n"
                       + mix("helped_mix"))
-    cfg = compose(EXPERIMENT, [f"plugins=[{plugin}]", "data.mix=helped_mix"])
+    with pytest.warns(UserWarning) as said:  # the shadowed helper is named; the others are not warned about
+        cfg = compose(EXPERIMENT, [f"plugins=[{plugin}]", "data.mix=helped_mix"])
+    shadowed = [str(w.message) for w in said if "beside it" in str(w.message)]
+    assert len(shadowed) == 1 and re.search(rf"`import random` loads \S+/random\.py, not the helper "
+                                            rf"{re.escape(str(tmp_path / 'random.py'))} beside it", shadowed[0])
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_config(run_dir, cfg)
