@@ -25,7 +25,7 @@ from klear_lab.data.pool_checks import source_path as source_path  # importable 
 from klear_lab.data.records import Record, require_gradeable
 from klear_lab.data.sources.base import SplitExhausted
 from klear_lab.data.training_stats import record_stats, repeat_stats
-from klear_lab.errors import ConfigError, DataError
+from klear_lab.errors import ConfigError, DataError, component_error
 from klear_lab.hardware import auto_threads
 from klear_lab.registry import DATA_MIX, DIFFICULTY_FILTER, REWARD, ROLLOUT, SOURCE
 
@@ -98,6 +98,9 @@ def named_pools(cfg: dict[str, Any], split: str, nodes: list[dict[str, Any]],
     unlabelled: set[str] = set()  # pools of sources that take a label and were given none (a file's)
     for i, node in enumerate(nodes):
         source = build(SOURCE, node)
+        if not hasattr(source, "quality_rank"):  # a plugin's: the mixes rank by it (an AttributeError, exit 1)
+            raise component_error(f"{section}.{i}", source, "has no quality_rank attribute: a source gives "
+                                  "records(seed, split) and a quality_rank (1 = the best; data/sources/base.py)")
         records = source_records(source, node, split, cfg["data"]["world_seed"], read, f"{section}.{i}")
         path = source_path(node, split)
         label = pool_label(source, node, i, pools)

@@ -25,7 +25,7 @@ from klear_lab.stages.sft_steps import planned_sft_steps, rows_per_micro_batch
 
 PER_ROW_EXAMPLES = (2, 3)  # the packings the steps row names beside one example per row
 DATA_NOT_READ = ("data rows", "not read or checked by a dry run (it checks what the config decides without them: "
-                 "the data mix against the training sources' labels and quality ranks, the held-out sources' "
+                 "a training run's data mix against its sources' labels and quality ranks, the held-out sources' "
                  "labels and files): the run checks them as it starts, before its run directory "
                  "exists (a sweep's: `klear-lab sweep SPEC --validate-only`)")
 
@@ -148,8 +148,24 @@ def data_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
 def data_problems(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """(plan row, why) of each refusal of its data that a run of ``cfg`` makes whatever its data rows hold:
     its ``data.mix`` (:func:`mix_problem`) and its held-out sources' names (:func:`heldout_problem`)."""
-    found = [("data mix", mix_problem(cfg)), ("held-out sources", heldout_problem(cfg))]
+    sources = training_sources_problem(cfg)
+    found = [("training sources", sources), ("data mix", None if sources else mix_problem(cfg)),
+             ("held-out sources", heldout_problem(cfg))]
     return [(key, problem) for key, problem in found if problem]
+
+
+def training_sources_problem(cfg: dict[str, Any]) -> str | None:
+    """``builders.named_pools``' refusal of the training sources' list that their config decides (a label
+    another source's pool took); None: an eval run (it reads none), or nothing refused."""
+    if cfg["run"]["kind"] not in ("sft", "rl"):
+        return None
+    from klear_lab.errors import DataError
+
+    try:
+        _named_pools(cfg, "train", lambda node: None)
+    except DataError as exc:
+        return str(exc)
+    return None
 
 
 def mix_problem(cfg: dict[str, Any]) -> str | None:
@@ -158,8 +174,8 @@ def mix_problem(cfg: dict[str, Any]) -> str | None:
     rank, a ``weighted`` key naming no source. A pool's label is its source's ``label`` or name (``file``,
     ``file#1``), never its records', so ``builders.named_pools`` gives them without a read (``read``: None,
     "some records"); the mix's ``check_sources`` (``mixes.base``; a plugin mix without it is not checked) sees
-    names and ranks only, so no pool size is guessed. Also ``named_pools``' own refusals of the list (a label
-    another source's pool took). None: an eval run (it mixes nothing), or nothing refused."""
+    names and ranks only, so no pool size is guessed. None: an eval run (it mixes nothing), nothing refused, or
+    the sources' list refused (:func:`training_sources_problem` says why)."""
     if cfg["run"]["kind"] not in ("sft", "rl"):
         return None
     from klear_lab.builders import build
@@ -169,8 +185,8 @@ def mix_problem(cfg: dict[str, Any]) -> str | None:
 
     try:
         _, ranks, where = _named_pools(cfg, "train", lambda node: None)
-    except DataError as exc:
-        return str(exc)
+    except DataError:
+        return None
     check = getattr(build(DATA_MIX, cfg["data"]["mix"]), "check_sources", None)
     try:
         if check is not None:

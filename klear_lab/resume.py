@@ -65,7 +65,7 @@ def _moved_file_hint(run_dir: Path, saved: Path, key: str) -> str:
     from klear_lab.run_advice import put_back
 
     old = OmegaConf.select(OmegaConf.load(saved), key)
-    if not isinstance(old, str) or not old:
+    if not isinstance(old, str) or not old:  # a hub id's is conditional ("if the file was moved") as it is
         return ""
     advice = put_back(run_dir, [old])
     return f". If the file was moved: {advice[0].lower()}{advice[1:]}"

@@ -34,7 +34,7 @@ from klear_lab.rl.aggregation.base import probe_aggregation
 from klear_lab.rl.clip.base import probe_clip
 from klear_lab.rl.group_filters.base import probe_group_filter
 from klear_lab.rl.objective import ObjectiveWeights
-from klear_lab.rl.rollout.base import check_rollout_engine, check_rollout_runtime
+from klear_lab.rl.rollout.checks import check_fits, check_rollout_engine, check_rollout_runtime
 from klear_lab.rl.token_stats import check_chunkable
 from klear_lab.stages.common import (
     check_trainer,
@@ -240,9 +240,9 @@ def prepare_rl(cfg: dict[str, Any]) -> RLStage:
     engine = engine_cfg.start(policy, tokenizer)  # last: nothing after it may leave it running
     check_rollout_runtime(engine, engine_cfg, "rl.rollout")  # closes it when it refuses it
     try:
-        engine.check_fits([r.prompt for r in records], rl["max_new_tokens"], "data.sources")
+        check_fits(engine, [r.prompt for r in records], rl["max_new_tokens"], "data.sources")
         if cfg["eval"]["engine"] == "rollout":
-            engine.check_fits([r.prompt for r in eval_records], cfg["eval"]["max_new_tokens"], "data.eval_sources")
+            check_fits(engine, [r.prompt for r in eval_records], cfg["eval"]["max_new_tokens"], "data.eval_sources")
         module = RLModule(policy, tokenizer, engine=engine, eval_engine=builders.eval_engine(cfg, shared=engine),
                           **parts)
     except BaseException:

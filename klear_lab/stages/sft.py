@@ -23,6 +23,7 @@ from klear_lab.data.sft import tokenize_records
 from klear_lab.errors import DataError
 from klear_lab.loggers import make_loggers
 from klear_lab.modules.sft import SFTModule
+from klear_lab.rl.rollout.checks import check_fits
 from klear_lab.stages.common import (
     check_trainer,
     check_wandb_login,
@@ -79,8 +80,8 @@ class SFTStage:
             if every and self.module.eval_engine is not None:  # needed mid-training: fail now, not after N steps
                 start = time.perf_counter()
                 engine = self.module.eval_engine.runtime(self.module.model, self.module.tokenizer)
-                engine.check_fits([r.prompt for r in self.module.eval_records], cfg["eval"]["max_new_tokens"],
-                                  "data.eval_sources")
+                check_fits(engine, [r.prompt for r in self.module.eval_records], cfg["eval"]["max_new_tokens"],
+                           "data.eval_sources")
                 engine_s = time.perf_counter() - start
             start = time.perf_counter()
             trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=resume, weights_only=True)

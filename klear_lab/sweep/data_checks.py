@@ -143,6 +143,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         return DataError(f"{spec.path}: {where}, read by {who}: {exc}; no trial was started")
 
     gave: dict[str, list[Record]] = {}  # read key -> a record of each source name in the file's (none: empty)
+    levels: dict[str, set[int]] = {}  # read key -> the difficulty levels its records give (none: no such column)
     whole: dict[str, list[Record]] = {}  # read key (of kept_whole) -> every record of the file
     tasks: dict[str, set[str]] = {}  # read key -> the tasks of its records (reward_checks.source_tasks' cache)
     caught: list[warnings.WarningMessage] = []
@@ -155,6 +156,7 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
                 except (ConfigError, DataError) as exc:
                     raise refused(where, labels, exc) from None
                 gave[key] = list({r.source: r for r in records}.values())
+                levels[key] = {r.difficulty for r in records if r.difficulty_known}
                 tasks[key] = {r.task for r in records}
                 if key in kept_whole:  # what decontamination reads, without the bulk (responses)
                     whole[key] = [replace(r, response=None, meta={}) for r in records] if split == "train" \
@@ -170,6 +172,9 @@ def check_trial_data(spec: SweepSpec, arms: list[Arm]) -> None:
         shown = {(w.category, str(w.message)): w for w in caught}
         for w in shown.values():
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for cfg, section, _, labels in lists.values():
+        if section == "eval_sources" and (why := _unlogged_level(spec, cfg, levels)):
+            raise refused("data.eval_sources", labels, why)
     _check_reward_tasks(spec, list(rewards.values()), tasks, len(arms) or len(points), bool(arms))
     for cfg, labels in decontaminated.values():
         _check_decontamination(cfg, whole, lambda exc, labels=labels: refused("data.decontaminate_ngram", labels, exc))
@@ -248,3 +253,23 @@ def _data_origin(spec: SweepSpec, labels: list[str], total: int, grid: bool, key
             data["command line" if i >= own else "overrides"].append(item)
     said = [f"{where}: {'; '.join(items)}" for where, items in data.items() if items]
     return f"{who} ({'; '.join(said)})" if said else who
+
+
+def _unlogged_level(spec: SweepSpec, cfg: dict[str, Any], levels: dict[str, set[int]]) -> str | None:
+    """Why the trials of ``cfg`` would not log the spec's ``val/level<N>/acc`` (its objective or a table metric):
+    every held-out source is a file read here, and none has records of level N (files without a ``difficulty``
+    column have none). A source not read (a generated world, a file not here) may give it: not refused."""
+    import re
+
+    from klear_lab.builders import source_nodes
+
+    wanted = [(m, int(found.group(1))) for m in [spec.metric, *spec.metrics]
+              if (found := re.fullmatch(r"val/level(\d+)/acc", m))]
+    seed = cfg["data"]["world_seed"]
+    keys = [_read_key(node, split, seed) for section, split, _, node in source_nodes(cfg) if section == "eval_sources"]
+    if not wanted or not keys or any(key not in levels for key in keys):
+        return None
+    given = set().union(*(levels[key] for key in keys))
+    missing = [metric for metric, level in wanted if level not in given]
+    return (f"no held-out record is of the difficulty level {', '.join(missing)} scores (levels given: "
+            f"{sorted(given) or 'none: no `difficulty` column'}), so the trials would not log it") if missing else None

@@ -100,9 +100,10 @@ class FileSource:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         path = getattr(self, self.path_field(split))
-        if not path:
-            raise DataError(f"data file '': no path set for the {split} split: give {self.path_field(split)} "
-                            f"({PATH_FORMS})")  # "data file": the caller names the config key
+        if not (path or "").strip():
+            field_name = self.path_field(split)  # "data file" below: the caller names the config key
+            raise DataError(f"data file {path or ''!r}: no path set for the {split} split: give {field_name} "
+                            f"({PATH_FORMS})")
         every_row = read_rows(path, split)
         rows = every_row[: self.limit]
         fmt = self.format if self.format != "auto" else detect_format(rows, self.fields)
@@ -116,7 +117,7 @@ class FileSource:
             records = [to_record(row, i, fmt, columns, path, label, self.task, scored=split == "eval")
                        for i, row in rows]
         except DataError as exc:
-            raise one_object_error(path, rows, exc) from None
+            raise one_object_error(path, every_row, exc) from None  # the whole file's: `limit: 1` cuts no wrapper
         warn_repeated_uids(path, [n for n, _ in rows], records)
         if fmt in ("messages", "verl") and (dropped := dropped_turns(rows, columns, fmt)):
             warn_dropped_turns(path, dropped)

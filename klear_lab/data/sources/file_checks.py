@@ -124,13 +124,12 @@ def _get_at(row: Any, keys: list[str]) -> Any:
 
 
 def one_object_error(path: str, rows: list[tuple[int, Any]], exc: DataError) -> DataError:
-    """``exc`` (a row refused), saying so when the file is a ``.json`` holding one object rather than rows:
-    read as JSON lines, that object was taken for the only row (``{"data": [...]}``, pandas' column-wise
-    ``to_json``), and the row error alone does not say the file's shape is at fault. The same for a ``.jsonl``
-    whose only row wraps the rows in a list (``{"data": [{...}, ...]}`` on one line)."""
+    """``exc`` (a row refused), saying so when the file (``rows``: all of its rows) is a ``.json`` holding one
+    object rather than rows: read as JSON lines, that object was taken for the only row (``{"data": [...]}``,
+    pandas' column-wise ``to_json``), and the row error alone does not say the file's shape is at fault. The
+    same for a ``.jsonl`` whose only row wraps the rows in a list (``{"data": [{...}, ...]}`` on one line)."""
     obj = rows[0][1] if len(rows) == 1 else None
-    inner = next((k for k, v in obj.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)),
-                 None) if isinstance(obj, dict) else None
+    inner = next((k for k, v in obj.items() if _rows_like(v)), None) if isinstance(obj, dict) else None
     if inner and Path(path).suffix.lower() == ".jsonl":
         return DataError(f"{path}: the file's one row wraps the rows: its {inner!r} holds {len(obj[inner])} "
                          "objects; a .jsonl file holds one row object per line: write each of them on a line of "
@@ -142,6 +141,13 @@ def one_object_error(path: str, rows: list[tuple[int, Any]], exc: DataError) -> 
     return DataError(f"{path}: the file is one JSON object (keys {keys}), not rows: a .json file holds an array "
                      f"of row objects [{{...}}, {{...}}], a .jsonl file one row object per line{nested}. Read as "
                      f"one row, it fails: {exc}")
+
+
+def _rows_like(value: Any) -> bool:
+    """A non-empty list of objects that are not chat turns (a messages row's ``messages``, a verl row's ``prompt``
+    hold turns, ``{"role": ..., "content": ...}``): the rows a wrapper object holds."""
+    return (isinstance(value, list) and bool(value) and all(isinstance(x, dict) for x in value)
+            and not all("role" in x for x in value))
 
 
 def _is_one_json_object(path: str, rows: list[tuple[int, Any]]) -> bool:

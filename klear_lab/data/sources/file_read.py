@@ -47,6 +47,12 @@ def _refuse_compressed(p: Path) -> None:
                         ".parquet files as they are)")
 
 
+def hub_id_like(path: str) -> bool:
+    """Whether ``path`` may be a hub dataset id (``org/name``, no suffix): a file source reads it from the hub
+    when no such file or dataset directory is here."""
+    return bool(_HUB_ID.match(path)) and not Path(path).suffix
+
+
 def unavailable(path: str) -> str | None:
     """Why ``path`` cannot be read here (a missing file; a hub id while the hub is off), or None: it
     exists, or it is a hub id the hub may serve."""
@@ -54,7 +60,7 @@ def unavailable(path: str) -> str | None:
     if p.exists():
         return None
     where = "no such file" if p.is_absolute() else f"no such file under the working directory {Path.cwd()}"
-    if _HUB_ID.match(path) and not p.suffix:
+    if hub_id_like(path):
         off = hub_offline()
         if p.parent.is_dir() and off:  # `data/trian`: a local folder's typo, not a hub organisation's dataset
             return f"{where} (nor a dataset directory)"

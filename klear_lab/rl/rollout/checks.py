@@ -13,8 +13,8 @@ from klear_lab.errors import ComponentError, component_error
 
 ENGINE_CONTRACT = ("start(model, tokenizer) -> RolloutRuntime (its generate, sync_weights, check_fits, close: "
                    "klear_lab/rl/rollout/base.py), and check_available() if it has one")
-# every caller calls all four: the runs call check_fits on their prompt pools and close when they end
-RUNTIME_METHODS = ("generate", "sync_weights", "check_fits", "close")
+# every run calls these; check_fits (optional: without it, no limit, as RolloutRuntime's default) where it has one
+RUNTIME_METHODS = ("generate", "sync_weights", "close")
 
 
 def check_rollout_engine(engine: object, where: str) -> None:
@@ -40,8 +40,9 @@ def check_rollout_engine(engine: object, where: str) -> None:
 def check_rollout_runtime(runtime: object, engine: object, where: str) -> None:
     """Refuse what ``engine.start(model, tokenizer)`` returned when one of :data:`RUNTIME_METHODS` is missing or
     not callable (``None`` among them), closing it first if it has a callable ``close``, so nothing is left
-    running. ``check_fits`` and ``close`` are required too: :class:`RolloutRuntime` gives them defaults, but a
-    runtime that does not subclass it may lack them, and the runs call both.
+    running. ``close`` is required too: :class:`RolloutRuntime` gives it a default, but a runtime that does not
+    subclass it may lack it, and every run calls it. ``check_fits`` may be missing (:func:`check_fits`: no limit,
+    as the default says; an SFT or eval run that never asked it was refused after training), not uncallable.
 
     Raises:
         ComponentError: naming ``where`` (the config key), the engine, its file and the contract.
@@ -63,12 +64,12 @@ def runtime_problem(runtime: object) -> str | None:
     """What the runtime returned by ``start`` lacks, as the end of a sentence about the engine, or None."""
     if runtime is None:
         return "has a start(model, tokenizer) that returned None, not a runtime"
-    for name in RUNTIME_METHODS:
+    for name in (*RUNTIME_METHODS, "check_fits"):
         method = getattr(runtime, name, None)
-        if not callable(method):
+        if not callable(method) and (name != "check_fits" or method is not None):
             what = f"no {name} method" if method is None else f"a {name} that is not callable ({method!r})"
             return (f"has a start(model, tokenizer) that returned a {type(runtime).__name__} with {what} "
-                    "(subclass RolloutRuntime for the default check_fits and close)")
+                    "(subclass RolloutRuntime for the default close)")
     return None
 
 
@@ -76,3 +77,10 @@ def _engine_error(engine: object, where: str, problem: str) -> ComponentError:
     """A ``ComponentError`` prefixed with the config key, naming the engine, its file and the contract."""
     return ComponentError(f"{where}: {component_error('rollout', engine, problem)}; a rollout engine has "
                           f"{ENGINE_CONTRACT}")
+
+
+def check_fits(runtime: object, prompts: list[str], max_new_tokens: int, where: str) -> None:
+    """``runtime.check_fits(...)`` where the runtime has one; one without it takes any prompt (the default)."""
+    method = getattr(runtime, "check_fits", None)
+    if method is not None:
+        method(prompts, max_new_tokens, where)

@@ -157,3 +157,18 @@ def test_labelled_heldout_files_are_ready(tmp_path, entries):
     cfg = _cfg(_heldout(*(f"path: {p}" + (f", {e}" if e else "") for p, e in zip((a, b), entries, strict=True))))
     assert _run_refusal(cfg) is None
     assert data_rows(cfg) == [DATA_NOT_READ]
+
+
+def test_a_plugin_source_without_a_quality_rank_is_named_by_the_run_and_the_dry_run(tmp_path, capsys,
+                                                                                   registries_restored):
+    """The mixes rank sources by it: the run failed with an AttributeError (exit 1), and the dry run too (a review)."""
+    plugin = tmp_path / "rankless_src.py"
+    plugin.write_text("from dataclasses import dataclass\nfrom klear_lab.registry import SOURCE\n\n\n"
+                      "@SOURCE.register('rankless_src')\n@dataclass(frozen=True)\nclass Rankless:\n"
+                      "    def records(self, seed, split):\n        return []\n")
+    args = [f"plugins=[{plugin}]", "data.sources=[{name: rankless_src}]"]
+    with pytest.raises(Exception, match=r"^data\.sources\.0 'rankless_src' \(.*rankless_src\.py:\d+\) has no "
+                                        "quality_rank attribute"):
+        build_run_records(compose(SFT, args))
+    assert main(["train", str(SFT), *args, "--dry-run"]) == 2
+    assert "has no quality_rank attribute" in capsys.readouterr().err

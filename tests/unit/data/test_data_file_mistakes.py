@@ -152,6 +152,21 @@ def test_a_jsonl_file_whose_one_row_wraps_the_rows_says_to_write_one_per_line(tm
     assert "Read as one row, it fails" in str(err.value) and "field 'prompt': missing" in str(err.value)
 
 
+@pytest.mark.parametrize("row", [
+    {"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}], "task": 5},
+    {"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {}, "data_source": "m"},
+], ids=["messages", "verl"])
+@pytest.mark.parametrize("limit", [None, 1])
+def test_a_chat_row_is_not_taken_for_a_wrapper(tmp_path, row, limit):
+    """A messages row's ``messages`` and a verl row's ``prompt`` are lists of objects too: a one-row file's real
+    error (or, with ``limit: 1``, a longer file's) was blamed on the file's shape (a review)."""
+    path = tmp_path / "chat.jsonl"
+    path.write_text((json.dumps(row) + "\n") * (2 if limit else 1))
+    with pytest.raises(DataError) as err:
+        FileSource(path=str(path), limit=limit).records(0, "train")
+    assert "wraps the rows" not in str(err.value) and str(err.value).startswith(f"{path}: row 1: ")
+
+
 @pytest.mark.parametrize("indent", [None, 2], ids=["one_line", "pretty"])
 def test_a_json_file_holding_one_row_object_reads_as_one_row(tmp_path, indent):
     path = tmp_path / "one.json"

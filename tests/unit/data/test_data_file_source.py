@@ -420,3 +420,10 @@ def test_an_empty_path_names_its_config_key_in_the_run_and_the_dry_run():
     assert key == "data.sources.0.path" and why.startswith("'': no path set: give path (a .jsonl")
     with pytest.raises(DataError, match=r"^data\.sources\.0\.path: data file '': no path set for the train split"):
         build_train_records(cfg)
+
+
+def test_a_blank_path_is_no_path_in_the_run_as_in_the_dry_run():
+    """``path: '  '``: the dry run said "no path set", the run "no such file under the working directory" (a review)."""
+    assert FileSource(path="  ").unavailable("train")[1].startswith("'  ': no path set")
+    with pytest.raises(DataError, match=r"^data file '  ': no path set for the train split"):
+        FileSource(path="  ").records(0, "train")

@@ -87,11 +87,19 @@ def test_a_runtime_without_generate_is_refused_and_closed():
     assert runtime.closed == 1  # nothing left running
 
 
-def test_check_fits_and_close_are_required_of_a_duck_typed_runtime():
-    """The runs call both: a runtime that does not subclass RolloutRuntime has no defaults for them."""
+def test_close_is_required_of_a_duck_typed_runtime_and_check_fits_is_optional():
+    """Every run calls close: a runtime that does not subclass RolloutRuntime has no default for it. check_fits
+    is asked only by RL and by SFT evaluating mid-training: one without it takes any prompt (the default), and
+    an SFT run evaluating only at its end was refused after training (a review)."""
+    from klear_lab.rl.rollout.checks import check_fits
+
     runtime = DuckNoGenerate()
     runtime.generate, runtime.check_fits = (lambda *a, **k: None), None
-    with pytest.raises(ComponentError, match="with no check_fits method .*subclass RolloutRuntime"):
+    check_rollout_runtime(runtime, Engine(runtime), "rl.rollout")
+    check_fits(runtime, ["p"], 4, "data.sources")  # no check_fits: nothing to ask
+    assert runtime.closed == 0
+    runtime.check_fits = "no limit"
+    with pytest.raises(ComponentError, match="with a check_fits that is not callable"):
         check_rollout_runtime(runtime, Engine(runtime), "rl.rollout")
     assert runtime.closed == 1
     with pytest.raises(ComponentError, match="DuckNoClose with no close method"):

@@ -160,3 +160,19 @@ def test_a_source_decontamination_would_empty_stops_the_sweep_before_any_trial(t
     fine = write_spec(tmp_path, name="fine", overrides=[_file_source(same), "data.decontaminate_ngram=9",
                                                        f"data.eval_sources=[{{name: file, path: {other}}}]"])
     assert main(["sweep", str(fine), "--validate-only"]) == 0, capsys.readouterr().err
+
+
+def test_a_level_objective_no_held_out_record_gives_is_refused(tmp_path, capsys):
+    """Held-out files without a ``difficulty`` column log no ``val/level1/acc`` (it was val/acc again): a sweep
+    with it as objective passed validation, then every trial finished without its objective (a review)."""
+    plain = _jsonl(tmp_path / "plain.jsonl", [GOOD])
+    levelled = _jsonl(tmp_path / "levelled.jsonl", [{**GOOD, "difficulty": 1}])
+    level = {"objective": {"metric": "val/level1/acc", "direction": "maximize"}}
+    spec = write_spec(tmp_path, overrides=[f"data.eval_sources=[{{name: file, path: {plain}}}]"], **level)
+    assert main(["sweep", str(spec), "--validate-only"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("data.eval_sources, read by every arm (overrides: data.eval_sources=" in err and "no held-out record is "
+            "of the difficulty level val/level1/acc scores (levels given: none: no `difficulty` column)" in err), err
+    fine = write_spec(tmp_path, name="fine", overrides=[f"data.eval_sources=[{{name: file, path: {levelled}}}]"],
+                      **level)
+    assert main(["sweep", str(fine), "--validate-only"]) == 0, capsys.readouterr().err
