@@ -29,8 +29,8 @@ GIVE_UP = ("note", "attempts", "ckpt", "kind", "steps", "updated")
 NAME_NARROWEST = 16  # a run's name narrower than this folds onto too many lines to read
 
 
-def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
-    """A Rich table (or JSON lines) of ``rows``, then a count per status."""
+def print_runs(rows: list[RunRow], metric: str, as_json: bool = False, nothing: str = "no runs") -> None:
+    """A Rich table (or JSON lines) of ``rows``, then a count per status; ``nothing``: what no row says."""
     if as_json:
         for row in rows:
             print(json.dumps(asdict(row)))
@@ -41,7 +41,7 @@ def print_runs(rows: list[RunRow], metric: str, as_json: bool = False) -> None:
 
     console = make_console()
     if not rows:  # a header over nothing said no more
-        console.print("no runs")
+        console.print(nothing)
         return
     names, base = run_names(rows)
     metric = metric_header(metric)

@@ -101,4 +101,4 @@ def test_a_misspelt_metric_is_refused_before_any_table(sweep_runs, capsys):
 
 def test_a_filter_that_keeps_no_run_says_so_without_an_empty_table(sweep_runs, capsys):
     assert main(["runs", str(sweep_runs), "--status", "stopped"]) == 0
-    assert capsys.readouterr().out.strip() == "no runs"
+    assert capsys.readouterr().out.strip() == f"no stopped runs under {sweep_runs}"
