@@ -36,6 +36,10 @@ def _compare(args: argparse.Namespace) -> int:
     if args.rescore:
         from klear_lab.sweep.rescore import rescore_study
 
+        if args.baseline is not None and spec.sampler != "grid":  # an arm never sampled: refused before scoring
+            from klear_lab.sweep.compare import load_records, table_arms
+
+            table_arms(spec, load_records(spec, study))
         _, failed = rescore_study(spec, study, args.rescore, out_dir=out_dir)  # bad overrides raise before any scoring
         if failed:
             print(f"klear-lab: {failed} trial(s) could not be scored (see above); the table counts them as failed",
@@ -84,6 +88,10 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     path = user_path(args.analysis)
     many = path.is_dir()
+    if many and (path / "sweep.json").is_file():  # its spec.yaml and wandb_sweep.yaml are no analyses
+        raise KlearError(f"{path}: a sweep directory, not an analysis: reproduce takes an analysis spec first, then "
+                         f"the sweep to read (klear-lab reproduce analysis/ANALYSIS.yaml {args.analysis}); its arms "
+                         f"side by side: klear-lab compare {args.analysis}")
     if many and (args.target or args.out_dir):
         raise KlearError(f"{path}: a directory of analyses takes no sweep target or --out-dir")
     if args.summary and (not many or args.validate_only):
@@ -114,7 +122,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             failed.append(p.stem)
     if many and not args.validate_only and not reps and not failed:  # a table of nothing, exit 0: as if reproduced
         raise NoResults(f"{path}: no results yet for any of its {len(paths)} analyses: run the sweeps named above")
-    if many and not args.validate_only:
+    if many and not args.validate_only and (reps or skipped):  # every analysis failed: no empty table
         print_summary(reps, skipped)
         if summary:
             summary.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +171,8 @@ def add_sweep_commands(subparsers: argparse._SubParsersAction) -> None:
                         "spec file (baseline from that file as it is now)")
     p.add_argument("--baseline", default=None, metavar="ARM",
                    help="the arm the deltas are taken against, as `baseline:` takes it: a label such as "
-                        "clip=gppo, or a mapping such as '{rl.clip.name: gppo}'")
+                        "clip=gppo, or a mapping such as '{rl.clip.name: gppo}'; in a tpe/random sweep, an arm "
+                        "it sampled")
     p.add_argument("--rescore", nargs="+", metavar="KEY=VALUE", default=None,
                    help="score every finished trial again with these eval overrides (e.g. eval.samples=8 "
                         "eval.temperature=0.6 eval.top_p=0.95), as eval runs, then compare those numbers")

@@ -46,6 +46,11 @@ def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
     from klear_lab.sweep.storage import check_storage_url  # optuna's import: not for the lighter checks' users
 
     check_storage_url(spec.storage, spec)
+    if spec.experiment is None and spec.runner == DEFAULT_RUNNER:  # trials of klear-lab's defaults alone
+        raise spec.err("experiment", "missing: a sweep's trials run `klear-lab train EXPERIMENT` with the axes' "
+                       "values, and without one they ran the built-in defaults (and its --wandb-export's command "
+                       "took the first override for a file); name it, e.g. `experiment: ../experiments/quickstart/"
+                       "rl.yaml` (relative to the spec)")
     check_runner(spec)
     check_owned_overrides(spec)
     base = _check_base(spec)

@@ -179,13 +179,14 @@ def _values(records: list[TrialRecord], metric: str) -> np.ndarray:
     return np.array([v for v in vals if v is not None and math.isfinite(v)], dtype=float)
 
 
-DELTA_COLUMNS = ("delta", "delta ci low", "delta ci high", "welch ci low", "welch ci high")
+DELTA_COLUMNS = ("delta", "delta ci low", "delta ci high", "welch ci low", "welch ci high", "delta note")
 
 
 def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, baseline: str | None,
                 seed: int) -> None:
+    """The delta columns; ``delta note``: why a delta has no interval (:func:`no_interval_reason`)."""
     base = _values([r for r in done if r.arm == baseline], objective) if baseline else np.array([])
-    cols: dict[str, list[float]] = {k: [] for k in DELTA_COLUMNS}
+    cols: dict[str, list[Any]] = {k: [] for k in DELTA_COLUMNS}
     for arm in df["arm"]:
         vals = _values([r for r in done if r.arm == arm], objective)
         both = len(vals) and len(base)
@@ -193,10 +194,23 @@ def _add_deltas(df: pd.DataFrame, done: list[TrialRecord], objective: str, basel
         _, w_lo, w_hi = welch_interval(vals, base) if both else (math.nan,) * 3
         if arm == baseline:  # 0 by definition; an interval of the baseline against itself means nothing
             lo = hi = w_lo = w_hi = math.nan
-        for k, v in zip(cols, (d, lo, hi, w_lo, w_hi)):
+        why = no_interval_reason(vals, base) if arm != baseline and both and math.isnan(lo) else ""
+        for k, v in zip(cols, (d, lo, hi, w_lo, w_hi, why), strict=True):
             cols[k].append(v)
     for k, v in cols.items():
         df[k] = v
+
+
+def no_interval_reason(arm: np.ndarray, base: np.ndarray) -> str:
+    """Why ``bootstrap_diff`` gave the delta of ``arm`` (its finite values) against ``base`` no interval:
+    a side with one value, or neither side varying across its seeds (a zero-width interval)."""
+    if len(arm) < 2 and len(base) < 2:
+        return "n=1 in both arms"
+    if len(arm) < 2:
+        return "n=1"
+    if len(base) < 2:
+        return "baseline n=1"
+    return "no spread: neither arm varies across its seeds"
 
 
 def compare_study(spec: SweepSpec, study: Any, out_dir: Path | None = None, console: Any = None,
@@ -234,10 +248,12 @@ def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
 
     With every axis discrete, ``baseline:`` names an arm the sampler may draw, or may not: then the table
     has no deltas and says so (``compare_text.missing_baseline_note``) rather than refusing the sweep's trials.
-    A baseline that names no arm the spec's axes allow is still a spec error.
+    A baseline that names no arm the spec's axes allow is still a spec error; one from ``compare --baseline``
+    (``spec.baseline_from``), which is given to compare the arms there are, must name one of ``labels``.
 
     Raises:
-        ConfigError: ``baseline:`` is malformed, or names no possible arm.
+        ConfigError: ``baseline:`` is malformed, or names no possible arm; ``--baseline`` names no arm of
+            ``labels`` (when there are any).
     """
     try:
         return resolve_baseline(spec, labels)
@@ -245,6 +261,10 @@ def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
         if spec.sampler == "grid":
             raise
         label = resolve_baseline(spec, [])  # a malformed baseline (an unknown axis key, ...) still raises
+        if spec.baseline_from:  # --baseline, given to compare the arms sampled: refused, listing them
+            from klear_lab.sweep.baseline_checks import unsampled_cli_baseline
+
+            raise unsampled_cli_baseline(spec, label, labels) from None
         if all(not a.is_range for a in spec.axes) and label not in {a.label for a in grid_arms(spec)}:
             raise
         return label

@@ -89,8 +89,8 @@ def delta_cell(row: Any) -> str:
     if math.isnan(row["delta"]):
         return "–"
     d, lo, hi = row["delta"], row["delta ci low"], row["delta ci high"]
-    if math.isnan(lo):
-        return f"{d:+.4g} (under 2 seeds or no spread: no interval)"
+    if math.isnan(lo):  # which case: ``compare.no_interval_reason``
+        return f"{d:+.4g} ({row.get('delta note') or 'under 2 seeds or no spread'}: no interval)"
     if abs(d) <= 1e-6 * max(abs(lo), abs(hi)):  # float32-logged metrics: equal means differ by ~1e-8
         d = 0.0
     return f"{d:+.4g} [{lo:+.3g}, {hi:+.3g}]"
@@ -108,9 +108,9 @@ def missing_baseline_note(df: pd.DataFrame, baseline: str | None) -> str:
     finished trial (every delta was "–" with no word why)."""
     if baseline is None:
         return ""
-    if baseline not in set(df["arm"]):
-        return (f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm in "
-                "`baseline:`)")
+    if baseline not in set(df["arm"]):  # the spec's `baseline:` (a --baseline naming no sampled arm is refused)
+        return (f"baseline arm {baseline} was never sampled: no deltas (add trials, or name a sampled arm with "
+                "`compare --baseline ARM` or in the spec's `baseline:`)")
     row = df[df["arm"] == baseline].iloc[0]
     if row["n"] > 0:
         return ""

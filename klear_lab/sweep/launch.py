@@ -74,6 +74,9 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if validate_only and wandb_export:  # the export wrote its file and nothing was validated (a walkthrough)
+        raise ConfigError("--validate-only writes nothing and --wandb-export writes the W&B sweep config: give one "
+                          "(both check the spec first)")
     spec = load_spec(spec_path, overrides, name=name, check_base=True)
     if out_dir is not None:
         spec.out_dir = user_path(out_dir)
@@ -108,6 +111,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     if join:
         check_same_base(study, spec, joining=True)
         frozen = freeze_spec(spec, url)
+        log(f"sweep {spec.name}: joining its {n_points} trials, storage {redacted(url)}, dir {spec.sweep_dir}")
     else:
         before = study.study_name
         study, added = prepare_study(study, spec, arms, lock)

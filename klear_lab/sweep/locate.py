@@ -52,7 +52,9 @@ def recorded_sweep(sweep_dir: Path) -> tuple[dict, SweepSpec]:
     if missing:
         what = "not a sweep directory (no sweep.json or spec.yaml)" if len(missing) == 2 else \
             f"a sweep directory without its {missing[0]} (a sweep writes sweep.json and spec.yaml as it starts)"
-        raise ConfigError(f"{sweep_dir}: {what}; give the sweep's directory or its spec file")
+        inside = sorted(p.parent.name for p in sweep_dir.glob("*/sweep.json")) if len(missing) == 2 else []
+        sweeps = f" (the sweeps in it: {', '.join(inside[:8])}{' ...' if len(inside) > 8 else ''})" if inside else ""
+        raise ConfigError(f"{sweep_dir}: {what}; give the sweep's directory or its spec file{sweeps}")
     return json.loads(meta_path.read_text()), load_spec(frozen)
 
 

@@ -165,6 +165,24 @@ class SweepSpec:
         return ConfigError(f"{self.path}: {key}: {message}")
 
 
+def refuse_a_directory(path: Path) -> None:
+    """A directory given for a spec: a sweep's own (``sweep.json``) is run by the spec that started it; else name
+    the YAML files in it. ``load_yaml``'s message said "expected an experiment YAML file"."""
+    if not path.is_dir():
+        return
+    record = path / "sweep.json"
+    if record.is_file():
+        try:
+            spec = json.loads(record.read_text()).get("spec") or f"{path / 'spec.yaml'}"
+        except (OSError, ValueError, AttributeError):
+            spec = f"{path / 'spec.yaml'}"
+        raise ConfigError(f"{path}: a sweep directory; a sweep is run (or resumed) by its spec: klear-lab sweep "
+                          f"{spec} (the copy it froze: {path / 'spec.yaml'}); its table: klear-lab compare {path}")
+    yamls = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:5])
+    raise ConfigError(f"{path}: is a directory; expected a sweep spec YAML file" + (f" (in it: {yamls})" if yamls
+                                                                                       else ""))
+
+
 def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: str | None = None,
               check_base: bool = False) -> SweepSpec:
     """Parse ``path`` (structure only: no config composition, no storage access).
@@ -179,6 +197,7 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
             needs no base experiment.
     """
     path = user_path(path)
+    refuse_a_directory(path)
     raw = load_yaml(path, "a sweep spec names at least its `experiment:`, `axes:` and `objective:`")
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
@@ -225,36 +244,24 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
     spec.metric, spec.direction = parse_objective(path, raw.get("objective"))
     spec.wandb_project, spec.wandb_group = parse_wandb(path, raw.get("wandb"))
     check_sampler(spec)
+    from klear_lab.sweep.baseline_checks import check_label_hint  # imports this module
+
+    check_label_hint(spec)  # `baseline: lr=1e-3`: did you mean lr=0.001?
     return spec
 
 
 def with_baseline(spec: SweepSpec, text: str | None) -> SweepSpec:
     """``spec`` with ``klear-lab compare --baseline TEXT`` as its ``baseline:`` (an arm label such as
-    ``clip=gppo``, or a YAML mapping such as ``{rl.clip.name: gppo}``), checked as the spec's own is: a
-    wrong one names ``--baseline`` and lists the arms. ``text`` None: ``spec`` unchanged.
+    ``clip=gppo``, or a YAML mapping such as ``{rl.clip.name: gppo}``), read and checked as the spec's own is
+    (``baseline_checks.cli_baseline``): a wrong one names ``--baseline`` and lists the arms. ``text`` None:
+    ``spec`` unchanged.
 
     Raises:
         ConfigError: not a label or mapping, an unknown axis key, or no such arm.
     """
-    import dataclasses
+    from klear_lab.sweep.baseline_checks import cli_baseline
 
-    import yaml
-
-    from klear_lab.sweep.grid import grid_arms, resolve_baseline
-
-    if text is None:
-        return spec
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text
-    new = dataclasses.replace(spec, baseline=value if isinstance(value, dict) else text, baseline_from="--baseline")
-    try:
-        resolve_baseline(new, [a.label for a in grid_arms(new)] if new.sampler == "grid" else [])
-    except ConfigError as exc:
-        where = str(exc).removeprefix(f"{spec.path}: baseline").removeprefix(".").removeprefix(":")
-        raise ConfigError(f"--baseline {text}: {where.strip()}") from None
-    return new
+    return spec if text is None else cli_baseline(spec, text)
 
 
 def user_path(value: str | Path) -> Path:

@@ -194,7 +194,8 @@ def test_an_arm_under_two_seeds_gets_its_delta_but_no_interval(tmp_path):
     assert abs(df.loc["b", "delta"] - 0.02) < 1e-12 and math.isnan(df.loc["b", "delta ci low"])
     assert math.isnan(df.loc["c", "delta ci low"])  # the baseline has one seed
     md = to_markdown(df.reset_index(), "m", [], "a")
-    assert "| +0.02 (under 2 seeds or no spread: no interval) |" in md and "+0.02 [" not in md
+    assert "| +0.02 (n=1 in both arms: no interval) |" in md and "+0.02 [" not in md
+    assert "| +0.15 (baseline n=1: no interval) |" in md
 
 
 def test_the_baseline_row_has_no_interval_against_itself():
@@ -304,7 +305,7 @@ def test_arms_without_spread_get_no_bootstrap_interval():
     assert abs(d - 0.1) < 1e-12 and math.isnan(lo) and math.isnan(hi)
     assert not math.isnan(bootstrap_diff(np.array([0.6, 0.7]), np.array([0.5, 0.5]))[1])  # one arm varies
     md = to_markdown(summarize(records, "m", [], "maximize", "a", ["a", "b"]), "m", [], "a")
-    assert "+0.1 (under 2 seeds or no spread: no interval)" in md and "[+0.1, +0.1]" not in md
+    assert "+0.1 (no spread: neither arm varies across its seeds: no interval)" in md and "[+0.1, +0.1]" not in md
 
 
 def test_arms_tied_with_the_best_are_all_marked():
