@@ -152,7 +152,7 @@ def _runs(args: argparse.Namespace) -> int:
     if missing is not None and missing[1]:  # an error: said before any table (or JSON line), nothing on stdout
         print(f"klear-lab: error: {missing[0]}", file=sys.stderr)
         return 2
-    which = f"{' or '.join(args.status)} " if args.status else ""  # `--status failed` with none: no failed runs
+    which = f"{' or '.join(dict.fromkeys(args.status))} " if args.status else ""  # none: "no failed runs"
     print_runs(rows, args.metric, args.json, nothing=f"no {which}runs under {', '.join(map(str, paths))}")
     if missing is not None:  # a metric not logged yet: the table, then the note
         print(f"klear-lab: note: {missing[0]}", file=sys.stderr)

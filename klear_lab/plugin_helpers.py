@@ -85,7 +85,10 @@ def refuse_stale_helpers(path: Path) -> None:
 def warn_shadowed_helpers(path: Path) -> None:
     """Warn when ``path`` imports a name that a ``.py`` file beside it has, but Python finds a module of that name
     first (``random.py`` beside the plugin: the standard library's ``random`` loads): the helper never runs, and the
-    plugin failed on a missing attribute, or ran the other module, without a word."""
+    plugin failed on a missing attribute, or ran the other module, without a word. Where what loads is another
+    plugin folder's file of that name (on ``sys.path`` since its plugin loaded), other code is a clash
+    (:class:`HelperClash`, as :func:`refuse_clashing_helpers` refuses one already imported) and the same code is
+    harmless."""
     import importlib.util
     import warnings
 
@@ -95,9 +98,24 @@ def warn_shadowed_helpers(path: Path) -> None:
         if is_beside(helper, path):
             continue
         try:
-            origin = getattr(importlib.util.find_spec(name), "origin", None) or "a module of that name"
+            origin = getattr(importlib.util.find_spec(name), "origin", None)
         except (ImportError, ValueError):
-            origin = "a module of that name"
-        warnings.warn(f"plugin {path}: `import {name}` loads {origin}, not the helper {helper} beside it (a module "
-                      f"of that name comes first on sys.path, the standard library's or an installed one): rename "
-                      "the helper file and its imports", UserWarning, stacklevel=2)
+            origin = None
+        found = Path(origin).resolve() if origin else None
+        if found is not None and found.parent in PLUGIN_DIRS:
+            if _same_code(found, helper):
+                continue
+            raise HelperClash(f"it imports {name!r}, the helper {helper} beside it, but {found} (beside plugin "
+                              f"{PLUGIN_DIRS[found.parent][0]}, loaded before) is found first, and one process holds "
+                              f"one module per name: {path.name} would run {found}. Rename one of the two helper "
+                              "files, and the imports of it")
+        warnings.warn(f"plugin {path}: `import {name}` loads {origin or 'a module of that name'}, not the helper "
+                      f"{helper} beside it (a module of that name comes first on sys.path, the standard library's "
+                      "or an installed one): rename the helper file and its imports", UserWarning, stacklevel=2)
+
+
+def _same_code(a: Path, b: Path) -> bool:
+    try:
+        return code_digest(a) == code_digest(b)
+    except OSError:
+        return False

@@ -15,7 +15,7 @@ from typing import Any
 
 from klear_lab.errors import ConfigError
 from klear_lab.runnable import runnable_problem
-from klear_lab.sweep.baseline_checks import check_drawable_baseline
+from klear_lab.sweep.baseline_checks import check_drawable_baseline, check_label_hint
 from klear_lab.sweep.blame import check_trial_settings, unknown_axis
 from klear_lab.sweep.grid import (
     Arm,
@@ -52,6 +52,7 @@ def check_spec(spec: SweepSpec, arms: list[Arm] | None = None) -> list[Arm]:
                        "took the first override for a file); name it, e.g. `experiment: ../experiments/quickstart/"
                        "rl.yaml` (relative to the spec)")
     check_runner(spec)
+    check_label_hint(spec)  # `baseline: lr=1e-3`: did you mean lr=0.001? (a saved spec's is not refused again)
     check_owned_overrides(spec)
     base = _check_base(spec)
     check_axis_overrides(spec, base)

@@ -17,7 +17,7 @@ from klear_lab.sweep import launcher
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.data_checks import check_trial_data, unavailable_trial_inputs
 from klear_lab.sweep.grid import Arm, grid_arms
-from klear_lab.sweep.identity import joined_plugin_files, plugin_files
+from klear_lab.sweep.identity import check_plugins_unchanged, joined_plugin_files, plugin_files
 from klear_lab.sweep.parents import train_parent
 from klear_lab.sweep.path_checks import check_sweep_dirs
 from klear_lab.sweep.progress import Progress
@@ -133,6 +133,7 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     files = plugin_files(base)
     if join:  # the study's record of its plugins' code, where this worker reads them from the same paths
         files = joined_plugin_files((study.user_attrs.get(BASE_ATTR) or {}).get(CONFIGS), files)
+        check_plugins_unchanged(files, base)  # refused before it takes a trial: each would fail, none be rerun
     ctx = WorkerContext(spec, url, frozen, spec.workers, threads, log=log, progress=progress, plugin_files=files)
     log(f"sweep {spec.name}: {spec.workers} worker(s), {threads or base_threads} torch thread(s) per trial")
     started = time.time()

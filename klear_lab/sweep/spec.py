@@ -244,9 +244,6 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
     spec.metric, spec.direction = parse_objective(path, raw.get("objective"))
     spec.wandb_project, spec.wandb_group = parse_wandb(path, raw.get("wandb"))
     check_sampler(spec)
-    from klear_lab.sweep.baseline_checks import check_label_hint  # imports this module
-
-    check_label_hint(spec)  # `baseline: lr=1e-3`: did you mean lr=0.001?
     return spec
 
 

@@ -47,7 +47,8 @@ def test_trials_after_a_plugin_edit_are_refused_and_run_once_the_file_is_back(tm
 
 def test_a_worker_joining_after_a_plugin_edit_refuses_its_trials_too(tmp_path):
     """A ``--join`` worker took its plugins' code at its own start: one started after an edit ran the new code
-    beside the first worker's arms. It now checks its trials against the code the study recorded."""
+    beside the first worker's arms. It now checks the code against the study's record before it takes a trial
+    (failing each trial it took left none for a rerun once the file was back: a review)."""
     import time
 
     plugin = tmp_path / "my_clip.py"
@@ -62,8 +63,9 @@ def test_a_worker_joining_after_a_plugin_edit_refuses_its_trials_too(tmp_path):
         time.sleep(0.2)
     plugin.write_text(PLUGIN + "# edited while the sweep ran\n")
     joiner = fx.start_sweep(spec_path, "--join", "--workers", "1", sleep=0.1, log=log)
-    assert fx.wait_sweep(joiner, 120, log) == 1, log.read_text()[-3000:]
+    assert fx.wait_sweep(joiner, 120, log) == 2, log.read_text()[-3000:]  # refused before it took a trial
+    assert f"klear-lab: error: plugins: edited {plugin} since this sweep started" in log.read_text()
     fx.wait_sweep(first, 120, log)
     text = log.read_text()
     assert [lr for lr, *_ in fx.invocations(spec.sweep_dir)] == [0.001], text[-3000:]
-    assert text.count(f"config error: plugins: edited {plugin} since this sweep started") == 1, text[-3000:]
+    assert text.count(f"config error: plugins: edited {plugin} since this sweep started") == 1, text[-3000:]  # 1's

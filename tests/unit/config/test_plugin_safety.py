@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -284,3 +285,22 @@ def test_a_missing_import_inside_a_plugin_names_its_line(tmp_path):
         compose(EXPERIMENT, [f"plugins=[{tmp_path / 'p.py'}]"])
     with pytest.raises(ConfigError, match=r"plugin '.*gone\.py': cannot import it: no such file"):
         compose(EXPERIMENT, [f"plugins=[{tmp_path / 'gone.py'}]"])
+
+
+def test_a_helper_another_plugin_folder_serves_first_is_a_clash_unless_the_same_code(tmp_path):
+    """``a/`` is on sys.path since its plugin loaded: b's ``import hutil`` ran a's ``hutil.py``, and the shadow
+    warning blamed the standard library (a review); identical code was warned about though harmless."""
+    for folder, text in (("a", "X = 'from a'\n"), ("b", "X = 'from b'\n")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "hutil_rt.py").write_text(text)
+    (tmp_path / "a" / "plug_a_rt.py").write_text(mix("plug_a_rt_mix"))  # a's plugin does not import it
+    (tmp_path / "b" / "plug_b_rt.py").write_text("import hutil_rt\n" + mix("plug_b_rt_mix"))
+    compose(EXPERIMENT, [f"plugins=[{tmp_path / 'a' / 'plug_a_rt.py'}]"])
+    with pytest.raises(ConfigError, match=rf"it imports 'hutil_rt', the helper {tmp_path / 'b' / 'hutil_rt.py'} "
+                                          rf"beside it, but {tmp_path / 'a' / 'hutil_rt.py'} \(beside plugin "):
+        compose(EXPERIMENT, [f"plugins=[{tmp_path / 'b' / 'plug_b_rt.py'}]"])
+    (tmp_path / "b" / "hutil_rt.py").write_text("X = 'from a'\n")  # the same code: harmless, not warned about
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        compose(EXPERIMENT, [f"plugins=[{tmp_path / 'b' / 'plug_b_rt.py'}]"])
+    assert not [w for w in said if "beside it" in str(w.message)]

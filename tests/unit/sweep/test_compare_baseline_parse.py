@@ -15,6 +15,7 @@ from sweep_fixtures import REPO, sweep_cmd, write_spec
 
 from klear_lab.cli_sweep import main
 from klear_lab.errors import ConfigError
+from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.compare import TrialRecord, compare_study, summarize
 from klear_lab.sweep.compare_text import to_markdown
 from klear_lab.sweep.grid import arm_label, point_key
@@ -54,15 +55,18 @@ def test_a_spec_label_with_an_arms_numbers_written_otherwise_gets_a_did_you_mean
     path = write_spec(tmp_path, lrs=(0.001, 0.002), sampler=sampler, baseline="lr=1e-3", **extra)
     with pytest.raises(ConfigError, match=r"baseline: no arm is labelled 'lr=1e-3'; arms: lr=0.001, lr=0.002 "
                                           r"\(did you mean 'lr=0.001'\?"):
-        load_spec(path)
+        check_spec(load_spec(path))
+    assert load_spec(path).baseline == "lr=1e-3"  # a saved spec is read as it is: compare --baseline may replace it
     for ok in ("lr=0.001", {"optim.lr": 1e-3}):  # a real label, or the mapping: as before
-        assert load_spec(write_spec(tmp_path, lrs=(0.001, 0.002), sampler=sampler, baseline=ok, **extra)).baseline == ok
+        spec = load_spec(write_spec(tmp_path, lrs=(0.001, 0.002), sampler=sampler, baseline=ok, **extra))
+        check_spec(spec)
+        assert spec.baseline == ok
 
 
 def test_a_label_of_some_axes_is_pointed_to_the_arms_that_have_them(tmp_path):
     path = write_spec(tmp_path, baseline="lr=0.001", axes={"optim.lr": [0.001, 0.002], "optim.weight_decay": [0.1]})
     with pytest.raises(ConfigError, match=r"\(did you mean 'lr=0.001,weight_decay=0.1'\? a label names every axis\)"):
-        load_spec(path)
+        check_spec(load_spec(path))
 
 
 def test_a_cli_baseline_no_sampled_arm_is_refused_listing_the_sampled_ones(tmp_path, capsys):
