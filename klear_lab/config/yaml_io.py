@@ -45,6 +45,11 @@ for _cls in (_Loader, _Dumper):
     )
 
 
+def parse_yaml(text: str) -> Any:
+    """``text`` read as a config file's YAML is (``1e-3`` a float); raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def dump_yaml(data: Any) -> str:
     """YAML text that :func:`load_yaml` reads back to ``data`` (keys in their order)."""
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False)

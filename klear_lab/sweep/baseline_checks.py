@@ -82,10 +82,10 @@ def cli_baseline(spec: SweepSpec, text: str) -> SweepSpec:
     ``baseline:`` (``{optim.lr: 1e-3}`` is the float 0.001, which YAML 1.1's safe_load kept a string) and
     checked as it is; errors name ``--baseline``. A tpe/random sweep's arms are its sampled points, known
     from its trials only: :func:`unsampled_cli_baseline` refuses one none of them is, at the table."""
-    from klear_lab.config.yaml_io import _Loader
+    from klear_lab.config.yaml_io import parse_yaml
 
     try:
-        value = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        value = parse_yaml(text)
     except yaml.YAMLError as exc:
         if text.lstrip().startswith("{"):  # meant as a mapping: a key given twice, a missing brace
             raise ConfigError(f"--baseline {text}: malformed YAML mapping: {getattr(exc, 'problem', exc)}") from None
