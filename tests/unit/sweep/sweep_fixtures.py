@@ -207,3 +207,23 @@ def run_editing_plugin(cfg: dict[str, Any], callbacks: list | None = None) -> di
         with open(cfg["plugins"][0], "a") as plugin:
             plugin.write("# edited while the sweep ran\n")
     return out
+
+
+def sampled_study(tmp: Path, draws: list[tuple[float, int]], **extra: Any) -> tuple[Any, Any]:
+    """(spec, in-memory study) of a random sweep over discrete ``optim.lr`` choices 0.001-0.003, one COMPLETE
+    trial per (lr, seed) of ``draws``; ``extra``: more spec keys (``baseline=...``)."""
+    import optuna
+
+    from klear_lab.sweep.grid import arm_label, point_key
+    from klear_lab.sweep.spec import load_spec
+
+    lrs = [0.001, 0.002, 0.003]
+    spec = load_spec(write_spec(tmp, sampler="random", n_trials=len(draws), lrs=tuple(lrs), **extra))
+    study = optuna.create_study(direction="maximize")
+    dist = {"optim.lr": optuna.distributions.CategoricalDistribution(lrs)}
+    for lr, seed in draws:
+        attrs = {"arm": arm_label(spec.axes, {"optim.lr": lr}), "seed": seed,
+                 "point": point_key({"optim.lr": lr}, seed), "metrics": {"val/acc": 100 * lr + seed / 1000}}
+        study.add_trial(optuna.trial.create_trial(params={"optim.lr": lr}, distributions=dist,
+                                                  value=attrs["metrics"]["val/acc"], user_attrs=attrs))
+    return spec, study

@@ -7,18 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 
-import optuna
 import pandas as pd
 import pytest
 from rich.console import Console
-from sweep_fixtures import REPO, sweep_cmd, write_spec
+from sweep_fixtures import REPO, sampled_study, sweep_cmd, write_spec
 
 from klear_lab.cli_sweep import main
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.checks import check_spec
 from klear_lab.sweep.compare import TrialRecord, compare_study, summarize
 from klear_lab.sweep.compare_text import to_markdown
-from klear_lab.sweep.grid import arm_label, point_key
 from klear_lab.sweep.spec import load_spec, with_baseline
 
 
@@ -95,22 +93,8 @@ def test_a_cli_baseline_no_sampled_arm_is_refused_listing_the_sampled_ones(tmp_p
     assert f"vs {sampled[1]}" in md and "never sampled" not in md
 
 
-def _sampled_study(tmp_path, draws):
-    """An in-memory random study over discrete ``optim.lr`` choices, one COMPLETE trial per (lr, seed)."""
-    lrs = [0.001, 0.002, 0.003]
-    spec = load_spec(write_spec(tmp_path, sampler="random", n_trials=len(draws), lrs=tuple(lrs)))
-    study = optuna.create_study(direction="maximize")
-    dist = {"optim.lr": optuna.distributions.CategoricalDistribution(lrs)}
-    for lr, seed in draws:
-        attrs = {"arm": arm_label(spec.axes, {"optim.lr": lr}), "seed": seed,
-                 "point": point_key({"optim.lr": lr}, seed), "metrics": {"val/acc": 100 * lr + seed / 1000}}
-        study.add_trial(optuna.trial.create_trial(params={"optim.lr": lr}, distributions=dist,
-                                                  value=attrs["metrics"]["val/acc"], user_attrs=attrs))
-    return spec, study
-
-
 def test_a_drawable_cli_baseline_never_sampled_is_refused_but_the_specs_gets_its_note(tmp_path):
-    spec, study = _sampled_study(tmp_path, [(0.002, 0), (0.003, 0)])
+    spec, study = sampled_study(tmp_path, [(0.002, 0), (0.003, 0)])
     for text in ("lr=0.001", "{optim.lr: 1e-3}"):
         with pytest.raises(ConfigError, match=r"^--baseline .*: no arm the sweep sampled is labelled 'lr=0.001'; "
                                               r"sampled arms \(2\): lr=0.002, lr=0.003$"):

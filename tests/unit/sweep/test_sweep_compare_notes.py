@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 
-import optuna
 import pandas as pd
 import pytest
 from rich.console import Console
-from sweep_fixtures import write_spec
+from sweep_fixtures import sampled_study, write_spec
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.compare import TrialRecord, compare_study, summarize, write_comparison
 from klear_lab.sweep.compare_text import to_markdown
-from klear_lab.sweep.grid import arm_label, point_key
 from klear_lab.sweep.spec import load_spec
 
 
@@ -69,26 +67,11 @@ def test_without_a_complete_arm_the_best_mean_is_starred_and_the_note_says_so():
     assert "arm a" not in md
 
 
-def _sampled_study(tmp_path, baseline, draws):
-    """An in-memory random-sampler study over discrete ``optim.lr`` choices, one COMPLETE trial per (lr, seed)."""
-    lrs = [0.001, 0.002, 0.003]
-    spec = load_spec(write_spec(tmp_path, sampler="random", n_trials=len(draws), baseline=baseline,
-                                axes={"optim.lr": lrs}))
-    study = optuna.create_study(direction="maximize")
-    dist = {"optim.lr": optuna.distributions.CategoricalDistribution(lrs)}
-    for lr, seed in draws:
-        attrs = {"arm": arm_label(spec.axes, {"optim.lr": lr}), "seed": seed,
-                 "point": point_key({"optim.lr": lr}, seed), "metrics": {"val/acc": 100 * lr + seed / 1000}}
-        study.add_trial(optuna.trial.create_trial(params={"optim.lr": lr}, distributions=dist,
-                                                  value=attrs["metrics"]["val/acc"], user_attrs=attrs))
-    return spec, study
-
-
 @pytest.mark.parametrize("baseline", ["lr=0.001", {"optim.lr": 0.001}])
 def test_a_baseline_the_sampler_never_drew_still_gets_the_table(tmp_path, baseline):
     """All axes discrete, so the baseline was allowed, but no trial drew lr=0.001: compare refused the
     whole sweep at its end ("no arm is labelled")."""
-    spec, study = _sampled_study(tmp_path, baseline, [(0.002, 0), (0.003, 0), (0.002, 1)])
+    spec, study = sampled_study(tmp_path, [(0.002, 0), (0.003, 0), (0.002, 1)], baseline=baseline)
     console = Console(record=True, width=200)
     df = compare_study(spec, study, console=console, require_finished=True)
     assert df["arm"].tolist() == ["lr=0.002", "lr=0.003"] and df["delta"].isna().all()
@@ -100,13 +83,13 @@ def test_a_baseline_the_sampler_never_drew_still_gets_the_table(tmp_path, baseli
 
 
 def test_a_baseline_no_arm_of_the_axes_can_match_is_still_an_error(tmp_path):
-    spec, study = _sampled_study(tmp_path, "lr=0.005", [(0.002, 0)])
+    spec, study = sampled_study(tmp_path, [(0.002, 0)], baseline="lr=0.005")
     with pytest.raises(ConfigError, match="no arm is labelled 'lr=0.005'"):
         compare_study(spec, study, console=Console(record=True))
 
 
 def test_a_sampled_baseline_gets_its_deltas_and_no_note(tmp_path):
-    spec, study = _sampled_study(tmp_path, "lr=0.002", [(0.002, 0), (0.003, 0)])
+    spec, study = sampled_study(tmp_path, [(0.002, 0), (0.003, 0)], baseline="lr=0.002")
     console = Console(record=True, width=200)
     df = compare_study(spec, study, console=console).set_index("arm")
     assert df.loc["lr=0.002", "baseline"] and abs(df.loc["lr=0.003", "delta"] - 0.1) < 1e-9
@@ -118,7 +101,7 @@ def test_a_rescore_of_such_a_sweep_also_gets_its_table(tmp_path):
     from klear_lab.sweep.compare import load_records
     from klear_lab.sweep.rescore import write_table
 
-    spec, study = _sampled_study(tmp_path, "lr=0.001", [(0.002, 0), (0.003, 0)])
+    spec, study = sampled_study(tmp_path, [(0.002, 0), (0.003, 0)], baseline="lr=0.001")
     console = Console(record=True, width=200)
     df = write_table(spec, load_records(spec, study), ["eval.samples=2"], {}, console)
     assert df["arm"].tolist() == ["lr=0.002", "lr=0.003"] and df["delta"].isna().all()
@@ -130,7 +113,7 @@ def test_a_rescore_override_that_is_not_key_value_stops_before_any_trial(tmp_pat
     trial had a run to score: a sweep whose runs were gone logged each trial as failed first."""
     from klear_lab.sweep.rescore import rescore_study
 
-    spec, study = _sampled_study(tmp_path, "lr=0.002", [(0.002, 0), (0.003, 0)])
+    spec, study = sampled_study(tmp_path, [(0.002, 0), (0.003, 0)], baseline="lr=0.002")
     logged: list[str] = []
     with pytest.raises(ConfigError, match=r"^--rescore: override 'notkv' must look like key=value$"):
         rescore_study(spec, study, ["eval.samples=2", "notkv"], log=logged.append)
