@@ -146,38 +146,23 @@ def data_rows(cfg: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def data_problems(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """(plan row, why) of each refusal of its data that a run of ``cfg`` makes whatever its data rows hold:
-    its ``data.mix`` (:func:`mix_problem`) and its held-out sources' names (:func:`heldout_problem`)."""
-    sources = training_sources_problem(cfg)
-    found = [("training sources", sources), ("data mix", None if sources else mix_problem(cfg)),
-             ("held-out sources", heldout_problem(cfg))]
+    """(plan row, why) of each refusal of its data that a run of ``cfg`` makes whatever its data rows hold: its
+    training sources' list and ``data.mix`` (:func:`training_problem`), its held-out sources' names
+    (:func:`heldout_problem`)."""
+    found = [training_problem(cfg), ("held-out sources", heldout_problem(cfg))]
     return [(key, problem) for key, problem in found if problem]
 
 
-def training_sources_problem(cfg: dict[str, Any]) -> str | None:
-    """``builders.named_pools``' refusal of the training sources' list that their config decides (a label
-    another source's pool took); None: an eval run (it reads none), or nothing refused."""
+def training_problem(cfg: dict[str, Any]) -> tuple[str, str | None]:
+    """(plan row, why) of the run's refusal of its training sources that their config decides: the list
+    (``builders.named_pools``: a label another source's pool took), else the ``data.mix`` against the pools'
+    labels and quality ranks, in the run's words (``builders.train_and_heldout``'s ConfigError): a ``top_k`` cut
+    between sources of one rank, a ``weighted`` key naming no source. A pool's label is its source's ``label``
+    or name (``file``, ``file#1``), never its records', so ``named_pools`` gives them without a read (``read``:
+    None, "some records"); the mix's ``check_sources`` (``mixes.base``; a plugin mix without it is not checked)
+    sees names and ranks only, so no pool size is guessed. Why is None for an eval run (it mixes nothing)."""
     if cfg["run"]["kind"] not in ("sft", "rl"):
-        return None
-    from klear_lab.errors import DataError
-
-    try:
-        _named_pools(cfg, "train", lambda node: None)
-    except DataError as exc:
-        return str(exc)
-    return None
-
-
-def mix_problem(cfg: dict[str, Any]) -> str | None:
-    """The run's refusal of its ``data.mix`` that the training sources' pool labels and quality ranks decide,
-    in the run's words (``builders.train_and_heldout``'s ConfigError): a ``top_k`` cut between sources of one
-    rank, a ``weighted`` key naming no source. A pool's label is its source's ``label`` or name (``file``,
-    ``file#1``), never its records', so ``builders.named_pools`` gives them without a read (``read``: None,
-    "some records"); the mix's ``check_sources`` (``mixes.base``; a plugin mix without it is not checked) sees
-    names and ranks only, so no pool size is guessed. None: an eval run (it mixes nothing), nothing refused, or
-    the sources' list refused (:func:`training_sources_problem` says why)."""
-    if cfg["run"]["kind"] not in ("sft", "rl"):
-        return None
+        return "data mix", None
     from klear_lab.builders import build
     from klear_lab.data.mixes.base import places_named
     from klear_lab.errors import DataError
@@ -185,15 +170,15 @@ def mix_problem(cfg: dict[str, Any]) -> str | None:
 
     try:
         _, ranks, where = _named_pools(cfg, "train", lambda node: None)
-    except DataError:
-        return None
+    except DataError as exc:
+        return "training sources", str(exc)
     check = getattr(build(DATA_MIX, cfg["data"]["mix"]), "check_sources", None)
     try:
         if check is not None:
             check(ranks)
     except ValueError as exc:
-        return f"data.mix {cfg['data']['mix']['name']!r}: {exc}{places_named(str(exc), where)}"
-    return None
+        return "data mix", f"data.mix {cfg['data']['mix']['name']!r}: {exc}{places_named(str(exc), where)}"
+    return "data mix", None
 
 
 def heldout_problem(cfg: dict[str, Any]) -> str | None:

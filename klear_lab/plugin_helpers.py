@@ -26,11 +26,8 @@ def refuse_clashing_helpers(path: Path) -> None:
         loaded = _loaded_file(name)
         if loaded is None or loaded == helper.resolve() or loaded.parent not in PLUGIN_DIRS:
             continue
-        try:
-            if code_digest(loaded) == code_digest(helper):  # the same code in two places: harmless
-                continue
-        except OSError:
-            pass
+        if _same_code(loaded, helper):  # the same code in two places: harmless
+            continue
         others = PLUGIN_DIRS[loaded.parent]
         other = next((p for p in others if name in _files_beside(p)), others[0])
         from klear_lab.plugin_copies import is_kept_copy

@@ -55,12 +55,13 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
-def load_yaml(path: Path, least: str = "an experiment names at least its `base:`") -> dict[str, Any]:
+def load_yaml(path: Path, least: str = "an experiment names at least its `base:`",
+              kind: str = "an experiment YAML file") -> dict[str, Any]:
     """Read one YAML mapping; errors name the file (and line for syntax errors). ``least``: what an empty one
-    lacks, said when it is empty."""
+    lacks, said when it is empty; ``kind``: what a directory given for it should have been."""
     if path.is_dir():  # `klear-lab config experiments/quickstart`: "not found" would send them looking for it
         yamls = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:5])
-        raise ConfigError(f"{path}: is a directory; expected an experiment YAML file"
+        raise ConfigError(f"{path}: is a directory; expected {kind}"
                           + (f" (in it: {yamls})" if yamls else ""))
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")

@@ -165,22 +165,18 @@ class SweepSpec:
         return ConfigError(f"{self.path}: {key}: {message}")
 
 
-def refuse_a_directory(path: Path) -> None:
-    """A directory given for a spec: a sweep's own (``sweep.json``) is run by the spec that started it; else name
-    the YAML files in it. ``load_yaml``'s message said "expected an experiment YAML file"."""
-    if not path.is_dir():
-        return
+def refuse_a_sweep_directory(path: Path) -> None:
+    """A sweep's own directory (``sweep.json``) given for a spec: it is run by the spec that started it (another
+    directory gets ``load_yaml``'s message)."""
     record = path / "sweep.json"
-    if record.is_file():
-        try:
-            spec = json.loads(record.read_text()).get("spec") or f"{path / 'spec.yaml'}"
-        except (OSError, ValueError, AttributeError):
-            spec = f"{path / 'spec.yaml'}"
-        raise ConfigError(f"{path}: a sweep directory; a sweep is run (or resumed) by its spec: klear-lab sweep "
-                          f"{spec} (the copy it froze: {path / 'spec.yaml'}); its table: klear-lab compare {path}")
-    yamls = ", ".join(sorted(p.name for p in path.glob("*.yaml"))[:5])
-    raise ConfigError(f"{path}: is a directory; expected a sweep spec YAML file" + (f" (in it: {yamls})" if yamls
-                                                                                       else ""))
+    if not record.is_file():
+        return
+    try:
+        spec = json.loads(record.read_text()).get("spec") or f"{path / 'spec.yaml'}"
+    except (OSError, ValueError, AttributeError):
+        spec = f"{path / 'spec.yaml'}"
+    raise ConfigError(f"{path}: a sweep directory; a sweep is run (or resumed) by its spec: klear-lab sweep "
+                      f"{spec} (the copy it froze: {path / 'spec.yaml'}); its table: klear-lab compare {path}")
 
 
 def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: str | None = None,
@@ -197,8 +193,9 @@ def load_spec(path: str | Path, cli_overrides: list[str] | None = None, name: st
             needs no base experiment.
     """
     path = user_path(path)
-    refuse_a_directory(path)
-    raw = load_yaml(path, "a sweep spec names at least its `experiment:`, `axes:` and `objective:`")
+    refuse_a_sweep_directory(path)
+    raw = load_yaml(path, "a sweep spec names at least its `experiment:`, `axes:` and `objective:`",
+                    "a sweep spec YAML file")
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
         if set(unknown) & {"run", "model", "data", "sft", "rl", "trainer", "optim"}:

@@ -8,7 +8,7 @@ drawn from the pools, shuffled. The run logs ``data/mix_share/<source>`` from th
 * ``__call__`` draws that plan from the pools (``draw``);
 * ``check_sources(ranks)`` (optional): raises the ValueError ``plan`` would raise from the sources' names and
   quality ranks alone (``ranks``: source -> rank), whatever the pools hold. ``train --dry-run`` and a sweep's
-  checks call it, before any data row is read (``dry_run_data.mix_problem``); ``top_k`` and ``weighted`` have it.
+  checks call it, before any data row is read (``dry_run_data.training_problem``); ``top_k`` and ``weighted`` have it.
 
 A pool may be empty (the difficulty filter removed all its records). It stays in ``pools`` so that
 a plan giving it a share fails, naming it, instead of quietly handing its place to another source
