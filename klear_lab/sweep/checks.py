@@ -150,7 +150,9 @@ def trial_problem(cfg: dict[str, Any]) -> str | None:
     its config alone decides (``dry_run_data.data_problems``, as ``train --dry-run`` says it: a ``top_k`` cut
     between sources of one rank, a ``weighted`` key naming no source, held-out sources named alike), or an RL
     component of it (a plugin's, usually) that breaks its axis' contract on tiny tensors, as the run probes them
-    first (``dry_run.probe_rl_components``): each trial failed on it alike, as a config error, once it started."""
+    first (``dry_run.probe_rl_components``; its rollout engine too), or, of an SFT or eval run, an ``eval.engine:
+    rollout`` engine it refuses (:func:`_eval_engine_problem`): each trial failed on it alike, as a config error,
+    once it started."""
     from klear_lab.dry_run_data import data_problems
 
     if problem := runnable_problem(cfg):
@@ -158,7 +160,7 @@ def trial_problem(cfg: dict[str, Any]) -> str | None:
     if found := data_problems(cfg):
         return found[0][1]
     if cfg["run"]["kind"] != "rl":
-        return None
+        return _eval_engine_problem(cfg)
     from klear_lab.errors import ComponentError
     from klear_lab.rl.probes import probe_rl_components
 
@@ -167,6 +169,17 @@ def trial_problem(cfg: dict[str, Any]) -> str | None:
     except ComponentError as exc:
         return str(exc)
     return None
+
+
+def _eval_engine_problem(cfg: dict[str, Any]) -> str | None:
+    """The run's refusal of its ``eval.engine: rollout`` engine as it starts (``builders.eval_engine``: a plugin
+    engine without a ``start(model, tokenizer)``, several devices), in its words: what ``train --dry-run``'s
+    evaluation row says NOT SUPPORTED of. An engine whose package is not here is noted, not refused
+    (``data_checks.unavailable_machinery``); an RL run's own engine is probed with its components."""
+    from klear_lab.dry_run import UNSUPPORTED, eval_row
+
+    said = eval_row(cfg)[1]
+    return said[said.index(UNSUPPORTED) + len(UNSUPPORTED) + 2:] if UNSUPPORTED in said else None
 
 
 def _compose_or_raise(spec: SweepSpec, values: dict[str, Any], key: str, what: str,

@@ -42,7 +42,8 @@ def unavailable_machinery(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], 
     """``(models, engines)``: the checkpoints trials would load and the rollout engines they would start that
     this machine lacks, as ``klear-lab train --dry-run`` marks them (its rows: a hub model not cached with the
     hub offline, an engine's package not installed), each distinct one once. From the base experiment's config,
-    or where an axis sets what decides them, each arm's (``tpe``/``random``: each value of such an axis)."""
+    or where an axis sets what decides them, each arm's (``tpe``/``random``: each value of such an axis). An engine
+    it marks NOT SUPPORTED (no ``start``) stopped the sweep before (``checks.trial_problem``)."""
     from klear_lab.build_model import unavailable_model
     from klear_lab.dry_run import NOT_HERE, model_name
 
