@@ -1,7 +1,8 @@
 """Checks of a sweep's baseline: a tpe/random sweep's ``baseline:`` must be an arm its sampler can draw
 (checked before any trial); ``compare --baseline`` is read as ``baseline:`` is (:func:`cli_baseline`); a label
 whose numbers are an arm's written another way (``lr=1e-3`` for ``lr=0.001``) gets a did-you-mean
-(:func:`label_hint`)."""
+(:func:`label_hint`); the table's baseline arm (:func:`table_baseline`), and where it came from
+(:func:`baseline_source`)."""
 
 from __future__ import annotations
 
@@ -16,26 +17,94 @@ from typing import Any
 import yaml
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.grid import arm_label, axis_distribution, canonical_value, encode, grid_arms, resolve_baseline
+from klear_lab.sweep.grid import (
+    arm_label,
+    arm_point,
+    axis_distribution,
+    canonical_value,
+    encode,
+    flow_yaml,
+    grid_arms,
+    resolve_baseline,
+    short_names,
+)
 from klear_lab.sweep.spec import SweepSpec
 
 MAX_LABELLED_ARMS = 10_000
 """A label baseline of a tpe/random sweep is checked against every arm it may draw up to this many."""
 
 
-def check_drawable_baseline(spec: SweepSpec) -> None:
+def check_drawable_baseline(spec: SweepSpec, text: str | None = None, sampled: list[str] | None = None) -> None:
     """A tpe/random sweep's ``baseline:`` must be an arm its sampler can draw: one it never draws (a value
     not among an axis's, out of a range or off its step grid) was refused only by the comparison, after
-    every trial had trained. ``resolve_baseline`` has checked the keys."""
-    raw = spec.baseline
+    every trial had trained. ``resolve_baseline`` has checked the keys. One from ``compare --baseline TEXT``
+    (``spec.baseline_from``) "cannot be drawn", said naming ``--baseline``; at the table (``sampled``: the
+    arms sampled), a label is "no arm" of those."""
+    if (bad := undrawable_baseline(spec)) is None:
+        return
+    key, value, why = bad
+    raw, labels = spec.baseline, _drawable_labels(spec) or []
+    if spec.baseline_from and key:
+        raise ConfigError(f"--baseline {text or _shown(raw)}: {key}: {flow_yaml(value)} cannot be drawn: it {why}")
+    if spec.baseline_from:
+        raise ConfigError(f"--baseline {text or raw}: cannot be drawn: sampler {spec.sampler} draws no arm labelled "
+                          f"{raw!r} (arms it draws: {shown_labels(labels)}){label_hint(str(raw), labels)}")
     if isinstance(raw, dict):
-        for axis in spec.axes:
-            if (why := _undrawable(axis, raw[axis.key])) is not None:
-                raise spec.err(f"baseline.{axis.key}", f"{raw[axis.key]!r} {why}: sampler {spec.sampler} never "
-                                                       "draws it, so no trial would be the baseline")
-    elif isinstance(raw, str) and (labels := _drawable_labels(spec)) is not None and raw not in labels:
-        shown = ", ".join(labels[:8]) + (" ..." if len(labels) > 8 else "")
-        raise spec.err("baseline", f"no arm sampler {spec.sampler} can draw is labelled {raw!r}; arms: {shown}")
+        raise spec.err(f"baseline.{key}", f"{value!r} {why}: sampler {spec.sampler} never draws it, so no trial "
+                                          "would be the baseline")
+    detail = f" ({short_names(spec.axes)[key]}: {value!r} {why})" if key else ""
+    if sampled is not None:
+        raise spec.err("baseline", f"no arm is labelled {raw!r}; sampled arms: {shown_labels(sampled)}{detail}")
+    arms = f"; arms: {shown_labels(labels, 8)}" if labels else ""
+    raise spec.err("baseline", f"no arm sampler {spec.sampler} can draw is labelled {raw!r}{arms}{detail}")
+
+
+def _shown(raw: Any) -> str:
+    """A baseline as the user writes it: a label, or a mapping in YAML (not Python's ``{'a': False}``)."""
+    return raw if isinstance(raw, str) else flow_yaml(raw)
+
+
+def undrawable_baseline(spec: SweepSpec) -> tuple[str, Any, str] | None:
+    """Why a tpe/random sampler never draws ``spec.baseline``: (axis key, value, why) for a mapping's value or
+    a label's (read back as numbers, :func:`label_values`: ``lr=0.00012345`` is on a fine step grid though the
+    arms' labels keep 4 digits); ("", label, why) for a label that does not read back and names none of the
+    arms the sampler may draw; None: it may be drawn, or there are too many arms to tell."""
+    raw = spec.baseline
+    labels = _drawable_labels(spec) if isinstance(raw, str) else None
+    if labels is not None and raw in labels:  # an arm's own label (a rounded one: not read back)
+        return None
+    values = raw if isinstance(raw, dict) else label_values(spec, raw) if isinstance(raw, str) else None
+    if values is None:
+        return None if labels is None else ("", raw, "names no arm it may draw")
+    for axis in spec.axes:
+        if (why := _undrawable(axis, values[axis.key])) is not None:
+            return axis.key, values[axis.key], why
+    return None
+
+
+def label_values(spec: SweepSpec, label: str) -> dict[str, Any] | None:
+    """The axis values an arm label names, its numbers read as numbers (``lr=0.00012345`` -> 0.00012345); a
+    categorical axis's text names the value whose label reads alike, else stands for itself (a number read
+    as one). None when it is not one ``name=value`` per axis in order (a value label holding a comma)."""
+    parts, short = label.split(","), short_names(spec.axes)
+    if len(parts) != len(spec.axes):
+        return None
+    values = {}
+    for axis, part in zip(spec.axes, parts, strict=True):
+        name, eq, text = part.partition("=")
+        if not eq or name != short[axis.key]:
+            return None
+        named = [] if axis.is_range else [v for v, lab in zip(axis.values, axis.labels, strict=True)
+                                          if lab == text or _same_numbers(lab, text)]
+        values[axis.key] = named[0] if named else _scalar(text)
+    return values
+
+
+def _scalar(text: str) -> Any:
+    """``3`` -> 3, ``1e-3`` -> 0.001, other text as it is."""
+    if re.fullmatch(r"[-+]?\d+", text):
+        return int(text)
+    return float(text) if _NUMBER.fullmatch(text) else text
 
 
 def _undrawable(axis: Any, value: Any) -> str | None:
@@ -63,8 +132,8 @@ def _drawable_labels(spec: SweepSpec) -> list[str] | None:
     per_axis = [_axis_points(axis) for axis in spec.axes]
     if any(p is None for p in per_axis) or math.prod(len(p) for p in per_axis) > MAX_LABELLED_ARMS:
         return None
-    return [arm_label(spec.axes, dict(zip([a.key for a in spec.axes], combo, strict=True)))
-            for combo in itertools.product(*per_axis)]
+    return list(dict.fromkeys(arm_label(spec.axes, dict(zip([a.key for a in spec.axes], combo, strict=True)))
+                              for combo in itertools.product(*per_axis)))  # a fine step's 4-digit labels repeat
 
 
 def _axis_points(axis: Any) -> list[Any] | None:
@@ -99,6 +168,8 @@ def cli_baseline(spec: SweepSpec, text: str) -> SweepSpec:
         where = str(exc).removeprefix(f"{spec.path}: baseline").removeprefix(".").removeprefix(":")
         hint = label_hint(new.baseline, labels) if isinstance(new.baseline, str) else ""
         raise ConfigError(f"--baseline {text}: {where.strip()}{hint}") from None
+    if new.sampler != "grid":  # a value no draw can take: not "not sampled", as if more trials might draw it
+        check_drawable_baseline(new, text)
     return new
 
 
@@ -107,9 +178,80 @@ def unsampled_cli_baseline(spec: SweepSpec, label: str | None, sampled: list[str
     labels): its table would have had no deltas. A spec's own ``baseline:`` may name an arm not drawn yet
     (it is written before the sweep runs), and gets a note under the table instead."""
     raw = spec.baseline
-    text = raw if isinstance(raw, str) else "{" + ", ".join(f"{k}: {v}" for k, v in dict(raw or {}).items()) + "}"
+    text = _shown(raw)
     return ConfigError(f"--baseline {text}: no arm the sweep sampled is labelled {label!r}; sampled arms "
                        f"({len(sampled)}): {shown_labels(sampled)}{label_hint(str(label), sampled)}")
+
+
+def table_baseline(spec: SweepSpec, labels: list[str], records: Iterable[Any] = ()) -> str | None:
+    """The baseline arm's label (:func:`resolve_baseline`), also when a tpe/random sampler never drew it.
+
+    tpe/random: a label of ``labels``, else the arm of the sampled point (``records``' ``point``) the baseline
+    names as numbers (:func:`sampled_arm`), but for a label that writes an arm's numbers another way
+    (``lr=2e-3``), refused with a did-you-mean. One the sampler may draw and did not
+    leaves the table with no deltas and a note (``compare_text.missing_baseline_note``) rather than refusing
+    the sweep's trials; one no draw can take is an error (:func:`check_drawable_baseline`), as is one from
+    ``compare --baseline`` (``spec.baseline_from``), given to compare the arms there are, naming none of
+    ``labels`` (when there are any).
+
+    Raises:
+        ConfigError: ``baseline:`` is malformed, names no possible arm, or (``--baseline``) no arm of ``labels``.
+    """
+    if spec.sampler == "grid" or spec.baseline is None:
+        return resolve_baseline(spec, labels)
+    label = resolve_baseline(spec, [])  # a malformed baseline (an unknown axis key, ...) still raises
+    if isinstance(spec.baseline, str) and label in labels:  # as the table writes it
+        return label
+    hint = label_hint(label, labels) if isinstance(spec.baseline, str) else ""  # lr=2e-3: a did-you-mean, no match
+    if not hint and (arm := sampled_arm(spec, records)) is not None:  # a mapping, or a label finer than 4 digits
+        return arm
+    if label in labels:  # a mapping, in trials that recorded no point
+        return label
+    check_drawable_baseline(spec, sampled=labels)
+    if spec.baseline_from and labels:  # --baseline, given to compare the arms sampled: refused, listing them
+        raise unsampled_cli_baseline(spec, label, labels)
+    if hint:
+        raise spec.err("baseline", f"no arm the sweep sampled is labelled {label!r}; sampled arms: "
+                                   f"{shown_labels(labels)}{hint}")
+    return label
+
+
+def sampled_arm(spec: SweepSpec, records: Iterable[Any]) -> str | None:
+    """The arm (its label in the table) of the first of ``records`` whose point ``spec.baseline`` names, numbers
+    compared as numbers: a label finer than the arms' 4 digits (``lr=0.00012345``, drawn as
+    0.00012344999999999999 and labelled ``lr=0.0001234``) or a mapping. None: no record has that point."""
+    raw = spec.baseline
+    values = raw if isinstance(raw, dict) else label_values(spec, raw) if isinstance(raw, str) else None
+    for r in records if values is not None else ():
+        point = arm_point(getattr(r, "point", None), spec.axes)
+        if point is not None and all(_same_value(values[a.key], point[a.key]) for a in spec.axes):
+            return r.arm
+    return None
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as config values; numbers within float noise (a step grid's 0.00012 + 345 * 1e-8)."""
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+        return math.isclose(a, b, rel_tol=1e-12)
+    return canonical_value(encode(a)) == canonical_value(encode(b))
+
+
+def baseline_source(spec: SweepSpec, baseline: str | None) -> str:
+    """The line under the printed table saying where its baseline came from, as :func:`table_baseline` picked
+    it: ``baseline: lr=0.001 (`baseline:` of sweeps/x.yaml)``, or the first arm (of the grid; of the sampled
+    ones by label). "" without a baseline, or where a table note says it (``compare_text.baseline_note``:
+    ``--baseline``, a sweep directory's frozen spec, a spec edited since the sweep ran)."""
+    from klear_lab.console import shown_path
+    from klear_lab.sweep.compare_text import baseline_note
+
+    if baseline is None or baseline_note(spec, baseline):
+        return ""
+    if spec.baseline is not None:
+        how = f"`baseline:` of {shown_path(spec.path)}"
+    else:
+        first = "the grid's first arm" if spec.sampler == "grid" else "the sampled arm whose label sorts first"
+        how = f"{first}: the spec has no `baseline:`"
+    return f"baseline: {baseline} ({how})"
 
 
 def check_label_hint(spec: SweepSpec) -> None:

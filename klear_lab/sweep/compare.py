@@ -26,9 +26,10 @@ import pandas as pd
 from klear_lab.errors import ConfigError
 from klear_lab.stats import bootstrap_diff, welch_interval
 from klear_lab.sweep.axes import Axis
+from klear_lab.sweep.baseline_checks import baseline_source, table_baseline
 from klear_lab.sweep.best import star_best
 from klear_lab.sweep.compare_text import table_metrics, table_notes, to_markdown
-from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key, resolve_baseline
+from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key
 from klear_lab.sweep.spec import SweepSpec
 
 
@@ -237,37 +238,10 @@ def check_finished(spec: SweepSpec, records: list[TrialRecord], states: tuple[st
 
 def table_arms(spec: SweepSpec, records: list[TrialRecord]) -> tuple[list[str] | None, str | None]:
     """The table's arm order (a grid's arms in spec order; None for tpe/random: the trials' order) and its
-    baseline label (:func:`table_baseline`; None only for a tpe/random sweep with no trial and no ``baseline:``).
-    ``compare`` and ``compare --rescore`` both lay out their tables with it."""
+    baseline label (``baseline_checks.table_baseline``; None only for a tpe/random sweep with no trial and no
+    ``baseline:``). ``compare`` and ``compare --rescore`` both lay out their tables with it."""
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
-    return order, table_baseline(spec, order or sorted({r.arm for r in records}))
-
-
-def table_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
-    """The baseline arm's label (:func:`resolve_baseline`), also when a tpe/random sampler never drew it.
-
-    With every axis discrete, ``baseline:`` names an arm the sampler may draw, or may not: then the table
-    has no deltas and says so (``compare_text.missing_baseline_note``) rather than refusing the sweep's trials.
-    A baseline that names no arm the spec's axes allow is still a spec error; one from ``compare --baseline``
-    (``spec.baseline_from``), which is given to compare the arms there are, must name one of ``labels``.
-
-    Raises:
-        ConfigError: ``baseline:`` is malformed, or names no possible arm; ``--baseline`` names no arm of
-            ``labels`` (when there are any).
-    """
-    try:
-        return resolve_baseline(spec, labels)
-    except ConfigError:
-        if spec.sampler == "grid":
-            raise
-        label = resolve_baseline(spec, [])  # a malformed baseline (an unknown axis key, ...) still raises
-        if spec.baseline_from:  # --baseline, given to compare the arms sampled: refused, listing them
-            from klear_lab.sweep.baseline_checks import unsampled_cli_baseline
-
-            raise unsampled_cli_baseline(spec, label, labels) from None
-        if all(not a.is_range for a in spec.axes) and label not in {a.label for a in grid_arms(spec)}:
-            raise
-        return label
+    return order, table_baseline(spec, order or sorted({r.arm for r in records}), records)
 
 
 def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str | None,
@@ -289,7 +263,7 @@ def write_comparison(records: list[TrialRecord], spec: SweepSpec, baseline: str 
     from klear_lab.console import make_console
 
     console = console or make_console()
-    print_table(df, spec, baseline, out_dir, png, console, extra=notes)
+    print_table(df, spec, baseline, out_dir, png, console, extra=(baseline_source(spec, baseline), *notes))
     finished = [r for r in records if r.state == "COMPLETE"]
     never = [m for m in spec.metrics if finished and not any(m in r.metrics for r in finished)]
     print_run_notes(console, curve_notes, never)

@@ -167,9 +167,18 @@ def resolve_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
         missing = sorted(keys - set(raw))
         raise spec.err("baseline", f"give a value for every axis; missing {', '.join(missing)}")
     label = arm_label(spec.axes, raw)
-    if labels and label not in labels:
-        raise spec.err("baseline", f"{raw} is not a grid point (arms: {', '.join(labels)})")
+    if labels and label not in labels:  # a tpe/random sweep's labels are the arms it sampled
+        what = "is not a grid point (arms" if spec.sampler == "grid" else "was not sampled (sampled arms"
+        raise spec.err("baseline", f"{flow_yaml(raw)} {what}: {', '.join(labels)})")
     return label
+
+
+def flow_yaml(value: Any) -> str:
+    """``value`` on one line as YAML writes it (``{optim.lr: 0.001, trainer.deterministic: false}``), as a spec or
+    ``--baseline`` gives it; Python's ``str`` wrote ``False`` and ``{'a': 1}``."""
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 30, sort_keys=False).removesuffix("...\n").strip()
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:

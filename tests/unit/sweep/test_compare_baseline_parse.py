@@ -83,8 +83,8 @@ def test_a_cli_baseline_no_sampled_arm_is_refused_listing_the_sampled_ones(tmp_p
     assert f"--baseline {lr}: no arm the sweep sampled is labelled {lr!r}; sampled arms (3): " in err
     assert all(label in err for label in sampled) and f"(did you mean {sampled[0]!r}" in err
     assert main(["compare", str(sweep_dir), "--baseline", f"{lr},weight_decay=0.3", "--rescore", "eval.samples=2"]
-                ) == 2  # refused before any scoring
-    assert "no arm the sweep sampled is labelled" in capsys.readouterr().err
+                ) == 2  # refused before any scoring: no draw takes weight_decay 0.3
+    assert "optim.weight_decay: 0.3 cannot be drawn: it is not one of the axis's values" in capsys.readouterr().err
     assert not list(sweep_dir.glob("rescore-*"))
     capsys.readouterr()
 
