@@ -25,13 +25,13 @@ from rich.table import Table
 from klear_lab.build_model import check_model_dir, resolve_model_dir
 from klear_lab.console import make_console
 from klear_lab.distributed import device_count
-from klear_lab.dry_run_data import data_rows, heldout_row, sft_steps_rows, sft_warmup_problem
+from klear_lab.dry_run_data import data_rows, estimated_examples, heldout_row, sft_steps_rows, sft_warmup_problem
 from klear_lab.dry_run_twins import earlier_run_rows
 from klear_lab.errors import ComponentError, ConfigError
 from klear_lab.models.known_configs import KNOWN
 from klear_lab.rl.probes import probe_rl_components
 from klear_lab.stages.rl_plan import lr_schedule_text
-from klear_lab.stages.sft_steps import rows_per_micro_batch
+from klear_lab.stages.sft_steps import many_epochs_rows, rows_per_micro_batch
 
 UNSUPPORTED = "NOT SUPPORTED"  # a row that says the config cannot run: the command exits 2 after the plan
 NOT_HERE = "NOT AVAILABLE HERE"  # a row that says this machine lacks something (a package, a GPU, a file)
@@ -131,7 +131,7 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
         d = cfg["data"]
         rows += [("data mix / filter", f"{d['mix']['name']} / {d['filter']['name']}"), ("max length", str(max_len)),
                  ("tokens per optimizer step (packed)", f"{tokens_per_step:,}"), *sft_steps_rows(cfg),
-                 ("lr schedule", lr_schedule_text(cfg["optim"]))]
+                 *many_epochs_rows(cfg, estimated_examples(cfg)), ("lr schedule", lr_schedule_text(cfg["optim"]))]
         scheduled = s["max_steps"]  # 0 (by epochs): sft_warmup_problem warns from the most steps it can be
     else:
         from klear_lab.stages.rl_plan import rl_plan_rows, schedule_steps

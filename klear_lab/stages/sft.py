@@ -33,7 +33,7 @@ from klear_lab.stages.common import (
     save_model,
     write_samples,
 )
-from klear_lab.stages.sft_steps import rows_per_micro_batch
+from klear_lab.stages.sft_steps import many_epochs_problem, rows_per_micro_batch
 
 
 @dataclass
@@ -211,6 +211,9 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
                        pad_id=tokenizer.pad_token_id, seed=cfg["run"]["seed"],
                        step_windows=step_windows(cfg))
     plan = sft_plan(cfg, dm, examples, dropped, model)
+    rows = f"{len(dm.rows):,} packed training rows ({len(examples):,} examples)"
+    if problem := many_epochs_problem(cfg["sft"]["max_steps"], planned_epochs(plan), rows):
+        warnings.warn(problem, UserWarning, stacklevel=2)
     plan.update(data_stats)
     plan["plan/dropped_no_response"] = float(without)
     module = SFTModule(

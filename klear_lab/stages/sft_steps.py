@@ -24,3 +24,32 @@ def planned_sft_steps(rows: int, rows_per_batch: int, grad_accum: int, devices: 
 def rows_per_micro_batch(cfg: dict) -> int:
     """Packed rows of ``data.max_length`` per micro-batch: ``sft.tokens_per_micro_batch // max_length``, at least 1."""
     return max(cfg["sft"]["tokens_per_micro_batch"] // cfg["data"]["max_length"], 1)
+
+
+MANY_EPOCHS = 10  # more passes than this over one data set: probably a mistake (the paper's SFT recipe trains 4)
+
+
+def many_epochs_problem(max_steps: int, epochs: int, rows: str, at_least: bool = False) -> str | None:
+    """What an ``sft.max_steps`` run that repeats its ``rows`` (training rows, in words) ``epochs`` times does,
+    when that is more than :data:`MANY_EPOCHS`; None otherwise (an ``sft.epochs`` run asked for its epochs)."""
+    if max_steps <= 0 or epochs <= MANY_EPOCHS:
+        return None
+    return (f"sft.max_steps={max_steps} trains {'at least ' * at_least}{epochs} epochs of {rows}: more than "
+            f"{MANY_EPOCHS} passes over the same data is probably a mistake (the paper's SFT recipe trains 4 "
+            "epochs); lower sft.max_steps, or set sft.max_steps=0 and train by sft.epochs")
+
+
+def many_epochs_rows(cfg: dict, examples: int | None) -> list[tuple[str, str]]:
+    """The dry run's warning row of :func:`many_epochs_problem` for ``examples`` declared training examples
+    (None: not declared, no row). A packed row holds at least one example, so one per row gives the most steps
+    per epoch and the fewest epochs: the run's own are at least these."""
+    from klear_lab.distributed import device_count
+
+    s = cfg["sft"]
+    if s["max_steps"] <= 0 or not examples:
+        return []
+    per_epoch, _ = planned_sft_steps(examples, rows_per_micro_batch(cfg), s["grad_accum"],
+                                     device_count(cfg["trainer"]), 1, 0)
+    rows = f"the {examples:,} declared training examples (at one per packed row; more epochs if rows hold several)"
+    problem = many_epochs_problem(s["max_steps"], math.ceil(s["max_steps"] / per_epoch), rows, at_least=True)
+    return [("warning", problem)] if problem else []

@@ -93,9 +93,9 @@ def run_sweep(spec_path: str | Path, overrides: list[str] | None = None, *, work
     url = default_storage_url(spec)
     n_points = trial_count(spec, arms)
     if wandb_export:
-        from klear_lab.sweep.wandb_export import write_wandb_sweep
+        from klear_lab.sweep.wandb_export import relative_note, write_wandb_sweep
 
-        log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')}")
+        log(f"W&B sweep config: {write_wandb_sweep(spec, spec.sweep_dir / 'wandb_sweep.yaml')} ({relative_note()})")
         return 0
     missing, lacking = unavailable_trial_inputs(spec, arms)
     if missing and not validate_only:

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.spec import SweepSpec, load_spec, user_path
-from klear_lab.sweep.storage import default_storage_url, own_study_url
+from klear_lab.sweep.storage import NoStudyError, default_storage_url, own_study_url
 
 
 def locate(target: str | Path) -> tuple[SweepSpec, str]:
@@ -21,7 +21,8 @@ def locate(target: str | Path) -> tuple[SweepSpec, str]:
     when that is the default ``study.db`` inside it (:func:`study_url`).
 
     Raises:
-        ConfigError: not a sweep directory or spec file, or a moved sweep directory lacks its own ``study.db``.
+        ConfigError: not a sweep directory or spec file, or a moved sweep directory lacks its own ``study.db``;
+            NoStudyError: a spec's relative ``out_dir`` finds no sweep from the working directory.
     """
     path = user_path(target)
     if path.is_dir():
@@ -40,9 +41,23 @@ def locate(target: str | Path) -> tuple[SweepSpec, str]:
                           "or a sweep spec .yaml (sweeps/NAME.yaml)")
     spec = load_spec(path)
     if not (spec.sweep_dir / "sweep.json").is_file():
+        _check_found_here(spec)
         return spec, default_storage_url(spec)
     meta, frozen = recorded_sweep(spec.sweep_dir)
     return spec, _checked(spec.sweep_dir, study_url(spec.sweep_dir, meta, frozen), meta, frozen)
+
+
+def _check_found_here(spec: SweepSpec) -> None:
+    """Refuse a spec whose sweep directory, from a relative ``out_dir``, holds no sweep and no own ``study.db``,
+    naming the working directory it was read from: run from another directory, opening the study said only
+    "no study ... in sqlite:///CWD/...; start it", as of a sweep never run (a spec with a ``storage`` of its
+    own may hold the study elsewhere: left to the caller's ``open_study``)."""
+    if spec.storage or spec.out_dir.is_absolute() or (spec.sweep_dir / "study.db").is_file():
+        return
+    raise NoStudyError(f"{spec.path}: no study {spec.name!r} in {default_storage_url(spec)}; start it with "
+                       f"`{spec.launch_command()}` first, or, if it ran, run from the directory it ran in or give "
+                       f"its sweep directory: out_dir {str(spec.out_dir)!r} is read relative to the working "
+                       f"directory {Path.cwd()}")
 
 
 def recorded_sweep(sweep_dir: Path) -> tuple[dict, SweepSpec]:
