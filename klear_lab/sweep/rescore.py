@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from klear_lab.sweep.baseline_checks import baseline_source
 from klear_lab.sweep.compare import TrialRecord, arm_seeds, check_finished, load_records, summarize, table_arms
 from klear_lab.sweep.compare_text import baseline_note, to_markdown, untrained_notes
 from klear_lab.sweep.render import write_csv
@@ -183,7 +184,8 @@ def write_table(spec: SweepSpec, records: list[TrialRecord], overrides: list[str
     markdown = to_markdown(df, table_spec.metric, table_spec.metrics, baseline, notes)
     atomic_write(out_dir / "table.md", lambda tmp: tmp.write_text(f"Rescored: {' '.join(overrides)}\n\n{markdown}"))
     title = f"sweep {spec.name} rescored ({' '.join(overrides)}): {objective}{versus(baseline)}"
-    print_table(df, table_spec, baseline, out_dir, None, console, title=title, extra=notes)
+    print_table(df, table_spec, baseline, out_dir, None, console, title=title,
+                extra=(baseline_source(spec, baseline), *notes))  # as compare's: the plain source on screen
     return df
 
 

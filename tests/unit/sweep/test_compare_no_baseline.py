@@ -75,7 +75,9 @@ def test_a_rescore_with_a_baseline_names_it_in_the_title(tmp_path):
     records = [TrialRecord("lr=0.001", 0, "COMPLETE", {"val/acc": 0.5}), TrialRecord("lr=0.002", 0, "COMPLETE",
                                                                                     {"val/acc": 0.6})]
     write_table(spec, records, ["eval.samples=2"], {}, console)
-    assert "rescored (eval.samples=2): val/acc, baseline lr=0.001" in " ".join(console.export_text().split())
+    text = " ".join(console.export_text().split())
+    assert "rescored (eval.samples=2): val/acc, baseline lr=0.001" in text
+    assert "baseline: lr=0.001 (the grid's first arm: the spec has no `baseline:`)" in text  # as compare's table
 
 
 def test_a_rescore_of_a_training_curve_objective_compares_its_held_out_counterpart(tmp_path):
