@@ -178,6 +178,11 @@ def planned_epochs(plan: dict[str, float]) -> int:
     return math.ceil(plan["plan/total_steps"] / plan["plan/steps_per_epoch"])
 
 
+def passes(plan: dict[str, float]) -> float:
+    """How many times the planned optimizer steps pass over the training rows (``sft.epochs=1.5``: 1.5)."""
+    return plan["plan/total_steps"] / plan["plan/steps_per_epoch"]
+
+
 def default_callbacks(cfg: dict[str, Any], epochs: int | None = None) -> list:
     out: list = [StepLRMonitor()]
     if cfg["trainer"].get("progress_bar", True):
@@ -212,7 +217,7 @@ def prepare_sft(cfg: dict[str, Any]) -> SFTStage:
                        step_windows=step_windows(cfg))
     plan = sft_plan(cfg, dm, examples, dropped, model)
     rows = f"{len(dm.rows):,} packed training rows ({len(examples):,} examples)"
-    if problem := many_epochs_problem(cfg["sft"]["max_steps"], planned_epochs(plan), rows):
+    if problem := many_epochs_problem(cfg["sft"]["max_steps"], passes(plan), rows):
         warnings.warn(problem, UserWarning, stacklevel=2)
     plan.update(data_stats)
     plan["plan/dropped_no_response"] = float(without)

@@ -29,14 +29,15 @@ def rows_per_micro_batch(cfg: dict) -> int:
 MANY_EPOCHS = 10  # more passes than this over one data set: probably a mistake (the paper's SFT recipe trains 4)
 
 
-def many_epochs_problem(max_steps: int, epochs: int, rows: str, at_least: bool = False) -> str | None:
-    """What an ``sft.max_steps`` run that repeats its ``rows`` (training rows, in words) ``epochs`` times does,
-    when that is more than :data:`MANY_EPOCHS`; None otherwise (an ``sft.epochs`` run asked for its epochs)."""
-    if max_steps <= 0 or epochs <= MANY_EPOCHS:
+def many_epochs_problem(max_steps: int, passes: float, rows: str, bound: str = "") -> str | None:
+    """What an ``sft.max_steps`` run that passes over its ``rows`` (training rows, in words) ``passes`` times
+    does, when that is more than :data:`MANY_EPOCHS`; None otherwise (an ``sft.epochs`` run asked for its
+    epochs). ``bound``: "at least " where ``passes`` is a lower bound (the dry run's)."""
+    if max_steps <= 0 or passes <= MANY_EPOCHS:
         return None
-    return (f"sft.max_steps={max_steps} trains {'at least ' * at_least}{epochs} epochs of {rows}: more than "
-            f"{MANY_EPOCHS} passes over the same data is probably a mistake (the paper's SFT recipe trains 4 "
-            "epochs); lower sft.max_steps, or set sft.max_steps=0 and train by sft.epochs")
+    return (f"sft.max_steps={max_steps} passes {bound}{passes:.3g} times over {rows}: more than {MANY_EPOCHS} "
+            "epochs of the same data is probably a mistake (the paper's SFT recipe trains 4 epochs); lower "
+            "sft.max_steps, or set sft.max_steps=0 and train by sft.epochs")
 
 
 def many_epochs_rows(cfg: dict, examples: int | None) -> list[tuple[str, str]]:
@@ -50,6 +51,6 @@ def many_epochs_rows(cfg: dict, examples: int | None) -> list[tuple[str, str]]:
         return []
     per_epoch, _ = planned_sft_steps(examples, rows_per_micro_batch(cfg), s["grad_accum"],
                                      device_count(cfg["trainer"]), 1, 0)
-    rows = f"the {examples:,} declared training examples (at one per packed row; more epochs if rows hold several)"
-    problem = many_epochs_problem(s["max_steps"], math.ceil(s["max_steps"] / per_epoch), rows, at_least=True)
+    rows = f"the {examples:,} declared training examples (at one per packed row; more if rows hold several)"
+    problem = many_epochs_problem(s["max_steps"], s["max_steps"] / per_epoch, rows, bound="at least ")
     return [("warning", problem)] if problem else []

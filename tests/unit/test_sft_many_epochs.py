@@ -15,20 +15,21 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "experiments/quickstart/sft.y
 
 
 def test_the_problem_names_the_key_the_epochs_and_the_rows():
-    text = many_epochs_problem(400, 34, "120 packed training rows (120 examples)")
-    assert text.startswith("sft.max_steps=400 trains 34 epochs of 120 packed training rows (120 examples): more "
-                           "than 10 passes")
+    text = many_epochs_problem(400, 33.3333, "120 packed training rows (120 examples)")
+    assert text.startswith("sft.max_steps=400 passes 33.3 times over 120 packed training rows (120 examples): "
+                           "more than 10 epochs")
     assert many_epochs_problem(400, 10, "rows") is None  # the threshold itself is quiet
+    assert many_epochs_problem(121, 121 / 12, "rows").startswith("sft.max_steps=121 passes 10.1 times")
     assert many_epochs_problem(0, 34, "rows") is None  # an sft.epochs run asked for its epochs
 
 
 def test_the_run_warns_when_max_steps_repeats_its_rows_many_times(tiny_sft_overrides):
     from klear_lab.stages.sft import prepare_sft
 
-    # 120 one-row examples, 10 rows per micro-batch: 12 steps an epoch, so 200 steps are 17 epochs
+    # 120 one-row examples, 10 rows per micro-batch: 12 steps an epoch, so 200 steps are 16.7 epochs
     cfg = compose(QUICKSTART, [*tiny_sft_overrides, "sft.max_steps=200", "trainer.accelerator=cpu"])
-    with pytest.warns(UserWarning, match=r"sft.max_steps=200 trains 17 epochs of 120 packed training rows "
-                                         r"\(120 examples\): more than 10 passes"):
+    with pytest.warns(UserWarning, match=r"sft.max_steps=200 passes 16.7 times over 120 packed training rows "
+                                         r"\(120 examples\): more than 10 epochs"):
         stage = prepare_sft(cfg)
     stage.close()
 
@@ -51,5 +52,5 @@ def test_the_dry_run_warns_from_the_declared_examples(max_steps, warned):
     found = [v for k, v in rows if k == "warning" and "sft.max_steps" in v]
     assert bool(found) == warned
     if warned:
-        assert found[0].startswith("sft.max_steps=50000 trains at least 40 epochs of the 15,000 declared training "
-                                   "examples")
+        assert found[0].startswith("sft.max_steps=50000 passes at least 40 times over the 15,000 declared "
+                                   "training examples")

@@ -26,7 +26,7 @@ def read_rows(path: str, split: str = "train") -> list[tuple[int, Any]]:
             import pyarrow.parquet as pq
 
             try:
-                return list(enumerate(_gapped_ints(pq.read_table(p)).to_pylist(), 1))
+                return list(enumerate(pq.read_table(p).to_pylist(), 1))
             except Exception as exc:  # noqa: BLE001 - any pyarrow failure is a bad file
                 raise DataError(f"{path}: cannot read parquet: {exc}") from exc
         return _read_json(p)
@@ -34,31 +34,6 @@ def read_rows(path: str, split: str = "train") -> list[tuple[int, Any]]:
     if missing:
         raise DataError(f"data file {path}: {missing}")
     return list(enumerate(_load_hf(path, from_disk=False, split=split), 1))
-
-
-def _gapped_ints(table: Any) -> Any:
-    """``table`` with each float column that has gaps (null or NaN) and otherwise only whole numbers as ints.
-
-    pandas stores an int column with missing values as float64, so a parquet ``answer`` of 58 read as 58.0 (the
-    answer "58.0"). A column with a fraction (2.5) keeps its floats; a gap stays null, which the row's checks
-    name as missing. Top-level columns only.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    for i, column in enumerate(table.columns):
-        if not pa.types.is_floating(column.type):
-            continue
-        gaps = pc.or_kleene(pc.is_null(column), pc.is_nan(column)).fill_null(True)
-        if not pc.any(gaps).as_py():
-            continue
-        values = pc.filter(column, pc.invert(gaps))
-        if len(values) and not (pc.all(pc.equal(pc.floor(values), values)).as_py()
-                                and pc.max(pc.abs(values)).as_py() <= 2**53):  # whole, and exact as floats
-            continue
-        ints = pc.cast(pc.if_else(gaps, pa.scalar(None, column.type), column), pa.int64())
-        table = table.set_column(i, table.schema.field(i).with_type(pa.int64()), ints)
-    return table
 
 
 def _refuse_compressed(p: Path) -> None:

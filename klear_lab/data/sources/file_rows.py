@@ -7,6 +7,7 @@ and column in its errors, the row's task, its reference answer, and a code row's
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from klear_lab.data.records import MAX_TESTS_KEY, TEST_TIMEOUT_KEY, Record, code_limits_problem
@@ -124,11 +125,21 @@ def _answer(r: _Row, kind: str, needed_because: str | None) -> str:
     must have one (a math row without a ``response`` is only graded; a held-out row is scored), None where it
     need not: a code row is graded by its tests, and an SFT row with a response trains without one (an RL run
     refuses such a math row later, naming its file and row: ``records.require_gradeable``)."""
-    value = r.get("answer", (str, int, float), None)
+    value = _whole(r.get("answer", (str, int, float), None))
     answer = "" if value is None else str(value)
     if needed_because and kind != "code" and not answer.strip():
         raise r.fail("answer", f"{'empty' if value is not None else r.absence('answer')}; {needed_because}")
     return answer
+
+
+def _whole(value: Any) -> Any:
+    """A float answer that is a whole number as an int, NaN as None (missing). pandas writes an int column with
+    gaps as floats (NaN in the gaps), so a parquet answer of 58 read as 58.0: the answer "58.0"."""
+    if not isinstance(value, float):
+        return value
+    if math.isnan(value):
+        return None
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
 
 
 def _needed_because(scored: bool, response: str | None) -> str | None:

@@ -1,4 +1,5 @@
-"""A parquet int column with gaps, which pandas stores as floats, is read back as ints: answer "58", not "58.0"."""
+"""A float answer that is a whole number reads as one: pandas stores an int column with gaps as floats (NaN in
+the gaps), so a parquet answer of 58 read as "58.0". Only the answer: other columns keep their types."""
 
 from __future__ import annotations
 
@@ -24,22 +25,22 @@ def test_pandas_int_answers_with_a_gap_read_as_whole_numbers(tmp_path):
     assert [r.answer for r in FileSource(path=str(path)).records(0, "train")] == ["58", "", "7"]
 
 
-def test_a_nan_gap_counts_as_a_gap(tmp_path):
-    path = _write(tmp_path, prompt=["a?", "b?"], answer=[58.0, float("nan")], response=["x", "y"])
-    assert [r.answer for r in FileSource(path=path).records(0, "train")] == ["58", ""]
+def test_a_nan_answer_counts_as_a_gap(tmp_path):
+    path = _write(tmp_path, prompt=["a?", "b?", "c?"], answer=[58.0, float("nan"), 2.5], response=["x", "y", "z"])
+    assert [r.answer for r in FileSource(path=path).records(0, "train")] == ["58", "", "2.5"]
 
 
-def test_fractions_strings_and_gapless_floats_are_unchanged(tmp_path):
-    path = _write(tmp_path, prompt=["a?", "b?", "c?"], answer=[2.5, None, 58.0], response=["x", "y", "z"],
-                  text=["58.0", None, "7"], score=[1.0, 2.0, 3.0])
+def test_strings_and_other_columns_keep_their_values_and_types(tmp_path):
+    path = _write(tmp_path, prompt=["a?", "b?", "c?"], answer=["58.0", None, "7"], response=["x", "y", "z"],
+                  score=pa.array([1.0, None, 0.0], pa.float16()), rate=[1.0, None, 0.5])
     records = FileSource(path=path).records(0, "train")
-    assert [r.answer for r in records] == ["2.5", "", "58.0"]  # a column with a fraction keeps its floats
-    assert [r.meta["text"] for r in records] == ["58.0", None, "7"]
-    assert [r.meta["score"] for r in records] == [1.0, 2.0, 3.0] and isinstance(records[0].meta["score"], float)
+    assert [r.answer for r in records] == ["58.0", "", "7"]  # a string answer is the file's own text
+    assert [r.meta["score"] for r in records] == [1.0, None, 0.0] and isinstance(records[0].meta["score"], float)
+    assert [r.meta["rate"] for r in records] == [1.0, None, 0.5] and isinstance(records[0].meta["rate"], float)
 
 
 def test_a_held_out_row_without_its_answer_is_still_named(tmp_path):
-    path = _write(tmp_path, prompt=["a?", "b?", "c?"], answer=[58.0, None, 7.0])
+    path = _write(tmp_path, prompt=["a?", "b?", "c?"], answer=[58.0, float("nan"), 7.0])
     with pytest.raises(DataError, match=r"rows.parquet: row 2: field 'answer': missing \(null\); a held-out math "
                                         r"row is graded against its reference answer"):
         FileSource(path=path).records(0, "eval")
