@@ -3,6 +3,7 @@ and a warning when they, or the directory it runs from, differ from the attempt 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ def warn_if_elsewhere(run_dir: Path, doing: str = "resuming") -> None:
         return
     if Path(started_in).is_dir():  # a hub id looks relative too: only what lies in the run's directory
         relative = [p for p in relative if (Path(started_in) / p).exists()]
+    out_dir = str(cfg.get("run", {}).get("out_dir") or "")
+    if doing != "resuming" and out_dir and not os.path.isabs(os.path.expanduser(out_dir)):
+        relative.append(f"run.out_dir {out_dir}: the new run goes to {Path.cwd() / out_dir}")  # a resume stays put
     if relative:
         shown = ", ".join(relative[:3]) + (", ..." if len(relative) > 3 else "")
         print(f"warning: {run_dir}: {doing} from {Path.cwd()}; the run started in {started_in}, and the relative "

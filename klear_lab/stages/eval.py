@@ -67,8 +67,10 @@ class EvalStage:
 # What an evaluation reads: an override of anything else (optim.lr, sft.epochs...) would be accepted and
 # change nothing but the saved config and the W&B title of a rescore.
 EVAL_KEYS = ("eval", "data.eval_sources", "data.world_seed", "run.name", "run.out_dir", "run.seed", "run.tags",
-             "run.group", "run.job_type", "run.notes", "tracking", "trainer", "plugins", "rl.rollout",
-             "model.name_or_path", "model.dtype", "model.attn_implementation")
+             "run.group", "run.job_type", "run.notes", "tracking", "trainer.accelerator", "trainer.num_threads",
+             "plugins", "rl.rollout", "model.name_or_path", "model.dtype", "model.attn_implementation")
+# ... but not these of them: training's own (an evaluation is one process on one device, and writes no checkpoint)
+TRAINING_ONLY = {"eval.every_n_steps": "is the interval of evaluations during training"}
 
 
 def check_eval_overrides(overrides: list[str], label: str = "command line") -> None:
@@ -79,11 +81,28 @@ def check_eval_overrides(overrides: list[str], label: str = "command line") -> N
     for item in overrides:
         check_override_form(item, label)
         key = override_key(item)
+        if key in TRAINING_ONLY:
+            raise ConfigError(f"{item!r}: {key} does not change an evaluation: it {TRAINING_ONLY[key]}")
         if not any(key == k or key.startswith(f"{k}.") for k in EVAL_KEYS):
             raise ConfigError(f"{item!r}: {key} does not change an evaluation (it is not read when scoring); an "
                               f"evaluation takes {', '.join(f'{k}...' for k in EVAL_KEYS[:3])}, run naming and "
-                              "seed, tracking, trainer, plugins, rl.rollout (eval.engine: rollout) and the model's "
-                              "name_or_path, dtype and attention")
+                              "seed, tracking, trainer.accelerator and num_threads (one process on one device), "
+                              "plugins, rl.rollout (eval.engine: rollout) and the model's name_or_path, dtype "
+                              "and attention")
+
+
+def check_rollout_overrides(cfg: dict[str, Any], overrides: list[str]) -> None:
+    """An ``rl.rollout`` override is read by an evaluation only through ``eval.engine: rollout``: with the
+    ``generate`` engine it changed nothing but the config's hash."""
+    from klear_lab.config.layers import override_key
+
+    if cfg["eval"]["engine"] == "rollout":
+        return
+    for item in overrides:
+        if override_key(item).split(".")[:2] == ["rl", "rollout"]:
+            raise ConfigError(f"{item!r}: rl.rollout does not change this evaluation: its eval.engine is "
+                              f"{cfg['eval']['engine']!r}, which decodes with transformers; set eval.engine=rollout "
+                              "to evaluate on the rollout engine")
 
 
 def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -112,7 +131,9 @@ def eval_config(target: str | Path, overrides: list[str] | None = None) -> dict[
     else:
         raise ConfigError(f"{path}: no such run directory or experiment file")
     layer["trainer"] = {"devices": 1, "strategy": "auto"}  # one process, one device (a DDP run's config says more)
-    return compose(experiment, None, [("klear-lab eval", layer), *([dotlist_layer(overrides)] if overrides else [])])
+    cfg = compose(experiment, None, [("klear-lab eval", layer), *([dotlist_layer(overrides)] if overrides else [])])
+    check_rollout_overrides(cfg, overrides or [])
+    return cfg
 
 
 def unscorable(path: Path) -> str | None:

@@ -173,8 +173,23 @@ def test_an_override_an_evaluation_does_not_read_is_refused(tmp_path, capsys):
     from klear_lab.stages.eval import check_eval_overrides
 
     check_eval_overrides(["eval.samples=4", "data.eval_sources.0.n_prompts=3", "run.seed=2", "rl.rollout=vllm",
-                          "data.world_seed=3",
+                          "data.world_seed=3", "trainer.accelerator=cpu",
                           "trainer.num_threads=1", "tracking.wandb.enabled=false", "model.dtype=bfloat16"])
+
+
+def test_training_only_keys_and_a_rollout_engine_the_evaluation_does_not_start_are_refused(tmp_path):
+    """A walkthrough found ``eval RUN rl.rollout=vllm`` (with ``eval.engine: generate``), ``eval.every_n_steps=5``
+    and ``trainer.devices=2 trainer.strategy=ddp`` accepted: each changed the eval run's hash and nothing else."""
+    run_dir = _run_dir(tmp_path, "completed")
+    for bad, said in (("eval.every_n_steps=5", "the interval of evaluations during training"),
+                      ("trainer.devices=2", "not read when scoring"), ("trainer.strategy=ddp", "not read when scoring"),
+                      ("trainer.checkpoint_every=5", "not read when scoring"),
+                      ("rl.rollout=vllm", "its eval.engine is 'generate'"),
+                      ("rl.rollout.batch_size=4", "its eval.engine is 'generate'")):
+        with pytest.raises(ConfigError, match=f"{bad!r}: .*{said}"):
+            eval_config(run_dir, [bad])
+    cfg = eval_config(run_dir, ["eval.engine=rollout", "rl.rollout=hf"])  # read through the rollout engine
+    assert cfg["eval"]["engine"] == "rollout" and cfg["rl"]["rollout"]["name"] == "hf"
 
 
 def test_eval_of_an_experiment_needs_a_trained_model(tmp_path, capsys):

@@ -255,6 +255,24 @@ def test_run_json_names_the_directory_the_run_started_in_and_a_resume_elsewhere_
             "(data/train.jsonl) are read from the working directory") in capsys.readouterr().err  # not the hub id
 
 
+def test_a_rerun_elsewhere_of_a_config_with_a_relative_out_dir_says_where_the_new_run_goes(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """A walkthrough: ``cd /tmp && klear-lab train RUN/config.yaml`` of an embedded-world run said nothing, and
+    its relative ``run.out_dir: runs`` put the new run in /tmp/runs. A resume writes in the run's own directory."""
+    started, elsewhere = tmp_path / "proj", tmp_path / "other"
+    started.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(started)
+    cfg = compose(None, ["run.out_dir=runs"])
+    run_dir = create_run_dir(cfg).resolve()
+    write_config(run_dir, cfg)
+    (run_dir / "run.json").write_text(json.dumps({**tracking.identity_of(cfg, run_dir), "status": "completed"}))
+    monkeypatch.chdir(elsewhere)
+    warn_if_elsewhere(run_dir, "rerunning its saved config")
+    assert f"(run.out_dir runs: the new run goes to {elsewhere / 'runs'})" in capsys.readouterr().err
+    warn_if_elsewhere(run_dir)
+    assert "resuming from" not in capsys.readouterr().err
+
+
 def test_a_moved_run_resumed_records_its_new_directory(tmp_path, monkeypatch):
     """``run.json``'s ``run_dir`` named where the run started after it was moved and resumed (a review)."""
     moved = tmp_path / "moved"
