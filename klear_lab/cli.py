@@ -132,7 +132,7 @@ def _components(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc).replace("needs its file under `plugins:`", hint)) from None
         return 0
     for axis in axes:
-        component_table(console, axis, [k for k, a in keys.items() if a == axis])
+        component_table(console, axis, [k for k, a in keys.items() if a == axis], args.axis if len(axes) == 1 else None)
     return 0
 
 

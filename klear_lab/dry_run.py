@@ -120,10 +120,11 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
     if cfg["run"]["kind"] == "eval":
         dtype, source = weight_dtype(cfg, training=False)
         weights = f"{size(params * dtype.itemsize)} in {DTYPE_NAMES[dtype]} ({source}), one device"
-        return [*rows, ("weights (inference)", weights), heldout_row(cfg), eval_row(cfg), *data_rows(cfg)]
+        return [*rows, ("weights (inference)", weights), ("accelerator", f"{t['accelerator']}{gpu_note(t, False)}"),
+                heldout_row(cfg), eval_row(cfg), *data_rows(cfg)]
     rows += [*init_from_rows(cfg), training_memory_row(cfg, params),
              ("accelerator / devices / strategy / precision",
-              f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}")]
+              f"{t['accelerator']} / {t['devices']} / {t['strategy']} / {t['precision']}{gpu_note(t, True)}")]
     if cfg["run"]["kind"] == "sft":
         s = cfg["sft"]
         max_len = cfg["data"]["max_length"]
@@ -142,6 +143,19 @@ def plan_rows(cfg: dict[str, Any], params: int) -> list[tuple[str, str]]:
 
     warning = warmup_problem(cfg["optim"], scheduled) or (cfg["run"]["kind"] == "sft" and sft_warmup_problem(cfg))
     return [*rows, *([("warning", warning)] if warning else []), heldout_row(cfg), eval_row(cfg), *data_rows(cfg)]
+
+
+def gpu_note(trainer: dict[str, Any], training: bool) -> str:
+    """`` (NOT AVAILABLE HERE: ...)`` where ``trainer.accelerator`` names a GPU (``gpu``/``cuda``) and this machine
+    shows none, else "". The run stops there (Lightning: "No supported gpu backend found!"; eval: a ConfigError),
+    but the config may be meant for a GPU machine, so not NOT SUPPORTED. ``auto`` falls back to the CPU; Lightning
+    trains ``gpu`` on Apple's MPS too, which an eval run does not use."""
+    accelerator = str(trainer["accelerator"])
+    if accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+        return ""
+    if training and accelerator == "gpu" and torch.backends.mps.is_available():
+        return ""
+    return f" ({NOT_HERE}: no CUDA device is visible here: the run would stop)"
 
 
 def weight_dtype(cfg: dict[str, Any], training: bool) -> tuple[torch.dtype, str]:

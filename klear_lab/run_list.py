@@ -3,7 +3,8 @@
 The status comes from ``run.json``, checked against this machine's processes:
 
 - ``completed`` / ``failed`` (with its error) / ``pruned`` (a sweep's pruner stopped it) as the run recorded;
-- ``running``: recorded as running, and the writer's process is alive here;
+- ``running``: recorded as running, and the writer's process is alive here; or a stopped or failed run that a
+  ``klear-lab resume`` is building (it holds ``.lock``: :func:`resuming_process`), "being resumed";
 - ``stopped``: recorded as running, but the writer's process is gone (``kill -9``, preemption, the
   OOM killer), which is what a researcher coming back to a machine most needs to find;
 - ``unknown``: recorded as running on another machine, whose processes cannot be checked here.
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fcntl
 import importlib
 import json
+import os
 import re
 import sys
 import time
@@ -120,10 +123,59 @@ def run_row(run_dir: Path, metric: str) -> RunRow:
     steps, value, damaged = run_progress(run_dir, metric)
     has_ckpt = checkpoint_path(run_dir).is_file()
     changed = max(_mtime(record), _mtime(run_dir / "csv" / "metrics.csv"))
-    note = "; ".join(n for n in (*damaged, _note(run_dir, identity, status, kind, has_ckpt)) if n)
+    resumer = resuming_process(run_dir) if status in ("stopped", "failed") else None
+    if resumer is not None:  # run.json says running only once the resume has built its run (minutes)
+        status, how = "running", f"being resumed ({f'pid {resumer}' if resumer else 'its pid is not visible here'})"
+    else:
+        how = _note(run_dir, identity, status, kind, has_ckpt)
+    note = "; ".join(n for n in (*damaged, how) if n)
     return RunRow(str(run_dir), kind, status, _attempts(identity), steps, value, has_ckpt, note,
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(changed)) if changed else "",
                   recorded_command(identity))
+
+
+def resuming_process(run_dir: Path) -> int | None:
+    """The pid of the process resuming ``run_dir`` (0 where it is not known), or None where none does: who holds
+    ``run_dir/.lock`` (:func:`klear_lab.run.run_lock`), which a resume takes before it checks the run and holds
+    while it builds it. A run never resumed has no ``.lock``, and none is made.
+
+    Read from ``/proc/locks`` where there is one: trying the lock (shared, without waiting) would refuse a
+    resume starting in that instant ("another process is resuming this run"), so it is tried only where this
+    kernel's lock table cannot be read. Over NFS another machine's lock is not in it: that run shows as its
+    ``run.json`` says until the resume writes ``running``."""
+    try:
+        held = os.stat(run_dir / ".lock")
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        return _lock_holder(held, Path("/proc/locks").read_text().splitlines())
+    try:
+        fd = os.open(run_dir / ".lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0
+    except OSError:  # a file system without flock: nothing to tell
+        return None
+    finally:
+        os.close(fd)  # releases what it took
+    return None
+
+
+def _lock_holder(held: os.stat_result, locks: list[str]) -> int | None:
+    """The pid ``locks`` (``/proc/locks``' lines) give for a FLOCK on the file ``held`` (``1: FLOCK  ADVISORY
+    WRITE 4242 fd:01:1234 0 EOF``: major and minor in hex, the inode in decimal), else None; waiters (``->``)
+    aside."""
+    for line in locks:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rpartition(":")[2] == str(held.st_ino):
+            with contextlib.suppress(ValueError):
+                major, minor = (int(n, 16) for n in parts[5].rsplit(":", 2)[:2])
+                if (major, minor) == (os.major(held.st_dev), os.minor(held.st_dev)) and int(parts[4]) > 0:
+                    return int(parts[4])
+    return None
 
 
 def _attempts(identity: dict[str, Any]) -> int:

@@ -33,9 +33,10 @@ def param_lines(cls: type, rows: list[tuple[str, str, object]]) -> list[tuple[st
     return [(f"{f}: {t} = {d!r}", docs.get(f, "")) for f, t, d in rows]
 
 
-def component_table(console, axis: str, keys: list[str]) -> None:  # noqa: ANN001 - a rich Console
+def component_table(console, axis: str, keys: list[str], typed: str | None = None) -> None:  # noqa: ANN001 - Console
     """One axis' components: parameters (allowed values where declared, descriptions where documented)
-    and the first paragraph of each docstring."""
+    and the first paragraph of each docstring; the footer's command names the axis as ``typed`` (``filter``,
+    ``data.filter``: what names this axis alone), else by its name."""
     import inspect
 
     from rich.console import Group
@@ -51,7 +52,7 @@ def component_table(console, axis: str, keys: list[str]) -> None:  # noqa: ANN00
     reg = REGISTRIES[axis]
     where = f" (config: {', '.join(keys)})" if keys else ""
     table = Table(title=f"{axis} — {reg.doc}{where}", show_lines=True,
-                  caption=f"klear-lab components {axis} NAME: a component's whole description")
+                  caption=f"klear-lab components {typed or axis} NAME: a component's whole description")
     for col in ("name", "parameters (defaults)", "description"):
         table.add_column(col)
     for name in reg.names():

@@ -1,8 +1,7 @@
 """Checks of a sweep's baseline: a tpe/random sweep's ``baseline:`` must be an arm its sampler can draw
 (checked before any trial); ``compare --baseline`` is read as ``baseline:`` is (:func:`cli_baseline`); a label
 whose numbers are an arm's written another way (``lr=1e-3`` for ``lr=0.001``) gets a did-you-mean
-(:func:`label_hint`); the table's baseline arm (:func:`table_baseline`), and where it came from
-(:func:`baseline_source`)."""
+(:func:`label_hint`). The table's baseline arm is ``baseline_table``'s."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ import yaml
 from klear_lab.errors import ConfigError
 from klear_lab.sweep.grid import (
     arm_label,
-    arm_point,
     axis_distribution,
     canonical_value,
     encode,
@@ -40,19 +38,20 @@ def check_drawable_baseline(spec: SweepSpec, text: str | None = None, sampled: l
     every trial had trained. ``resolve_baseline`` has checked the keys. One from ``compare --baseline TEXT``
     (``spec.baseline_from``) "cannot be drawn", said naming ``--baseline``; at the table (``sampled``: the
     arms sampled), a label is "no arm" of those."""
-    if (bad := undrawable_baseline(spec)) is None:
+    raw = spec.baseline
+    labels = _drawable_labels(spec) if isinstance(raw, str) else None
+    if (bad := undrawable_baseline(spec, labels)) is None:
         return
-    key, value, why = bad
-    raw, labels = spec.baseline, _drawable_labels(spec) or []
+    key, shown, why = bad
     if spec.baseline_from and key:
-        raise ConfigError(f"--baseline {text or _shown(raw)}: {key}: {flow_yaml(value)} cannot be drawn: it {why}")
+        raise ConfigError(f"--baseline {text or _shown(raw)}: {key}: {shown} cannot be drawn: it {why}")
     if spec.baseline_from:
         raise ConfigError(f"--baseline {text or raw}: cannot be drawn: sampler {spec.sampler} draws no arm labelled "
-                          f"{raw!r} (arms it draws: {shown_labels(labels)}){label_hint(str(raw), labels)}")
+                          f"{raw!r} (arms it draws: {shown_labels(labels or [])}){label_hint(str(raw), labels or [])}")
     if isinstance(raw, dict):
-        raise spec.err(f"baseline.{key}", f"{value!r} {why}: sampler {spec.sampler} never draws it, so no trial "
+        raise spec.err(f"baseline.{key}", f"{shown} {why}: sampler {spec.sampler} never draws it, so no trial "
                                           "would be the baseline")
-    detail = f" ({short_names(spec.axes)[key]}: {value!r} {why})" if key else ""
+    detail = f" ({short_names(spec.axes)[key]}: {shown} {why})" if key else ""
     if sampled is not None:
         raise spec.err("baseline", f"no arm is labelled {raw!r}; sampled arms: {shown_labels(sampled)}{detail}")
     arms = f"; arms: {shown_labels(labels, 8)}" if labels else ""
@@ -64,22 +63,39 @@ def _shown(raw: Any) -> str:
     return raw if isinstance(raw, str) else flow_yaml(raw)
 
 
-def undrawable_baseline(spec: SweepSpec) -> tuple[str, Any, str] | None:
-    """Why a tpe/random sampler never draws ``spec.baseline``: (axis key, value, why) for a mapping's value or
-    a label's (read back as numbers, :func:`label_values`: ``lr=0.00012345`` is on a fine step grid though the
-    arms' labels keep 4 digits); ("", label, why) for a label that does not read back and names none of the
-    arms the sampler may draw; None: it may be drawn, or there are too many arms to tell."""
+def undrawable_baseline(spec: SweepSpec, labels: list[str] | None) -> tuple[str, str, str] | None:
+    """Why a tpe/random sampler never draws ``spec.baseline``: (axis key, its value as the user wrote it, why)
+    for a mapping's value or a label's (read back as numbers, :func:`label_values`: ``lr=0.00012345`` is on a
+    fine step grid though the arms' labels keep 4 digits); ("", label, why) for a label that does not read
+    back and names none of ``labels`` (:func:`_drawable_labels`, for a label); None: it may be drawn, or
+    there are too many arms to tell."""
     raw = spec.baseline
-    labels = _drawable_labels(spec) if isinstance(raw, str) else None
     if labels is not None and raw in labels:  # an arm's own label (a rounded one: not read back)
         return None
-    values = raw if isinstance(raw, dict) else label_values(spec, raw) if isinstance(raw, str) else None
-    if values is None:
+    if (values := baseline_values(spec)) is None:
         return None if labels is None else ("", raw, "names no arm it may draw")
     for axis in spec.axes:
-        if (why := _undrawable(axis, values[axis.key])) is not None:
-            return axis.key, values[axis.key], why
+        if (why := _undrawable(axis, values[axis.key], isinstance(raw, str))) is not None:
+            return axis.key, _as_written(spec, axis.key), why
     return None
+
+
+def _as_written(spec: SweepSpec, key: str) -> str:
+    """The baseline's value of axis ``key`` as the user wrote it: a label's own text (``false``, not YAML's
+    ``'false'`` for the string it reads as), a mapping's value in YAML."""
+    raw = spec.baseline
+    if isinstance(raw, dict):
+        return flow_yaml(raw[key])
+    return dict(zip([a.key for a in spec.axes], [p.partition("=")[2] for p in raw.split(",")], strict=True))[key]
+
+
+def baseline_values(spec: SweepSpec) -> dict[str, Any] | None:
+    """``spec.baseline``'s axis values: a mapping's own, a label's read back (:func:`label_values`); None for
+    a label that does not read back (or no baseline)."""
+    raw = spec.baseline
+    if isinstance(raw, dict):
+        return raw
+    return label_values(spec, raw) if isinstance(raw, str) else None
 
 
 def label_values(spec: SweepSpec, label: str) -> dict[str, Any] | None:
@@ -107,12 +123,13 @@ def _scalar(text: str) -> Any:
     return float(text) if _NUMBER.fullmatch(text) else text
 
 
-def _undrawable(axis: Any, value: Any) -> str | None:
-    """Why ``axis`` never takes ``value`` (None: it may)."""
+def _undrawable(axis: Any, value: Any, by_label: bool) -> str | None:
+    """Why ``axis`` never takes ``value`` (None: it may); ``by_label``: named in a label, so a categorical
+    axis's labels are listed, as a label writes them."""
     if not axis.is_range:
         wanted = canonical_value(encode(value))
         if all(canonical_value(encode(v)) != wanted for v in axis.values):
-            return f"is not one of the axis's values ({', '.join(map(repr, axis.values))})"
+            return _not_a_value(axis, by_label)
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return f"is not a number, but the axis is the range [{axis.low}, {axis.high}]"
@@ -124,6 +141,15 @@ def _undrawable(axis: Any, value: Any) -> str | None:
     if dist.step and (Decimal(str(value)) - Decimal(str(dist.low))) % Decimal(str(dist.step)) != 0:
         return f"is not on the axis's grid (low {axis.low} plus a multiple of step {dist.step})"
     return None
+
+
+def _not_a_value(axis: Any, by_label: bool) -> str:
+    """``is not one of the axis's values (false, true)`` in YAML for a mapping; for a label, the labels it
+    may name (``False, True``; an axis's own ``labels:``, called labels)."""
+    if not by_label:
+        return f"is not one of the axis's values ({', '.join(flow_yaml(v) for v in axis.values)})"
+    named = any(label != str(v) for v, label in zip(axis.values, axis.labels, strict=True))
+    return f"is not one of the axis's {'labels' if named else 'values'} ({', '.join(axis.labels)})"
 
 
 def _drawable_labels(spec: SweepSpec) -> list[str] | None:
@@ -171,87 +197,6 @@ def cli_baseline(spec: SweepSpec, text: str) -> SweepSpec:
     if new.sampler != "grid":  # a value no draw can take: not "not sampled", as if more trials might draw it
         check_drawable_baseline(new, text)
     return new
-
-
-def unsampled_cli_baseline(spec: SweepSpec, label: str | None, sampled: list[str]) -> ConfigError:
-    """The error for a ``--baseline`` that names no arm a tpe/random sweep sampled (``sampled``: their
-    labels): its table would have had no deltas. A spec's own ``baseline:`` may name an arm not drawn yet
-    (it is written before the sweep runs), and gets a note under the table instead."""
-    raw = spec.baseline
-    text = _shown(raw)
-    return ConfigError(f"--baseline {text}: no arm the sweep sampled is labelled {label!r}; sampled arms "
-                       f"({len(sampled)}): {shown_labels(sampled)}{label_hint(str(label), sampled)}")
-
-
-def table_baseline(spec: SweepSpec, labels: list[str], records: Iterable[Any] = ()) -> str | None:
-    """The baseline arm's label (:func:`resolve_baseline`), also when a tpe/random sampler never drew it.
-
-    tpe/random: a label of ``labels``, else the arm of the sampled point (``records``' ``point``) the baseline
-    names as numbers (:func:`sampled_arm`), but for a label that writes an arm's numbers another way
-    (``lr=2e-3``), refused with a did-you-mean. One the sampler may draw and did not
-    leaves the table with no deltas and a note (``compare_text.missing_baseline_note``) rather than refusing
-    the sweep's trials; one no draw can take is an error (:func:`check_drawable_baseline`), as is one from
-    ``compare --baseline`` (``spec.baseline_from``), given to compare the arms there are, naming none of
-    ``labels`` (when there are any).
-
-    Raises:
-        ConfigError: ``baseline:`` is malformed, names no possible arm, or (``--baseline``) no arm of ``labels``.
-    """
-    if spec.sampler == "grid" or spec.baseline is None:
-        return resolve_baseline(spec, labels)
-    label = resolve_baseline(spec, [])  # a malformed baseline (an unknown axis key, ...) still raises
-    if isinstance(spec.baseline, str) and label in labels:  # as the table writes it
-        return label
-    hint = label_hint(label, labels) if isinstance(spec.baseline, str) else ""  # lr=2e-3: a did-you-mean, no match
-    if not hint and (arm := sampled_arm(spec, records)) is not None:  # a mapping, or a label finer than 4 digits
-        return arm
-    if label in labels:  # a mapping, in trials that recorded no point
-        return label
-    check_drawable_baseline(spec, sampled=labels)
-    if spec.baseline_from and labels:  # --baseline, given to compare the arms sampled: refused, listing them
-        raise unsampled_cli_baseline(spec, label, labels)
-    if hint:
-        raise spec.err("baseline", f"no arm the sweep sampled is labelled {label!r}; sampled arms: "
-                                   f"{shown_labels(labels)}{hint}")
-    return label
-
-
-def sampled_arm(spec: SweepSpec, records: Iterable[Any]) -> str | None:
-    """The arm (its label in the table) of the first of ``records`` whose point ``spec.baseline`` names, numbers
-    compared as numbers: a label finer than the arms' 4 digits (``lr=0.00012345``, drawn as
-    0.00012344999999999999 and labelled ``lr=0.0001234``) or a mapping. None: no record has that point."""
-    raw = spec.baseline
-    values = raw if isinstance(raw, dict) else label_values(spec, raw) if isinstance(raw, str) else None
-    for r in records if values is not None else ():
-        point = arm_point(getattr(r, "point", None), spec.axes)
-        if point is not None and all(_same_value(values[a.key], point[a.key]) for a in spec.axes):
-            return r.arm
-    return None
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Equal as config values; numbers within float noise (a step grid's 0.00012 + 345 * 1e-8)."""
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
-        return math.isclose(a, b, rel_tol=1e-12)
-    return canonical_value(encode(a)) == canonical_value(encode(b))
-
-
-def baseline_source(spec: SweepSpec, baseline: str | None) -> str:
-    """The line under the printed table saying where its baseline came from, as :func:`table_baseline` picked
-    it: ``baseline: lr=0.001 (`baseline:` of sweeps/x.yaml)``, or the first arm (of the grid; of the sampled
-    ones by label). "" without a baseline, or where a table note says it (``compare_text.baseline_note``:
-    ``--baseline``, a sweep directory's frozen spec, a spec edited since the sweep ran)."""
-    from klear_lab.console import shown_path
-    from klear_lab.sweep.compare_text import baseline_note
-
-    if baseline is None or baseline_note(spec, baseline):
-        return ""
-    if spec.baseline is not None:
-        how = f"`baseline:` of {shown_path(spec.path)}"
-    else:
-        first = "the grid's first arm" if spec.sampler == "grid" else "the sampled arm whose label sorts first"
-        how = f"{first}: the spec has no `baseline:`"
-    return f"baseline: {baseline} ({how})"
 
 
 def check_label_hint(spec: SweepSpec) -> None:

@@ -26,7 +26,7 @@ import pandas as pd
 from klear_lab.errors import ConfigError
 from klear_lab.stats import bootstrap_diff, welch_interval
 from klear_lab.sweep.axes import Axis
-from klear_lab.sweep.baseline_checks import baseline_source, table_baseline
+from klear_lab.sweep.baseline_table import baseline_source, table_baseline
 from klear_lab.sweep.best import star_best
 from klear_lab.sweep.compare_text import table_metrics, table_notes, to_markdown
 from klear_lab.sweep.grid import arm_point, canonical_point, distinct_labels, grid_arms, point_key
@@ -238,7 +238,7 @@ def check_finished(spec: SweepSpec, records: list[TrialRecord], states: tuple[st
 
 def table_arms(spec: SweepSpec, records: list[TrialRecord]) -> tuple[list[str] | None, str | None]:
     """The table's arm order (a grid's arms in spec order; None for tpe/random: the trials' order) and its
-    baseline label (``baseline_checks.table_baseline``; None only for a tpe/random sweep with no trial and no
+    baseline label (``baseline_table.table_baseline``; None only for a tpe/random sweep with no trial and no
     ``baseline:``). ``compare`` and ``compare --rescore`` both lay out their tables with it."""
     order = [a.label for a in grid_arms(spec)] if spec.sampler == "grid" else None
     return order, table_baseline(spec, order or sorted({r.arm for r in records}), records)

@@ -158,7 +158,7 @@ def resolve_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
             raise spec.err("baseline", f"no arm is labelled {raw!r}; arms: {', '.join(labels)}{_as_label(raw, labels)}")
         return raw
     if not isinstance(raw, dict):
-        raise spec.err("baseline", f"expected an arm label or {{axis key: value}}, got {raw!r}")
+        raise spec.err("baseline", f"expected an arm label or {{axis key: value}}, got {flow_yaml(raw)}")
     keys = {a.key for a in spec.axes}
     for key in raw:
         if key not in keys:
@@ -167,9 +167,8 @@ def resolve_baseline(spec: SweepSpec, labels: list[str]) -> str | None:
         missing = sorted(keys - set(raw))
         raise spec.err("baseline", f"give a value for every axis; missing {', '.join(missing)}")
     label = arm_label(spec.axes, raw)
-    if labels and label not in labels:  # a tpe/random sweep's labels are the arms it sampled
-        what = "is not a grid point (arms" if spec.sampler == "grid" else "was not sampled (sampled arms"
-        raise spec.err("baseline", f"{flow_yaml(raw)} {what}: {', '.join(labels)})")
+    if labels and label not in labels:  # a grid's arms: tpe/random callers pass none (baseline_table matches points)
+        raise spec.err("baseline", f"{flow_yaml(raw)} is not a grid point (arms: {', '.join(labels)})")
     return label
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from klear_lab.sweep.baseline_checks import baseline_source
+from klear_lab.sweep.baseline_table import baseline_source
 from klear_lab.sweep.compare import TrialRecord, arm_seeds, check_finished, load_records, summarize, table_arms
 from klear_lab.sweep.compare_text import baseline_note, to_markdown, untrained_notes
 from klear_lab.sweep.render import write_csv

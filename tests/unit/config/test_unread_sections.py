@@ -35,7 +35,10 @@ def test_a_notebook_mapping_is_refused_and_defaults_and_the_rollout_engine_pass(
     same = compose(str(SFT), ["rl.clip=gppo"])  # the default: changes nothing, not even the hash
     assert config_hash(same) == config_hash(compose(str(SFT), []))
     assert compose(str(SFT), ["rl.rollout.batch_size=3"])["rl"]["rollout"]["batch_size"] == 3  # eval.engine: rollout
-    assert compose(str(SFT), ["run.kind=rl", "rl.steps=7"])["rl"]["steps"] == 7  # made an RL run on the same line
+    with pytest.warns(UserWarning, match=r"command line: run.kind=rl makes .*sft.yaml an RL run, which reads none "
+                                         r"of its sft.\* settings \(sft.tokens_per_micro_batch\)"):
+        made = compose(str(SFT), ["run.kind=rl", "rl.steps=7"])  # made an RL run on the same line: the file's
+    assert made["rl"]["steps"] == 7  # sft.* settings read by nothing (a walkthrough: it said nothing)
 
 
 def test_a_saved_config_with_such_a_setting_still_composes(tmp_path):

@@ -206,8 +206,8 @@ def test_a_baseline_the_sampler_never_draws_is_refused_up_front(tmp_path):
     clips = {"data.filter.name": ["none", "correct_only"]}  # the toy is an SFT run
     sampled = {"sampler": "random", "n_trials": 5}
     msg = _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline={"data.filter.name": "band"}))
-    assert ("baseline.data.filter.name: 'band' is not one of the axis's values ('none', 'correct_only'): sampler "
-            "random never draws it") in msg
+    assert ("baseline.data.filter.name: band is not one of the axis's values (none, correct_only): sampler "
+            "random never draws it") in msg  # as the spec writes them (YAML), not Python's repr
     assert ("baseline: no arm sampler random can draw is labelled 'filter=nope'; arms: filter=none, "
             "filter=correct_only") in _error(_edit(write_spec(tmp_path), **sampled, axes=clips, baseline="filter=nope"))
     steps = {"sft.max_steps": {"low": 1, "high": 5, "step": 2}}
