@@ -159,8 +159,6 @@ def check_run_dir(run_dir: Path) -> None:
     """Raises ConfigError unless ``run_dir`` holds a run's ``config.yaml`` and ``run.json``."""
     if not run_dir.exists():
         raise ConfigError(f"{run_dir}: no such directory (klear-lab runs lists the runs under an output directory)")
-    if run_dir.is_file() and (run_dir.parent / "run.json").is_file():  # resume RUN/config.yaml
-        raise ConfigError(f"{run_dir}: a file of a run: give its directory (klear-lab resume {run_dir.parent})")
     missing = [name for name in ("config.yaml", "run.json") if not (run_dir / name).is_file()]
     if len(missing) == 2:
         raise ConfigError(f"{run_dir}: not a run directory (needs config.yaml and run.json)")

@@ -208,26 +208,11 @@ def _note(run_dir: Path, identity: dict[str, Any], status: str, kind: str, has_c
         how = f"run it again: klear-lab train {run_dir / 'config.yaml'}"
     elif sweep is not None:
         how = f"sweep trial: run the sweep again: {sweep}"
-    elif has_ckpt and (bad := _unreadable_config(run_dir)):
-        how = f"{bad}: resume refuses it; mend the file, then klear-lab resume {run_dir}"
     elif has_ckpt:
         how = f"klear-lab resume {run_dir}"
     else:
         how = f"no checkpoint: klear-lab train {run_dir / 'config.yaml'}"
     return f"{error} -> {how}" if error else how
-
-
-def _unreadable_config(run_dir: Path) -> str:
-    """Why ``run_dir/config.yaml`` is not a YAML mapping (a hand edit gone wrong), else "": ``resume`` refuses
-    such a run, which the listing offered to resume."""
-    import yaml
-
-    try:
-        loaded = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        return f"{run_dir / 'config.yaml'} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
-    return "" if isinstance(loaded, dict) else f"{run_dir / 'config.yaml'} is not a mapping"
 
 
 _ERROR_CLASS = re.compile(r"(?:^|; )(?:rank \d+: )?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): ")

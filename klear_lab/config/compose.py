@@ -40,9 +40,6 @@ def compose(experiment: str | Path | Mapping[str, Any] | None, overrides: list[s
     {"max_steps": 10}}``, a dict or OmegaConf config); ``overrides`` (``key=value``) come after it and
     ``extra_layers`` (a sweep trial's parameters) last.
     """
-    if isinstance(overrides, str):  # compose(cfg, "sft.max_steps=5"): its characters read as overrides
-        raise ConfigError(f"overrides must be a list of key=value strings, got the string {overrides!r} "
-                          f"(write [{overrides!r}])")
     if isinstance(experiment, Mapping) or OmegaConf.is_config(experiment):
         layers = mapping_layers(experiment)
         typed = {layers[-1][0]}  # the mapping's own keys; its base: files are files

@@ -64,9 +64,7 @@ def load_yaml(path: Path, least: str = "an experiment names at least its `base:`
         raise ConfigError(f"{path}: is a directory; expected {kind}"
                           + (f" (in it: {yamls})" if yamls else ""))
     if not path.is_file():
-        other = path.with_suffix(".yaml" if path.suffix == ".yml" else ".yml")
-        hint = f" (did you mean {other}?)" if path.suffix in (".yml", ".yaml") and other.is_file() else ""
-        raise ConfigError(f"{path}: config file not found{hint}")
+        raise ConfigError(f"{path}: config file not found")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

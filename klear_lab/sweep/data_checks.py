@@ -56,17 +56,6 @@ def unavailable_machinery(spec: SweepSpec, arms: list[Arm]) -> tuple[list[str], 
     return list(dict.fromkeys(models)), list(dict.fromkeys(engines))
 
 
-def unavailable_accelerators(spec: SweepSpec, arms: list[Arm]) -> list[str]:
-    """``trainer.accelerator=gpu`` (or ``cuda``) of trials on a machine that shows no CUDA device, as ``train
-    --dry-run`` marks it (``dry_run.gpu_note``): each trial would stop as it starts. A note, not a refusal: the
-    spec may be meant for a GPU machine. From the base experiment's config, or each arm's where an axis sets it."""
-    from klear_lab.dry_run import gpu_note
-
-    notes = [(cfg["trainer"]["accelerator"], gpu_note(cfg["trainer"], cfg["run"]["kind"] != "eval"))
-             for cfg in _configs_varied_by(spec, arms, ("trainer", "run.kind"))]
-    return list(dict.fromkeys(f"trainer.accelerator={accelerator}{note}" for accelerator, note in notes if note))
-
-
 def _engine_row(cfg: dict[str, Any]) -> str:
     """What ``train --dry-run`` says of the run's rollout engine: an RL run's own row, else the engine part of
     its evaluation row (``eval.engine: rollout``); "" where it starts none."""

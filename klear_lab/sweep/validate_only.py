@@ -8,7 +8,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from klear_lab.errors import ConfigError
-from klear_lab.sweep.data_checks import unavailable_accelerators, unavailable_machinery
+from klear_lab.sweep.data_checks import unavailable_machinery
 from klear_lab.sweep.grid import Arm
 from klear_lab.sweep.parents import planned_start
 from klear_lab.sweep.queue import check_choices_unchanged, check_same_base, count
@@ -39,8 +39,6 @@ def report_validated(spec: SweepSpec, arms: list[Arm], url: str, n_points: int, 
         log(f"note: models this machine cannot load, so trials here would fail: {'; '.join(models)}")
     if engines:
         log(f"note: rollout engines this machine cannot start, so trials here would fail: {'; '.join(engines)}")
-    if accelerators := unavailable_accelerators(spec, arms):
-        log(f"note: accelerators this machine lacks, so trials here would fail: {'; '.join(accelerators)}")
     if existing is not None:
         log(f"note: study {existing.study_name!r} exists ({count(existing, (TrialState.COMPLETE,))} trial(s) "
             f"complete): {widening_note(existing, spec) or 'running this spec continues it'}")

@@ -92,15 +92,3 @@ def test_no_lock_file_is_made(tmp_path):
     run_dir = stopped_run(tmp_path / "runs", "sft-never-resumed")
     (row,) = list_runs([run_dir])
     assert row.status == "stopped" and not (run_dir / ".lock").exists()
-
-
-def test_a_run_whose_config_is_not_yaml_is_not_offered_a_resume_it_would_refuse(tmp_path):
-    """A walkthrough: a hand edit broke ``config.yaml``; ``runs`` offered ``klear-lab resume DIR``, which refused."""
-    run_dir = stopped_run(tmp_path, "broken")
-    (run_dir / "config.yaml").write_text("run:\n  name: [broken\n")
-    (row,) = list_runs([tmp_path], "val/acc")
-    assert row.status == "stopped"
-    assert f"{run_dir / 'config.yaml'} is not valid YAML (line 3): resume refuses it; mend the file" in row.note
-    (run_dir / "config.yaml").write_text("run:\n  name: fine\n")
-    (row,) = list_runs([tmp_path], "val/acc")
-    assert row.note.endswith(f"klear-lab resume {run_dir}") and "refuses" not in row.note
